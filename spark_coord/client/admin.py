@@ -1,0 +1,90 @@
+"""Topic administration and offset look-ups over the Kafka protocol."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.wire.registry import ApiKey
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2
+LATEST = -1
+
+
+class AdminClient:
+    """CreateTopics, DeleteTopics, Metadata and ListOffsets, as a script would use them."""
+
+    def __init__(self, cluster: ClusterClient):
+        self.cluster = cluster
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     if_not_exists: bool = False, timeout_ms: int = 30000) -> int:
+        """Create ``name``; returns its partition count. Raises KafkaError with the broker's code and message."""
+        body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                            "assignments": [], "configs": []}],
+                "timeout_ms": timeout_ms, "validate_only": False}
+        resp = self.cluster.request_any(ApiKey.CREATE_TOPICS, body)
+        result = resp["topics"][0]
+        code = result["error_code"]
+        if code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
+            code = ErrorCode.NONE
+        if code:
+            raise KafkaError(code, result.get("error_message") or f"creating topic {name!r}")
+        info = self.cluster.topic(name, refresh=True, wait=timeout_ms / 1000)
+        return len(info.partitions)
+
+    def delete_topic(self, name: str, timeout_ms: int = 30000) -> None:
+        resp = self.cluster.request_any(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": timeout_ms})
+        result = resp["responses"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result.get("error_message") or f"deleting topic {name!r}")
+        self.cluster.topics.pop(name, None)
+
+    def list_topics(self) -> list[str]:
+        return sorted(t for t, info in self.cluster.refresh(None).items() if info.error == 0)
+
+    def list_offsets(self, topic: str, partitions: list[int] | None, timestamp: int) -> dict[int, int]:
+        """Offsets per partition for ``timestamp`` (EARLIEST, LATEST, or epoch ms), asking each leader."""
+        info = self.cluster.topic(topic)
+        wanted = sorted(info.partitions) if partitions is None else partitions
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for p in wanted:
+            by_leader[self.cluster.leader(topic, p)].append(p)
+        out: dict[int, int] = {}
+        for leader, parts in by_leader.items():
+            body = {"replica_id": -1, "isolation_level": 0,
+                    "topics": [{"name": topic, "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp, "max_num_offsets": 1}
+                        for p in parts]}]}
+            conn = self.cluster.connection(leader)
+            resp = conn.request(ApiKey.LIST_OFFSETS, body)
+            for t in resp["topics"]:
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        raise KafkaError(p["error_code"], f"{topic}-{p['partition_index']}")
+                    offset = p["offset"]
+                    if conn.version_for(ApiKey.LIST_OFFSETS) == 0:
+                        olds = p.get("old_style_offsets") or [-1]
+                        offset = olds[0]
+                    out[p["partition_index"]] = offset
+        return out
+
+    def describe(self, topics: list[str] | None = None) -> list[dict]:
+        """One row per partition: topic, partition, leader, replicas, earliest and latest offset."""
+        meta = self.cluster.refresh(topics)
+        rows = []
+        for name in sorted(meta):
+            info = meta[name]
+            if info.error:
+                raise KafkaError(info.error, f"topic {name!r}")
+            earliest = self.list_offsets(name, None, EARLIEST)
+            latest = self.list_offsets(name, None, LATEST)
+            for p in sorted(info.partitions):
+                part = info.partitions[p]
+                rows.append({"topic": name, "partition": p, "leader": part.leader, "replicas": part.replicas,
+                             "earliest": earliest.get(p, -1), "latest": latest.get(p, -1)})
+        return rows

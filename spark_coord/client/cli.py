@@ -1,0 +1,139 @@
+"""``spark-coord topics|produce|tail``: the client commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+from spark_coord.client.fetcher import fetch, is_retriable
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.client.producer import Producer
+from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.records.reader import iter_records
+from spark_coord.table import format_table
+
+log = logging.getLogger("spark_coord.cli")
+
+
+def topics(args) -> int:
+    with ClusterClient(args.bootstrap) as cluster:
+        admin = AdminClient(cluster)
+        try:
+            if args.action == "create":
+                n = admin.create_topic(args.topic, args.partitions, if_not_exists=args.if_not_exists)
+                log.info("topic %s ready with %d partition(s)", args.topic, n)
+            elif args.action == "list":
+                for name in admin.list_topics():
+                    sys.stdout.write(name + "\n")
+            elif args.action == "describe":
+                rows = admin.describe(args.topics or None)
+                sys.stdout.write(format_table(rows, ["topic", "partition", "leader", "replicas", "earliest", "latest"]) + "\n")
+            elif args.action == "delete":
+                admin.delete_topic(args.topic)
+                log.info("topic %s deleted", args.topic)
+        except KafkaError as e:
+            log.error("%s", e)
+            return 1
+    return 0
+
+
+class Progress:
+    """Logs a progress line at most every ``interval`` seconds on long CLI work."""
+
+    def __init__(self, what: str, interval: float = 2.0):
+        self.what, self.interval = what, interval
+        self.start = self.last = time.monotonic()
+        self.count = 0
+
+    def tick(self, n: int = 1) -> None:
+        self.count += n
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            log.info("%s: %d so far (%.0f/s)", self.what, self.count, self.count / max(now - self.start, 1e-9))
+
+    def done(self) -> None:
+        elapsed = time.monotonic() - self.start
+        log.info("%s: %d in %.1fs (%.0f/s)", self.what, self.count, elapsed, self.count / max(elapsed, 1e-9))
+
+
+def produce(args) -> int:
+    source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    sep = args.key_separator.encode() if args.key_separator else None
+    progress = Progress(f"produced to {args.topic}")
+    try:
+        with ClusterClient(args.bootstrap) as cluster:
+            producer = Producer(cluster, acks=args.acks, compression=args.compression, batch_size=args.batch_size)
+            for line in source:
+                line = line.rstrip(b"\r\n")
+                key = None
+                if sep is not None and sep in line:
+                    key, line = line.split(sep, 1)
+                producer.send(args.topic, line, key=key, partition=args.partition)
+                progress.tick()
+            producer.flush()
+    except KafkaError as e:
+        log.error("%s", e)
+        return 1
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    progress.done()
+    return 0
+
+
+def tail(args) -> int:
+    out = sys.stdout.buffer
+    sep = (args.key_separator or "").encode()
+    printed = 0
+    with ClusterClient(args.bootstrap) as cluster:
+        admin = AdminClient(cluster)
+        try:
+            info = cluster.topic(args.topic, wait=5.0)
+        except KafkaError as e:
+            log.error("%s", e)
+            return 1
+        parts = args.partition or sorted(info.partitions)
+        if args.offset in ("earliest", "latest"):
+            positions = admin.list_offsets(args.topic, parts, EARLIEST if args.offset == "earliest" else LATEST)
+        else:
+            try:
+                positions = {p: int(args.offset) for p in parts}
+            except ValueError:
+                log.error("--offset must be earliest, latest or a number, not %r", args.offset)
+                return 2
+        ends = admin.list_offsets(args.topic, parts, LATEST)
+        try:
+            while True:
+                active = {p: o for p, o in positions.items() if args.follow or o < ends[p]}
+                if not active:
+                    break
+                by_leader: dict[int, dict] = {}
+                for p, o in active.items():
+                    by_leader.setdefault(cluster.leader(args.topic, p), {})[(args.topic, p)] = o
+                for leader, offsets in by_leader.items():
+                    for pd in fetch(cluster.connection(leader), offsets, max_wait_ms=500 if args.follow else 100):
+                        if pd.error:
+                            if is_retriable(pd.error):
+                                cluster.refresh([args.topic])
+                                continue
+                            raise KafkaError(pd.error, f"{pd.topic}-{pd.partition}")
+                        for rec in iter_records(pd.records or b"", min_offset=positions[pd.partition]):
+                            if not args.follow and rec.offset >= ends[pd.partition]:
+                                break
+                            if args.key_separator is not None:
+                                out.write((rec.key or b"") + sep)
+                            out.write((rec.value or b"") + b"\n")
+                            positions[pd.partition] = rec.offset + 1
+                            printed += 1
+                            if args.count is not None and printed >= args.count:
+                                out.flush()
+                                return 0
+                out.flush()
+        except KafkaError as e:
+            log.error("%s", e)
+            return 1
+    return 0

@@ -1,0 +1,170 @@
+"""A small synchronous producer: record batches per partition, Produce to leaders.
+
+Used by ``spark-coord produce``, the demo, tests and benchmarks, and by the Spark
+sink.  Keys are partitioned with Kafka's murmur2 rule (as the Java client does), so
+records with the same key land where other Kafka producers would put them; records
+without a key go round-robin, one batch at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.records.builder import BatchBuilder
+from spark_coord.wire.registry import ApiKey
+
+log = logging.getLogger(__name__)
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION}
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``), as an unsigned 32-bit int."""
+    length = len(data)
+    m, r = 0x5BD1E995, 24
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    end4 = length & ~3
+    for i in range(0, end4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    extra = length & 3
+    if extra >= 3:
+        h ^= data[end4 + 2] << 16
+    if extra >= 2:
+        h ^= data[end4 + 1] << 8
+    if extra >= 1:
+        h ^= data[end4]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class Producer:
+    """``send()`` buffers into per-partition batches; ``flush()`` (or a full batch) sends them.
+
+    Parameters
+    ----------
+    cluster : ClusterClient
+    acks : 0, 1 or -1
+    compression : "none", "gzip", "snappy", "lz4" or "zstd"
+    batch_size : bytes per record batch before it is sent
+    retries : attempts per batch on retriable errors (leader moved, topic not yet known)
+    """
+
+    def __init__(self, cluster: ClusterClient, acks: int = 1, compression: str = "none",
+                 batch_size: int = 16384, retries: int = 5, timeout_ms: int = 30000):
+        if acks not in (-1, 0, 1):
+            raise ValueError(f"acks must be -1, 0 or 1, not {acks!r}")
+        if compression not in CODECS:
+            raise ValueError(f"compression must be one of {', '.join(CODECS)}, not {compression!r}")
+        self.cluster = cluster
+        self.acks = acks
+        self.codec = CODECS[compression]
+        self.batch_size = batch_size
+        self.retries = retries
+        self.timeout_ms = timeout_ms
+        self._builders: dict[tuple[str, int], BatchBuilder] = {}
+        self._counts: dict[tuple[str, int], int] = defaultdict(int)
+        self._round_robin: dict[str, int] = defaultdict(int)
+        self.sent_records = 0
+        self.sent_bytes = 0
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.cluster.topic(topic, wait=5.0).partitions)
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             headers: Sequence[tuple[str, bytes | None]] = (), partition: int | None = None,
+             timestamp_ms: int | None = None) -> None:
+        sticky = partition is None and key is None
+        if partition is None:
+            n = self.partition_count(topic)
+            partition = partition_for_key(key, n) if key is not None else self._round_robin[topic] % n
+        tp = (topic, partition)
+        builder = self._builders.get(tp)
+        if builder is None:
+            builder = self._builders[tp] = BatchBuilder(codec=self.codec)
+        builder.append(value, key=key, headers=headers,
+                       timestamp_ms=timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
+        self._counts[tp] += 1
+        if builder.size_estimate >= self.batch_size:
+            if sticky:
+                self._round_robin[topic] += 1  # the next keyless batch goes to the next partition
+            self._send({tp: self._take(tp)})
+
+    def _take(self, tp) -> tuple[bytes, int]:
+        builder = self._builders.pop(tp)
+        return builder.build(), self._counts.pop(tp)
+
+    def flush(self) -> None:
+        if self._builders:
+            self._send({tp: self._take(tp) for tp in list(self._builders)})
+
+    def _send(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
+        pending = dict(batches)
+        for attempt in range(self.retries + 1):
+            by_leader: dict[int, dict] = defaultdict(dict)
+            for (topic, part), batch in pending.items():
+                by_leader[self.cluster.leader(topic, part)][(topic, part)] = batch
+            failed: dict = {}
+            last_error = None
+            for leader, group in by_leader.items():
+                errors = self._produce(leader, group)
+                for tp, code in errors.items():
+                    if code in RETRIABLE:
+                        failed[tp] = group[tp]
+                        last_error = code
+                    else:
+                        raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
+            if not failed:
+                return
+            pending = failed
+            log.info("retrying %d batch(es) after %s", len(failed), ErrorCode.name_of(last_error))
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+            self.cluster.refresh(sorted({t for t, _ in failed}))
+        raise KafkaError(last_error, f"giving up after {self.retries} retries")
+
+    def _produce(self, leader: int, group: dict) -> dict:
+        topics: dict[str, list] = defaultdict(list)
+        for (topic, part), (records, _) in group.items():
+            topics[topic].append({"index": part, "records": records})
+        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
+                "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+        conn = self.cluster.connection(leader)
+        if self.acks == 0:
+            conn.send_only(ApiKey.PRODUCE, body)
+            self._account(group)
+            return {}
+        resp = conn.request(ApiKey.PRODUCE, body)
+        errors = {}
+        for t in resp["responses"]:
+            for p in t["partition_responses"]:
+                if p["error_code"]:
+                    errors[(t["name"], p["index"])] = p["error_code"]
+        self._account({tp: b for tp, b in group.items() if tp not in errors})
+        return errors
+
+    def _account(self, group) -> None:
+        for records, count in group.values():
+            self.sent_records += count
+            self.sent_bytes += len(records)
+
+    def send_many(self, topic: str, values: Iterable[bytes]) -> None:
+        for v in values:
+            self.send(topic, v)
+        self.flush()
