@@ -1,0 +1,197 @@
+"""Connecting to ZooKeeper with kazoo, and handing its events to asyncio.
+
+Connection states (kazoo's ``KazooState``) and what spark-coord does with them;
+every component that holds something in ZooKeeper must follow these rules:
+
+``CONNECTED``
+    Talking to a server.  After ``SUSPENDED`` this means the *same* session came
+    back: ephemeral nodes and watches survived.  After ``LOST`` kazoo reconnects by
+    itself with a *new* session: ephemeral nodes are gone and one-shot watches
+    have to be set again (kazoo's ``DataWatch``/``ChildrenWatch`` recipes re-arm
+    themselves).  ``add_state_hooks`` tells the two apart (``new_session``).
+``SUSPENDED``
+    The connection dropped; the session may or may not still be alive on the
+    servers.  Anything that depends on holding an ephemeral node (coordinatorship,
+    broker registration) must be treated as *possibly lost*: stop acting on it
+    (kazoo's lock recipe docs say the same) until ``CONNECTED`` again.
+``LOST``
+    The session expired: every ephemeral node of it is gone and another process
+    may already own what we owned.  Drop the role and its in-memory state, then
+    start over (re-register, re-elect) once connected with the new session.
+
+kazoo calls listeners on its own connection thread; a listener must not block
+and must not call ZooKeeper.  ``to_loop``/``add_state_hooks`` post the callback
+to an asyncio loop with ``loop.call_soon_threadsafe`` so the loop's owner does
+the work.  Blocking kazoo calls never run on the event loop thread (use
+``loop.run_in_executor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from typing import Any, Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from spark_coord.zk import paths
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_TIMEOUT_MS = 18000
+DEFAULT_CONNECTION_TIMEOUT_MS = 18000
+
+
+class ZooKeeperUnavailable(ConnectionError):
+    """No ZooKeeper server of the connect string answered within the connection timeout."""
+
+
+def split_chroot(connect_string: str) -> tuple[str, str | None]:
+    """``("h1:2181,h2:2181", "/chroot")`` from ``h1:2181,h2:2181/chroot`` (chroot None when absent).
+
+    Raises ValueError naming the connect string when the hosts part is empty or the
+    chroot is not a legal absolute path.
+    """
+    if not isinstance(connect_string, str) or not connect_string.strip():
+        raise ValueError(f"empty ZooKeeper connect string: {connect_string!r}")
+    hosts, slash, rest = connect_string.strip().partition("/")
+    if not hosts or any(not h.strip() for h in hosts.split(",")):
+        raise ValueError(f"ZooKeeper connect string {connect_string!r} has an empty host")
+    if not slash or not rest:
+        return hosts, None
+    return hosts, paths.validate_chroot("/" + rest.rstrip("/"))
+
+
+def command_retry(session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS) -> KazooRetry:
+    """Retry policy for ``client.retry(fn, ...)``: retry connection loss for up to a
+    session timeout, but do NOT retry across a session expiry (``SessionExpiredError``
+    reaches the caller: whoever held ephemeral state must learn it is gone)."""
+    return KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0,
+                      deadline=session_timeout_ms / 1000, ignore_expire=False)
+
+
+def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+            connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS, *,
+            read_only: bool = False, create_chroot: bool = False) -> KazooClient:
+    """A started ``KazooClient`` for ``connect_string`` (``host:port[,host:port...][/chroot]``).
+
+    The client reconnects forever by itself (connection retry with backoff capped at
+    1 s); ``client.retry`` is ``command_retry()``.  Kazoo operations themselves are
+    not retried: wrap them in ``client.retry(...)`` where a retry is safe.
+    ``create_chroot`` creates the chroot node first (kazoo does not, and every
+    operation on a missing chroot fails with ``NoNodeError``).
+
+    Raises ``ZooKeeperUnavailable`` when no server answers within
+    ``connection_timeout_ms``, ``ValueError`` on a malformed connect string.
+    """
+    split_chroot(connect_string)  # validate before kazoo parses it less strictly
+    if create_chroot:
+        ensure_chroot(connect_string, connection_timeout_ms=connection_timeout_ms)
+    client = KazooClient(
+        hosts=connect_string,
+        timeout=session_timeout_ms / 1000,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
+        command_retry=command_retry(session_timeout_ms),
+        read_only=read_only,
+    )
+    try:
+        client.start(timeout=connection_timeout_ms / 1000)
+    except KazooTimeoutError:
+        client.close()
+        raise ZooKeeperUnavailable(
+            f"no ZooKeeper server at {connect_string} answered within {connection_timeout_ms} ms") from None
+    log.debug("connected to ZooKeeper %s (session 0x%x, timeout %d ms)", connect_string,
+              client.client_id[0] if client.client_id else 0, session_timeout_ms)
+    return client
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close a client, ignoring a client that was never started or is already closed."""
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def ensure_chroot(connect_string: str, connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS) -> str | None:
+    """Create the chroot of ``connect_string`` (with its parents) if it is missing; returns it (None: no chroot)."""
+    hosts, chroot = split_chroot(connect_string)
+    if chroot is None:
+        return None
+    client = connect(hosts, connection_timeout_ms=connection_timeout_ms)
+    try:
+        client.retry(client.ensure_path, chroot)
+    finally:
+        close(client)
+    return chroot
+
+
+# ------------------------------------------------------------------------- asyncio
+
+def to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any]) -> Callable[..., None]:
+    """Wrap ``fn`` so that calling the wrapper from any thread (kazoo's) schedules
+    ``fn(*args, **kwargs)`` on ``loop``.
+
+    The arguments are checked against ``fn``'s signature in the calling thread, so a
+    call that does not fit raises ``TypeError`` right there: kazoo's ``DataWatch``
+    calls ``func(data, stat, event)`` and falls back to ``func(data, stat)`` on
+    TypeError, and that keeps working through the wrapper.  The wrapper returns
+    None at once: for ``DataWatch``/``ChildrenWatch`` this keeps the watch armed
+    (returning False would cancel it; cancel by dropping the recipe's use instead).
+    Events that arrive after the loop was closed are dropped with a debug log
+    line, so a late watch during shutdown cannot raise in kazoo's thread.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no introspectable signature
+        signature = None
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if signature is not None:
+            signature.bind(*args, **kwargs)  # TypeError here, in the caller's thread
+        try:
+            loop.call_soon_threadsafe(functools.partial(fn, *args, **kwargs))
+        except RuntimeError:  # loop closed
+            log.debug("dropping ZooKeeper event for %s: event loop is closed", getattr(fn, "__name__", fn))
+
+    return wrapper
+
+
+def add_state_hooks(client: KazooClient, loop: asyncio.AbstractEventLoop, *,
+                    on_suspended: Callable[[], Any] | None = None,
+                    on_lost: Callable[[], Any] | None = None,
+                    on_connected: Callable[[bool], Any] | None = None) -> Callable[[], None]:
+    """Run the given callbacks on ``loop`` when ``client``'s connection state changes.
+
+    ``on_suspended()``: connection dropped, session maybe alive -- stop acting on
+    ephemeral ownership.  ``on_lost()``: session expired -- drop roles and state.
+    ``on_connected(new_session)``: connected; ``new_session`` is True when the
+    session differs from the one seen before (so ephemeral nodes must be
+    re-created), False when the old session resumed.  Returns a function that
+    removes the hooks.
+    """
+    last = {"session": client.client_id[0] if client.client_id else None}
+
+    def listener(state: str) -> None:  # kazoo's connection thread: no blocking, no ZK calls
+        if state == KazooState.SUSPENDED:
+            if on_suspended:
+                to_loop(loop, on_suspended)()
+        elif state == KazooState.LOST:
+            last["session"] = None
+            if on_lost:
+                to_loop(loop, on_lost)()
+        elif state == KazooState.CONNECTED:
+            cid = client.client_id
+            session = cid[0] if cid else None
+            new = session != last["session"]
+            last["session"] = session
+            if on_connected:
+                to_loop(loop, on_connected)(new)
+
+    client.add_listener(listener)
+    return lambda: client.remove_listener(listener)

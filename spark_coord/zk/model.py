@@ -1,0 +1,276 @@
+"""Kafka's JSON (and decimal) znode contents: what we write and what we accept.
+
+We write exactly what ZooKeeper-mode Kafka 2.x writes, so Kafka tooling reads our
+znodes, and we read every shape Kafka has used (broker registration versions 1-5,
+topic assignment versions 1-2).  Everything read from ZooKeeper is treated as
+hostile: anything that is not the expected shape raises ``ValueError`` saying
+what is wrong, never ``KeyError``/``TypeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from spark_coord.zk import paths
+
+#: Largest znode content we parse; ZooKeeper's own default limit (jute.maxbuffer) is ~1 MB.
+MAX_ZNODE_BYTES = 1024 * 1024
+
+BROKER_REGISTRATION_VERSION = 4
+TOPIC_ASSIGNMENT_VERSION = 1
+
+# PLAINTEXT://host:port, INTERNAL://[::1]:9092, PLAINTEXT://:9092 (all interfaces)
+_ENDPOINT = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]{1,5})$")
+
+
+def _loads(what: str, data: bytes | str | None) -> Any:
+    if data is None:
+        raise ValueError(f"{what}: znode has no data")
+    if len(data) > MAX_ZNODE_BYTES:
+        raise ValueError(f"{what}: {len(data)} bytes is more than {MAX_ZNODE_BYTES}")
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+        return json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{what}: not JSON ({e.__class__.__name__}: {str(e)[:80]})") from None
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_port(what: str, port: Any) -> int:
+    if not _is_int(port) or not 0 < port < 65536:
+        raise ValueError(f"{what}: port {port!r} is not in 1..65535")
+    return port
+
+
+# ---------------------------------------------------------------- broker registration
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as read from ``/brokers/ids/<id>``: where clients reach it."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (IPv6 hosts in brackets), as a client connects to it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def endpoint(host: str, port: int, listener: str = "PLAINTEXT") -> str:
+    """Kafka's endpoint string ``PLAINTEXT://host:port`` (IPv6 in brackets)."""
+    h = f"[{host}]" if ":" in host else host
+    return f"{listener}://{h}:{port}"
+
+
+def parse_endpoint(text: str) -> tuple[str, str, int]:
+    """``(listener, host, port)`` of ``LISTENER://host:port``; ValueError on anything else."""
+    if not isinstance(text, str):
+        raise ValueError(f"endpoint {text!r} is not a string")
+    m = _ENDPOINT.match(text)
+    if not m:
+        raise ValueError(f"endpoint {text!r} is not LISTENER://host:port")
+    host = m.group(2)
+    if host.startswith("["):
+        host = host[1:-1]
+    return m.group(1), host, _check_port(f"endpoint {text!r}", int(m.group(3)))
+
+
+def broker_registration(broker_id: int, host: str, port: int, *, rack: str | None = None,
+                        timestamp_ms: int | None = None) -> bytes:
+    """The JSON a broker writes to ``/brokers/ids/<id>``, as ZooKeeper-mode Kafka 2.x writes it (version 4).
+
+    ``broker_id`` is not part of the JSON (it is the znode's name) but is checked here
+    so a bad id fails before anything is registered.
+    """
+    paths.validate_broker_id(broker_id)
+    if not isinstance(host, str) or not host or any(c in host for c in "/[] \t\r\n"):
+        raise ValueError(f"broker {broker_id}: illegal host {host!r}")
+    _check_port(f"broker {broker_id}", port)
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    doc: dict[str, Any] = {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [endpoint(host, port)],
+        "jmx_port": -1,
+        "host": host,
+        "timestamp": str(ts),
+        "port": port,
+        "version": BROKER_REGISTRATION_VERSION,
+    }
+    if rack is not None:
+        doc["rack"] = str(rack)
+    return _dumps(doc)
+
+
+def parse_broker(broker_id: int, data: bytes | str | None) -> BrokerInfo:
+    """Where broker ``broker_id`` is reachable, from its ``/brokers/ids/<id>`` JSON.
+
+    Accepts registration versions 1-5: version 1 has only ``host``/``port``; 2+ add
+    ``endpoints`` (and then ``host`` may be null when no listener is PLAINTEXT); 4+
+    add ``listener_security_protocol_map``.  The first endpoint whose security
+    protocol is PLAINTEXT wins; otherwise ``host``/``port``.
+    """
+    what = f"broker {broker_id} registration"
+    paths.validate_broker_id(broker_id)
+    doc = _loads(what, data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("version")
+    if not _is_int(version) or not 1 <= version <= 5:
+        raise ValueError(f"{what}: unsupported version {version!r} (1-5 are known)")
+    rack = doc.get("rack")
+    rack = rack if isinstance(rack, str) else None
+
+    endpoints = doc.get("endpoints") if version >= 2 else None
+    if endpoints is not None:
+        if not isinstance(endpoints, list):
+            raise ValueError(f"{what}: 'endpoints' is not a list")
+        protocols = doc.get("listener_security_protocol_map") or {}
+        if not isinstance(protocols, dict):
+            raise ValueError(f"{what}: 'listener_security_protocol_map' is not an object")
+        for ep in endpoints:
+            try:
+                listener, host, port = parse_endpoint(ep)
+            except ValueError as e:
+                raise ValueError(f"{what}: {e}") from None
+            if protocols.get(listener, listener) == "PLAINTEXT" and host:
+                return BrokerInfo(broker_id, host, port, rack)
+
+    host, port = doc.get("host"), doc.get("port")
+    if isinstance(host, str) and host and _is_int(port) and 0 < port < 65536:
+        return BrokerInfo(broker_id, host, port, rack)
+    raise ValueError(f"{what}: no PLAINTEXT endpoint and no usable host/port (host={host!r}, port={port!r})")
+
+
+# ------------------------------------------------------------------ topic assignment
+
+def _check_assignment(what: str, assignment: dict[int, list[int]]) -> dict[int, list[int]]:
+    if not assignment:
+        raise ValueError(f"{what}: no partitions")
+    out: dict[int, list[int]] = {}
+    for p in sorted(assignment):
+        replicas = assignment[p]
+        if not isinstance(replicas, list) or not replicas:
+            raise ValueError(f"{what}: partition {p} has no replica list ({replicas!r})")
+        for b in replicas:
+            if not _is_int(b) or b < 0:
+                raise ValueError(f"{what}: partition {p} has an illegal broker id {b!r}")
+        if len(set(replicas)) != len(replicas):
+            raise ValueError(f"{what}: partition {p} lists a broker twice ({replicas!r})")
+        out[p] = list(replicas)
+    if list(out) != list(range(len(out))):
+        raise ValueError(f"{what}: partitions must be 0..{len(out) - 1} with no gaps, got {sorted(out)!r}")
+    return out
+
+
+def topic_assignment(assignment: dict[int, list[int]]) -> bytes:
+    """``{"version":1,"partitions":{"0":[1],"1":[2]}}`` for ``/brokers/topics/<topic>``.
+
+    ``assignment`` maps partition -> replica broker ids, the first being the leader.
+    """
+    if not isinstance(assignment, dict):
+        raise ValueError(f"topic assignment must be a dict, got {type(assignment).__name__}")
+    for p in assignment:
+        paths.validate_partition(p)
+    checked = _check_assignment("topic assignment", assignment)
+    return _dumps({"version": TOPIC_ASSIGNMENT_VERSION, "partitions": {str(p): r for p, r in checked.items()}})
+
+
+def parse_topic_assignment(data: bytes | str | None, topic: str = "?") -> dict[int, list[int]]:
+    """Partition -> replica broker ids from ``/brokers/topics/<topic>`` (versions 1-2;
+    fields other than ``partitions``, e.g. ``adding_replicas``, are ignored)."""
+    what = f"topic {topic!r} assignment"
+    doc = _loads(what, data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("version")
+    if not _is_int(version) or not 1 <= version <= 2:
+        raise ValueError(f"{what}: unsupported version {version!r} (1-2 are known)")
+    parts = doc.get("partitions")
+    if not isinstance(parts, dict):
+        raise ValueError(f"{what}: 'partitions' is not an object")
+    assignment: dict[int, list[int]] = {}
+    for key, replicas in parts.items():
+        try:
+            p = paths.parse_partition_node(key)
+        except ValueError:
+            raise ValueError(f"{what}: partition key {key!r} is not a non-negative decimal") from None
+        assignment[p] = replicas
+    return _check_assignment(what, assignment)
+
+
+def assign_partitions(n_partitions: int, broker_ids: Iterable[int], start: int | None = None) -> dict[int, list[int]]:
+    """Spread ``n_partitions`` leaders round-robin over the live brokers, one replica each.
+
+    Brokers are taken in id order; partition ``p`` goes to the broker at index
+    ``(start + p) % len(brokers)``.  ``start`` is random when None (as Kafka's
+    ``AdminUtils.assignReplicasToBrokers`` does), so topics created one after another
+    do not all put partition 0 on the same broker.
+    """
+    if not _is_int(n_partitions) or n_partitions < 1:
+        raise ValueError(f"partition count must be an integer >= 1, got {n_partitions!r}")
+    brokers = sorted({paths.validate_broker_id(b) for b in broker_ids})
+    if not brokers:
+        raise ValueError("no live brokers to assign partitions to")
+    if start is None:
+        start = random.randrange(len(brokers))
+    elif not _is_int(start):
+        raise ValueError(f"start must be an integer, got {start!r}")
+    return {p: [brokers[(start + p) % len(brokers)]] for p in range(n_partitions)}
+
+
+# ---------------------------------------------------------------- consumer offsets
+
+def encode_offset(offset: int) -> bytes:
+    """The content of ``/consumers/<g>/offsets/<t>/<p>``: the next offset as a decimal string (Kafka 0.8)."""
+    if not _is_int(offset) or offset < 0:
+        raise ValueError(f"illegal offset {offset!r}: must be an integer >= 0")
+    return str(offset).encode("ascii")
+
+
+def parse_offset(data: bytes | str | None, where: str = "offset") -> int:
+    """The committed offset in an offsets znode; ValueError on anything but a non-negative decimal."""
+    if data is None:
+        raise ValueError(f"{where}: znode has no data")
+    if len(data) > 32:
+        raise ValueError(f"{where}: {len(data)} bytes is too long for an offset")
+    try:
+        text = data.decode("ascii") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not ASCII") from None
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) > 2**63 - 1:
+        raise ValueError(f"{where}: {text!r} is not a non-negative 64-bit decimal")
+    return int(text)
+
+
+def encode_owner(consumer_id: str) -> bytes:
+    """The content of ``/consumers/<g>/owners/<t>/<p>``: the owning consumer id, UTF-8."""
+    return paths.validate_consumer_id(consumer_id).encode("utf-8")
+
+
+def parse_owner(data: bytes | str | None, where: str = "owner") -> str:
+    """The consumer id in an owners znode; ValueError on empty or undecodable data."""
+    if not data:
+        raise ValueError(f"{where}: znode has no data")
+    if len(data) > 4 * paths.NAME_MAX_LENGTH:
+        raise ValueError(f"{where}: {len(data)} bytes is too long for a consumer id")
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8") from None
+    return paths.validate_consumer_id(text)

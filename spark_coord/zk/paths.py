@@ -1,0 +1,219 @@
+"""Every ZooKeeper path of spark-coord, in one place.
+
+The layout is Kafka's own (ZooKeeper-mode Kafka 2.x for brokers and topics, the
+0.8 high-level consumer for groups), so that existing tools -- lag checkers that
+read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write::
+
+    /brokers/ids/<broker id>                            ephemeral, broker JSON (model.py)
+    /brokers/topics/<topic>                             persistent, partition assignment JSON
+    /consumers/coordinator                              ephemeral, the elected coordinator
+    /consumers/<group>/ids/<consumer id>                persistent, registered members
+    /consumers/<group>/state                            persistent, what a new coordinator
+                                                        needs to restore the group
+    /consumers/<group>/offsets/<topic>/<partition>      persistent, next offset (decimal)
+    /consumers/<group>/owners/<topic>/<partition>       persistent, owning consumer id
+
+No other module builds a path by hand: a name that cannot be a single znode
+component (a ``/``, ``.``/``..``, control characters) or that would collide with
+the layout (a group called ``coordinator``) raises ``ValueError`` naming it here,
+before anything reaches ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import re
+
+# ------------------------------------------------------------------------ names
+
+#: Kafka's rule for topic names (``Topic.validate``): letters, digits, ``.``, ``_``, ``-``.
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+TOPIC_MAX_LENGTH = 249
+
+#: Longest group or consumer id we accept (a znode name has no hard limit, but a
+#: path must stay far below ZooKeeper's 1 MB packet; Kafka itself has no limit).
+NAME_MAX_LENGTH = 255
+
+#: Children of /consumers that are not groups; a group may not take these names.
+RESERVED_GROUP_NAMES = frozenset({"coordinator"})
+
+#: Characters ZooKeeper refuses in a path (``PathUtils.validatePath``), plus ``/``
+#: which would silently add a level.
+_ZK_FORBIDDEN = re.compile("[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff/]")
+
+
+def validate_topic(name: str) -> str:
+    """Return ``name`` if it is a legal Kafka topic name, else raise ``ValueError`` naming it."""
+    if not isinstance(name, str):
+        raise ValueError(f"topic name must be a string, got {type(name).__name__}: {name!r}")
+    if name in ("", ".", ".."):
+        raise ValueError(f"illegal topic name {name!r}: empty, '.' and '..' are not allowed")
+    if len(name) > TOPIC_MAX_LENGTH:
+        raise ValueError(f"illegal topic name {name[:40]!r}...: longer than {TOPIC_MAX_LENGTH} characters")
+    if not _TOPIC_RE.match(name):
+        raise ValueError(f"illegal topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are allowed")
+    return name
+
+
+def _validate_component(kind: str, name: str) -> str:
+    if not isinstance(name, str):
+        raise ValueError(f"{kind} must be a string, got {type(name).__name__}: {name!r}")
+    if name in ("", ".", ".."):
+        raise ValueError(f"illegal {kind} {name!r}: empty, '.' and '..' are not allowed")
+    if len(name) > NAME_MAX_LENGTH:
+        raise ValueError(f"illegal {kind} {name[:40]!r}...: longer than {NAME_MAX_LENGTH} characters")
+    bad = _ZK_FORBIDDEN.search(name)
+    if bad:
+        raise ValueError(f"illegal {kind} {name!r}: character {bad.group()!r} is not allowed")
+    return name
+
+
+def validate_group(name: str) -> str:
+    """Return ``name`` if it can be a consumer group id, else raise ``ValueError`` naming it."""
+    _validate_component("group id", name)
+    if name in RESERVED_GROUP_NAMES:
+        raise ValueError(f"illegal group id {name!r}: reserved (it names {CONSUMERS}/{name})")
+    return name
+
+
+def validate_consumer_id(name: str) -> str:
+    """Return ``name`` if it can be a consumer (member) id, else raise ``ValueError`` naming it."""
+    return _validate_component("consumer id", name)
+
+
+def validate_broker_id(broker_id: int) -> int:
+    """Return ``broker_id`` if it is a non-negative int (not a bool), else raise ``ValueError``."""
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
+        raise ValueError(f"illegal broker id {broker_id!r}: must be an integer >= 0")
+    return broker_id
+
+
+def validate_partition(partition: int) -> int:
+    """Return ``partition`` if it is a non-negative int (not a bool), else raise ``ValueError``."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"illegal partition {partition!r}: must be an integer >= 0")
+    return partition
+
+
+_DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,18})$")
+
+
+def parse_int_node(kind: str, node: str) -> int:
+    """The integer a child znode's name stands for (``/brokers/ids/3`` -> 3).
+
+    Strict: only a canonical non-negative decimal ("0", "17"), so a stray node a
+    person or tool created ("07", "x", "-1") is refused with a ``ValueError``
+    instead of being misread.
+    """
+    if not isinstance(node, str) or not _DECIMAL.match(node):
+        raise ValueError(f"znode {node!r} is not a {kind} (a non-negative decimal)")
+    return int(node)
+
+
+def parse_broker_node(node: str) -> int:
+    """Broker id of a child of ``/brokers/ids``."""
+    return parse_int_node("broker id", node)
+
+
+def parse_partition_node(node: str) -> int:
+    """Partition of a child of ``.../offsets/<topic>`` or ``.../owners/<topic>``."""
+    return parse_int_node("partition", node)
+
+
+def join(*components: str) -> str:
+    """An absolute path from already validated components (``join("a", "b") == "/a/b"``)."""
+    return "/" + "/".join(components)
+
+
+def validate_chroot(chroot: str) -> str:
+    """Return ``chroot`` if it is an absolute znode path usable as a chroot, else raise ``ValueError``."""
+    if not isinstance(chroot, str) or not chroot.startswith("/") or chroot == "/" or chroot.endswith("/"):
+        raise ValueError(f"illegal chroot {chroot!r}: must be an absolute path like /spark-coord, with no trailing '/'")
+    for component in chroot[1:].split("/"):
+        _validate_component("chroot component", component)
+    return chroot
+
+
+# ---------------------------------------------------------------------- brokers
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+
+
+def broker(broker_id: int) -> str:
+    """``/brokers/ids/<id>``: a live broker's ephemeral registration."""
+    return f"{BROKER_IDS}/{validate_broker_id(broker_id)}"
+
+
+def topic(name: str) -> str:
+    """``/brokers/topics/<topic>``: the topic's partition -> replicas assignment."""
+    return f"{BROKER_TOPICS}/{validate_topic(name)}"
+
+
+# -------------------------------------------------------------------- consumers
+
+CONSUMERS = "/consumers"
+COORDINATOR = "/consumers/coordinator"
+
+
+def group(g: str) -> str:
+    """``/consumers/<group>``: everything the group keeps in ZooKeeper lives below."""
+    return f"{CONSUMERS}/{validate_group(g)}"
+
+
+def group_ids(g: str) -> str:
+    """``/consumers/<group>/ids``: one child per registered member."""
+    return f"{group(g)}/ids"
+
+
+def member(g: str, consumer_id: str) -> str:
+    """``/consumers/<group>/ids/<consumer id>``: one registered member."""
+    return f"{group_ids(g)}/{validate_consumer_id(consumer_id)}"
+
+
+def group_state(g: str) -> str:
+    """``/consumers/<group>/state``: generation and assignment, read by a newly elected coordinator."""
+    return f"{group(g)}/state"
+
+
+def group_offsets(g: str) -> str:
+    """``/consumers/<group>/offsets``: one child per topic the group has committed offsets for."""
+    return f"{group(g)}/offsets"
+
+
+def topic_offsets(g: str, t: str) -> str:
+    """``/consumers/<group>/offsets/<topic>``: one child per partition."""
+    return f"{group_offsets(g)}/{validate_topic(t)}"
+
+
+def offset(g: str, t: str, partition: int) -> str:
+    """``/consumers/<group>/offsets/<topic>/<partition>``: next offset to consume, decimal."""
+    return f"{topic_offsets(g, t)}/{validate_partition(partition)}"
+
+
+def group_owners(g: str) -> str:
+    """``/consumers/<group>/owners``: one child per topic the group owns partitions of."""
+    return f"{group(g)}/owners"
+
+
+def topic_owners(g: str, t: str) -> str:
+    """``/consumers/<group>/owners/<topic>``: one child per owned partition."""
+    return f"{group_owners(g)}/{validate_topic(t)}"
+
+
+def owner(g: str, t: str, partition: int) -> str:
+    """``/consumers/<group>/owners/<topic>/<partition>``: the consumer id that owns it."""
+    return f"{topic_owners(g, t)}/{validate_partition(partition)}"
+
+
+def parse_group_node(node: str) -> str | None:
+    """The group id a child of ``/consumers`` stands for, or None for a reserved child
+    (``coordinator``) or a name that is not a legal group id."""
+    try:
+        return validate_group(node)
+    except ValueError:
+        return None
+
+
+#: Persistent parents that exist in every cluster (created by a broker at start-up).
+ROOTS = (BROKERS, BROKER_IDS, BROKER_TOPICS, CONSUMERS)

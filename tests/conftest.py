@@ -1,0 +1,58 @@
+"""Fixtures shared by the whole suite: one real Apache ZooKeeper for the session,
+and an isolated chroot (plus a connected kazoo client) per test.
+
+Keep this file light: heavy imports go inside the fixtures.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+#: Session timeout for test clients: short, so expiry tests are fast, but above the
+#: server's minSessionTimeout (1000 ms) and comfortably above GC/CI hiccups.
+TEST_SESSION_TIMEOUT_MS = 4000
+
+ZOOKEEPER_TEST_SETTINGS = {
+    "tickTime": 500,            # session expiry is checked per tick: expire promptly
+    "minSessionTimeout": 1000,  # let tests ask for short sessions
+    "maxSessionTimeout": 60000,
+}
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """One real ZooKeeper server (pyspark's jars) on a free port for the whole test session."""
+    from spark_coord.zk.embedded import EmbeddedZooKeeper
+
+    zk = EmbeddedZooKeeper(port=0, data_dir=tmp_path_factory.mktemp("zookeeper"), settings=ZOOKEEPER_TEST_SETTINGS)
+    zk.start(timeout=60)
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper, request) -> str:
+    """A connect string ``host:port/<unique chroot>`` (the chroot exists), so tests never see each other's znodes."""
+    from spark_coord.zk.client import ensure_chroot
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
+    connect = f"{zookeeper.connect_string}/t-{name}-{uuid.uuid4().hex[:8]}"
+    ensure_chroot(connect, connection_timeout_ms=10000)
+    return connect
+
+
+@pytest.fixture
+def zk(zk_connect):
+    """A started KazooClient on the test's own chroot; stopped and closed afterwards."""
+    from spark_coord.zk.client import close, connect
+
+    client = connect(zk_connect, session_timeout_ms=TEST_SESSION_TIMEOUT_MS, connection_timeout_ms=10000)
+    try:
+        yield client
+    finally:
+        close(client)

@@ -1,0 +1,198 @@
+"""spark_coord.zk.embedded: the real Apache ZooKeeper server process, and its CLI."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooState
+
+from helpers import wait_until
+from spark_coord.zk import client as zkclient
+from spark_coord.zk import embedded
+from spark_coord.zk.embedded import EmbeddedZooKeeper, ZooKeeperError, four_letter_word
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_session_server_answers(zookeeper):
+    answer = four_letter_word(zookeeper.host, zookeeper.port, "srvr")
+    assert "Mode: standalone" in answer
+    assert re.search(r"Zookeeper version: 3\.", answer)
+    assert zookeeper.is_alive()
+
+
+def test_start_stop_temp_dir_process_really_gone(tmp_path):
+    zk = EmbeddedZooKeeper()
+    with pytest.raises(ZooKeeperError):
+        zk.connect_string  # noqa: B018 - no port before start
+    with zk:
+        pid, port, data_dir = zk.pid, zk.port, zk.data_dir
+        assert port > 0 and zk.connect_string == f"127.0.0.1:{port}"
+        c = zkclient.connect(zk.connect_string, connection_timeout_ms=10000)
+        c.create("/hello", b"world")
+        assert c.get("/hello")[0] == b"world"
+        zkclient.close(c)
+        assert (data_dir / "zookeeper.log").exists()
+        cfg = (data_dir / "zoo.cfg").read_text()
+        assert f"clientPort={port}" in cfg and "admin.enableServer=false" in cfg
+    assert _process_gone(pid)
+    assert _port_closed(port)
+    assert not data_dir.exists()  # temporary data dir removed
+    zk.stop()  # idempotent
+
+
+def test_kill_then_restart_keeps_port_data_and_session(tmp_path):
+    zk = EmbeddedZooKeeper(data_dir=tmp_path / "zk", settings={"tickTime": 500})
+    zk.start()
+    try:
+        port = zk.port
+        c = zkclient.connect(zk.connect_string, session_timeout_ms=20000, connection_timeout_ms=10000)
+        states: list[str] = []
+        c.add_listener(states.append)
+        c.create("/durable", b"1")
+        session = c.client_id[0]
+        old_pid = zk.pid
+        zk.kill()
+        assert _process_gone(old_pid)
+        wait_until(lambda: KazooState.SUSPENDED in states, 10, message="client to notice the crash")
+        zk.start()
+        assert zk.port == port and zk.pid != old_pid
+        wait_until(lambda: c.connected, 20, message="client to reconnect to the restarted server")
+        assert c.client_id[0] == session  # sessions survive a restart within their timeout
+        assert c.get("/durable")[0] == b"1"
+        assert KazooState.LOST not in states
+        zkclient.close(c)
+    finally:
+        zk.stop()
+    assert (tmp_path / "zk").exists()  # a given data dir is kept
+
+
+def test_port_in_use_fails_with_log_tail(tmp_path):
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        port = blocker.getsockname()[1]
+        zk = EmbeddedZooKeeper(port=port, data_dir=tmp_path)
+        with pytest.raises(ZooKeeperError) as e:
+            zk.start(timeout=30)
+        assert "exited with code" in str(e.value)
+        assert re.search(r"address already in use|BindException", str(e.value), re.IGNORECASE)
+        assert not zk.is_alive()
+        zk.stop()
+
+
+def test_missing_or_old_java_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(embedded, "_java_checked", {})
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(ZooKeeperError, match="JAVA_HOME"):
+        EmbeddedZooKeeper().start()
+
+    fake_home = tmp_path / "jdk8"
+    (fake_home / "bin").mkdir(parents=True)
+    java = fake_home / "bin" / "java"
+    java.write_text('#!/bin/sh\necho \'java version "1.8.0_292"\' >&2\n')
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("JAVA_HOME", str(fake_home))
+    with pytest.raises(ZooKeeperError, match="Java 8; Java 17 or newer"):
+        embedded.find_java()
+
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ZooKeeperError, match="java not found"):
+        embedded.find_java()
+
+
+def test_render_cfg_refuses_injection():
+    assert "a=true\n" in embedded.render_cfg({"a": True, "b": None})
+    with pytest.raises(ValueError, match="line break"):
+        embedded.render_cfg({"dataDir": "/x\nclientPort=1"})
+    with pytest.raises(ValueError, match="setting name"):
+        embedded.render_cfg({"a=b": "1"})
+
+
+def test_bad_port_argument():
+    for bad in (-1, 70000, True, "2181"):
+        with pytest.raises(ValueError):
+            EmbeddedZooKeeper(port=bad)
+
+
+def _read_lines(stream, out: "queue.Queue[str]") -> None:
+    for line in iter(stream.readline, ""):
+        out.put(line)
+
+
+def test_cli_serves_until_sigterm_and_exits_zero(tmp_path):
+    data_dir = tmp_path / "zkdata"
+    conf = tmp_path / "zookeeper.properties"
+    conf.write_text(f"clientPort=0\ndataDir={data_dir}\ntickTime=1000\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "spark_coord.cli", "zookeeper", "--config", str(conf),
+                             "--override", "minSessionTimeout=2000"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True).start()
+    seen: list[str] = []
+    java_pid = None
+    try:
+        def listening():
+            while not lines.empty():
+                seen.append(lines.get())
+                m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(pid (\d+)\)", seen[-1])
+                if m:
+                    return int(m.group(1)), int(m.group(2))
+            assert proc.poll() is None, f"CLI exited early: {''.join(seen)}"
+            return None
+
+        port, java_pid = wait_until(listening, 60, message=lambda: f"the listening line; got {''.join(seen)!r}")
+        c = zkclient.connect(f"127.0.0.1:{port}", connection_timeout_ms=10000)
+        c.create("/from-cli-test", b"1")
+        zkclient.close(c)
+        assert "minSessionTimeout=2000" in (data_dir / "zoo.cfg").read_text()
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert _process_gone(java_pid)
+        assert _port_closed(port)
+        assert proc.stdout.read() == ""  # ZooKeeper's output goes to its log file, not ours
+        assert (data_dir / "zookeeper.log").exists()
+        assert (data_dir / "version-2").is_dir()  # data persisted where the config said
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if java_pid is not None and not _process_gone(java_pid):
+            os.kill(java_pid, signal.SIGKILL)
+
+
+def test_cli_bad_config_exits_2(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "spark_coord.cli", "zookeeper", "--override", "clientPort=abc"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "clientPort" in proc.stderr

@@ -1,0 +1,187 @@
+"""spark_coord.zk.model: Kafka's znode JSON, round trips, other versions, garbage."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from spark_coord.zk import model
+from spark_coord.zk.model import BrokerInfo
+
+
+# ------------------------------------------------------------------ broker registration
+
+def test_broker_registration_is_kafka_2x_json():
+    data = model.broker_registration(1, "h1.example", 9093, timestamp_ms=1700000000123)
+    assert json.loads(data) == {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": ["PLAINTEXT://h1.example:9093"],
+        "jmx_port": -1, "host": "h1.example", "timestamp": "1700000000123", "port": 9093, "version": 4,
+    }
+    assert model.parse_broker(1, data) == BrokerInfo(1, "h1.example", 9093)
+
+
+def test_broker_ipv6_round_trip():
+    data = model.broker_registration(2, "::1", 9092)
+    assert json.loads(data)["endpoints"] == ["PLAINTEXT://[::1]:9092"]
+    info = model.parse_broker(2, data)
+    assert info == BrokerInfo(2, "::1", 9092)
+    assert info.address == "[::1]:9092"
+
+
+@pytest.mark.parametrize("doc, expected", [
+    # version 1 (Kafka 0.8): host and port only
+    ({"jmx_port": -1, "timestamp": "1", "host": "old", "version": 1, "port": 9092}, ("old", 9092)),
+    # version 2/3: endpoints; host null when PLAINTEXT is not the first listener
+    ({"version": 2, "host": None, "port": -1, "endpoints": ["PLAINTEXT://h2:9094"]}, ("h2", 9094)),
+    ({"version": 3, "host": "h3", "port": 9092, "endpoints": ["PLAINTEXT://h3:9092"], "rack": "r1"}, ("h3", 9092)),
+    # version 4: named listeners mapped to protocols; the PLAINTEXT one wins
+    ({"version": 4, "host": None, "port": -1,
+      "listener_security_protocol_map": {"SECURE": "SSL", "INTERNAL": "PLAINTEXT"},
+      "endpoints": ["SECURE://s:9095", "INTERNAL://i:9096"]}, ("i", 9096)),
+    # version 5 adds features
+    ({"version": 5, "host": "h5", "port": 9092, "endpoints": ["PLAINTEXT://h5:9092"], "features": {}}, ("h5", 9092)),
+])
+def test_parse_broker_tolerates_kafka_versions(doc, expected):
+    info = model.parse_broker(4, json.dumps(doc).encode())
+    assert (info.id, info.host, info.port) == (4, *expected)
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (None, "no data"),
+    (b"", "not JSON"),
+    (b"\xff\xfe", "not JSON"),
+    (b"[1,2]", "JSON object"),
+    (b'{"version": 9, "host": "h", "port": 1}', "version"),
+    (b'{"version": true, "host": "h", "port": 1}', "version"),
+    (b'{"version": 1, "host": "h", "port": 70000}', "usable host/port"),
+    (b'{"version": 1, "host": "h", "port": "9092"}', "usable host/port"),
+    (b'{"version": 1}', "usable host/port"),
+    (b'{"version": 4, "endpoints": "PLAINTEXT://h:1"}', "not a list"),
+    (b'{"version": 4, "endpoints": ["http://h"]}', "LISTENER://host:port"),
+    (b'{"version": 4, "endpoints": ["PLAINTEXT://h:0"]}', "port"),
+    (b'{"version": 4, "endpoints": [1]}', "not a string"),
+    (b'{"version": 4, "listener_security_protocol_map": {"A": "SSL"}, "endpoints": ["A://h:1"]}', "no PLAINTEXT"),
+    (b"[" * 100000 + b"]" * 100000, "not JSON"),
+    (b"x" * (model.MAX_ZNODE_BYTES + 1), "more than"),
+])
+def test_parse_broker_garbage_is_a_clear_value_error(data, fragment):
+    with pytest.raises(ValueError) as e:
+        model.parse_broker(7, data)
+    assert "broker 7" in str(e.value)
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("args", [(-1, "h", 1), (0, "", 1), (0, "a/b", 1), (0, "h", 0), (0, "h", 65536), (0, "h", True)])
+def test_broker_registration_refuses_bad_input(args):
+    with pytest.raises(ValueError):
+        model.broker_registration(*args)
+
+
+# --------------------------------------------------------------------- topic assignment
+
+def test_topic_assignment_is_kafka_json():
+    data = model.topic_assignment({1: [2], 0: [1]})
+    assert json.loads(data) == {"version": 1, "partitions": {"0": [1], "1": [2]}}
+    assert model.parse_topic_assignment(data) == {0: [1], 1: [2]}
+
+
+def test_topic_assignment_version_2_extra_fields_ignored():
+    doc = {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {}, "removing_replicas": {}}
+    assert model.parse_topic_assignment(json.dumps(doc)) == {0: [1, 2]}
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (b"{}", "version"),
+    (b'{"version": 1}', "'partitions'"),
+    (b'{"version": 1, "partitions": []}', "'partitions'"),
+    (b'{"version": 1, "partitions": {}}', "no partitions"),
+    (b'{"version": 1, "partitions": {"x": [1]}}', "partition key 'x'"),
+    (b'{"version": 1, "partitions": {"-1": [1]}}', "partition key '-1'"),
+    (b'{"version": 1, "partitions": {"00": [1]}}', "partition key '00'"),
+    (b'{"version": 1, "partitions": {"0": []}}', "no replica list"),
+    (b'{"version": 1, "partitions": {"0": 1}}', "no replica list"),
+    (b'{"version": 1, "partitions": {"0": ["1"]}}', "illegal broker id"),
+    (b'{"version": 1, "partitions": {"0": [-2]}}', "illegal broker id"),
+    (b'{"version": 1, "partitions": {"0": [1, 1]}}', "twice"),
+    (b'{"version": 1, "partitions": {"0": [1], "2": [1]}}', "no gaps"),
+    (b"nope", "not JSON"),
+])
+def test_parse_topic_assignment_garbage(data, fragment):
+    with pytest.raises(ValueError) as e:
+        model.parse_topic_assignment(data, "orders")
+    assert "'orders'" in str(e.value)
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("bad", [{}, {0: []}, {1: [1]}, {-1: [1]}, {0: [1], 1: "2"}, [[1]], {"0": [1]}])
+def test_topic_assignment_refuses_bad_input(bad):
+    with pytest.raises(ValueError):
+        model.topic_assignment(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=4, unique=True), min_size=1, max_size=50))
+def test_topic_assignment_round_trip_property(replica_lists):
+    assignment = dict(enumerate(replica_lists))
+    assert model.parse_topic_assignment(model.topic_assignment(assignment)) == assignment
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_parsers_never_raise_anything_but_value_error(data):
+    for parse in (lambda d: model.parse_topic_assignment(d), lambda d: model.parse_broker(0, d),
+                  model.parse_offset, model.parse_owner):
+        try:
+            parse(data)
+        except ValueError:
+            pass
+
+
+# --------------------------------------------------------------------- assign_partitions
+
+def test_assign_partitions_round_robin_from_start():
+    assert model.assign_partitions(5, [3, 1, 2], start=1) == {0: [2], 1: [3], 2: [1], 3: [2], 4: [3]}
+    assert model.assign_partitions(2, [7], start=0) == {0: [7], 1: [7]}
+
+
+def test_assign_partitions_spreads_evenly_and_random_start_varies():
+    brokers = [0, 1, 2, 3]
+    for _ in range(20):
+        a = model.assign_partitions(10, brokers)
+        counts = Counter(r[0] for r in a.values())
+        assert set(counts) == set(brokers)
+        assert max(counts.values()) - min(counts.values()) <= 1
+        assert all(len(r) == 1 for r in a.values())
+    leaders_of_0 = {model.assign_partitions(1, brokers)[0][0] for _ in range(200)}
+    assert len(leaders_of_0) > 1
+
+
+@pytest.mark.parametrize("n, brokers", [(0, [1]), (-1, [1]), (True, [1]), (1, []), (1, [-1]), (1, ["a"])])
+def test_assign_partitions_refuses_bad_input(n, brokers):
+    with pytest.raises(ValueError):
+        model.assign_partitions(n, brokers)
+
+
+# ---------------------------------------------------------------------- offsets, owners
+
+def test_offset_round_trip_and_garbage():
+    assert model.encode_offset(0) == b"0"
+    assert model.parse_offset(model.encode_offset(2**63 - 1)) == 2**63 - 1
+    assert model.parse_offset(b" 42\n") == 42  # tolerate what a person wrote with zkCli
+    for bad in (None, b"", b"-1", b"1.5", b"0x10", b"9" * 20, b"\xff", b"1" * 40):
+        with pytest.raises(ValueError):
+            model.parse_offset(bad)
+    for bad in (-1, True, 1.0, "1"):
+        with pytest.raises(ValueError):
+            model.encode_offset(bad)
+
+
+def test_owner_round_trip_and_garbage():
+    assert model.parse_owner(model.encode_owner("host-1-abc")) == "host-1-abc"
+    for bad in (None, b"", b"a/b", b"\xff", b"x" * 2000):
+        with pytest.raises(ValueError):
+            model.parse_owner(bad)
