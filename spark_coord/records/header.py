@@ -40,6 +40,8 @@ ATTRIBUTES_OFFSET = 21
 RECORDS_COUNT_OFFSET = 57
 
 MAGIC_V2 = 2
+# length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount: one byte each at least
+MIN_RECORD_SIZE = 7
 
 CODEC_MASK = 0x07
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
@@ -107,7 +109,9 @@ def validate_batches(buf, max_batch_bytes: int | None = None) -> list[BatchHeade
     """Check every batch in ``buf`` (one or more v2 batches back to back).
 
     Checks, per batch: header present, magic 2, batchLength consistent with the bytes
-    present, CRC-32C, recordsCount >= 0 and lastOffsetDelta >= 0.  Raises
+    present, CRC-32C, recordsCount >= 1 with lastOffsetDelta = recordsCount - 1 (as every
+    producer writes them), and for uncompressed batches a recordsCount the bytes can hold,
+    so a hostile count cannot push the log end offset far ahead.  Raises
     ``InvalidBatch`` (reason in the message) or ``BatchTooLarge``.  Nothing is copied.
     """
     mv = memoryview(buf)
@@ -125,8 +129,11 @@ def validate_batches(buf, max_batch_bytes: int | None = None) -> list[BatchHeade
             raise InvalidBatch(f"batchLength {h.batch_length} at byte {pos} inconsistent with {end - pos} bytes present")
         if max_batch_bytes is not None and h.size > max_batch_bytes:
             raise BatchTooLarge(f"batch of {h.size} bytes exceeds message.max.bytes={max_batch_bytes}")
-        if h.records_count < 0 or h.last_offset_delta < 0:
-            raise InvalidBatch(f"negative recordsCount/lastOffsetDelta at byte {pos}")
+        if h.records_count < 1 or h.last_offset_delta != h.records_count - 1:
+            raise InvalidBatch(f"recordsCount {h.records_count} and lastOffsetDelta {h.last_offset_delta} "
+                               f"at byte {pos} do not describe a produced batch")
+        if h.attributes & CODEC_MASK == CODEC_NONE and h.records_count * MIN_RECORD_SIZE > h.size - HEADER_SIZE:
+            raise InvalidBatch(f"recordsCount {h.records_count} at byte {pos} cannot fit in {h.size - HEADER_SIZE} bytes")
         actual = _crc32c.crc32c(mv[pos + ATTRIBUTES_OFFSET: pos + h.size])
         if actual != h.crc:
             raise InvalidBatch(f"CRC mismatch at byte {pos}: stored {h.crc:#010x}, computed {actual:#010x}")

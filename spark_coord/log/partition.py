@@ -1,0 +1,409 @@
+"""The log of one partition: an ordered list of segments in ``<log.dirs>/<topic>-<partition>/``.
+
+Batches are stored exactly as produced; ``append`` rewrites only baseOffset and
+partitionLeaderEpoch (0), neither covered by the CRC, so a fetch can send the file's
+bytes unchanged.
+
+Threads.  ``append`` and ``read`` run on the broker's event-loop thread; ``flush``,
+``maybe_flush_by_time`` and ``apply_retention`` on a worker thread.  Two locks:
+
+* ``_lock`` guards the segment list and the offsets; every section under it is
+  short (``append`` holds it for the ``pwrite`` into the page cache, nothing slower).
+* ``_io_lock`` serialises the slow maintenance work (fsync, retention's file
+  deletion, close, delete) without blocking appends: ``fsync`` runs under it only.
+
+Readers take a ``(segment, committed size)`` snapshot under ``_lock`` and read
+outside it, so they never see bytes of an append that has not completed.
+
+Recovery happens in ``__init__``: the last segment is scanned batch by batch, others
+get an index sanity check plus a scan of their tail (see ``segment.LogSegment.open``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..records.header import BatchHeader, InvalidBatch, set_base_offset, set_partition_leader_epoch
+from ..records.region import FileRegion
+from .checkpoint import fsync_dir, read_offset, write_offset
+from .config import INT32_MAX, LogConfig
+from .errors import LogClosed, OffsetOutOfRange
+from .names import (
+    LOG_START_CHECKPOINT,
+    TMP_SUFFIX,
+    deletion_name,
+    parse_partition_dir,
+    parse_segment_name,
+    segment_index_name,
+)
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]  # seconds since the epoch, like time.time
+
+
+class PartitionLog:
+    """Append-only log of record batches for one topic partition (one replica: end = high watermark)."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock = time.time):
+        self.directory = Path(directory)
+        self.topic, self.partition = parse_partition_dir(self.directory.name)
+        self.config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._closed = False
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._unflushed_messages = 0
+        self._dir_dirty = False
+        self._last_flush_ms = self._now_ms()
+        self._open()
+
+    def __repr__(self) -> str:
+        end = self._segments[-1].next_offset if self._segments else "?"
+        return f"PartitionLog({self.topic}-{self.partition}, [{self._log_start}, {end}))"
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ------------------------------------------------------------------ recovery
+
+    def _open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        logs, indexes = set(), set()
+        for entry in os.scandir(self.directory):
+            if entry.name.endswith(TMP_SUFFIX):
+                log.info("%s: removing leftover temp file %s", self.directory, entry.name)
+                os.unlink(entry.path)
+                continue
+            parsed = parse_segment_name(entry.name)
+            if parsed is None:
+                if entry.name != LOG_START_CHECKPOINT:
+                    log.warning("%s: ignoring unexpected file %s", self.directory, entry.name)
+            elif parsed[1] == "log":
+                logs.add(parsed[0])
+            else:
+                indexes.add(parsed[0])
+        for base in indexes - logs:
+            log.info("%s: removing index without a log, base %d", self.directory, base)
+            os.unlink(self.directory / segment_index_name(base))
+        bases = sorted(logs)
+        checkpoint = read_offset(self.directory / LOG_START_CHECKPOINT)
+        try:
+            for i, base in enumerate(bases):
+                seg = LogSegment.open(self.directory, base, self.config.index_interval_bytes,
+                                      full_scan=i == len(bases) - 1)
+                if self._segments and self._segments[-1].next_offset > base:
+                    log.error("%s: segment %d overlaps the previous one (ends at %d)",
+                              self.directory, base, self._segments[-1].next_offset)
+                self._segments.append(seg)
+            if not self._segments:
+                start = checkpoint or 0
+                self._segments.append(LogSegment.create(self.directory, start, self.config.index_interval_bytes,
+                                                        self._now_ms()))
+                self._dir_dirty = True
+        except BaseException:
+            for seg in self._segments:
+                seg.close()
+            raise
+        self._bases = [s.base_offset for s in self._segments]
+        self._log_start = min(max(checkpoint or 0, self._bases[0]), self.log_end_offset)
+        log.info("opened %s: %d segment(s), offsets [%d, %d)", self.directory, len(self._segments),
+                 self._log_start, self.log_end_offset)
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to be assigned (with one replica, also the high watermark)."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Records appended since the last completed flush."""
+        return self._unflushed_messages
+
+    def segment_bases(self) -> list[int]:
+        """Base offsets of the segments, oldest first (for tests and tools)."""
+        with self._lock:
+            return list(self._bases)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log of {self.topic}-{self.partition} is closed")
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, records, headers: Sequence[BatchHeader]) -> int:
+        """Append validated batches; returns the offset given to the first one.
+
+        ``records`` holds one or more batches already checked by
+        ``records.header.validate_batches``; ``headers`` is what it returned.  Offsets
+        are assigned from the log end; the bytes are copied once into a bytearray to
+        rewrite baseOffset and partitionLeaderEpoch.  All batches of one call go into
+        the same segment (rolled first if they would not fit).  If the record count
+        reaches ``log.flush.interval.messages``, this call fsyncs before returning.
+        Raises ``InvalidBatch`` for a batch whose lastOffsetDelta is not recordsCount - 1,
+        ``LogClosed``, or ``OSError`` from the disk.
+        """
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        total = 0
+        span = 0
+        records_count = 0
+        for h in headers:
+            if h.records_count < 1 or h.last_offset_delta != h.records_count - 1:
+                raise InvalidBatch(f"batch with recordsCount {h.records_count} and lastOffsetDelta "
+                                   f"{h.last_offset_delta}: offsets must be contiguous and non-empty")
+            total += h.size
+            span += h.last_offset_delta + 1
+            records_count += h.records_count
+        if total != len(records):
+            raise ValueError(f"headers describe {total} bytes but {len(records)} were given")
+        if total > INT32_MAX - 1:
+            raise ValueError(f"an append of {total} bytes cannot fit in one segment")
+        if span - 1 > INT32_MAX:
+            raise InvalidBatch(f"an append spanning {span} offsets cannot fit in one segment")
+        buf = bytearray(records)
+        with self._lock:
+            self._check_open()
+            first = self.log_end_offset
+            seg = self._segments[-1]
+            if seg.size and (seg.size + total > self.config.segment_bytes
+                             or first + span - 1 - seg.base_offset > INT32_MAX):
+                seg = self._roll(first)
+            pos, offset = 0, first
+            for h in headers:
+                set_base_offset(buf, pos, offset)
+                set_partition_leader_epoch(buf, pos, 0)
+                offset += h.last_offset_delta + 1
+                pos += h.size
+            seg.append(buf, headers, first, self._now_ms())
+            self._unflushed_messages += records_count
+            flush_now = self._unflushed_messages >= self.config.flush_interval_messages
+        if flush_now:
+            self.flush()
+        return first
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (under ``_lock``: two file creations)."""
+        old = self._segments[-1]
+        seg = LogSegment.create(self.directory, base_offset, self.config.index_interval_bytes, self._now_ms())
+        old.seal()
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        log.debug("%s: rolled segment %d -> %d", self, old.base_offset, base_offset)
+        return seg
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+        """The log's bytes from the batch containing ``offset``, as one region of one segment.
+
+        The region starts at the batch containing ``offset`` (the client skips records
+        below its offset) and is cut at a batch boundary: it holds the most whole
+        batches that fit in ``max_bytes`` -- but at least the first batch, however large
+        (KIP-74; also when ``max_bytes`` <= 0).  It never crosses a segment boundary;
+        the next read continues.
+        ``offset == log_end_offset`` -> None; below the log start or above the end ->
+        ``OffsetOutOfRange``.
+        """
+        with self._lock:
+            self._check_open()
+            start, end = self._log_start, self.log_end_offset
+            if offset < start or offset > end:
+                raise OffsetOutOfRange(offset, start, end)
+            if offset == end:
+                return None
+            # The segment holding ``offset``, plus (only across a gap left by recovery)
+            # the following ones up to the first that has data at or after it.
+            snapshot = []
+            for i in range(max(bisect.bisect_right(self._bases, offset) - 1, 0), len(self._segments)):
+                seg = self._segments[i]
+                snapshot.append((seg, seg.size))
+                if seg.next_offset > offset:
+                    break
+        for seg, size in snapshot:
+            found = seg.find_batch(offset, size)
+            if found is None:
+                continue  # a gap left by recovery; the next segment holds the offset
+            pos, h = found
+            limit = min(pos + max(max_bytes, 0), size)
+            if pos + h.size >= limit:
+                return FileRegion(seg.file, pos, h.size)
+            return FileRegion(seg.file, pos, seg.batch_boundary(pos, limit) - pos)
+        return None
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(base offset, maxTimestamp) of the first batch whose maxTimestamp >= ``timestamp_ms``.
+
+        Batch granularity: the answer is the batch's base offset, even when its first
+        records are older than ``timestamp_ms`` (Kafka answers at record granularity).
+        Whole segments whose largest timestamp is too old are skipped (an old segment's
+        largest timestamp is computed on first use by walking its headers, so the first
+        call after a restart may read a lot: run it off the event loop if that matters).
+        None if no batch is that recent.
+        """
+        with self._lock:
+            self._check_open()
+            start = self._log_start
+            snapshot = [(s, s.size) for s in self._segments]
+        for seg, size in snapshot:
+            if seg.max_timestamp(size) < timestamp_ms:
+                continue
+            for _, h in seg.headers(size):
+                if h.last_offset >= start and h.max_timestamp >= timestamp_ms:
+                    return max(h.base_offset, start), h.max_timestamp
+        return None
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed bytes (and the directory after a roll).
+
+        Safe from any thread; appends continue while the fsync runs.
+        """
+        with self._io_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                dirty = [(s, s.size) for s in self._segments if s.size > s.flushed_size]
+                messages = self._unflushed_messages
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            try:
+                for seg, _ in dirty:
+                    seg.fsync()
+                if dir_dirty:
+                    fsync_dir(self.directory)
+            except BaseException:
+                with self._lock:
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                raise
+            with self._lock:
+                for seg, size in dirty:
+                    seg.flushed_size = max(seg.flushed_size, size)
+                self._unflushed_messages -= messages
+                self._last_flush_ms = self._now_ms()
+
+    def maybe_flush_by_time(self) -> None:
+        """Flush if ``log.flush.interval.ms`` has passed since the last flush and data is unflushed."""
+        interval = self.config.flush_interval_ms
+        if interval < 0:
+            return
+        with self._lock:
+            due = (not self._closed and self._now_ms() - self._last_flush_ms >= interval
+                   and (self._dir_dirty or any(s.size > s.flushed_size for s in self._segments)))
+        if due:
+            self.flush()
+
+    # ------------------------------------------------------------------ retention
+
+    def apply_retention(self) -> int:
+        """Delete old segments by ``log.retention.ms`` and ``log.retention.bytes``; returns how many.
+
+        Only whole segments, oldest first, never the active one.  By time, a segment
+        goes when its largest batch timestamp (or, if it has none, its last write
+        time) is more than retention.ms old.  By size, oldest segments go while the
+        rest would still be at least retention.bytes.  The log start offset moves to
+        the first remaining segment and is checkpointed.  Regions already handed out
+        stay readable (the files are unlinked, not closed).
+        """
+        cfg = self.config
+        with self._io_lock:
+            with self._lock:
+                if self._closed:
+                    return 0
+                candidates = [(s, s.size) for s in self._segments[:-1]]
+                total = sum(s.size for s in self._segments)
+                start = self._log_start
+            if not candidates:
+                return 0
+            now_ms = self._now_ms()
+            doomed = 0
+            for seg, size in candidates:
+                expired = False
+                if cfg.retention_ms >= 0:
+                    ts = seg.max_timestamp(size)
+                    expired = now_ms - (ts if ts >= 0 else seg.last_modified_ms) > cfg.retention_ms
+                oversize = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
+                below_start = seg.next_offset <= start
+                if not (expired or oversize or below_start):
+                    break
+                total -= size
+                doomed += 1
+            if not doomed:
+                return 0
+            with self._lock:
+                if self._closed:
+                    return 0
+                victims = self._segments[:doomed]
+                del self._segments[:doomed]
+                del self._bases[:doomed]
+                self._log_start = max(self._log_start, self._bases[0])
+                new_start = self._log_start
+            write_offset(self.directory / LOG_START_CHECKPOINT, new_start)
+            for seg in victims:
+                seg.unlink()
+            fsync_dir(self.directory)
+        log.info("%s: retention deleted %d segment(s); log start offset now %d", self, doomed, new_start)
+        return doomed
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Flush, then close every file.  Regions handed out earlier become unreadable."""
+        try:
+            self.flush()
+        except OSError as e:
+            log.error("%s: flush at close failed: %s", self, e)
+        with self._io_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Remove the partition directory (topic deletion).
+
+        The directory is first renamed to ``<name>.<uuid>-delete`` (atomic, so a crash
+        never leaves a half-deleted partition that looks live; ``LogManager`` removes
+        leftovers at start), then removed.  Open descriptors are left to the garbage
+        collector so that regions being sent stay readable.
+        """
+        with self._io_lock:
+            with self._lock:
+                if self._closed and not self.directory.exists():
+                    return
+                self._closed = True
+                for seg in self._segments:
+                    seg.index.close()
+            target = deletion_name(self.directory)
+            try:
+                os.rename(self.directory, target)
+            except FileNotFoundError:
+                return
+            shutil.rmtree(target, ignore_errors=True)
+        log.info("deleted log %s", self.directory)
+
+    truncate_all = delete  # the same operation under the name the broker's topic deletion uses
