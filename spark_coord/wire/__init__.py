@@ -1,0 +1,35 @@
+"""The Kafka wire codec, shared by the broker and the clients.  Codecs do no I/O.
+
+Contract (see ``protocol`` for the entry points):
+
+- Bodies are plain dicts keyed by the snake_case of Kafka's JSON field names
+  (``ThrottleTimeMs`` -> ``throttle_time_ms``); arrays are lists of dicts (or of
+  ints/strings for primitive arrays); uuids are 16 bytes.
+- Encode: a missing key takes the field's default (0, "", False, [] for arrays,
+  None for fields nullable in some version, or the JSON's ``default``); keys of
+  fields not in the version being encoded are ignored; None in a version where the
+  field is not nullable is written as the empty value.  So a handler builds one
+  superset dict for every version.  Records fields accept None, bytes, bytearray,
+  memoryview, a ``FileRegion``, or a list of such pieces (concatenated; regions are
+  never read).  A value that cannot be encoded raises ``EncodeError`` (a ValueError)
+  naming the field's path.
+- Decode: every field of the schema is present in the result; those absent in the
+  version hold their defaults.  Records fields decode to a zero-copy memoryview of
+  the frame (or None).  Malformed, truncated or inconsistent input raises
+  ``ProtocolError``; every length and count is checked against the bytes left
+  before anything is allocated.  Unknown tagged fields are skipped.
+- ``registry`` is the one table of served (api_key, version) pairs; importing this
+  package registers Kafka's data APIs (one module per API, each documenting its
+  versions).  Other modules register their own APIs with ``registry.register``.
+"""
+
+from spark_coord.wire import (  # noqa: F401  (importing registers each API)
+    api_versions,
+    create_topics,
+    delete_topics,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
+from spark_coord.wire.types import EncodeError, ProtocolError  # noqa: F401

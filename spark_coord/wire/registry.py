@@ -1,0 +1,136 @@
+"""The one table of served APIs, keyed by (api_key, version).
+
+Each API module calls ``register()`` once at import time with its request and
+response schemas and the version range we serve; that call is the only place a
+version range is declared.  The table drives request dispatch (decode_request
+refuses what is not here), the ApiVersions answer and response lookup.  A key
+registered twice is refused, so two modules cannot silently claim the same API.
+
+The coordinator's own APIs (keys 1000 and up, non-flexible, request header v1 and
+response header v0, like Kafka 0.8) are registered by their own module with the
+same ``register()`` call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from enum import IntEnum
+
+from spark_coord.wire.schema import Message, StructCodec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ApiKey", "ApiEntry", "register", "lookup", "served_versions", "api_versions_table", "api_name"]
+
+
+class ApiKey(IntEnum):
+    """Kafka's api keys: the ones we serve, plus common ones so logs can name what a client tried."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True)
+class ApiEntry:
+    """One served (api_key, version): its codecs and header versions."""
+
+    api_key: int
+    version: int
+    name: str
+    request: StructCodec
+    response: StructCodec
+    request_header_version: int   # 1 (classic) or 2 (flexible: + tagged fields)
+    response_header_version: int  # 0 (classic) or 1 (flexible: + tagged fields)
+
+
+_lock = threading.Lock()
+_entries: dict[tuple[int, int], ApiEntry] = {}
+_names: dict[int, str] = {}
+
+
+def register(api_key: int, name: str, request: Message, response: Message, versions: tuple[int, int], *,
+             response_header_version: int | None = None) -> None:
+    """Serve ``name`` (``api_key``) at versions ``versions[0]..versions[1]`` inclusive.
+
+    Header versions follow the schemas' flexible versions unless
+    ``response_header_version`` forces one (ApiVersions always answers with header v0,
+    KIP-511).  One call per key: raises ValueError when ``api_key`` is already
+    registered or a schema does not define one of the versions.
+    """
+    low, high = versions
+    if not 0 <= low <= high:
+        raise ValueError(f"bad version range {versions} for {name}")
+    if not -0x8000 <= api_key <= 0x7FFF:
+        raise ValueError(f"api key {api_key} does not fit in an int16")
+    built = []
+    for v in range(low, high + 1):
+        req_flex = request.is_flexible(v)
+        if req_flex != response.is_flexible(v):
+            raise ValueError(f"{name} v{v}: request and response disagree on flexibility")
+        built.append(ApiEntry(
+            api_key=int(api_key), version=v, name=name,
+            request=request.codec(v), response=response.codec(v),
+            request_header_version=2 if req_flex else 1,
+            response_header_version=(response_header_version if response_header_version is not None
+                                     else (1 if req_flex else 0)),
+        ))
+    with _lock:
+        if api_key in _names:
+            raise ValueError(f"api key {api_key} ({name}) is already registered as {_names[api_key]}")
+        for entry in built:
+            _entries[(entry.api_key, entry.version)] = entry
+        _names[int(api_key)] = name
+    log.debug("registered %s (key %d) v%d-%d", name, api_key, low, high)
+
+
+def lookup(api_key: int, version: int) -> ApiEntry | None:
+    """The entry for a served (api_key, version), or None."""
+    return _entries.get((api_key, version))
+
+
+def served_versions(api_key: int) -> tuple[int, int] | None:
+    """(min, max) version we serve for ``api_key``, or None if we do not serve it."""
+    versions = [v for (k, v) in _entries if k == api_key]
+    if not versions:
+        return None
+    return min(versions), max(versions)
+
+
+def api_versions_table() -> list[dict]:
+    """Every served API as ``{"api_key", "min_version", "max_version"}``, sorted by key (for ApiVersions)."""
+    out = []
+    for key in sorted(_names):
+        low, high = served_versions(key)  # type: ignore[misc]
+        out.append({"api_key": key, "min_version": low, "max_version": high})
+    return out
+
+
+def api_name(api_key: int) -> str:
+    """A readable name for any api key (for logs)."""
+    if api_key in _names:
+        return _names[api_key]
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"api-{api_key}"

@@ -1,0 +1,205 @@
+"""Golden bytes: frames real clients send, and hand-assembled encodings."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from spark_coord.wire import protocol
+from spark_coord.wire.protocol import UnsupportedRequest
+from spark_coord.wire.registry import ApiKey
+
+
+class CapturingBroker:
+    """A plain socket server that records request frames and answers ApiVersions and Metadata
+    with our own encoder, so a real client gets far enough to send its Metadata request."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.frames: list[bytes] = []
+        self.cond = threading.Condition()
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _read(self, conn, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = conn.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    def _serve(self, conn):
+        with conn:
+            try:
+                while not self.stopped:
+                    size = struct.unpack(">i", self._read(conn, 4))[0]
+                    frame = self._read(conn, size)
+                    with self.cond:
+                        self.frames.append(frame)
+                        self.cond.notify_all()
+                    try:
+                        header, _ = protocol.decode_request(frame)
+                    except UnsupportedRequest as e:
+                        if e.header.api_key == ApiKey.API_VERSIONS:
+                            conn.sendall(b"".join(protocol.encode_api_versions_fallback(e.header.correlation_id)))
+                            continue
+                        return
+                    if header.api_key == ApiKey.API_VERSIONS:
+                        body = {"api_keys": protocol.api_versions_table()}
+                    elif header.api_key == ApiKey.METADATA:
+                        body = {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port}],
+                                "cluster_id": "golden", "controller_id": 0, "topics": []}
+                    else:
+                        return
+                    conn.sendall(b"".join(protocol.encode_response(header, body)))
+            except (EOFError, OSError):
+                return
+
+    def wait_for(self, api_key: int, timeout: float = 20.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for f in self.frames:
+                    if struct.unpack(">h", f[:2])[0] == api_key:
+                        return f
+                left = deadline - time.monotonic()
+                assert left > 0, f"no request with api key {api_key} arrived; got {self.frames!r}"
+                self.cond.wait(left)
+
+    def close(self):
+        self.stopped = True
+        self.sock.close()
+
+
+@pytest.fixture
+def capture():
+    broker = CapturingBroker()
+    yield broker
+    broker.close()
+
+
+def test_librdkafka_first_requests(capture):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{capture.port}",
+                                         "client.id": "golden-rd", "log_level": 0})
+    try:
+        first = capture.wait_for(ApiKey.API_VERSIONS)
+        header, body = protocol.decode_request(first)
+        assert header.api_key == ApiKey.API_VERSIONS and header.api_version == 3
+        assert header.client_id == "golden-rd"
+        assert body["client_software_name"] == "confluent-kafka-python"
+        assert body["client_software_version"].startswith(confluent_kafka.version()[0])
+        # exact bytes of the frame librdkafka sends (only the version string varies)
+        name = b"confluent-kafka-python"
+        ver = body["client_software_version"].encode()
+        assert first == (b"\x00\x12\x00\x03" + struct.pack(">i", header.correlation_id) + b"\x00\x09golden-rd"
+                         + b"\x00" + bytes([len(name) + 1]) + name + bytes([len(ver) + 1]) + ver + b"\x00")
+        # it accepted our ApiVersions answer: the next thing it sends is a Metadata request we can read
+        meta_header, meta = protocol.decode_request(capture.wait_for(ApiKey.METADATA))
+        assert 4 <= meta_header.api_version <= 12
+        assert "topics" in meta and "allow_auto_topic_creation" in meta
+    finally:
+        producer.flush(0)
+        del producer
+
+
+def test_kafka_python_first_requests(capture):
+    kafka = pytest.importorskip("kafka")
+    result = {}
+
+    def make():
+        try:
+            result["producer"] = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{capture.port}",
+                                                     client_id="golden-kp", request_timeout_ms=5000,
+                                                     max_block_ms=5000)
+        except Exception as e:  # the test asserts on the frames, not on the client's fate
+            result["error"] = e
+
+    t = threading.Thread(target=make, daemon=True)
+    t.start()
+    try:
+        first = capture.wait_for(ApiKey.API_VERSIONS)
+        header, body = protocol.decode_request(first)
+        assert header.api_key == ApiKey.API_VERSIONS and header.api_version == 4
+        assert header.client_id == "golden-kp"
+        assert body == {"client_software_name": "kafka-python", "client_software_version": kafka.__version__}
+        meta_header, meta = protocol.decode_request(capture.wait_for(ApiKey.METADATA))
+        assert meta_header.client_id == "golden-kp"
+    finally:
+        t.join(15)
+        if "producer" in result:
+            result["producer"].close(timeout=1)
+    assert "error" not in result, result.get("error")
+
+
+# ---------------------------------------------------------------- hand-assembled
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def test_metadata_v0_request_bytes():
+    expected = _frame(b"\x00\x03\x00\x00" + struct.pack(">i", 7) + b"\x00\x01c"
+                      + struct.pack(">i", 1) + b"\x00\x02ab")
+    assert protocol.encode_request(3, 0, 7, "c", {"topics": [{"name": "ab"}]}) == expected
+
+
+def test_metadata_v9_request_bytes_flexible():
+    expected = _frame(b"\x00\x03\x00\x09" + struct.pack(">i", 7) + b"\x00\x01c" + b"\x00"   # header v2
+                      + b"\x02" + b"\x03ab" + b"\x00"      # compact array of 1: compact string, tags
+                      + b"\x01\x00\x00" + b"\x00")         # auto-create, two flags, tags
+    assert protocol.encode_request(3, 9, 7, "c", {"topics": [{"name": "ab"}]}) == expected
+    header, body = protocol.decode_request(expected[4:])
+    assert body["topics"] == [{"name": "ab", "topic_id": bytes(16)}]
+    assert body["allow_auto_topic_creation"] is True
+
+
+def test_produce_v3_request_bytes():
+    records = b"\x00" * 12 + b"batch"
+    expected = _frame(b"\x00\x00\x00\x03" + struct.pack(">i", 1) + b"\xff\xff"
+                      + b"\xff\xff" + b"\x00\x01" + struct.pack(">i", 1000)
+                      + struct.pack(">i", 1) + b"\x00\x01t" + struct.pack(">i", 1)
+                      + struct.pack(">i", 0) + struct.pack(">i", len(records)) + records)
+    body = {"acks": 1, "timeout_ms": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]}
+    assert protocol.encode_request(0, 3, 1, None, body) == expected
+
+
+def test_list_offsets_v0_response_bytes():
+    body = {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "old_style_offsets": [5], "offset": 99}]}]}
+    parts = protocol.encode_response(protocol.RequestHeader(2, 0, 3, None), body)
+    expected = _frame(struct.pack(">i", 3) + struct.pack(">i", 1) + b"\x00\x01t" + struct.pack(">i", 1)
+                      + struct.pack(">ihi", 0, 0, 1) + struct.pack(">q", 5))
+    assert b"".join(parts) == expected
+    _, decoded = protocol.decode_response(2, 0, expected[4:])
+    assert decoded["topics"][0]["partitions"][0] == {
+        "partition_index": 0, "error_code": 0, "old_style_offsets": [5], "timestamp": -1, "offset": -1,
+        "leader_epoch": -1}
+
+
+def test_produce_v9_response_bytes_flexible():
+    body = {"responses": [{"name": "t", "partition_responses": [
+        {"index": 2, "error_code": 0, "base_offset": 10}]}], "throttle_time_ms": 0}
+    parts = protocol.encode_response(protocol.RequestHeader(0, 9, 4, None), body)
+    expected = _frame(struct.pack(">i", 4) + b"\x00"                     # header v1
+                      + b"\x02" + b"\x02t" + b"\x02"                     # responses[1], name, partitions[1]
+                      + struct.pack(">ihqqq", 2, 0, 10, -1, -1)          # index .. log_start_offset
+                      + b"\x01" + b"\x00" + b"\x00"                      # record_errors [], error_message null, tags
+                      + b"\x00"                                          # topic tags
+                      + struct.pack(">i", 0) + b"\x00")                  # throttle, tags
+    assert b"".join(parts) == expected
