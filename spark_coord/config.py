@@ -211,6 +211,24 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("log.flush.interval.ms", "int", -1,
         "fsync partitions with unflushed data at least this often; -1 leaves it to the OS."),
     Key("log.flush.scheduler.interval.ms", "int", 1000, "How often the time-based flush policy is checked.", minimum=10),
+    # coordinator (used only while this broker is the elected coordinator)
+    Key("coordinator.enable", "bool", True, "Run a coordinator candidate in this broker (one broker is elected at a time)."),
+    Key("coordinator.rebalance.threads", "int", 3,
+        "Rebalance workers; a group is only ever rebalanced by one worker at a time.", minimum=1),
+    Key("coordinator.min.session.timeout.ms", "int", 1000,
+        "Members registering with a smaller session.timeout.ms are refused (SESSION_TIMEOUT_TOO_SMALL).", minimum=1),
+    Key("coordinator.max.ping.retries", "int", 1,
+        "A member whose pings go unanswered more than this many times in a row is failed and its group rebalanced.\n"
+        "Each ping waits 2/3 of the member's session timeout; pings go out every 1/3.", minimum=0),
+    Key("coordinator.offsets.commit.interval.ms", "int", 1000,
+        "How often consumed offsets reported in ping answers are written to ZooKeeper\n"
+        "(/consumers/<group>/offsets/<topic>/<partition>). They are also written before every StartFetcher.", minimum=10),
+    Key("coordinator.rebalance.backoff.ms", "int", 500, "Wait before retrying a rebalance that timed out or failed.", minimum=0),
+    Key("coordinator.rebalance.max.retries", "int", 10,
+        "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged (the next group change retries).",
+        minimum=1),
+    Key("coordinator.partition.assignment.strategy", "str", "range",
+        "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) or roundrobin."),
 ])
 
 # ------------------------------------------------------------------------ zookeeper
