@@ -1,0 +1,192 @@
+"""Compression codecs of record batch v2 (attributes bits 0-2), backed by ``cramjam``.
+
+Codec ids are Kafka's: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+
+Kafka specifics handled here:
+
+* **snappy**: Java clients write the xerial stream (magic ``b"\\x82SNAPPY\\x00"``, two
+  int32 versions, then int32-length-prefixed raw snappy chunks); librdkafka writes one
+  raw snappy block.  Both are decompressed.  We *compress* to one raw block: librdkafka
+  and kafka-python read raw blocks natively, and the Java client's ``SnappyInputStream``
+  falls back to a raw block when the xerial magic is absent.
+* **lz4**: magic-2 batches use the standard LZ4 frame format.  The Java client
+  decompresses every block on its own (no dictionary carried over), so we write
+  independent blocks (``block_linked=False``).
+* **gzip** and **zstd**: standard single-member gzip / zstd frames.
+
+Decompression is bounded: the output never grows beyond ``max_bytes``
+(``DecompressedTooLarge``, a ``ValueError``), whatever sizes a hostile frame claims, so a
+small "decompression bomb" costs at most ``max_bytes`` of memory.  Corrupt input raises
+``ValueError`` naming the codec.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+import cramjam
+
+log = logging.getLogger(__name__)
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
+
+#: Default ceiling on the decompressed size of one batch (bytes).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16  # magic (8) + version (4) + min compatible version (4)
+_INT32 = struct.Struct(">i")
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_MIN_GUESS = 64 * 1024
+
+
+class DecompressedTooLarge(ValueError):
+    """Decompressed data would exceed the ``max_bytes`` bound (a likely decompression bomb)."""
+
+
+def codec_name(codec: int) -> str:
+    """Kafka's name of ``codec``; ``ValueError`` naming it when unknown."""
+    try:
+        return CODEC_NAMES[codec]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown compression codec {codec!r} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)") from None
+
+
+def codec_id(codec: int | str) -> int:
+    """Accept a codec id or a Kafka ``compression.type`` name; return the id."""
+    if isinstance(codec, str):
+        try:
+            return CODEC_IDS[codec.strip().lower()]
+        except KeyError:
+            raise ValueError(f"unknown compression type {codec!r} (known: {', '.join(CODEC_IDS)})") from None
+    codec_name(codec)
+    return codec
+
+
+def compress(codec: int, data, level: int | None = None) -> bytes:
+    """Compress ``data`` (any bytes-like) as Kafka's ``codec`` expects it inside a batch."""
+    name = codec_name(codec)
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        out = cramjam.gzip.compress(data, level=level)
+    elif codec == SNAPPY:
+        out = cramjam.snappy.compress_raw(data)
+    elif codec == LZ4:
+        c = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+        c.compress(data)
+        out = c.finish()
+    else:
+        out = cramjam.zstd.compress(data, level=level)
+    log.debug("compressed %d bytes to %d with %s", len(data), len(out), name)
+    return bytes(out)
+
+
+def decompress(codec: int, data, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Decompress ``data`` written with ``codec``; at most ``max_bytes`` of output."""
+    return bytes(decompress_view(codec, data, max_bytes))
+
+
+def decompress_view(codec: int, data, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """Like ``decompress`` but without the final copy: returns a bytes-like object
+    (``bytearray`` or ``memoryview``) that the caller owns."""
+    name = codec_name(codec)
+    if codec == NONE:
+        if len(data) > max_bytes:
+            raise DecompressedTooLarge(f"{len(data)} bytes exceed the limit of {max_bytes}")
+        return memoryview(data)
+    try:
+        if codec == SNAPPY:
+            return _snappy_decompress(data, max_bytes)
+        module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
+        return _bounded_into(module, name, data, _size_hint(codec, data), max_bytes)
+    except cramjam.DecompressionError as e:
+        raise ValueError(f"corrupt {name} data ({len(data)} bytes): {e}") from None
+
+
+def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
+    """Decompress into a buffer that grows by doubling up to ``max_bytes``.
+
+    cramjam stops writing (and fails) once the output buffer is full, so a bomb is
+    cut off after at most ``max_bytes`` of work and memory.
+    """
+    size = hint if hint is not None else max(_MIN_GUESS, 4 * len(data))
+    size = max(1, min(size, max_bytes))
+    while True:
+        buf = bytearray(size)
+        try:
+            n = module.decompress_into(data, buf)
+        except cramjam.DecompressionError as e:
+            if "write whole buffer" not in str(e):
+                raise
+            if size >= max_bytes:
+                raise DecompressedTooLarge(
+                    f"{name} data of {len(data)} bytes decompresses to more than the limit of {max_bytes} bytes") from None
+            size = min(size * 2, max_bytes)
+            continue
+        return memoryview(buf)[:n] if n != size else buf
+
+
+def _size_hint(codec: int, data) -> int | None:
+    """The decompressed size a frame header declares, if any (only a starting guess:
+    hostile headers lie, the doubling loop and ``max_bytes`` bound the real work)."""
+    mv = memoryview(data)
+    n = len(mv)
+    if codec == GZIP and n >= 18:
+        # ISIZE: size mod 2**32 of a single member; deflate cannot expand beyond 1032:1
+        return min(int.from_bytes(mv[n - 4:], "little"), 1032 * n)
+    if codec == LZ4 and n >= 15 and mv[:4] == _LZ4_MAGIC and mv[4] & 0x08:
+        return min(int.from_bytes(mv[6:14], "little"), 256 * n)
+    if codec == ZSTD and n >= 6 and mv[:4] == _ZSTD_MAGIC:
+        fhd = mv[4]
+        fcs_flag, single, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+        pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+        size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+        if size == 0 or pos + size > n:
+            return None
+        value = int.from_bytes(mv[pos:pos + size], "little")
+        return value + 256 if size == 2 else value
+    return None
+
+
+def _snappy_decompress(data, max_bytes: int):
+    """Raw snappy block or xerial stream; sizes are exact, so checked before allocating."""
+    mv = memoryview(data)
+    if mv[:len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+        size = cramjam.snappy.decompress_raw_len(mv)
+        _check_limit("snappy", size, len(mv), max_bytes)
+        buf = bytearray(size)
+        cramjam.snappy.decompress_raw_into(mv, buf)
+        return buf
+    if len(mv) < _XERIAL_HEADER_SIZE:
+        raise ValueError(f"corrupt snappy data: truncated xerial header ({len(mv)} bytes)")
+    chunks, total, pos = [], 0, _XERIAL_HEADER_SIZE
+    while pos < len(mv):
+        if len(mv) - pos < 4:
+            raise ValueError(f"corrupt snappy data: truncated xerial chunk length at byte {pos}")
+        (clen,) = _INT32.unpack_from(mv, pos)
+        pos += 4
+        if clen < 0 or clen > len(mv) - pos:
+            raise ValueError(f"corrupt snappy data: xerial chunk of {clen} bytes at byte {pos - 4}, "
+                             f"{len(mv) - pos} remain")
+        chunk = mv[pos:pos + clen]
+        pos += clen
+        ulen = cramjam.snappy.decompress_raw_len(chunk)
+        total += ulen
+        _check_limit("snappy", total, len(mv), max_bytes)
+        chunks.append((chunk, ulen))
+    buf = bytearray(total)
+    out, at = memoryview(buf), 0
+    for chunk, ulen in chunks:
+        at += cramjam.snappy.decompress_raw_into(chunk, out[at:at + ulen])
+    return buf
+
+
+def _check_limit(name: str, size: int, compressed: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise DecompressedTooLarge(
+            f"{name} data of {compressed} bytes declares {size} decompressed bytes, above the limit of {max_bytes}")
