@@ -109,6 +109,8 @@ def _resolve(spec: str):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level), format=LOG_FORMAT, stream=sys.stderr)
+    if args.log_level != "DEBUG":
+        logging.getLogger("kazoo.client").setLevel(logging.WARNING)  # connection chatter
     from spark_coord.config import ConfigError
     try:
         return int(_resolve(args.func)(args) or 0)

@@ -14,6 +14,8 @@ return whole frames *including* it.
 
 from __future__ import annotations
 
+import logging
+
 import struct
 from dataclasses import dataclass
 
@@ -30,6 +32,8 @@ __all__ = [
 
 _I32 = struct.Struct(">i")
 _SIZE_PLACEHOLDER = b"\x00\x00\x00\x00"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,10 @@ def decode_request_header(frame) -> RequestHeader:
 def decode_request(frame) -> tuple[RequestHeader, dict]:
     """Decode a request frame (after the size prefix) into its header and body dict.
 
-    Raises ProtocolError for malformed input (including trailing bytes after the
-    body) and UnsupportedRequest when the (api_key, api_version) is not served.
+    Raises ProtocolError for malformed input and UnsupportedRequest when the
+    (api_key, api_version) is not served.  Bytes after a complete body are ignored,
+    as Kafka's own broker does: librdkafka 2.x sends a few after some Metadata v12
+    requests, and refusing them would lock out every librdkafka client.
     """
     r = Reader(frame)
     header = _read_header(r)
@@ -76,7 +82,9 @@ def decode_request(frame) -> tuple[RequestHeader, dict]:
     if entry.request_header_version >= 2:
         r.skip_tagged_fields()
     body = entry.request.decode(r)
-    r.expect_end(f"{entry.name} v{entry.version} request")
+    if r.remaining:
+        log.debug("%s v%d request from %r: %d byte(s) after the body ignored",
+                  entry.name, entry.version, header.client_id, r.remaining)
     return header, body
 
 

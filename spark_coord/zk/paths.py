@@ -138,6 +138,8 @@ def validate_chroot(chroot: str) -> str:
 BROKERS = "/brokers"
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
+#: Kafka's cluster id znode: {"version":"1","id":"<id>"}, created once by the first broker.
+CLUSTER_ID = "/cluster/id"
 
 
 def broker(broker_id: int) -> str:

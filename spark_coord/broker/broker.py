@@ -1,0 +1,192 @@
+"""``Broker``: one broker process's parts wired together.
+
+Start order: open the logs (recovery), listen (so the bound port is known),
+connect to ZooKeeper, read or create the cluster id, load the cluster view,
+register ``/brokers/ids/<id>``.  Stop order is the reverse, so clients see the
+broker leave ZooKeeper before its socket closes.  Log flush and retention run
+periodically in a worker thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kazoo.exceptions import NodeExistsError
+
+from spark_coord.broker.context import BrokerContext
+from spark_coord.broker.handlers import Handler, data_handlers
+from spark_coord.broker.registration import BrokerRegistration
+from spark_coord.broker.server import BrokerServer
+from spark_coord.broker.state import ClusterView
+from spark_coord.config import Config, ConfigError
+from spark_coord.zk import client as zk_client
+from spark_coord.zk import paths
+
+log = logging.getLogger(__name__)
+
+#: Kafka keeps the cluster id at /cluster/id as {"version":"1","id":"<22-char base64 uuid>"}.
+
+
+def parse_listener(text: str, key: str = "listeners") -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` -> (host, port); ConfigError naming ``key`` otherwise."""
+    url = urlsplit(text.strip())
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme.upper() != "PLAINTEXT" or port is None or url.hostname is None and url.netloc[:1] != ":":
+        raise ConfigError(f"{key}: expected PLAINTEXT://host:port, got {text!r}")
+    return url.hostname or "0.0.0.0", port
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class Broker:
+    """A broker: ``await start()``, serve, ``await stop()``; ``bound_port`` once started."""
+
+    def __init__(self, config: Config, extra_handlers: list[Handler] = ()):
+        self.config = config
+        self.broker_id: int = config["broker.id"]
+        self.host, self.port = parse_listener(config["listeners"])
+        adv = config["advertised.listeners"]
+        self.advertised_host, self.advertised_port = parse_listener(adv, "advertised.listeners") if adv else (None, None)
+        self._extra_handlers = list(extra_handlers)
+        self.zk = None
+        self.logs = None
+        self.view: ClusterView | None = None
+        self.server: BrokerServer | None = None
+        self.ctx: BrokerContext | None = None
+        self.registration: BrokerRegistration | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"broker-{self.broker_id}-logs")
+        self.started = False
+
+    @property
+    def bound_port(self) -> int | None:
+        return self.server.bound_port if self.server else None
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) clients are told to use."""
+        if self.advertised_host is not None:
+            return self.advertised_host, self.advertised_port or self.bound_port
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return host, self.bound_port
+
+    # ------------------------------------------------------------------ start
+    async def start(self) -> None:
+        from spark_coord.log import LogConfig, LogManager
+
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        try:
+            self.logs = await loop.run_in_executor(
+                None, LogManager, Path(cfg["log.dirs"]), LogConfig.from_broker_config(cfg))
+            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect(
+                cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
+                cfg["zookeeper.connection.timeout.ms"], create_chroot=True))
+            self.view = ClusterView(self.zk, loop)
+            self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk)
+            self.server = BrokerServer(self.ctx, self.host, self.port, cfg["socket.request.max.bytes"],
+                                       cfg["connections.max.idle.ms"] / 1000)
+            self.ctx.server = self.server
+            for handler in data_handlers() + self._extra_handlers:
+                self.server.add_handler(handler)
+            self.ctx.cluster_id = await loop.run_in_executor(None, self._cluster_id)
+            await self.view.start()
+            self.view.add_listener(self._reconcile_logs)
+            self._reconcile_logs(self.view)
+            await self.server.start()
+            host, port = self.advertised
+            self.registration = BrokerRegistration(self.zk, loop, self.broker_id, host, port,
+                                                   stale_wait=cfg["zookeeper.session.timeout.ms"] / 1000 * 2 + 5)
+            await self.registration.start()
+            # Serve Metadata that lists this broker from the first request on.
+            if not await self.view.wait_for(lambda v: self.broker_id in v.brokers, cfg["zookeeper.connection.timeout.ms"] / 1000):
+                log.warning("broker %d: own registration not yet visible in ZooKeeper", self.broker_id)
+        except BaseException:
+            await self.stop()
+            raise
+        self._tasks = [
+            loop.create_task(self._periodic(cfg["log.flush.scheduler.interval.ms"], self.logs.flush_due, "flush")),
+            loop.create_task(self._periodic(cfg["log.retention.check.interval.ms"], self.logs.apply_retention,
+                                            "retention")),
+        ]
+        self.started = True
+        log.info("broker %d listening on %s:%d (cluster %s, ZooKeeper %s)", self.broker_id, self.host,
+                 self.bound_port, self.ctx.cluster_id, cfg["zookeeper.connect"])
+
+    def _cluster_id(self) -> str:
+        """Read ``/cluster/id``, creating it once for a new cluster (blocking)."""
+        data = json.dumps({"version": "1", "id": _new_cluster_id()}, separators=(",", ":")).encode()
+        try:
+            self.zk.create(paths.CLUSTER_ID, data, makepath=True)
+        except NodeExistsError:
+            pass
+        raw, _ = self.zk.get(paths.CLUSTER_ID)
+        try:
+            return str(json.loads(raw)["id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s holds no cluster id JSON: %r", paths.CLUSTER_ID, raw[:80])
+            return ""
+
+    def _reconcile_logs(self, view: ClusterView) -> None:
+        """Create the logs of partitions this broker leads; drop logs of topics that are gone."""
+        if self.logs is None:
+            return
+        for topic, assignment in view.topics.items():
+            for partition, replicas in assignment.items():
+                if replicas and replicas[0] == self.broker_id and self.logs.get(topic, partition) is None:
+                    self.logs.get_or_create(topic, partition)
+                    log.info("created log %s-%d", topic, partition)
+        for topic, partition in self.logs.partitions():
+            if topic not in view.topics:
+                log.info("topic %s is gone: deleting log %s-%d", topic, topic, partition)
+                self.logs.delete_partition(topic, partition)
+
+    async def _periodic(self, interval_ms: int, fn, what: str) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await loop.run_in_executor(self._maintenance, fn)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log %s failed", what)
+
+    # ------------------------------------------------------------------ stop
+    async def stop(self) -> None:
+        """Deregister, close connections, stop watches, close logs and ZooKeeper. Idempotent."""
+        loop = asyncio.get_running_loop()
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self.registration is not None:
+            await self.registration.stop()
+            self.registration = None
+        if self.server is not None:
+            await self.server.stop()
+        if self.view is not None:
+            self.view.stop()
+        if self.logs is not None:
+            logs, self.logs = self.logs, None
+            await loop.run_in_executor(self._maintenance, logs.close)
+        if self.zk is not None:
+            zk, self.zk = self.zk, None
+            await loop.run_in_executor(None, zk_client.close, zk)
+        self._maintenance.shutdown(wait=False)
+        if self.started:
+            log.info("broker %d stopped", self.broker_id)
+        self.started = False

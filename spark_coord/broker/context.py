@@ -1,0 +1,40 @@
+"""What request handlers can reach: configuration, logs, the cluster view, ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from spark_coord.broker.waiters import AppendWaiters
+from spark_coord.config import Config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kazoo.client import KazooClient
+
+    from spark_coord.broker.server import BrokerServer
+    from spark_coord.broker.state import ClusterView
+    from spark_coord.log import LogManager
+
+
+@dataclass
+class BrokerContext:
+    """Shared state of one broker, handed to every handler."""
+
+    config: Config
+    broker_id: int
+    logs: "LogManager"
+    view: "ClusterView"
+    zk: "KazooClient"
+    cluster_id: str = ""
+    server: "BrokerServer | None" = None
+    appends: AppendWaiters = field(default_factory=AppendWaiters)
+
+    async def zk_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking kazoo call off the event loop thread (with kazoo's command retry)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self.zk.retry, fn, *args, **kwargs))
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        return self.view.leader(topic, partition) == self.broker_id

@@ -1,0 +1,42 @@
+"""Request handlers, one module per Kafka API.
+
+Each module exports ``HANDLER``: a ``Handler`` with the API key, an async
+``handle(ctx, conn, header, body)`` returning a version-agnostic superset response
+dict (the wire encoder drops fields a version lacks) or None for "no response"
+(Produce with acks=0), and ``error_response(body, code)`` building the answer
+that carries one error code everywhere the response shape has one (used when
+a handler fails unexpectedly: the client gets UNKNOWN_SERVER_ERROR, the server
+keeps running).  Errors are data: handlers put ``ErrorCode`` values in responses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.broker.connection import Connection
+    from spark_coord.broker.context import BrokerContext
+    from spark_coord.wire.protocol import RequestHeader
+
+HandleFn = Callable[["BrokerContext", "Connection", "RequestHeader", dict], Awaitable["dict | None"]]
+ErrorFn = Callable[[dict, int], "dict | None"]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How the broker serves one API key."""
+
+    api_key: int
+    name: str
+    handle: HandleFn
+    error_response: ErrorFn
+
+
+def data_handlers() -> list[Handler]:
+    """The Kafka data-plane handlers every broker serves."""
+    from spark_coord.broker.handlers import (api_versions, create_topics, delete_topics, fetch, list_offsets,
+                                             metadata, produce)
+
+    return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
+            create_topics.HANDLER, delete_topics.HANDLER]

@@ -1,0 +1,84 @@
+"""ListOffsets (key 2): offsets by time: earliest (-2), latest (-1), or the first
+offset whose batch has a timestamp >= t.
+
+Versions served per the wire registry (0-7): v0 answers a list
+(old_style_offsets, at most max_num_offsets entries), v1+ one (timestamp,
+offset) pair; v2 adds isolation_level and throttle_time_ms, v4 leader epochs,
+v6 is flexible, v7 allows -3 (the record with the largest timestamp: answered
+only if the partition log offers ``max_timestamp()``, else offset -1).  Lookups by timestamp are at batch granularity (the log's
+``offset_for_timestamp``); no such batch -> offset -1 (v1+) or [] (v0).
+"""
+
+from __future__ import annotations
+
+from spark_coord.broker.handlers import Handler
+from spark_coord.errors import ErrorCode
+
+API_KEY = 2
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def _partition(index: int, code: int, offset: int = -1, timestamp: int = -1, old: list[int] | None = None) -> dict:
+    return {"partition_index": index, "error_code": code, "old_style_offsets": old or [], "timestamp": timestamp,
+            "offset": offset, "leader_epoch": 0 if code == ErrorCode.NONE else -1}
+
+
+def _lookup(plog, ts: int) -> tuple[int, int]:
+    """(offset, timestamp) for the requested timestamp; offset -1 when there is none."""
+    if ts == EARLIEST:
+        return plog.log_start_offset, -1
+    if ts == LATEST:
+        return plog.log_end_offset, -1
+    if ts == MAX_TIMESTAMP:
+        return _max_timestamp(plog)
+    if ts < 0:
+        raise ValueError(f"timestamp {ts}")
+    found = plog.offset_for_timestamp(ts)
+    return (found[0], found[1]) if found else (-1, -1)
+
+
+def _max_timestamp(plog) -> tuple[int, int]:
+    best = None
+    fn = getattr(plog, "max_timestamp", None)
+    if fn is not None:  # the log may offer it directly
+        best = fn()
+    if best is None:
+        return -1, -1
+    return best
+
+
+async def handle(ctx, conn, header, body: dict) -> dict:
+    topics = []
+    for t in body.get("topics") or []:
+        name = t.get("name")
+        parts = []
+        for p in t.get("partitions") or []:
+            index = p.get("partition_index", -1)
+            leader = ctx.view.leader(name, index)
+            if leader is None:
+                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if leader != ctx.broker_id:
+                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                continue
+            plog = ctx.logs.get_or_create(name, index)
+            try:
+                offset, ts = _lookup(plog, p.get("timestamp", LATEST))
+            except ValueError:
+                parts.append(_partition(index, ErrorCode.INVALID_REQUEST))
+                continue
+            old = [offset] if offset >= 0 and p.get("max_num_offsets", 1) > 0 else []
+            parts.append(_partition(index, ErrorCode.NONE, offset, ts, old))
+        topics.append({"name": name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def error_response(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.get("name"), "partitions": [_partition(p.get("partition_index", -1), code)
+                                               for p in t.get("partitions") or []]}
+        for t in body.get("topics") or []]}
+
+
+HANDLER = Handler(API_KEY, "ListOffsets", handle, error_response)

@@ -1,0 +1,93 @@
+"""Metadata (key 3): live brokers, cluster id, controller, topics and partition leaders.
+
+Versions (served range from the wire registry, 0-12): v0 has no controller or
+cluster id and an empty topic list means "all topics"; from v1 a null list means
+all topics and [] means none; v4 adds allow_auto_topic_creation; v10+ add topic
+ids (we answer the zero uuid).  A partition whose leader is not live reports
+LEADER_NOT_AVAILABLE with leader -1; an unknown topic UNKNOWN_TOPIC_OR_PARTITION
+(or it is created, when auto.create.topics.enable and the request allows it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from spark_coord.broker.handlers import Handler
+from spark_coord.broker import topics as topic_admin
+from spark_coord.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+API_KEY = 3
+
+
+def _requested(header, body: dict) -> list[str] | None:
+    """Topic names asked for; None means all topics."""
+    topics = body.get("topics")
+    if topics is None or (header.api_version == 0 and not topics):
+        return None
+    return [t.get("name") for t in topics]
+
+
+def _topic_entry(ctx, name: str, assignment: dict[int, list[int]]) -> dict:
+    live = ctx.view.brokers
+    partitions = []
+    for p, replicas in sorted(assignment.items()):
+        leader = replicas[0]
+        ok = leader in live
+        partitions.append({
+            "error_code": ErrorCode.NONE if ok else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p,
+            "leader_id": leader if ok else -1,
+            "leader_epoch": 0,
+            "replica_nodes": list(replicas),
+            "isr_nodes": [b for b in replicas if b in live],
+            "offline_replicas": [b for b in replicas if b not in live],
+        })
+    return {"error_code": ErrorCode.NONE, "name": name, "topic_id": bytes(16), "is_internal": False,
+            "partitions": partitions}
+
+
+async def handle(ctx, conn, header, body: dict) -> dict:
+    names = _requested(header, body)
+    topics = []
+    if names is None:
+        for name in sorted(ctx.view.topics):
+            topics.append(_topic_entry(ctx, name, ctx.view.topics[name]))
+    else:
+        auto = ctx.config["auto.create.topics.enable"] and (header.api_version < 4 or body.get("allow_auto_topic_creation", True))
+        for name in names:
+            if name is None:  # v10+ lookup by topic id: not supported (no topic ids)
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": bytes(16),
+                               "partitions": []})
+                continue
+            assignment = ctx.view.topics.get(name)
+            if assignment is None and auto:
+                code = await topic_admin.auto_create(ctx, name)
+                if code != ErrorCode.NONE:
+                    topics.append({"error_code": code, "name": name, "topic_id": bytes(16), "partitions": []})
+                    continue
+                assignment = ctx.view.topics.get(name)
+                if assignment is None:
+                    topics.append({"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name,
+                                   "topic_id": bytes(16), "partitions": []})
+                    continue
+            if assignment is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                               "topic_id": bytes(16), "partitions": []})
+            else:
+                topics.append(_topic_entry(ctx, name, assignment))
+    brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+               for b in sorted(ctx.view.brokers.values(), key=lambda b: b.id)]
+    return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": ctx.cluster_id or None,
+            "controller_id": ctx.view.controller_id, "topics": topics, "error_code": ErrorCode.NONE}
+
+
+def error_response(body: dict, code: int) -> dict:
+    topics = [{"error_code": code, "name": t.get("name"), "topic_id": bytes(16), "partitions": []}
+              for t in (body.get("topics") or [])]
+    return {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1, "topics": topics,
+            "error_code": code}
+
+
+HANDLER = Handler(API_KEY, "Metadata", handle, error_response)

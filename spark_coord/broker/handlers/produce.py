@@ -1,0 +1,87 @@
+"""Produce (key 0): validate record batches and append them to the partition logs.
+
+Versions served per the wire registry (3-9; v0-2 carry message formats v0/v1,
+which we do not store): v3 adds transactional_id, v5 log_start_offset in the
+answer, v8 record_errors and error_message, v9 is flexible.  acks 0 (no
+response at all), 1 and -1 (= 1: one replica); anything else
+INVALID_REQUIRED_ACKS.  Per partition: not the leader -> NOT_LEADER_OR_FOLLOWER,
+unknown -> UNKNOWN_TOPIC_OR_PARTITION, a bad batch -> CORRUPT_MESSAGE or
+MESSAGE_TOO_LARGE with nothing of that partition appended.  An append wakes the
+fetches long-polling that partition.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from spark_coord.broker import topics as topic_admin
+from spark_coord.broker.handlers import Handler
+from spark_coord.errors import ErrorCode
+from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
+
+log = logging.getLogger(__name__)
+
+API_KEY = 0
+
+
+def _partition(index: int, code: int, base_offset: int = -1, log_start_offset: int = -1,
+               message: str | None = None) -> dict:
+    return {"index": index, "error_code": code, "base_offset": base_offset, "log_append_time_ms": -1,
+            "log_start_offset": log_start_offset, "record_errors": [], "error_message": message}
+
+
+async def handle(ctx, conn, header, body: dict) -> dict | None:
+    acks = body.get("acks", 1)
+    if acks not in (0, 1, -1):
+        return error_response(body, ErrorCode.INVALID_REQUIRED_ACKS)
+    max_batch = ctx.config["message.max.bytes"]
+    responses = []
+    for topic_data in body.get("topic_data") or []:
+        name = topic_data.get("name")
+        if name not in ctx.view.topics and ctx.config["auto.create.topics.enable"] and name:
+            await topic_admin.auto_create(ctx, name)
+        parts = []
+        for pd in topic_data.get("partition_data") or []:
+            parts.append(_append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch))
+        responses.append({"name": name, "partition_responses": parts})
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) -> dict:
+    leader = ctx.view.leader(topic, partition)
+    if leader is None:
+        return _partition(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if leader != ctx.broker_id:
+        return _partition(partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    if records is None or len(records) == 0:
+        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message="no records")
+    try:
+        headers = validate_batches(records, max_batch)
+    except BatchTooLarge as e:
+        log.info("%r: %s-%d: %s", conn, topic, partition, e)
+        return _partition(partition, ErrorCode.MESSAGE_TOO_LARGE, message=str(e))
+    except InvalidBatch as e:
+        log.warning("%r: %s-%d: rejected record batch: %s", conn, topic, partition, e)
+        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e))
+    plog = ctx.logs.get_or_create(topic, partition)
+    try:
+        base_offset = plog.append(records, headers)
+    except OSError as e:
+        log.error("%s-%d: append failed: %s", topic, partition, e)
+        return _partition(partition, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
+    ctx.appends.notify((topic, partition))
+    return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset)
+
+
+def error_response(body: dict, code: int) -> dict | None:
+    if body.get("acks", 1) == 0 and code != ErrorCode.INVALID_REQUIRED_ACKS:
+        return None
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": t.get("name"),
+         "partition_responses": [_partition(pd.get("index", -1), code) for pd in t.get("partition_data") or []]}
+        for t in body.get("topic_data") or []]}
+
+
+HANDLER = Handler(API_KEY, "Produce", handle, error_response)

@@ -1,0 +1,41 @@
+"""``spark-coord broker``: run one broker until SIGTERM/SIGINT, then stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from spark_coord import config as config_mod
+
+log = logging.getLogger(__name__)
+
+
+async def serve(cfg: config_mod.Config) -> int:
+    """Start a broker, wait for SIGTERM/SIGINT, stop it; returns the exit code."""
+    from spark_coord.broker.broker import Broker
+    from spark_coord.broker.registration import BrokerIdTaken
+    from spark_coord.zk.client import ZooKeeperUnavailable
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    broker = Broker(cfg)
+    try:
+        await broker.start()
+    except (BrokerIdTaken, ZooKeeperUnavailable, OSError) as e:
+        log.error("broker %d cannot start: %s", cfg["broker.id"], e)
+        return 1
+    host, port = broker.advertised
+    log.info("broker %d serving on %s:%d; stop with SIGTERM or Ctrl-C", broker.broker_id, host, port)
+    await stop.wait()
+    log.info("broker %d stopping", broker.broker_id)
+    await broker.stop()
+    return 0
+
+
+def run_cli(args) -> int:
+    """Entry point of ``spark-coord broker --config FILE --override k=v``."""
+    cfg = config_mod.load(config_mod.BROKER, args.config, args.override)
+    return asyncio.run(serve(cfg))

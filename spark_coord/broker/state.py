@@ -1,0 +1,177 @@
+"""The broker's view of the cluster, kept in step with ZooKeeper by watches.
+
+Live brokers come from ``/brokers/ids`` (a ``ChildrenWatch``; every change re-reads
+every registration, so a broker that re-registered with a new port is seen even
+if the child list looks the same), topics from ``/brokers/topics`` (a
+``ChildrenWatch`` plus one ``DataWatch`` per topic for its assignment).  kazoo
+runs these callbacks on its own thread, where reading ZooKeeper is allowed; the
+parsed, immutable result is handed to the asyncio loop with ``to_loop``, and only
+the loop thread changes the view.  kazoo's watch recipes re-arm themselves after
+a session expiry, so the view heals by itself.
+
+Listeners (``add_listener``) run on the loop after every change; ``wait_for``
+waits (bounded) for a predicate over the view to hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from spark_coord.zk import model, paths
+from spark_coord.zk.client import to_loop
+
+log = logging.getLogger(__name__)
+
+Assignment = dict[int, list[int]]
+
+
+class ClusterView:
+    """Live brokers and topic assignments as ZooKeeper has them (read on the loop thread)."""
+
+    def __init__(self, zk: KazooClient, loop: asyncio.AbstractEventLoop):
+        self.zk = zk
+        self.loop = loop
+        self.brokers: dict[int, model.BrokerInfo] = {}
+        self.topics: dict[str, Assignment] = {}
+        self._listeners: list[Callable[["ClusterView"], None]] = []
+        self._changed = asyncio.Event()
+        self._topic_watches: dict[str, DataWatch] = {}
+        self._watch_lock = threading.RLock()  # DataWatch calls back inside its constructor
+        self._stopped = False
+        self._broker_watch: ChildrenWatch | None = None
+        self._topics_watch: ChildrenWatch | None = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def controller_id(self) -> int:
+        """Lowest live broker id (-1 when none): what Metadata reports as the controller."""
+        return min(self.brokers) if self.brokers else -1
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The partition's assigned leader (first replica), None if the partition is unknown."""
+        replicas = self.topics.get(topic, {}).get(partition)
+        return replicas[0] if replicas else None
+
+    def add_listener(self, fn: Callable[["ClusterView"], None]) -> None:
+        """Call ``fn(view)`` on the loop after every change."""
+        self._listeners.append(fn)
+
+    async def wait_for(self, predicate: Callable[["ClusterView"], bool], timeout: float) -> bool:
+        """Wait until ``predicate(view)`` holds (True) or ``timeout`` seconds pass (False)."""
+        deadline = self.loop.time() + timeout
+        while not predicate(self):
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                return False
+            event = self._changed
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return predicate(self)
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Install the watches; returns once the initial state is loaded into the view."""
+        await self.loop.run_in_executor(None, self._install)
+        # Callbacks made during _install were posted before the executor's result: let them run.
+        await asyncio.sleep(0)
+
+    def _install(self) -> None:
+        self.zk.ensure_path(paths.BROKER_IDS)
+        self.zk.ensure_path(paths.BROKER_TOPICS)
+        self._broker_watch = ChildrenWatch(self.zk, paths.BROKER_IDS, self._on_broker_ids)
+        self._topics_watch = ChildrenWatch(self.zk, paths.BROKER_TOPICS, self._on_topic_names)
+
+    def stop(self) -> None:
+        """Stop reacting to ZooKeeper (the recipes drop their watches on the next event)."""
+        self._stopped = True
+
+    # ------------------------------------------------ kazoo thread: read, post
+    def _on_broker_ids(self, children: list[str]) -> bool | None:
+        if self._stopped:
+            return False
+        brokers: dict[int, model.BrokerInfo] = {}
+        for child in children:
+            try:
+                broker_id = paths.parse_broker_node(child)
+                data, _ = self.zk.get(paths.broker(broker_id))
+                brokers[broker_id] = model.parse_broker(broker_id, data)
+            except NoNodeError:
+                continue  # went away between the listing and the read; the watch fires again
+            except ValueError as e:
+                log.warning("ignoring %s/%s: %s", paths.BROKER_IDS, child, e)
+            except Exception as e:  # connection trouble: the recipe re-runs on reconnect
+                log.warning("reading %s/%s failed: %s", paths.BROKER_IDS, child, e)
+        to_loop(self.loop, self._set_brokers)(brokers)
+        return None
+
+    def _on_topic_names(self, children: list[str]) -> bool | None:
+        if self._stopped:
+            return False
+        names = set()
+        for child in children:
+            try:
+                names.add(paths.validate_topic(child))
+            except ValueError as e:
+                log.warning("ignoring %s/%s: %s", paths.BROKER_TOPICS, child, e)
+        with self._watch_lock:
+            for gone in set(self._topic_watches) - names:
+                del self._topic_watches[gone]
+                to_loop(self.loop, self._set_topic)(gone, None)
+            for name in sorted(names - set(self._topic_watches)):
+                self._topic_watches[name] = DataWatch(self.zk, paths.topic(name), self._topic_callback(name))
+        return None
+
+    def _topic_callback(self, name: str) -> Callable:
+        def on_data(data: bytes | None, stat) -> bool | None:
+            if self._stopped:
+                return False
+            with self._watch_lock:
+                current = self._topic_watches.get(name)
+            if current is not None and getattr(current, "_func", None) is not on_data:
+                return False  # a newer watch took over this topic
+            if data is None:
+                to_loop(self.loop, self._set_topic)(name, None)
+                return None
+            try:
+                assignment = model.parse_topic_assignment(data, name)
+            except ValueError as e:
+                log.warning("ignoring topic %s: %s", name, e)
+                return None
+            to_loop(self.loop, self._set_topic)(name, assignment)
+            return None
+        return on_data
+
+    # ------------------------------------------------------------ loop thread
+    def _set_brokers(self, brokers: dict[int, model.BrokerInfo]) -> None:
+        if brokers != self.brokers:
+            log.info("live brokers: %s", ", ".join(f"{b.id}@{b.address}" for b in brokers.values()) or "none")
+            self.brokers = brokers
+            self._notify()
+
+    def _set_topic(self, name: str, assignment: Assignment | None) -> None:
+        if assignment is None:
+            if self.topics.pop(name, None) is not None:
+                log.info("topic %s deleted", name)
+                self._notify()
+        elif self.topics.get(name) != assignment:
+            self.topics[name] = assignment
+            log.debug("topic %s: %s", name, assignment)
+            self._notify()
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+        for fn in list(self._listeners):
+            try:
+                fn(self)
+            except Exception:
+                log.exception("cluster view listener failed")

@@ -1,0 +1,128 @@
+"""Topic administration against ZooKeeper: create (explicit and automatic) and delete.
+
+A topic is the znode ``/brokers/topics/<topic>`` holding Kafka's assignment JSON;
+every broker's ``ClusterView`` picks it up by watch, and the leader of each
+partition creates its log.  One replica per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+
+from spark_coord.errors import ErrorCode
+from spark_coord.zk import model, paths
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """Outcome of one create or delete: error code, message, partition count."""
+
+    code: int
+    message: str | None = None
+    num_partitions: int = -1
+
+
+def check_name(name) -> str | None:
+    """None if ``name`` is a legal Kafka topic name, else the reason."""
+    try:
+        paths.validate_topic(name)
+        return None
+    except ValueError as e:
+        return str(e)
+
+
+def plan_assignment(ctx, num_partitions: int, replication_factor: int,
+                    assignments: list[dict] | None) -> tuple[dict[int, list[int]] | None, TopicResult | None]:
+    """The partition -> replicas map for a new topic, or the error explaining why not."""
+    live = sorted(ctx.view.brokers)
+    if assignments:
+        if num_partitions != -1 or replication_factor != -1:
+            return None, TopicResult(ErrorCode.INVALID_REQUEST,
+                                     "num_partitions and replication_factor must be -1 with explicit assignments")
+        plan: dict[int, list[int]] = {}
+        for a in assignments:
+            p, replicas = a.get("partition_index"), list(a.get("broker_ids") or [])
+            if p in plan or p is None or p < 0:
+                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {p} is invalid or listed twice")
+            if len(replicas) != 1:
+                return None, TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR if replicas else
+                                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"partition {p} lists {len(replicas)} replicas; exactly one replica "
+                                         "per partition is supported")
+            unknown = [b for b in replicas if b not in ctx.view.brokers]
+            if unknown:
+                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"partition {p}: unknown broker(s) {unknown}")
+            plan[p] = replicas
+        if sorted(plan) != list(range(len(plan))):
+            return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"partitions must be 0..{len(plan) - 1} without gaps, got {sorted(plan)}")
+        return plan, None
+    if num_partitions == -1:
+        num_partitions = ctx.config["num.partitions"]
+    if num_partitions < 1:
+        return None, TopicResult(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {num_partitions}")
+    if replication_factor not in (-1, 1):
+        return None, TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"replication factor {replication_factor} is not supported: "
+                                 "one replica per partition is supported (use 1 or -1)")
+    if not live:
+        return None, TopicResult(ErrorCode.BROKER_NOT_AVAILABLE, "no live brokers")
+    return model.assign_partitions(num_partitions, live), None
+
+
+async def create_topic(ctx, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                       assignments: list[dict] | None = None, validate_only: bool = False,
+                       timeout_ms: int = 30000) -> TopicResult:
+    """Create ``name`` in ZooKeeper and wait (up to ``timeout_ms``) until this broker's view has it."""
+    reason = check_name(name)
+    if reason is not None:
+        return TopicResult(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
+    if name in ctx.view.topics:
+        return TopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    plan, error = plan_assignment(ctx, num_partitions, replication_factor, assignments)
+    if error is not None:
+        return error
+    if validate_only:
+        return TopicResult(ErrorCode.NONE, None, len(plan))
+    try:
+        await ctx.zk_call(ctx.zk.create, paths.topic(name), model.topic_assignment(plan), makepath=True)
+    except NodeExistsError:
+        return TopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    log.info("created topic %s: %s", name, plan)
+    if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: name in v.topics, timeout_ms / 1000):
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} created but not yet visible", len(plan))
+    return TopicResult(ErrorCode.NONE, None, len(plan))
+
+
+async def auto_create(ctx, name: str) -> int:
+    """Create ``name`` with num.partitions (auto.create.topics.enable); an existing topic is fine."""
+    result = await create_topic(ctx, name, timeout_ms=5000)
+    if result.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+        return ErrorCode.NONE
+    if result.code != ErrorCode.NONE:
+        log.info("auto-creating topic %r failed: %s", name, result.message)
+    return result.code
+
+
+async def delete_topic(ctx, name: str, timeout_ms: int = 30000) -> TopicResult:
+    """Delete ``name``'s znode; every broker drops its logs when its view loses the topic."""
+    if not ctx.config["delete.topic.enable"]:
+        return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
+    if check_name(name) is not None:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+    try:
+        await ctx.zk_call(ctx.zk.delete, paths.topic(name), recursive=True)
+    except NoNodeError:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+    except NotEmptyError:  # a child appeared during the recursive delete: try once more
+        await ctx.zk_call(ctx.zk.delete, paths.topic(name), recursive=True)
+    log.info("deleted topic %s", name)
+    if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: name not in v.topics, timeout_ms / 1000):
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} deleted but still visible")
+    return TopicResult(ErrorCode.NONE)

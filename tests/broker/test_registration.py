@@ -1,0 +1,52 @@
+"""Broker registration in ZooKeeper: Kafka's JSON, duplicate ids refused, re-registration
+after a session expiry, deregistration on stop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import wait_until
+from spark_coord.broker.registration import BrokerIdTaken
+from spark_coord.zk import paths
+from spark_coord.zk.testing import expire_session
+
+
+def test_registration_json_and_cluster_id(broker_factory, zk):
+    b = broker_factory(3)
+    data, stat = zk.get(paths.broker(3))
+    doc = json.loads(data)
+    assert doc["port"] == b.port and doc["host"] == "127.0.0.1"
+    assert doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{b.port}"]
+    assert stat.ephemeralOwner == b.broker.zk.client_id[0]
+    cluster = json.loads(zk.get("/cluster/id")[0])
+    assert cluster["version"] == "1" and cluster["id"] == b.broker.ctx.cluster_id
+
+
+def test_duplicate_live_broker_id_is_refused(broker_factory, zk):
+    broker_factory(1)
+    second = broker_factory(1, start=False)
+    with pytest.raises(BrokerIdTaken, match="already registered by a live broker"):
+        second.start()
+    assert json.loads(zk.get(paths.broker(1))[0])["port"] != second.broker.bound_port
+
+
+def test_reregisters_after_session_expiry(broker_factory, zk):
+    b = broker_factory(2)
+    old_session = b.broker.zk.client_id[0]
+    expire_session(b.broker.zk)
+    def registered_anew():
+        stat = zk.exists(paths.broker(2))
+        return stat is not None and stat.ephemeralOwner not in (0, old_session)
+    wait_until(registered_anew, timeout=20, message="broker 2 re-registered with a new session")
+    assert json.loads(zk.get(paths.broker(2))[0])["port"] == b.port
+    # the view healed too: the broker still sees itself and serves Metadata
+    wait_until(lambda: 2 in b.broker.view.brokers, timeout=10, message="broker sees itself again")
+
+
+def test_stop_deregisters(broker_factory, zk):
+    b = broker_factory(4)
+    assert zk.exists(paths.broker(4))
+    b.stop()
+    assert zk.exists(paths.broker(4)) is None
