@@ -1,0 +1,60 @@
+"""The coordinator's settings (seeds 003 section 4), read from the broker's config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from spark_coord.coordinator.assignors import get_assignor
+
+
+def _get(cfg: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``cfg[key]``, or ``default`` when the key is unknown (a broker ``Config`` raises
+    ``ConfigError``, a ValueError, for unknown keys rather than KeyError)."""
+    try:
+        value = cfg[key]
+    except (KeyError, ValueError):
+        return default
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    #: Rebalancer workers (coordinator.rebalance.threads).
+    rebalance_threads: int = 3
+    #: Smallest session timeout a member may register with (coordinator.min.session.timeout.ms).
+    min_session_timeout_ms: int = 1000
+    #: Consecutive unanswered pings tolerated; one more fails the member (coordinator.max.ping.retries).
+    max_ping_retries: int = 1
+    #: How often dirty offsets are written to the store (coordinator.offsets.commit.interval.ms).
+    offsets_commit_interval_ms: int = 1000
+    #: Wait between rebalance attempts (coordinator.rebalance.backoff.ms).
+    rebalance_backoff_ms: int = 500
+    #: Retries after a failed rebalance attempt before ConsumerRebalanceFailed (coordinator.rebalance.max.retries).
+    rebalance_max_retries: int = 10
+    #: range | roundrobin (coordinator.partition.assignment.strategy).
+    assignment_strategy: str = "range"
+
+    def __post_init__(self) -> None:
+        for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"coordinator setting {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"coordinator setting {name} must be >= 0, got {getattr(self, name)}")
+        get_assignor(self.assignment_strategy)
+
+    @classmethod
+    def from_broker_config(cls, cfg: Mapping[str, Any]) -> "CoordinatorConfig":
+        """From a broker ``Config`` (or any mapping); missing keys take the defaults."""
+        d = cls()
+        return cls(
+            rebalance_threads=int(_get(cfg, "coordinator.rebalance.threads", d.rebalance_threads)),
+            min_session_timeout_ms=int(_get(cfg, "coordinator.min.session.timeout.ms", d.min_session_timeout_ms)),
+            max_ping_retries=int(_get(cfg, "coordinator.max.ping.retries", d.max_ping_retries)),
+            offsets_commit_interval_ms=int(_get(cfg, "coordinator.offsets.commit.interval.ms",
+                                                   d.offsets_commit_interval_ms)),
+            rebalance_backoff_ms=int(_get(cfg, "coordinator.rebalance.backoff.ms", d.rebalance_backoff_ms)),
+            rebalance_max_retries=int(_get(cfg, "coordinator.rebalance.max.retries", d.rebalance_max_retries)),
+            assignment_strategy=str(_get(cfg, "coordinator.partition.assignment.strategy", d.assignment_strategy)),
+        )

@@ -1,0 +1,162 @@
+"""Where the coordinator keeps what must survive it: the ``GroupStore`` interface.
+
+Two implementations: ``MemoryGroupStore`` (unit tests; can be told to fence or
+fail) and ``zk_store.ZkGroupStore`` (Kafka 0.8's ZooKeeper layout, every write
+fenced by the coordinator's election).  A write from a coordinator that is no
+longer the elected one raises ``Fenced`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_coord.coordinator.subscription import TopicCount
+
+TopicPartition = tuple[str, int]
+
+
+class Fenced(Exception):
+    """This coordinator is no longer the elected one; the write did not happen."""
+
+
+class StoreError(Exception):
+    """A store operation failed for another reason (the message says which)."""
+
+
+@dataclass
+class StoredMember:
+    """A member as the store keeps it (enough to restore the group after failover)."""
+
+    consumer_id: str
+    topic_count: TopicCount
+    auto_commit: bool = True
+    auto_offset_reset: str = "largest"
+    session_timeout_ms: int = 10000
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, **self.topic_count.to_json(), "auto_commit": self.auto_commit,
+                "auto_offset_reset": self.auto_offset_reset, "session_timeout_ms": self.session_timeout_ms}
+
+    @classmethod
+    def from_json(cls, consumer_id: str, doc: Any) -> "StoredMember":
+        """Inverse of ``to_json``; ``ValueError`` on anything malformed."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"member {consumer_id!r}: expected a JSON object")
+        tc = TopicCount.from_json(doc)
+        auto_commit = doc.get("auto_commit", True)
+        reset = doc.get("auto_offset_reset", "largest")
+        session = doc.get("session_timeout_ms", 10000)
+        if not isinstance(auto_commit, bool):
+            raise ValueError(f"member {consumer_id!r}: auto_commit {auto_commit!r} is not a boolean")
+        if reset not in ("smallest", "largest"):
+            raise ValueError(f"member {consumer_id!r}: auto_offset_reset {reset!r} is not smallest|largest")
+        if isinstance(session, bool) or not isinstance(session, int) or session <= 0:
+            raise ValueError(f"member {consumer_id!r}: session_timeout_ms {session!r} is not a positive integer")
+        return cls(consumer_id, tc, auto_commit, reset, session)
+
+
+@dataclass
+class StoredGroup:
+    """Everything ``load_groups`` restores for one group."""
+
+    group_id: str
+    generation_id: int = 0
+    members: dict[str, StoredMember] = field(default_factory=dict)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
+
+
+class GroupStore(ABC):
+    """Persistent group state.  All methods are coroutines; writes may raise ``Fenced``."""
+
+    @abstractmethod
+    async def load_groups(self) -> dict[str, StoredGroup]:
+        """Every group with its members, generation, offsets and owners."""
+
+    @abstractmethod
+    async def save_member(self, group_id: str, member: StoredMember) -> None:
+        """Create or replace a member's registration."""
+
+    @abstractmethod
+    async def remove_member(self, group_id: str, consumer_id: str) -> None:
+        """Delete a member's registration (no error when it is absent)."""
+
+    @abstractmethod
+    async def save_generation(self, group_id: str, generation_id: int) -> None:
+        """Persist the group's generation."""
+
+    @abstractmethod
+    async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Write these partitions' offsets (others keep theirs)."""
+
+    @abstractmethod
+    async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """The group's committed offsets."""
+
+    @abstractmethod
+    async def read_owners(self, group_id: str) -> dict[TopicPartition, str]:
+        """The group's partition owners (consumer thread ids)."""
+
+    @abstractmethod
+    async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
+        """Replace the group's owners by exactly ``owners``."""
+
+    @abstractmethod
+    async def topics(self) -> dict[str, int]:
+        """Every topic of the cluster with its number of partitions."""
+
+
+class MemoryGroupStore(GroupStore):
+    """A ``GroupStore`` in a dict, for unit tests.
+
+    ``fenced = True`` makes every write raise ``Fenced``; ``fail_writes`` makes them
+    raise ``StoreError``; ``writes`` logs every successful write in order.
+    """
+
+    def __init__(self, topics: dict[str, int] | None = None):
+        self.groups: dict[str, StoredGroup] = {}
+        self.cluster_topics: dict[str, int] = dict(topics or {})
+        self.fenced = False
+        self.fail_writes = False
+        self.writes: list[tuple[str, str, Any]] = []
+
+    def _group(self, group_id: str) -> StoredGroup:
+        return self.groups.setdefault(group_id, StoredGroup(group_id))
+
+    def _write(self, op: str, group_id: str, arg: Any) -> StoredGroup:
+        if self.fenced:
+            raise Fenced(f"{op} for group {group_id!r}: fenced")
+        if self.fail_writes:
+            raise StoreError(f"{op} for group {group_id!r}: store unavailable")
+        self.writes.append((op, group_id, copy.deepcopy(arg)))
+        return self._group(group_id)
+
+    async def load_groups(self) -> dict[str, StoredGroup]:
+        return copy.deepcopy(self.groups)
+
+    async def save_member(self, group_id: str, member: StoredMember) -> None:
+        self._write("save_member", group_id, member.consumer_id).members[member.consumer_id] = copy.deepcopy(member)
+
+    async def remove_member(self, group_id: str, consumer_id: str) -> None:
+        self._write("remove_member", group_id, consumer_id).members.pop(consumer_id, None)
+
+    async def save_generation(self, group_id: str, generation_id: int) -> None:
+        self._write("save_generation", group_id, generation_id).generation_id = generation_id
+
+    async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        self._write("commit_offsets", group_id, offsets).offsets.update(offsets)
+
+    async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        return dict(self.groups[group_id].offsets) if group_id in self.groups else {}
+
+    async def read_owners(self, group_id: str) -> dict[TopicPartition, str]:
+        return dict(self.groups[group_id].owners) if group_id in self.groups else {}
+
+    async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
+        self._write("write_owners", group_id, owners).owners = dict(owners)
+
+    async def topics(self) -> dict[str, int]:
+        return dict(self.cluster_topics)

@@ -1,0 +1,151 @@
+"""Test support for the coordinator's core: a hand-driven clock, an in-memory store and
+fake member channels that record what the coordinator sent and answer when told to
+(or by themselves, like a well-behaved member)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any, Callable
+
+from spark_coord.coordinator.api import CoordinatorApi
+from spark_coord.coordinator.channel import ChannelClosed
+from spark_coord.coordinator.clock import ManualTimer
+from spark_coord.coordinator.config import CoordinatorConfig
+from spark_coord.coordinator.coordinator import Coordinator
+from spark_coord.coordinator.store import MemoryGroupStore
+
+PING, STOP, START = CoordinatorApi.PING, CoordinatorApi.STOP_FETCHER, CoordinatorApi.START_FETCHER
+EPOCH = 7
+
+
+def async_test(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an ``async def`` test in a fresh event loop."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
+
+
+class FakeChannel:
+    """A ``MemberChannel`` that records requests; ``on_send`` lets a member react."""
+
+    def __init__(self, peer: str):
+        self.peer = peer
+        self.sent: list[tuple[int, dict]] = []
+        self.closed = False
+        self.on_send: Callable[[int, dict], None] | None = None
+
+    def send(self, api_key: int, body: dict) -> None:
+        if self.closed:
+            raise ChannelClosed(self.peer)
+        self.sent.append((api_key, body))
+        if self.on_send:
+            self.on_send(api_key, body)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def requests(self, api: int) -> list[dict]:
+        return [b for a, b in self.sent if a == api]
+
+    def last(self, api: int) -> dict | None:
+        found = self.requests(api)
+        return found[-1] if found else None
+
+
+class Member:
+    """A member on a ``FakeChannel``: answers automatically unless ``auto`` is off or it is ``muted``."""
+
+    def __init__(self, h: "Harness", group: str, consumer_id: str, auto: bool = True):
+        self.h = h
+        self.group = group
+        self.consumer_id = consumer_id
+        self.channel = FakeChannel(f"{consumer_id}@test")
+        self.channel.on_send = self._on_send
+        self.auto = auto
+        self.muted = False
+        self.generation: int | None = None
+        self.positions: dict[tuple[str, int], int] = {}
+        self.stop_error = 0
+        self.history: list[tuple[int, dict[tuple[str, int], int]]] = []  # (generation, assignment)
+
+    def _on_send(self, api: int, body: dict) -> None:
+        if self.auto and not self.muted:
+            asyncio.get_running_loop().call_soon(self.answer, api, body)
+
+    def offsets(self) -> list[dict]:
+        return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())]
+
+    def answer(self, api: int, body: dict | None = None, **override: Any) -> None:
+        """Answer ``body`` (default: the last request of ``api``) as a member would."""
+        body = body if body is not None else self.channel.last(api)
+        assert body is not None, f"{self.consumer_id} got no {api!r}"
+        if self.channel.closed:
+            return
+        resp: dict[str, Any] = {"error_code": 0, "consumer_id": self.consumer_id, "generation_id": self.generation}
+        if api in (PING, STOP):
+            resp["offsets"] = self.offsets()
+            if api == STOP:
+                resp["error_code"] = self.stop_error
+                if not self.stop_error:
+                    self.positions = {}
+        else:
+            self.generation = body["generation_id"]
+            resp["generation_id"] = self.generation
+            self.positions = {(p["topic"], p["partition"]): max(0, p["offset"])
+                              for o in body["ownership"] for p in o["partitions"]}
+            self.history.append((self.generation, dict(self.positions)))
+        resp.update(override)
+        self.h.coord.on_response(self.channel, api, resp)
+
+    def consume(self, n: int) -> None:
+        self.positions = {tp: o + n for tp, o in self.positions.items()}
+
+
+class Harness:
+    def __init__(self, topics: dict[str, int] | None = None, **cfg: Any):
+        self.timer = ManualTimer()
+        self.store = MemoryGroupStore(topics if topics is not None else {"t": 12})
+        self.fenced_calls = 0
+        self.coord = Coordinator(CoordinatorConfig(**cfg), self.store, self.timer, self.timer.clock,
+                                 lambda: [(0, "127.0.0.1", 9092)], on_fenced=self._on_fenced)
+
+    def _on_fenced(self) -> None:
+        self.fenced_calls += 1
+
+    async def start(self, epoch: int = EPOCH) -> "Harness":
+        await self.coord.activate(epoch)
+        return self
+
+    async def settle(self, rounds: int = 60) -> None:
+        for _ in range(rounds):
+            await asyncio.sleep(0)
+
+    async def advance(self, ms: int) -> None:
+        """Move time forward ``ms``, letting posted work run after each timer that fires."""
+        target = self.timer.clock.now_ms() + ms
+        await self.settle()
+        while True:
+            due = self.timer.next_due()
+            if due is None or due > target:
+                break
+            self.timer.advance(due - self.timer.clock.now_ms())
+            await self.settle()
+        self.timer.advance(target - self.timer.clock.now_ms())
+        await self.settle()
+
+    def register(self, consumer_id: str, group: str = "g", topics: dict[str, int] | None = None,
+                 pattern: str | None = None, streams: int = 1, session: int = 3000, auto: bool = True,
+                 **extra: Any) -> tuple[Member, dict]:
+        m = Member(self, group, consumer_id, auto=auto)
+        body: dict[str, Any] = {
+            "group_id": group, "consumer_id": consumer_id,
+            "topics": [] if pattern else [{"topic": t, "streams": n} for t, n in (topics or {"t": 1}).items()],
+            "pattern": pattern, "pattern_streams": streams, "auto_commit": True,
+            "auto_offset_reset": "smallest", "session_timeout_ms": session}
+        body.update(extra)
+        return m, self.coord.register(m.channel, body)
+
+    def group(self, g: str = "g"):
+        return self.coord.groups[g]

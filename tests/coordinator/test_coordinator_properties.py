@@ -1,0 +1,83 @@
+"""Invariants over random join / leave / fail / topic-change sequences (hypothesis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coord_harness import Harness
+from spark_coord.coordinator.group import GroupState
+
+CIDS = [f"c{i}" for i in range(5)]
+op_st = st.one_of(
+    st.tuples(st.just("join"), st.sampled_from(CIDS), st.integers(1, 2)),
+    st.tuples(st.just("leave"), st.sampled_from(CIDS), st.just(0)),
+    st.tuples(st.just("mute"), st.sampled_from(CIDS), st.just(0)),
+    st.tuples(st.just("advance"), st.just(""), st.integers(1, 4000)),
+    st.tuples(st.just("grow"), st.just(""), st.integers(1, 3)),
+    st.tuples(st.just("settle"), st.just(""), st.integers(1, 10)),
+)
+
+
+def _check_one_owner_per_partition(h: Harness) -> None:
+    """Among members started in the same generation, no partition has two owners."""
+    g = h.coord.groups.get("g")
+    if g is None:
+        return
+    seen: dict[tuple[int, tuple[str, int]], str] = {}
+    for m in g.members.values():
+        for tp in m.owned():
+            key = (m.generation_id, tp)
+            assert key not in seen, f"{tp} owned by {seen[key]} and {m.consumer_id} in generation {m.generation_id}"
+            seen[key] = m.consumer_id
+
+
+async def _run(ops) -> None:
+    h = await Harness({"a": 3, "b": 2}, rebalance_backoff_ms=50, max_ping_retries=1).start()
+    live: dict[str, object] = {}
+    partitions_b = 2
+    for kind, cid, n in ops:
+        if kind == "join" and cid not in live:
+            m, r = h.register(cid, topics={"a": n, "b": 1}, session=3000)
+            assert r["error_code"] == 0
+            live[cid] = m
+        elif kind == "leave" and cid in live:
+            h.coord.on_channel_closed(live.pop(cid).channel)
+        elif kind == "mute" and cid in live:
+            live[cid].muted = True
+        elif kind == "advance":
+            await h.advance(n)
+        elif kind == "grow":
+            partitions_b += n
+            h.coord.on_topics_changed({"b": partitions_b})
+        else:
+            await h.settle(n)
+        _check_one_owner_per_partition(h)
+    await h.advance(20_000)  # muted members fail, everything settles
+    _check_one_owner_per_partition(h)
+    g = h.coord.groups.get("g")
+    if g is None:
+        return
+    alive = {cid for cid, m in live.items() if not m.channel.closed}
+    assert set(g.members) == alive
+    if not alive:
+        assert g.state == GroupState.EMPTY and g.owners == {}
+        return
+    assert g.state == GroupState.STABLE, (g.state, g.last_error)
+    expected = {("a", p) for p in range(3)} | {("b", p) for p in range(partitions_b)}
+    assert set(g.owners) == expected  # complete
+    assert {o.rsplit("-", 1)[0] for o in g.owners.values()} <= alive
+    assert h.store.groups["g"].owners == g.owners
+    for cid in alive:  # every member runs exactly its share of the current generation
+        m = g.members[cid]
+        assert m.generation_id == g.generation_id
+        assert m.owned() == {tp for tp, o in g.owners.items() if o.rsplit("-", 1)[0] == cid}
+    assert h.coord.rebalancer.concurrency_violations == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(op_st, min_size=1, max_size=25))
+def test_random_membership_sequences_keep_the_invariants(ops):
+    asyncio.run(_run(ops))
