@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from kazoo.exceptions import NodeExistsError
 
 from spark_coord.broker.context import BrokerContext
+from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import Handler, data_handlers
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.server import BrokerServer
@@ -66,6 +67,7 @@ class Broker:
         self.server: BrokerServer | None = None
         self.ctx: BrokerContext | None = None
         self.registration: BrokerRegistration | None = None
+        self.coordination: CoordinationService | None = None
         self._tasks: list[asyncio.Task] = []
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"broker-{self.broker_id}-logs")
         self.started = False
@@ -99,7 +101,8 @@ class Broker:
             self.server = BrokerServer(self.ctx, self.host, self.port, cfg["socket.request.max.bytes"],
                                        cfg["connections.max.idle.ms"] / 1000)
             self.ctx.server = self.server
-            for handler in data_handlers() + self._extra_handlers:
+            self.coordination = CoordinationService(self)
+            for handler in data_handlers() + self.coordination.handlers() + self._extra_handlers:
                 self.server.add_handler(handler)
             self.ctx.cluster_id = await loop.run_in_executor(None, self._cluster_id)
             await self.view.start()
@@ -110,6 +113,7 @@ class Broker:
             self.registration = BrokerRegistration(self.zk, loop, self.broker_id, host, port,
                                                    stale_wait=cfg["zookeeper.session.timeout.ms"] / 1000 * 2 + 5)
             await self.registration.start()
+            await self.coordination.start()
             # Serve Metadata that lists this broker from the first request on.
             if not await self.view.wait_for(lambda v: self.broker_id in v.brokers, cfg["zookeeper.connection.timeout.ms"] / 1000):
                 log.warning("broker %d: own registration not yet visible in ZooKeeper", self.broker_id)
@@ -173,6 +177,9 @@ class Broker:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self.coordination is not None:
+            await self.coordination.stop()
+            self.coordination = None
         if self.registration is not None:
             await self.registration.stop()
             self.registration = None

@@ -20,14 +20,16 @@ Contract (see ``protocol`` for the entry points):
   before anything is allocated.  Unknown tagged fields are skipped.
 - ``registry`` is the one table of served (api_key, version) pairs; importing this
   package registers Kafka's data APIs (one module per API, each documenting its
-  versions).  Other modules register their own APIs with ``registry.register``.
+  versions) and the coordinator protocol (``coordinator``: api keys 1000-1005).
 """
 
 from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     api_versions,
+    coordinator,
     create_topics,
     delete_topics,
     fetch,
+    init_producer_id,
     list_offsets,
     metadata,
     produce,

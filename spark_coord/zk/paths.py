@@ -6,6 +6,7 @@ read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write
 
     /brokers/ids/<broker id>                            ephemeral, broker JSON (model.py)
     /brokers/topics/<topic>                             persistent, partition assignment JSON
+    /latest_producer_id_block                           persistent, last claimed producer id block
     /consumers/coordinator                              ephemeral, the elected coordinator
     /consumers/<group>/ids/<consumer id>                persistent, registered members
     /consumers/<group>/state                            persistent, what a new coordinator
@@ -140,6 +141,9 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 #: Kafka's cluster id znode: {"version":"1","id":"<id>"}, created once by the first broker.
 CLUSTER_ID = "/cluster/id"
+#: Kafka's producer id block znode: {"version":1,"broker":<id>,"block_start":"<n>","block_end":"<m>"},
+#: the last block of producer ids claimed by any broker (version-checked sets).
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 
 def broker(broker_id: int) -> str:

@@ -29,31 +29,31 @@ PING_RESPONSE = Message("PingResponse", valid="0-1", flexible="none", fields=[
 def test_a_key_is_registered_once(scratch_registry):
     with pytest.raises(ValueError, match="already registered"):
         registry.register(3, "Metadata", Message("X", "0+", "none", []), Message("Y", "0+", "none", []), (0, 0))
-    registry.register(1000, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
+    registry.register(1900, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
     with pytest.raises(ValueError, match="already registered"):
-        registry.register(1000, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
+        registry.register(1900, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
 
 
 def test_version_outside_the_schema_is_refused(scratch_registry):
     with pytest.raises(ValueError, match="no version 2"):
-        registry.register(1001, "Ping2", PING_REQUEST, PING_RESPONSE, (0, 2))
-    assert registry.served_versions(1001) is None
+        registry.register(1901, "Ping2", PING_REQUEST, PING_RESPONSE, (0, 2))
+    assert registry.served_versions(1901) is None
 
 
 def test_coordinator_api_uses_classic_headers_and_joins_api_versions(scratch_registry):
-    registry.register(1000, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
-    entry = registry.lookup(1000, 1)
+    registry.register(1900, "Ping", PING_REQUEST, PING_RESPONSE, (0, 1))
+    entry = registry.lookup(1900, 1)
     assert (entry.request_header_version, entry.response_header_version) == (1, 0)
-    assert {"api_key": 1000, "min_version": 0, "max_version": 1} in protocol.api_versions_table()
-    frame = protocol.encode_request(1000, 1, 5, "member-1", {"group_id": "g", "generation": 4})
+    assert {"api_key": 1900, "min_version": 0, "max_version": 1} in protocol.api_versions_table()
+    frame = protocol.encode_request(1900, 1, 5, "member-1", {"group_id": "g", "generation": 4})
     # header v1 + string + int32: no tagged-field bytes anywhere
-    assert frame[4:] == b"\x03\xe8\x00\x01\x00\x00\x00\x05\x00\x08member-1\x00\x01g\x00\x00\x00\x04"
+    assert frame[4:] == b"\x07\x6c\x00\x01\x00\x00\x00\x05\x00\x08member-1\x00\x01g\x00\x00\x00\x04"
     header, body = protocol.decode_request(frame[4:])
-    assert header == RequestHeader(1000, 1, 5, "member-1") and body == {"group_id": "g", "generation": 4}
+    assert header == RequestHeader(1900, 1, 5, "member-1") and body == {"group_id": "g", "generation": 4}
     parts = protocol.encode_response(header, {"offsets": [{"partition": 0, "offset": 42}]})
-    corr, resp = protocol.decode_response(1000, 1, b"".join(parts)[4:])
+    corr, resp = protocol.decode_response(1900, 1, b"".join(parts)[4:])
     assert corr == 5 and resp == {"error_code": 0, "offsets": [{"partition": 0, "offset": 42}]}
-    assert registry.api_name(1000) == "Ping"
+    assert registry.api_name(1900) == "Ping"
 
 
 def test_api_names_for_logs():

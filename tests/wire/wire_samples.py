@@ -26,8 +26,12 @@ def served() -> list[tuple[int, int]]:
 
 def message_of(api_key: int, kind: str) -> Message:
     import importlib
+    if api_key >= 1000:  # the coordinator protocol: one module for all its APIs
+        from spark_coord.wire.coordinator import MESSAGES
+        _, request, response = MESSAGES[api_key]
+        return request if kind == "request" else response
     modules = {0: "produce", 1: "fetch", 2: "list_offsets", 3: "metadata", 18: "api_versions",
-               19: "create_topics", 20: "delete_topics"}
+               19: "create_topics", 20: "delete_topics", 22: "init_producer_id"}
     mod = importlib.import_module(f"spark_coord.wire.{modules[api_key]}")
     return mod.REQUEST if kind == "request" else mod.RESPONSE
 

@@ -35,8 +35,8 @@ class Handler:
 
 def data_handlers() -> list[Handler]:
     """The Kafka data-plane handlers every broker serves."""
-    from spark_coord.broker.handlers import (api_versions, create_topics, delete_topics, fetch, list_offsets,
-                                             metadata, produce)
+    from spark_coord.broker.handlers import (api_versions, create_topics, delete_topics, fetch, init_producer_id,
+                                             list_offsets, metadata, produce)
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
-            create_topics.HANDLER, delete_topics.HANDLER]
+            create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER]

@@ -7,13 +7,18 @@ response at all), 1 and -1 (= 1: one replica); anything else
 INVALID_REQUIRED_ACKS.  Per partition: not the leader -> NOT_LEADER_OR_FOLLOWER,
 unknown -> UNKNOWN_TOPIC_OR_PARTITION, a bad batch -> CORRUPT_MESSAGE or
 MESSAGE_TOO_LARGE with nothing of that partition appended.  An append wakes the
-fetches long-polling that partition.
+fetches long-polling that partition.  A batch with a producer id (idempotent
+producer) is checked against the producer's sequence state first
+(``broker.producer_state``): a duplicate is answered with its original base
+offset and not appended again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, a stale
+epoch INVALID_PRODUCER_EPOCH.
 """
 
 from __future__ import annotations
 
 import logging
 
+from spark_coord.broker import producer_state
 from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
@@ -66,11 +71,21 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
         log.warning("%r: %s-%d: rejected record batch: %s", conn, topic, partition, e)
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e))
     plog = ctx.logs.get_or_create(topic, partition)
+    sequences = producer_state.for_broker(ctx).sequences
+    verdict = sequences.check(topic, partition, plog, headers)
+    if verdict.duplicate_of is not None:
+        log.info("%r: %s-%d: duplicate batch of producer %d (sequence %d) answered with offset %d", conn, topic,
+                 partition, headers[0].producer_id, headers[0].base_sequence, verdict.duplicate_of)
+        return _partition(partition, ErrorCode.NONE, verdict.duplicate_of, plog.log_start_offset)
+    if verdict.code != ErrorCode.NONE:
+        log.info("%r: %s-%d: %s", conn, topic, partition, verdict.message)
+        return _partition(partition, verdict.code, message=verdict.message)
     try:
         base_offset = plog.append(records, headers)
     except OSError as e:
         log.error("%s-%d: append failed: %s", topic, partition, e)
         return _partition(partition, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
+    sequences.record(topic, partition, plog, headers, base_offset)
     ctx.appends.notify((topic, partition))
     return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset)
 

@@ -1,0 +1,192 @@
+"""The coordinator inside a broker: election, request handlers, member channels.
+
+Every broker runs a ``CoordinationService``.  Its ``CoordinatorElector`` competes
+for ``/consumers/coordinator``; the winner activates its ``Coordinator`` (restoring
+groups from ZooKeeper), the others stay inert and answer ``ClusterMetadata`` with
+the winner's id, so members find it.  The broker's connection objects become the
+coordinator's ``MemberChannel``\\ s: after RegisterConsumer the coordinator pushes
+Ping / StopFetcher / StartFetcher down the member's own connection, and the
+member's answers come back through ``Connection.send_request`` futures.
+
+Topic changes seen by the broker's ZooKeeper view (new topics, more partitions)
+are handed to the active coordinator, which rebalances the interested groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kazoo.recipe.watchers import DataWatch
+
+from spark_coord.broker.handlers import Handler
+from spark_coord.coordinator.channel import ChannelClosed
+from spark_coord.coordinator.clock import LoopTimer, SystemClock
+from spark_coord.coordinator.config import CoordinatorConfig
+from spark_coord.coordinator.coordinator import Coordinator
+from spark_coord.coordinator.elector import CoordinatorElector
+from spark_coord.coordinator.zk_store import ZkGroupStore
+from spark_coord.errors import ErrorCode
+from spark_coord.wire import coordinator as api
+from spark_coord.zk import paths
+from spark_coord.zk.client import to_loop
+
+log = logging.getLogger(__name__)
+
+
+class BrokerMemberChannel:
+    """A registered member's broker connection, as the coordinator's ``MemberChannel``."""
+
+    def __init__(self, conn, service: "CoordinationService"):
+        self.conn = conn
+        self.service = service
+        self.peer = conn.peer
+
+    def send(self, api_key: int, body: dict) -> None:
+        if self.conn.closed:
+            raise ChannelClosed(f"{self.peer}: connection closed")
+        fut = self.conn.send_request(api_key, api.VERSION, body)
+        fut.add_done_callback(lambda f: self._answered(api_key, f))
+
+    def _answered(self, api_key: int, fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return  # a closed connection is reported through on_channel_closed
+        coordinator = self.service.coordinator
+        if coordinator is not None and coordinator.active:
+            coordinator.on_response(self, api_key, fut.result())
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            asyncio.get_running_loop().create_task(self.conn.close())
+
+    def __repr__(self) -> str:
+        return f"MemberChannel({self.peer})"
+
+
+class CoordinationService:
+    """Elector + coordinator + the coordinator API handlers of one broker."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.enabled: bool = broker.config["coordinator.enable"]
+        self.coordinator: Coordinator | None = None
+        self.elector: CoordinatorElector | None = None
+        self.coordinator_id = -1
+        self.coordinator_epoch = -1
+        self._watch: DataWatch | None = None
+
+    # ------------------------------------------------------------------ life cycle
+    def handlers(self) -> list[Handler]:
+        return [
+            Handler(api.CLUSTER_METADATA, "ClusterMetadata", self._cluster_metadata,
+                    lambda body, code: {"error_code": code}),
+            Handler(api.REGISTER_CONSUMER, "RegisterConsumer", self._register,
+                    lambda body, code: {"error_code": code}),
+            Handler(api.DESCRIBE_GROUPS, "CoordinatorDescribeGroups", self._describe,
+                    lambda body, code: {"error_code": code}),
+        ]
+
+    async def start(self) -> None:
+        """Watch who coordinates; if enabled, stand for election (after the broker is serving)."""
+        loop = asyncio.get_running_loop()
+        zk = self.broker.zk
+        self._watch = DataWatch(zk, paths.COORDINATOR, to_loop(loop, self._on_coordinator_node))
+        if not self.enabled:
+            return
+        self.coordinator = Coordinator(
+            CoordinatorConfig.from_broker_config(self.broker.config), ZkGroupStore(zk, self._epoch_check),
+            LoopTimer(loop), SystemClock(), self._live_brokers, on_fenced=self._fenced)
+        self.broker.view.add_listener(self._topics_changed)
+        self.elector = CoordinatorElector(zk, self.broker.broker_id, loop, self._elected, self._resigned)
+        await self.elector.start()
+
+    async def stop(self) -> None:
+        if self.elector is not None:
+            await self.elector.stop()
+        if self.coordinator is not None:
+            await self.coordinator.deactivate()
+        self._watch = None
+
+    def _epoch_check(self):
+        return self.elector.current_check() if self.elector is not None else None
+
+    async def _elected(self, epoch: int) -> None:
+        log.info("broker %d is the coordinator (epoch %d)", self.broker.broker_id, epoch)
+        await self.coordinator.activate(epoch)
+        self._topics_changed(self.broker.view)
+
+    async def _resigned(self) -> None:
+        log.info("broker %d is no longer the coordinator", self.broker.broker_id)
+        await self.coordinator.deactivate()
+
+    def _fenced(self) -> None:
+        # The coordinator drops its state itself; the elector sees the election node change
+        # hands (its data watch) and resigns, then stands again on its own session.
+        log.warning("broker %d was fenced as coordinator by a newer election", self.broker.broker_id)
+
+    def _on_coordinator_node(self, data: bytes | None, stat: Any) -> None:
+        if data is None or stat is None:
+            self.coordinator_id, self.coordinator_epoch = -1, -1
+            return
+        try:
+            self.coordinator_id = int(data.decode().strip())
+        except ValueError:
+            log.warning("%s holds %r, not a broker id", paths.COORDINATOR, data[:40])
+            self.coordinator_id = -1
+        self.coordinator_epoch = stat.czxid
+
+    def _live_brokers(self) -> list[tuple[int, str, int]]:
+        return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
+
+    def _topics_changed(self, view) -> None:
+        if self.coordinator is not None and self.coordinator.active:
+            self.coordinator.on_topics_changed({t: len(a) for t, a in view.topics.items()}, complete=True)
+
+    # ------------------------------------------------------------------ handlers
+    async def _cluster_metadata(self, ctx, conn, header, body) -> dict:
+        return {"error_code": ErrorCode.NONE, "coordinator_id": self.coordinator_id,
+                "coordinator_epoch": self.coordinator_epoch,
+                "brokers": [{"node_id": i, "host": h, "port": p} for i, h, p in self._live_brokers()]}
+
+    async def _register(self, ctx, conn, header, body) -> dict:
+        coordinator = self.coordinator
+        if coordinator is None or not coordinator.active:
+            return {"error_code": ErrorCode.NOT_COORDINATOR,
+                    "error_message": f"broker {self.broker.broker_id} is not the coordinator "
+                                     f"(the coordinator is broker {self.coordinator_id})"}
+        channel = conn.attributes.get("member_channel")
+        if channel is None:
+            channel = conn.attributes["member_channel"] = BrokerMemberChannel(conn, self)
+        answer = coordinator.register(channel, body)
+        if answer.get("error_code") == ErrorCode.NONE and not conn.attributes.get("close_hooked"):
+            conn.attributes["close_hooked"] = True
+            conn.add_close_callback(lambda _c: self._member_gone(channel))
+        return answer
+
+    def _member_gone(self, channel: BrokerMemberChannel) -> None:
+        if self.coordinator is not None and self.coordinator.active:
+            self.coordinator.on_channel_closed(channel)
+
+    async def _describe(self, ctx, conn, header, body) -> dict:
+        coordinator = self.coordinator
+        if coordinator is None or not coordinator.active:
+            return {"error_code": ErrorCode.NOT_COORDINATOR, "groups": []}
+        wanted = body.get("group_ids") or [g["group_id"] for g in coordinator.describe_groups()]
+        groups = []
+        for gid in wanted:
+            d = coordinator.describe_group(gid)
+            if d is None:
+                continue
+            owners = {(o["topic"], o["partition"]): o["owner"] for o in d["owners"]}
+            offsets = {(o["topic"], o["partition"]): o["offset"] for o in d["offsets"]}
+            groups.append({
+                "group_id": gid, "state": d["state"], "generation_id": d["generation_id"],
+                "members": [{"consumer_id": m["consumer_id"], "host": m["peer"],
+                             "assigned": [{"topic": t, "partition": p}
+                                          for tps in m["assignment"].values() for t, p in tps]}
+                            for m in d["members"]],
+                "offsets": [{"topic": t, "partition": p, "committed_offset": offsets.get((t, p), -1),
+                             "owner": owners.get((t, p))} for (t, p) in sorted(set(owners) | set(offsets))],
+            })
+        return {"error_code": ErrorCode.NONE, "groups": groups}

@@ -1,0 +1,146 @@
+"""Fetched batches waiting for the application, and the positions they define.
+
+``PartitionBuffer`` is the bounded queue between the fetcher threads and the
+application's iterator, and the one place consumed positions live, so that
+"what the application has taken" and "what we report to the coordinator" can
+never disagree:
+
+- the *consumed* position of a partition is the next offset after the last record
+  the application took from the iterator (at-least-once: data the fetchers read
+  ahead does not count);
+- every change of assignment (StopFetcher, StartFetcher, a lost coordinator) bumps
+  a *token*; fetchers put batches with the token they were started under, so a
+  late batch of a revoked partition is dropped instead of delivered;
+- taking a batch and advancing its position happen under one lock, so a
+  StopFetcher answer never misses a batch the application already has.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PartitionBuffer", "Item"]
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One fetched batch of one partition; ``next_offset`` = last offset in it + 1."""
+
+    token: int
+    topic: str
+    partition: int
+    batch: Any          # pyarrow.RecordBatch
+    next_offset: int
+
+
+class PartitionBuffer:
+    """A bounded FIFO of fetched batches plus the consumed position of each assigned partition."""
+
+    def __init__(self, max_batches: int = 16):
+        if max_batches < 1:
+            raise ValueError(f"max_batches must be at least 1, got {max_batches}")
+        self.max_batches = max_batches
+        self._cond = threading.Condition()
+        self._items: deque[Item] = deque()
+        self._token = 0
+        self._consumed: dict[TopicPartition, int] = {}
+        self._assigned: set[TopicPartition] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ assignment
+    @property
+    def token(self) -> int:
+        with self._cond:
+            return self._token
+
+    def assign(self, assignment: dict[TopicPartition, int]) -> int:
+        """A new assignment: drop every buffered batch, keep only the positions of the new
+        partitions (start offsets >= 0 are their positions; -1 stays unknown until resolved).
+        Returns the new token for the fetchers."""
+        with self._cond:
+            self._token += 1
+            self._items.clear()
+            self._assigned = set(assignment)
+            self._consumed = {tp: off for tp, off in assignment.items() if off >= 0}
+            self._cond.notify_all()
+            return self._token
+
+    def clear(self) -> int:
+        """Drop every buffered batch (fetchers stopped); positions stay for the answer."""
+        with self._cond:
+            self._token += 1
+            self._items.clear()
+            self._cond.notify_all()
+            return self._token
+
+    def assigned(self) -> list[TopicPartition]:
+        with self._cond:
+            return sorted(self._assigned)
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Consumed position (next offset to consume) of each assigned partition that has one."""
+        with self._cond:
+            return dict(self._consumed)
+
+    def set_position(self, token: int, tp: TopicPartition, offset: int, only_if_idle: bool = False) -> bool:
+        """Set a position found by the fetchers (auto.offset.reset).  With ``only_if_idle``,
+        only when nothing of that partition is buffered (the application has not caught up)."""
+        with self._cond:
+            if token != self._token or tp not in self._assigned:
+                return False
+            if only_if_idle and any((i.topic, i.partition) == tp for i in self._items):
+                return False
+            self._consumed[tp] = offset
+            return True
+
+    # --------------------------------------------------------------------- queue
+    def put(self, item: Item, stop: threading.Event) -> bool:
+        """Queue ``item``, waiting while the buffer is full; False if it was dropped because its
+        token is stale, ``stop`` was set, or the buffer closed."""
+        with self._cond:
+            while True:
+                if self._closed or stop.is_set() or item.token != self._token:
+                    return False
+                if len(self._items) < self.max_batches:
+                    self._items.append(item)
+                    self._cond.notify_all()
+                    return True
+                self._cond.wait(0.5)  # re-checks ``stop``, which is an Event we cannot wait on together
+
+    def take(self, timeout: float | None, mark: bool = True) -> Item | None:
+        """The oldest batch, waiting up to ``timeout`` (None: forever); None on timeout or close.
+        With ``mark`` the partition's consumed position moves past the whole batch."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self._closed, timeout):
+                return None
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            if mark:
+                self._consumed[(item.topic, item.partition)] = item.next_offset
+            self._cond.notify_all()
+            return item
+
+    def mark(self, item: Item, next_offset: int) -> None:
+        """The application took records of ``item`` up to ``next_offset`` - 1 (per-message use);
+        ignored once the assignment changed."""
+        with self._cond:
+            tp = (item.topic, item.partition)
+            if item.token == self._token and tp in self._assigned:
+                self._consumed[tp] = max(next_offset, self._consumed.get(tp, next_offset))
+
+    def close(self) -> None:
+        """Wake every waiter; takers get None from now on."""
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)

@@ -1,0 +1,156 @@
+"""``spark-coord consume`` and ``spark-coord groups``.
+
+consume: join a group through the coordinator and print one record per line
+(``key<sep>value`` with ``--key-separator``) until Ctrl-C or SIGTERM, then leave
+cleanly (the final offsets reach the coordinator before the process exits).
+
+groups: ``list`` the coordinator's groups, or ``describe`` them: members with
+their partitions, and per partition the committed offset, the log end offset
+(ListOffsets) and the lag, as a table or ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+
+from spark_coord.client.metadata import parse_bootstrap
+
+log = logging.getLogger(__name__)
+
+__all__ = ["consume", "groups", "describe_groups"]
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def consume(args) -> int:
+    """Print records of the group's assigned partitions until interrupted."""
+    from spark_coord import config
+    from spark_coord.consumer.consumer import Consumer
+
+    overrides = config.parse_overrides(getattr(args, "override", None) or [])
+    cfg = config.load(config.CONSUMER, getattr(args, "config", None), overrides)
+    topics = [t for t in (getattr(args, "topic", None) or "").split(",") if t] or None
+    pattern = getattr(args, "pattern", None)
+    reset = "smallest" if getattr(args, "from_beginning", False) else cfg["auto.offset.reset"]
+    bootstrap = getattr(args, "bootstrap", None) or cfg["bootstrap.brokers"]
+    group = getattr(args, "group", None) or cfg["group.id"]
+    if not group:
+        log.error("a group is required (--group or group.id)")
+        return 2
+    sep = getattr(args, "key_separator", None)
+    limit = getattr(args, "count", None)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        consumer = Consumer(bootstrap, group, topics=topics, pattern=pattern, consumer_id=cfg["consumer.id"],
+                            session_timeout_ms=cfg["session.timeout.ms"], auto_commit=cfg["auto.commit.enable"],
+                            auto_offset_reset=reset, config=cfg)
+    except ValueError as e:
+        log.error("%s", e)
+        signal.signal(signal.SIGTERM, previous)
+        return 2
+    printed = 0
+    try:
+        while not stop.is_set() and (limit is None or printed < limit):
+            for record in consumer.messages(timeout=0.2):
+                line = _text(record.value) if sep is None else f"{_text(record.key)}{sep}{_text(record.value)}"
+                sys.stdout.write(line + "\n")
+                printed += 1
+                if stop.is_set() or (limit is not None and printed >= limit):
+                    break
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        log.info("closing: %d records printed", printed)
+        consumer.close()
+    return 0
+
+
+def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0) -> dict:
+    """One request to the current coordinator (found by ClusterMetadata)."""
+    from spark_coord.consumer.channel import CoordinatorChannel
+    from spark_coord.consumer.discovery import Discovery
+
+    discovery = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout)
+    view = discovery.one_round()
+    if view is None:
+        raise ConnectionError("no broker knows a reachable coordinator")
+    host, port = view.coordinator_address  # type: ignore[misc]
+    channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout)
+    try:
+        return channel.request(api_key, body)
+    finally:
+        channel.close()
+
+
+def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: bool = True) -> list[dict]:
+    """The coordinator's DescribeGroups answer, each offset row extended with log_end and lag."""
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.errors import KafkaError
+    from spark_coord.wire import coordinator as api
+
+    resp = _coordinator_call(bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])})
+    if resp["error_code"]:
+        raise KafkaError(resp["error_code"], "DescribeGroups")
+    groups = resp["groups"]
+    if with_lag and any(g["offsets"] for g in groups):
+        with ClusterClient(bootstrap) as cc:
+            admin = AdminClient(cc)
+            ends: dict[str, dict[int, int]] = {}
+            for topic in sorted({o["topic"] for g in groups for o in g["offsets"]}):
+                try:
+                    ends[topic] = admin.list_offsets(topic, None, LATEST)
+                except (KafkaError, OSError) as e:
+                    log.warning("log end offsets of %s: %s", topic, e)
+                    ends[topic] = {}
+            for g in groups:
+                for o in g["offsets"]:
+                    end = ends.get(o["topic"], {}).get(o["partition"])
+                    o["log_end"] = end
+                    o["lag"] = end - o["committed_offset"] if end is not None and o["committed_offset"] >= 0 else None
+    return groups
+
+
+def groups(args) -> int:
+    """``groups list`` / ``groups describe [GROUP...]``."""
+    from spark_coord.table import format_table
+
+    wanted = list(getattr(args, "groups", None) or [])
+    try:
+        described = describe_groups(args.bootstrap, wanted, with_lag=args.action == "describe")
+    except (ConnectionError, OSError) as e:
+        log.error("%s", e)
+        return 1
+    if getattr(args, "json", False):
+        json.dump(described, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    if args.action == "list":
+        rows = [{"group": g["group_id"], "state": g["state"], "generation": g["generation_id"],
+                 "members": len(g["members"])} for g in described]
+        print(format_table(rows, ["group", "state", "generation", "members"]))
+        return 0
+    for g in described:
+        print(f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members")
+        members = [{"consumer": m["consumer_id"], "host": m["host"],
+                    "partitions": [f"{a['topic']}-{a['partition']}" for a in m["assigned"]]} for m in g["members"]]
+        if members:
+            print(format_table(members, ["consumer", "host", "partitions"]))
+        rows = [{"topic": o["topic"], "partition": o["partition"],
+                 "committed": o["committed_offset"] if o["committed_offset"] >= 0 else None,
+                 "log_end": o.get("log_end"), "lag": o.get("lag"), "owner": o["owner"]}
+                for o in sorted(g["offsets"], key=lambda o: (o["topic"], o["partition"]))]
+        if rows:
+            print(format_table(rows, ["topic", "partition", "committed", "log_end", "lag", "owner"],
+                               ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER"]))
+        print()
+    return 0

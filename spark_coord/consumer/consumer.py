@@ -1,0 +1,251 @@
+"""``Consumer``: the thin consumer's public API (DESIGN 7; seeds 001, 003 sections 7 and 11).
+
+A member of a coordinator-managed group.  The coordinator decides which
+partitions it reads; the consumer only fetches them and reports how far the
+application got.  Example::
+
+    with Consumer("127.0.0.1:9092", "my-group", topics=["events"]) as consumer:
+        for batch in consumer.batches(timeout=5.0):      # pyarrow.RecordBatch
+            handle(batch.to_pylist())
+
+Offsets reported to the coordinator (in Ping and StopFetcher answers) are the
+next offset after what the application has *taken* from ``batches()`` or
+``messages()`` -- never what the fetchers read ahead -- so delivery is
+at-least-once.  With ``auto_commit=False`` only what ``commit()`` stored is
+reported.  When the assignment changes, buffered data of the old assignment is
+dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from spark_coord.client.metadata import ClusterClient, parse_bootstrap
+from spark_coord.consumer.buffer import PartitionBuffer
+from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
+from spark_coord.consumer.fetcher import FetcherManager, FetchSettings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Consumer", "Record", "default_consumer_id"]
+
+TopicPartition = tuple[str, int]
+_RESET_ALIASES = {"smallest": "smallest", "earliest": "smallest", "largest": "largest", "latest": "largest"}
+
+
+class Record(NamedTuple):
+    """One consumed record (``messages()``); ``timestamp`` in epoch ms, ``timestamp_type`` 0 CreateTime, 1 LogAppendTime."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _rows(batch) -> list[tuple]:
+    """(offset, timestamp ms, timestamp type, key, value, headers) per row of a fetched batch."""
+    cols = batch.to_pydict()
+    timestamps_us = batch.column(5).cast("int64").to_pylist()
+    headers = cols.get("headers")
+    return [(offset, ts // 1000 if ts is not None else -1, cols["timestampType"][i], cols["key"][i],
+             cols["value"][i], tuple((h["key"], h["value"]) for h in headers[i]) if headers and headers[i] else ())
+            for i, (offset, ts) in enumerate(zip(cols["offset"], timestamps_us))]
+
+
+def default_consumer_id() -> str:
+    """``<host>-<pid>-<random>``: unique per process and per consumer."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _subscription(topics, pattern: str | None, streams: int) -> tuple[dict[str, int], str | None]:
+    if (topics is None or len(topics) == 0) == (pattern is None):
+        raise ValueError("give exactly one of topics (a list or {topic: streams}) and pattern (a regex)")
+    if streams < 1:
+        raise ValueError(f"streams must be at least 1, got {streams}")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {e}") from None
+        return {}, pattern
+    if isinstance(topics, str):
+        topics = [t for t in topics.split(",") if t.strip()]
+    out = dict(topics) if isinstance(topics, Mapping) else {t: streams for t in topics}
+    for t, n in out.items():
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"topics: bad topic name {t!r}")
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"topics: streams for {t!r} must be a positive int, got {n!r}")
+    return {t.strip(): n for t, n in out.items()}, None
+
+
+class Consumer:
+    """A group member: joins through the coordinator, fetches what it is assigned.
+
+    ``config`` (a CONSUMER ``Config`` or a mapping of its keys) supplies the fetch
+    settings (fetch.*, max.partition.fetch.bytes, socket.timeout.ms, client.id);
+    the explicit arguments decide the rest.
+    """
+
+    def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
+                 consumer_id: str | None = None, session_timeout_ms: int = 10000, auto_commit: bool = True,
+                 auto_offset_reset: str = "largest", streams: int = 1, config: Mapping[str, Any] | None = None,
+                 include_headers: bool = False, queued_batches: int = 16):
+        from spark_coord import config as config_mod
+
+        if not group or not isinstance(group, str):
+            raise ValueError(f"group must be a non-empty string, got {group!r}")
+        reset = _RESET_ALIASES.get(str(auto_offset_reset).lower())
+        if reset is None:
+            raise ValueError(f"auto_offset_reset must be smallest/earliest or largest/latest, got {auto_offset_reset!r}")
+        if session_timeout_ms < 100:
+            raise ValueError(f"session_timeout_ms must be at least 100, got {session_timeout_ms}")
+        static, pattern = _subscription(topics, pattern, streams)
+        cfg = config if config is not None else {}
+        if not hasattr(cfg, "keyset"):
+            cfg = config_mod.load(config_mod.CONSUMER, None, dict(cfg))
+        addresses = parse_bootstrap(bootstrap)
+        self.group = group
+        self.consumer_id = consumer_id or default_consumer_id()
+        self.auto_commit = auto_commit
+        socket_timeout_ms = cfg["socket.timeout.ms"]
+        client_id = cfg["client.id"]
+        self._cluster = ClusterClient([f"{h}:{p}" for h, p in addresses], client_id=client_id,
+                                      timeout=socket_timeout_ms / 1000)
+        self._buffer = PartitionBuffer(queued_batches)
+        self._fetchers = FetcherManager(self._cluster, self._buffer, FetchSettings(
+            auto_offset_reset=reset, max_wait_ms=cfg["fetch.wait.max.ms"], min_bytes=cfg["fetch.min.bytes"],
+            max_bytes=cfg["fetch.max.bytes"], partition_max_bytes=cfg["max.partition.fetch.bytes"],
+            include_headers=include_headers))
+        self._lock = threading.Lock()
+        self._committed: dict[TopicPartition, int] = {}
+        self._generation = -1
+        self._threads: dict[TopicPartition, str] = {}
+        self._closed = False
+        self._pending: tuple | None = None  # (item, rows, next index) of a batch messages() is walking
+        registration = Registration(group_id=group, consumer_id=self.consumer_id, topics=static, pattern=pattern,
+                                    pattern_streams=streams, auto_commit=auto_commit, auto_offset_reset=reset,
+                                    session_timeout_ms=session_timeout_ms)
+        self.connector = ConsumerCoordinatorConnector(addresses, registration, self, client_id=client_id,
+                                                      socket_timeout_ms=socket_timeout_ms)
+        self.connector.start()
+
+    @classmethod
+    def from_config(cls, cfg, topics=None, pattern: str | None = None, **kwargs) -> "Consumer":
+        """A consumer from a CONSUMER ``Config`` (bootstrap.brokers, group.id, consumer.id, ...)."""
+        if not cfg["group.id"]:
+            raise ValueError("group.id is required")
+        return cls(cfg["bootstrap.brokers"], cfg["group.id"], topics=topics, pattern=pattern,
+                   consumer_id=cfg["consumer.id"] or None, session_timeout_ms=cfg["session.timeout.ms"],
+                   auto_commit=cfg["auto.commit.enable"], auto_offset_reset=cfg["auto.offset.reset"], config=cfg,
+                   **kwargs)
+
+    # ----------------------------------------------------------------- application
+    def batches(self, timeout: float | None = None) -> Iterator:
+        """pyarrow RecordBatches (columns of Spark's Kafka source) as they arrive; ends when
+        nothing arrived for ``timeout`` seconds (None: never) or the consumer is closed."""
+        while not self._closed:
+            item = self._buffer.take(timeout, mark=True)
+            if item is None:
+                return
+            yield item.batch
+
+    def messages(self, timeout: float | None = None) -> Iterator[Record]:
+        """One ``Record`` at a time (convenience; ``batches()`` is the fast path).  Each record
+        counts as consumed when it is yielded; leaving the loop mid-batch keeps the rest for
+        the next call."""
+        while not self._closed:
+            if self._pending is None:
+                item = self._buffer.take(timeout, mark=False)
+                if item is None:
+                    return
+                self._pending = (item, _rows(item.batch), 0)
+            item, rows, i = self._pending
+            if i >= len(rows) or item.token != self._buffer.token:  # done, or the assignment changed
+                self._pending = None
+                continue
+            self._pending = (item, rows, i + 1)
+            self._buffer.mark(item, rows[i][0] + 1)
+            yield Record(item.topic, item.partition, *rows[i])
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | list[dict]) -> None:
+        """Store offsets (next offset to consume) to report in the next Ping/StopFetcher answer."""
+        items = (((o["topic"], o["partition"]), o["offset"]) for o in offsets) if isinstance(offsets, list) \
+            else offsets.items()
+        with self._lock:
+            for (topic, partition), offset in items:
+                if not isinstance(offset, int) or offset < 0:
+                    raise ValueError(f"commit: offset for {topic}-{partition} must be an int >= 0, got {offset!r}")
+                self._committed[(topic, int(partition))] = offset
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions assigned by the last StartFetcher (empty while unassigned)."""
+        return self._buffer.assigned()
+
+    @property
+    def generation(self) -> int:
+        """The generation of the current assignment (-1 before the first StartFetcher)."""
+        return self._generation
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Next offset to consume per assigned partition (after what the application took)."""
+        return self._buffer.positions()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Leave the group cleanly: stop delivering and fetching, make sure the last offsets
+        reached the coordinator (waits up to about two session timeouts), close sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        self._buffer.close()      # wake the application's iterator; positions stay for the final answer
+        self._fetchers.stop()
+        self.connector.close(timeout)
+        self._cluster.close()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer(group={self.group!r}, id={self.consumer_id!r}, generation={self._generation})"
+
+    # ---------------------------------------------------- Member (connector thread)
+    def report_offsets(self) -> list[dict]:
+        assigned = set(self._buffer.assigned())
+        with self._lock:
+            out = {tp: off for tp, off in self._committed.items() if tp in assigned}
+        if self.auto_commit:
+            out.update(self._buffer.positions())
+        return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(out.items())]
+
+    def stop_fetchers(self) -> None:
+        self._fetchers.stop()
+
+    def start_fetchers(self, generation_id: int, assignment: dict[TopicPartition, int],
+                       threads: dict[TopicPartition, str], brokers: dict[int, tuple[str, int]]) -> None:
+        self._fetchers.stop()
+        if self._closed:
+            return
+        token = self._buffer.assign(assignment)
+        with self._lock:
+            self._committed = {tp: o for tp, o in self._committed.items() if tp in assignment}
+            self._generation = generation_id
+            self._threads = dict(threads)
+        if assignment:
+            self._fetchers.start(assignment, token)
+
+    def connection_lost(self) -> None:
+        self._fetchers.stop()

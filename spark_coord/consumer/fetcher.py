@@ -1,0 +1,323 @@
+"""The member's fetchers: one thread per leader broker, plus a leader finder.
+
+The shape of Kafka 0.8's ConsumerFetcherManager: ``FetcherManager.start()`` hands
+every assigned partition to the *leader finder* thread, which refreshes metadata,
+resolves start offsets of -1 (auto.offset.reset, via ListOffsets) and gives each
+partition to the ``FetcherThread`` of its leader.  A fetcher thread sends Kafka
+Fetch for all its partitions, decodes each answer straight to a pyarrow
+RecordBatch (``records.arrow.decode_to_arrow``) and puts it into the
+``PartitionBuffer``.  Per partition:
+
+- OFFSET_OUT_OF_RANGE: auto offset reset (smallest -> earliest, largest -> latest);
+- NOT_LEADER_OR_FOLLOWER and other retriable errors, a broken connection, or a
+  record set that fails to decode: the partition goes back to the leader finder,
+  which refreshes metadata (with backoff) and hands it to the right leader.
+
+``stop()`` stops and joins every thread; positions of the fetchers (read-ahead)
+are discarded, the consumed positions live in the buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+
+from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+from spark_coord.client.connection import BrokerConnectionError
+from spark_coord.client.fetcher import fetch, is_retriable
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.consumer.buffer import Item, PartitionBuffer
+from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.records.header import InvalidBatch
+from spark_coord.records.reader import iter_batches
+from spark_coord.wire.types import ProtocolError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FetchSettings", "FetcherManager", "FetcherThread"]
+
+TopicPartition = tuple[str, int]
+_NETWORK_ERRORS = (BrokerConnectionError, ProtocolError, OSError, KafkaError)
+
+
+class FetchSettings:
+    """Fetch sizes and waits (the consumer's fetch.* keys) and the reset policy."""
+
+    def __init__(self, auto_offset_reset: str = "largest", max_wait_ms: int = 500, min_bytes: int = 1,
+                 max_bytes: int = 52428800, partition_max_bytes: int = 1048576, include_headers: bool = False,
+                 retry_backoff_ms: int = 200):
+        if auto_offset_reset not in ("smallest", "largest"):
+            raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', got {auto_offset_reset!r}")
+        self.auto_offset_reset = auto_offset_reset
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.include_headers = include_headers
+        self.retry_backoff = retry_backoff_ms / 1000
+
+
+def _next_offset_of(records) -> int | None:
+    """The offset after the last complete batch of a record set (None if it has none)."""
+    last = None
+    for header, _ in iter_batches(records):
+        last = header.next_offset
+    return last
+
+
+class FetcherThread(threading.Thread):
+    """Fetch loop for the partitions one broker leads."""
+
+    def __init__(self, manager: "FetcherManager", leader: int, token: int):
+        super().__init__(name=f"fetcher-{leader}", daemon=True)
+        self.manager = manager
+        self.leader = leader
+        self.token = token
+        self._cond = threading.Condition()
+        self._positions: dict[TopicPartition, int] = {}
+        self._halt = threading.Event()
+
+    def add(self, tp: TopicPartition, offset: int) -> None:
+        with self._cond:
+            self._positions[tp] = offset
+            self._cond.notify_all()
+
+    def take_all(self) -> dict[TopicPartition, int]:
+        with self._cond:
+            out, self._positions = self._positions, {}
+            return out
+
+    def stop(self) -> None:
+        self._halt.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def run(self) -> None:
+        m = self.manager
+        s = m.settings
+        while not self._halt.is_set():
+            with self._cond:
+                self._cond.wait_for(lambda: self._positions or self._halt.is_set())
+                offsets = dict(self._positions)
+            if self._halt.is_set():
+                break
+            try:
+                conn = m.cluster.connection(self.leader)
+                answer = fetch(conn, offsets, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
+                               max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes)
+            except _NETWORK_ERRORS as e:
+                if self._halt.is_set():
+                    break
+                log.warning("fetch from broker %d failed: %s", self.leader, e)
+                m.cluster.drop_connection(self.leader)
+                m.orphan(self.take_all())
+                continue
+            for pd in answer:
+                if self._halt.is_set():
+                    break
+                self._handle(pd, offsets)
+        log.debug("%s stopped", self.name)
+
+    def _still(self, tp: TopicPartition, offset: int) -> bool:
+        with self._cond:
+            return self._positions.get(tp) == offset
+
+    def _advance(self, tp: TopicPartition, old: int, new: int) -> None:
+        with self._cond:
+            if self._positions.get(tp) == old:
+                self._positions[tp] = new
+
+    def _remove(self, tp: TopicPartition) -> int | None:
+        with self._cond:
+            return self._positions.pop(tp, None)
+
+    def _handle(self, pd, offsets: dict[TopicPartition, int]) -> None:
+        m = self.manager
+        tp = (pd.topic, pd.partition)
+        offset = offsets.get(tp)
+        if offset is None or not self._still(tp, offset):
+            return
+        if pd.error == ErrorCode.NONE:
+            records = pd.records
+            if records is None or len(records) == 0:
+                return
+            try:
+                batch = m.decode(records, pd.topic, pd.partition, offset)
+                after = _next_offset_of(records)
+            except (InvalidBatch, ValueError) as e:
+                log.error("bad record set for %s-%d at offset %d from broker %d: %s", pd.topic, pd.partition,
+                          offset, self.leader, e)
+                m.cluster.drop_connection(self.leader)
+                if self._remove(tp) is not None:
+                    m.orphan({tp: offset}, backoff=True)
+                return
+            if after is None:
+                log.warning("%s-%d: fetch at %d returned no complete batch (raise max.partition.fetch.bytes?)",
+                            pd.topic, pd.partition, offset)
+                return
+            if batch.num_rows:
+                last = batch.column(4)[batch.num_rows - 1].as_py()
+                item = Item(self.token, pd.topic, pd.partition, batch, last + 1)
+                if not m.buffer.put(item, self._halt):
+                    return
+            self._advance(tp, offset, max(after, offset))
+        elif pd.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            new = m.reset_offset(tp)
+            log.warning("%s-%d: offset %d out of range; auto.offset.reset=%s -> %s", pd.topic, pd.partition, offset,
+                        m.settings.auto_offset_reset, new)
+            if new is None:
+                if self._remove(tp) is not None:
+                    m.orphan({tp: offset}, backoff=True)
+                return
+            m.buffer.set_position(self.token, tp, new, only_if_idle=True)
+            self._advance(tp, offset, new)
+        else:
+            level = logging.INFO if is_retriable(pd.error) else logging.WARNING
+            log.log(level, "%s-%d: %s from broker %d; finding the leader again", pd.topic, pd.partition,
+                    ErrorCode.name_of(pd.error), self.leader)
+            if self._remove(tp) is not None:
+                m.orphan({tp: offset})
+
+
+class FetcherManager:
+    """The fetcher threads of one member and their leader finder (start/stop per assignment)."""
+
+    def __init__(self, cluster: ClusterClient, buffer: PartitionBuffer, settings: FetchSettings):
+        self.cluster = cluster
+        self.admin = AdminClient(cluster)
+        self.buffer = buffer
+        self.settings = settings
+        self._lock = threading.Condition()
+        self._orphans: dict[TopicPartition, int] = {}
+        self._fetchers: dict[int, FetcherThread] = {}
+        self._finder: threading.Thread | None = None
+        self._halt = threading.Event()
+        self._token = -1
+        self._backoff_pending = False
+
+    # ------------------------------------------------------------------- decoding
+    def decode(self, records, topic: str, partition: int, offset: int):
+        from spark_coord.records.arrow import decode_to_arrow
+
+        return decode_to_arrow(records, topic, partition, start_offset=offset,
+                               include_headers=self.settings.include_headers)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def running(self) -> bool:
+        return self._finder is not None
+
+    def start(self, assignment: dict[TopicPartition, int], token: int) -> None:
+        """Fetch ``assignment`` ({tp: start offset, -1 = apply the reset}) for buffer token ``token``.
+
+        Call ``stop()`` first, then ``buffer.assign()`` for the token: stopping clears the buffer,
+        which would make the token stale."""
+        if self.running:
+            raise RuntimeError("FetcherManager.start() while running: stop() first")
+        self._halt = threading.Event()
+        self._token = token
+        with self._lock:
+            self._orphans = dict(assignment)
+        self._finder = threading.Thread(target=self._find_leaders, name="leader-finder", daemon=True)
+        self._finder.start()
+
+    def stop(self) -> None:
+        """Stop and join every thread (a fetch in flight ends within max_wait_ms + the socket timeout)."""
+        self._halt.set()
+        with self._lock:
+            fetchers = list(self._fetchers.values())
+            self._fetchers.clear()
+            self._orphans.clear()
+            self._lock.notify_all()
+        for f in fetchers:
+            f.stop()
+        self.buffer.clear()  # wakes fetchers blocked on a full buffer
+        for f in fetchers:
+            f.join()
+        if self._finder is not None:
+            self._finder.join()
+            self._finder = None
+
+    # ---------------------------------------------------------------- leader finder
+    def orphan(self, partitions: dict[TopicPartition, int], backoff: bool = False) -> None:
+        """Give partitions back to the leader finder (leader moved, connection broke...)."""
+        if not partitions:
+            return
+        with self._lock:
+            if self._halt.is_set():
+                return
+            self._orphans.update(partitions)
+            self._backoff_pending = self._backoff_pending or backoff
+            self._lock.notify_all()
+
+    def _find_leaders(self) -> None:
+        stop = self._halt
+        while not stop.is_set():
+            with self._lock:
+                self._lock.wait_for(lambda: self._orphans or stop.is_set())
+                if stop.is_set():
+                    break
+                if self._backoff_pending:
+                    self._backoff_pending = False
+                    self._lock.wait(self.settings.retry_backoff)
+                    if stop.is_set():
+                        break
+                orphans = dict(self._orphans)
+            placed = self._place(orphans, stop)
+            with self._lock:
+                for tp in placed:
+                    if self._orphans.get(tp) == orphans[tp]:
+                        del self._orphans[tp]
+                if self._orphans and not stop.is_set():
+                    self._lock.wait(self.settings.retry_backoff)
+        log.debug("leader finder stopped")
+
+    def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event) -> list[TopicPartition]:
+        """Hand each orphan to its leader's fetcher; returns the partitions placed."""
+        try:
+            self.cluster.refresh(sorted({t for t, _ in orphans}))
+        except _NETWORK_ERRORS as e:
+            log.warning("metadata refresh failed: %s", e)
+            return []
+        placed = []
+        by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+        for tp, offset in orphans.items():
+            info = self.cluster.topics.get(tp[0])
+            part = info.partitions.get(tp[1]) if info is not None and not info.error else None
+            if part is None or part.leader < 0:
+                log.info("%s-%d: no leader yet", *tp)
+                continue
+            by_leader[part.leader][tp] = offset
+        for leader, parts in by_leader.items():
+            for tp, offset in parts.items():
+                if stop.is_set():
+                    return placed
+                if offset < 0:
+                    resolved = self.reset_offset(tp)
+                    if resolved is None:
+                        continue
+                    log.info("%s-%d: no committed offset; auto.offset.reset=%s -> %d", tp[0], tp[1],
+                             self.settings.auto_offset_reset, resolved)
+                    self.buffer.set_position(self._token, tp, resolved)
+                    offset = resolved
+                with self._lock:
+                    if stop.is_set():
+                        return placed
+                    fetcher = self._fetchers.get(leader)
+                    if fetcher is None:
+                        fetcher = FetcherThread(self, leader, self._token)
+                        self._fetchers[leader] = fetcher
+                        fetcher.start()
+                    fetcher.add(tp, offset)
+                placed.append(tp)
+        return placed
+
+    def reset_offset(self, tp: TopicPartition) -> int | None:
+        """auto.offset.reset for ``tp`` via ListOffsets (None if the leader could not answer)."""
+        when = EARLIEST if self.settings.auto_offset_reset == "smallest" else LATEST
+        try:
+            return self.admin.list_offsets(tp[0], [tp[1]], when)[tp[1]]
+        except (*_NETWORK_ERRORS, KeyError) as e:
+            log.warning("ListOffsets for %s-%d failed: %s", tp[0], tp[1], e)
+            return None

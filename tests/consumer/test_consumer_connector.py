@@ -1,0 +1,183 @@
+"""The coordinator connector against an in-test coordinator speaking the real protocol."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from consumer_fakes import FakeCoordinator, RecordingMember
+from helpers import wait_until
+from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
+from spark_coord.errors import ErrorCode
+
+OFFSETS = [{"topic": "t", "partition": 0, "offset": 42}, {"topic": "t", "partition": 1, "offset": 7}]
+
+
+@pytest.fixture
+def fake():
+    f = FakeCoordinator(epoch=7)
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def make_connector(fake):
+    made: list[ConsumerCoordinatorConnector] = []
+
+    def make(member=None, session_timeout_ms: int = 3000, consumer_id: str = "c1", bootstrap=None):
+        reg = Registration(group_id="g", consumer_id=consumer_id, topics={"t": 2}, session_timeout_ms=session_timeout_ms)
+        conn = ConsumerCoordinatorConnector(bootstrap or [fake.address], reg, member or RecordingMember(OFFSETS),
+                                            socket_timeout_ms=2000, backoff_ms=20, max_backoff_ms=100)
+        conn.start()
+        made.append(conn)
+        return conn
+
+    yield make
+    fake.close()  # the coordinator goes away first, so closing members do not wait for pings
+    for c in made:
+        c.close(timeout=5.0)
+        assert not c.is_alive()
+
+
+def test_registers_with_the_subscription(fake, make_connector):
+    conn = make_connector()
+    session = fake.next_session()
+    assert session.registration == {"group_id": "g", "consumer_id": "c1", "topics": [{"topic": "t", "streams": 2}],
+                                    "pattern": None, "pattern_streams": 1, "auto_commit": True,
+                                    "auto_offset_reset": "largest", "session_timeout_ms": 3000}
+    assert conn.registered.wait(5) and conn.coordinator_epoch == 7 and conn.coordinator.coordinator_id == 0
+
+
+def test_discovery_skips_dead_brokers_round_robin(fake, make_connector):
+    dead = socket.create_server(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there any more
+    make_connector(bootstrap=[("127.0.0.1", dead_port), fake.address])
+    assert fake.next_session().consumer_id == "c1"
+
+
+def test_registration_error_closes_and_rediscovers(fake, make_connector):
+    fake.register_errors = [ErrorCode.CONSUMER_ID_ALREADY_REGISTERED, ErrorCode.SESSION_TIMEOUT_TOO_SMALL]
+    conn = make_connector()
+    fake.next_session()
+    assert len(fake.registrations) == 3
+    assert fake.metadata_requests >= 3  # each refusal went back to discovery
+    wait_until(lambda: conn.registrations == 1, 5)
+
+
+def test_ping_is_answered_with_offsets(fake, make_connector):
+    make_connector()
+    session = fake.next_session()
+    answer = session.ping(epoch=7, generation=3, retries=1)
+    assert answer == {"error_code": 0, "consumer_id": "c1", "generation_id": -1, "offsets": OFFSETS}
+
+
+def test_stop_fetcher_stops_before_reporting(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    make_connector(member)
+    session = fake.next_session()
+    answer = session.stop_fetcher(epoch=7, generation=1)
+    assert answer["error_code"] == 0 and answer["offsets"] == OFFSETS
+    names = member.names()
+    assert names.index("stop") < names.index("report")
+
+
+def test_start_fetcher_adopts_generation_and_assignment(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member)
+    session = fake.next_session()
+    answer = session.start_fetcher(7, 4, {("t", 0): 10, ("t", 1): -1}, brokers=[(0, ("127.0.0.1", 9))])
+    assert answer == {"error_code": 0, "consumer_id": "c1", "generation_id": 4}
+    start = [e for e in member.events if e[0] == "start"][0]
+    assert start[1] == 4 and start[2] == {("t", 0): 10, ("t", 1): -1}
+    assert start[3] == {("t", 0): "c1-0", ("t", 1): "c1-0"} and start[4] == {0: ("127.0.0.1", 9)}
+    assert conn.generation_id == 4
+    assert session.ping(7, 4)["generation_id"] == 4
+
+
+def test_stale_coordinator_epoch_is_refused(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member)
+    session = fake.next_session()
+    assert session.ping(epoch=6)["error_code"] == ErrorCode.STALE_COORDINATOR_EPOCH
+    assert session.stop_fetcher(epoch=6, generation=1)["error_code"] == ErrorCode.STALE_COORDINATOR_EPOCH
+    assert "stop" not in member.names()  # a deposed coordinator cannot stop our fetchers
+    assert session.ping(epoch=9)["error_code"] == 0  # a newer epoch is adopted...
+    assert conn.coordinator_epoch == 9
+    assert session.ping(epoch=7)["error_code"] == ErrorCode.STALE_COORDINATOR_EPOCH  # ...and 7 is now stale
+
+
+def test_request_for_another_consumer_is_refused(fake, make_connector):
+    make_connector()
+    session = fake.next_session()
+    assert session.ping(epoch=7, consumer_id="someone-else")["error_code"] == ErrorCode.UNKNOWN_CONSUMER
+
+
+def test_silence_for_a_session_timeout_reconnects(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member, session_timeout_ms=600)
+    first = fake.next_session()
+    assert first.is_closed_by_peer(timeout=5)  # the member gave up on a silent coordinator
+    second = fake.next_session()
+    assert second.consumer_id == "c1"
+    wait_until(lambda: conn.registrations == 2, 5)
+    assert "lost" in member.names()
+
+
+def test_lost_connection_stops_fetchers_and_rediscovers(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    make_connector(member)
+    fake.next_session().close()
+    fake.next_session()
+    assert "lost" in member.names()
+
+
+@pytest.mark.parametrize("garbage", [
+    struct.pack(">i", 2**31 - 1),                       # a size far above the limit: refused before allocating
+    struct.pack(">i", -5),                              # negative size
+    struct.pack(">i", 11) + struct.pack(">hhih", 1002, 0, 1, 99) + b"x",  # client id longer than the frame
+    struct.pack(">i", 10) + struct.pack(">hhih", 3, 0, 1, -1),           # Metadata: not a member API
+])
+def test_protocol_violation_reconnects(fake, make_connector, garbage):
+    make_connector()
+    session = fake.next_session()
+    session.sock.sendall(garbage)
+    assert session.is_closed_by_peer()
+    fake.next_session()
+
+
+def test_close_waits_for_the_ping_after_the_final_offsets(fake, make_connector):
+    conn = make_connector(session_timeout_ms=20000)
+    session = fake.next_session()
+    assert conn.registered.wait(5)
+    closer = threading.Thread(target=conn.close)
+    closer.start()
+    wait_until(lambda: conn.closing, 5, message="close() under way")
+    answer = session.ping(epoch=7)  # the final offsets
+    assert answer["offsets"] == OFFSETS
+    # it must not leave before the coordinator proves it got that answer (it waits up to 20 s)
+    assert closer.is_alive() and conn.is_alive()
+    assert session.ping(epoch=7)["error_code"] == 0  # the next ping: now it may go
+    closer.join(5)
+    assert not conn.is_alive()
+    assert session.is_closed_by_peer()
+
+
+def test_close_without_offsets_is_immediate(fake, make_connector):
+    conn = make_connector(RecordingMember([]), session_timeout_ms=20000)
+    fake.next_session()
+    assert conn.registered.wait(5)
+    conn.close(timeout=5)
+    assert not conn.is_alive()
+
+
+def test_close_before_any_coordinator_is_found(make_connector):
+    dead = socket.create_server(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    conn = make_connector(bootstrap=[("127.0.0.1", port)])
+    conn.close(timeout=5)
+    assert not conn.is_alive()
