@@ -92,6 +92,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-separator", "-K", metavar="SEP", default=None, help="print key SEP value")
     p.set_defaults(func="spark_coord.client.cli:tail")
 
+    p = sub.add_parser("consume", help="join a consumer group and print its records",
+                       description="Join a consumer group through the coordinator and print one record per line "
+                                   "until Ctrl-C or SIGTERM, then leave the group cleanly (last offsets committed).")
+    _add_bootstrap(p)
+    _add_config_args(p, None)
+    p.add_argument("--group", "-g", required=True, help="consumer group id")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--topic", "-t", help="topic(s) to subscribe to, comma-separated")
+    what.add_argument("--pattern", help="subscribe to every topic matching this regex (also topics created later)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="with no committed offset, start at the earliest offset (auto.offset.reset=smallest)")
+    p.add_argument("--key-separator", "-K", metavar="SEP", default=None, help="print key SEP value")
+    p.add_argument("--count", "-c", type=int, default=None, help="stop after this many records")
+    p.set_defaults(func="spark_coord.consumer.cli:consume")
+
+    p = sub.add_parser("groups", help="list consumer groups and describe their members, offsets and lag",
+                       description="Ask the coordinator about its groups: members, generation, owners, committed "
+                                   "offsets, log end and lag per partition.")
+    _add_bootstrap(p)
+    gsub = p.add_subparsers(dest="action", metavar="ACTION")
+    gsub.required = True
+    gsub.add_parser("list", help="list groups")
+    d = gsub.add_parser("describe", help="members, owners, offsets and lag")
+    d.add_argument("groups", nargs="*", help="groups to describe (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func="spark_coord.consumer.cli:groups")
+
     p = sub.add_parser("demo", help="local-cluster demo: start ZooKeeper and a broker, produce, read back, stop",
                        description="Start an embedded ZooKeeper and a broker on free ports, create a topic, produce "
                                    "sample records, read them back, print them, and shut everything down.")

@@ -8,7 +8,7 @@ import pytest
 from spark_coord.cli import build_parser
 
 COMMANDS = [["zookeeper"], ["broker"], ["up"], ["topics"], ["topics", "create"], ["topics", "describe"],
-            ["produce"], ["tail"], ["demo"]]
+            ["produce"], ["tail"], ["demo"], ["consume"], ["groups"], ["groups", "describe"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
