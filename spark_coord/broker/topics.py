@@ -117,7 +117,9 @@ async def delete_topic(ctx, name: str, timeout_ms: int = 30000) -> TopicResult:
     if check_name(name) is not None:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
     try:
-        await ctx.zk_call(ctx.zk.delete, paths.topic(name), recursive=True)
+        # kazoo's recursive delete ignores a missing node: a plain delete of the (childless)
+        # topic znode raises NoNodeError for a topic that does not exist
+        await ctx.zk_call(ctx.zk.delete, paths.topic(name))
     except NoNodeError:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
     except NotEmptyError:  # a child appeared during the recursive delete: try once more

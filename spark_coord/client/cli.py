@@ -2,22 +2,42 @@
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import logging
 import sys
 import time
+from typing import Callable
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.fetcher import fetch, is_retriable
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.records.reader import iter_records
 from spark_coord.table import format_table
+from spark_coord.wire.types import ProtocolError
 
 log = logging.getLogger("spark_coord.cli")
 
 
+def _reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn an unreachable or misbehaving broker into one error line and exit code 1, not a traceback."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (BrokerConnectionError, ProtocolError, KafkaError) as e:
+            log.error("%s", e)
+            return 1
+
+    return run
+
+
+@_reports_errors
 def topics(args) -> int:
     with ClusterClient(args.bootstrap) as cluster:
         admin = AdminClient(cluster)
@@ -60,8 +80,13 @@ class Progress:
         log.info("%s: %d in %.1fs (%.0f/s)", self.what, self.count, elapsed, self.count / max(elapsed, 1e-9))
 
 
+@_reports_errors
 def produce(args) -> int:
-    source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    try:
+        source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    except OSError as e:
+        log.error("cannot read %s: %s", args.file, e.strerror or e)
+        return 1
     sep = args.key_separator.encode() if args.key_separator else None
     progress = Progress(f"produced to {args.topic}")
     try:
@@ -85,6 +110,7 @@ def produce(args) -> int:
     return 0
 
 
+@_reports_errors
 def tail(args) -> int:
     out = sys.stdout.buffer
     sep = (args.key_separator or "").encode()

@@ -64,7 +64,7 @@ def produce_confluent(bootstrap, topic, codec, records):
 def produce_kafka_python(bootstrap, topic, codec, records):
     from kafka import KafkaProducer
     p = KafkaProducer(bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
-                      linger_ms=5, acks="all", enable_idempotence=False)
+                      linger_ms=5, acks="all")
     futures = [p.send(topic, value=v, key=k, headers=h, timestamp_ms=ts, partition=i % PARTITIONS)
                for i, (k, v, h, ts) in enumerate(records)]
     for f in futures:
