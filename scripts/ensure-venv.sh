@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$root/.venv"
 py=${PYTHON:-python3}
 stamp="$venv/.installed"
-want=$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1)
+want=$(cat "$root/pyproject.toml" "$root/scripts/ensure-venv.sh" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ]; then
   echo "spark-coord: creating virtual environment in .venv" >&2
   "$py" -m venv "$venv"
@@ -14,6 +14,8 @@ fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "spark-coord: installing dependencies into .venv (first run takes a minute)" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$venv/bin/python" -m pip install --quiet -e "$root[test]" >&2
+  # compat mode puts the project root on sys.path, so Spark's Python workers find the
+  # top-level pyspark_coordkafka module (Spark discovers data sources by scanning sys.path)
+  "$venv/bin/python" -m pip install --quiet -e "$root[test]" --config-settings editable_mode=compat >&2
   echo "$want" > "$stamp"
 fi

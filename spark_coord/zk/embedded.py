@@ -114,15 +114,23 @@ def java_major_version(java: str) -> int:
 def find_jars() -> Path:
     """The ``jars`` directory of the installed pyspark wheel (it ships zookeeper-*.jar).
 
-    Found without importing pyspark (which is slow to import).
+    Found without importing pyspark (which is slow to import).  Under spark-submit,
+    ``pyspark`` may be imported from Spark's ``pyspark.zip``; then ``$SPARK_HOME/jars``
+    (which spark-submit sets) holds the same jars.
     """
+    candidates = []
     spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.origin:
+    if spec is not None and spec.origin:
+        candidates.append(Path(spec.origin).parent / "jars")
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    if not candidates:
         raise ZooKeeperError("pyspark is not installed; its jars provide the ZooKeeper server")
-    jars = Path(spec.origin).parent / "jars"
-    if not any(jars.glob("zookeeper-*.jar")):
-        raise ZooKeeperError(f"no zookeeper-*.jar in {jars}; is this a full pyspark installation?")
-    return jars
+    for jars in candidates:
+        if jars.is_dir() and any(jars.glob("zookeeper-*.jar")):
+            return jars
+    raise ZooKeeperError(f"no zookeeper-*.jar in {' or '.join(map(str, candidates))}; "
+                         "is this a full pyspark installation?")
 
 
 # ---------------------------------------------------------------------- helpers

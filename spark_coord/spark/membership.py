@@ -1,0 +1,99 @@
+"""Which partitions a streaming query may plan: the ``PartitionSource`` seam.
+
+The stream reader asks a ``PartitionSource`` on every ``latestOffset`` which
+partitions it may plan now.  ``StaticPartitionSource`` answers from the options
+alone (``assign``, or every partition of the subscribed / matching topics,
+re-listed each time so new topics and partitions are picked up).  A group-backed
+source -- members registered with the coordinator, partitions handed out by
+StartFetcher, committed batches reported in Ping answers -- plugs in behind the
+same interface; until it exists, ``group.id`` is refused when the query is
+defined (``check_group_support``).
+
+Contract (what the reader relies on):
+
+- ``start()`` is called once, on the driver, before the first ``assigned()``;
+  ``stop()`` once at the end (it may be called without ``start()``).
+- ``assigned()`` returns ``{(topic, partition): start_offset_or_None}`` for the
+  partitions this query may plan now.  ``None`` means "continue from the
+  checkpointed offset (or the startingOffsets policy for a partition never seen)".
+  An int is a start offset the coordinator handed out with the assignment; the
+  reader applies it once, the first time it sees that value for that partition,
+  and records it in the batch's offset JSON (``$from``) so replays stay exact.
+  Partitions missing from the answer are not planned; the reader keeps their
+  last offset and resumes from it (or from a handed-out offset) if they return.
+- ``on_batch_committed(end)`` is called from the reader's ``commit(end)`` with
+  the batch's end offsets ``{(topic, partition): next_offset}`` of every
+  partition in that batch: the offsets to report as consumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from spark_coord.spark.options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class PartitionSource(Protocol):
+    """Partitions a streaming query may plan, and where committed batches are reported."""
+
+    def start(self) -> None: ...
+
+    def assigned(self) -> dict[TopicPartition, int | None]: ...
+
+    def on_batch_committed(self, end: dict[TopicPartition, int]) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class StaticPartitionSource:
+    """Every partition the options select, with no handed-out offsets; commits are only logged."""
+
+    def __init__(self, opts: SourceOptions, resolver=None) -> None:
+        self.opts = opts
+        self._resolver = resolver
+        self._own_resolver = resolver is None
+        self.committed: dict[TopicPartition, int] = {}
+
+    def start(self) -> None:
+        if self._resolver is None:
+            from spark_coord.spark.offsets import OffsetResolver
+
+            self._resolver = OffsetResolver(self.opts)
+
+    def assigned(self) -> dict[TopicPartition, int | None]:
+        if self._resolver is None:
+            raise RuntimeError("StaticPartitionSource.assigned() before start()")
+        return {tp: None for tp in self._resolver.topic_partitions()}
+
+    def on_batch_committed(self, end: dict[TopicPartition, int]) -> None:
+        self.committed.update(end)
+        log.debug("batch committed up to %s", end)
+
+    def stop(self) -> None:
+        if self._resolver is not None and self._own_resolver:
+            self._resolver.close()
+        self._resolver = None
+
+
+def group_membership_available() -> bool:
+    """Whether the group-backed PartitionSource is wired in (not yet)."""
+    return False
+
+
+def check_group_support(opts: SourceOptions) -> None:
+    """Refuse ``group.id`` at load() while group membership is not wired into the source."""
+    if opts.group_id is not None and not group_membership_available():
+        raise ValueError(f"group.id: group membership ({opts.group_id!r}) needs the consumer-group coordinator, "
+                         "which this version of the coordkafka source does not use yet; leave group.id out "
+                         "to read the selected partitions directly")
+
+
+def partition_source_for(opts: SourceOptions, resolver=None) -> PartitionSource:
+    """The PartitionSource a stream reader with these options uses."""
+    check_group_support(opts)
+    return StaticPartitionSource(opts, resolver)

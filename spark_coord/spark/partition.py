@@ -1,0 +1,220 @@
+"""One Spark input partition = one offset range of one topic-partition, and how an
+executor reads it.
+
+``read_partition`` runs on executors: it fetches ``[from_offset, until_offset)``
+from the partition's leader (the driver's leader hint first, fresh metadata after
+NOT_LEADER or a broken connection) and yields ``pyarrow.RecordBatch``es decoded
+straight from the fetched bytes (``records.arrow.decode_to_arrow``), never per-row
+tuples.  Records that retention removed before we got to them are data loss:
+with ``failOnDataLoss`` (the default) the task fails with a message naming the
+topic, partition and offsets; without it a WARNING is logged and the read skips
+ahead to the log start offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyspark.sql.datasource import InputPartition
+
+log = logging.getLogger(__name__)
+
+#: Attempts at a retriable error (leader moved, broker restarting) before the task fails.
+MAX_RETRIES = 10
+
+
+class DataLossError(RuntimeError):
+    """Records of a planned range are gone (retention, truncation) and failOnDataLoss is true."""
+
+
+@dataclass
+class KafkaInputPartition(InputPartition):
+    """The records of ``topic``-``partition`` with offsets in ``[from_offset, until_offset)``.
+
+    ``leader_host``/``leader_port`` are the driver's view of the leader when it
+    planned the range, a hint that saves a metadata round trip; ``bootstrap`` is
+    the fallback when the hint is stale.
+    """
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    bootstrap: str
+    leader_host: str | None = None
+    leader_port: int | None = None
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    fetch_max_bytes: int = 52428800
+    max_partition_fetch_bytes: int = 8 * 1048576
+    fetch_max_wait_ms: int = 500
+    socket_timeout_ms: int = 30000
+    client_id: str = "spark-coord-spark"
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
+    """Yield the records of ``p`` as RecordBatches of Spark's Kafka schema, in offset order."""
+    reader = _RangeReader(p)
+    try:
+        yield from reader.batches()
+    finally:
+        reader.close()
+
+
+class _RangeReader:
+    """Fetch loop for one range; owns its connections and closes them at the end."""
+
+    def __init__(self, p: KafkaInputPartition) -> None:
+        self.p = p
+        self.conn = None
+        self.cluster = None
+        self.partition_max_bytes = min(p.max_partition_fetch_bytes, p.fetch_max_bytes)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    # ------------------------------------------------------------------ leaders
+    def _cluster(self):
+        from spark_coord.client.metadata import ClusterClient
+
+        if self.cluster is None:
+            self.cluster = ClusterClient(self.p.bootstrap, client_id=self.p.client_id,
+                                         timeout=self.p.socket_timeout_ms / 1000)
+        return self.cluster
+
+    def _connection(self):
+        from spark_coord.client.connection import BrokerConnection
+
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        timeout = self.p.socket_timeout_ms / 1000
+        if self.p.leader_host is not None and self.cluster is None:
+            try:
+                self.conn = BrokerConnection(self.p.leader_host, self.p.leader_port, client_id=self.p.client_id,
+                                             timeout=timeout)
+                return self.conn
+            except OSError as e:
+                log.info("%s: leader hint %s:%s unreachable (%s); asking the cluster", self.p.name,
+                         self.p.leader_host, self.p.leader_port, e)
+        cluster = self._cluster()
+        cluster.topic(self.p.topic, refresh=True, wait=timeout)
+        host, port = cluster.brokers[cluster.leader(self.p.topic, self.p.partition)]
+        self.conn = BrokerConnection(host, port, client_id=self.p.client_id, timeout=timeout)
+        return self.conn
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.cluster is None:
+            self._cluster()  # from now on, leaders come from fresh metadata
+
+    # ---------------------------------------------------------------- the loop
+    def batches(self):
+        from spark_coord.client.connection import BrokerConnectionError
+        from spark_coord.client.fetcher import fetch, is_retriable
+        from spark_coord.errors import ErrorCode, KafkaError
+        from spark_coord.records.arrow import decode_to_arrow
+
+        p = self.p
+        offset, until = p.from_offset, p.until_offset
+        failures = 0
+        while offset < until:
+            try:
+                conn = self._connection()
+                data = fetch(conn, {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms, min_bytes=1,
+                             max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes)[0]
+            except (BrokerConnectionError, OSError, KafkaError) as e:
+                failures = self._retry(failures, f"fetch failed: {e}")
+                self._drop_connection()
+                continue
+            if data.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                offset = self._out_of_range(offset)
+                continue
+            if data.error:
+                if not is_retriable(data.error):
+                    raise KafkaError(data.error, f"fetching {p.name} at offset {offset}")
+                failures = self._retry(failures, ErrorCode.name_of(data.error))
+                self._drop_connection()
+                continue
+            failures = 0
+            records = data.records
+            if 0 <= data.log_start_offset and offset < data.log_start_offset:
+                offset = self._lost(offset, data.log_start_offset, "below the log start offset")
+                continue
+            next_offset = _next_offset(records)
+            if next_offset is None:  # nothing whole came back
+                if data.high_watermark <= offset:
+                    offset = self._lost(offset, until, f"beyond the high watermark {data.high_watermark}")
+                    continue
+                if records is not None and len(records) and self.partition_max_bytes < p.fetch_max_bytes:
+                    self.partition_max_bytes = min(p.fetch_max_bytes, self.partition_max_bytes * 2)
+                    log.info("%s: a batch at offset %d exceeds the fetch size; asking for %d bytes", p.name, offset,
+                             self.partition_max_bytes)
+                    continue
+                failures = self._retry(failures, f"no complete batch at offset {offset} (high watermark "
+                                                  f"{data.high_watermark}, {len(records or b'')} bytes)")
+                continue
+            rb = decode_to_arrow(records, p.topic, p.partition, offset, until, p.include_headers)
+            if rb.num_rows:
+                yield rb
+            offset = max(offset, next_offset)
+
+    def _retry(self, failures: int, why: str) -> int:
+        failures += 1
+        if failures > MAX_RETRIES:
+            raise RuntimeError(f"{self.p.name}: giving up on [{self.p.from_offset}, {self.p.until_offset}) after "
+                               f"{MAX_RETRIES} retries: {why}")
+        log.info("%s: %s; retry %d/%d", self.p.name, why, failures, MAX_RETRIES)
+        time.sleep(min(0.05 * 2 ** failures, 1.0))
+        return failures
+
+    def _out_of_range(self, offset: int) -> int:
+        """The broker says ``offset`` does not exist: find out which side and treat it as data loss."""
+        from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+
+        admin = AdminClient(self._cluster())
+        self._cluster().topic(self.p.topic, refresh=True)
+        earliest = admin.list_offsets(self.p.topic, [self.p.partition], EARLIEST)[self.p.partition]
+        latest = admin.list_offsets(self.p.topic, [self.p.partition], LATEST)[self.p.partition]
+        if offset < earliest:
+            return self._lost(offset, earliest, f"below the log start offset {earliest}")
+        if offset >= latest:
+            return self._lost(offset, self.p.until_offset, f"beyond the log end offset {latest}")
+        log.info("%s: offset %d was out of range but is now within [%d, %d); retrying", self.p.name, offset,
+                 earliest, latest)
+        return offset
+
+    def _lost(self, offset: int, resume: int, why: str) -> int:
+        """Records ``[offset, resume)`` are gone: fail, or warn and return where to go on."""
+        p = self.p
+        resume = min(resume, p.until_offset)
+        message = (f"{p.name}: offsets {offset}..{resume - 1} of the planned range [{p.from_offset}, "
+                   f"{p.until_offset}) are no longer available ({why}; retention or truncation removed them)")
+        if p.fail_on_data_loss:
+            raise DataLossError(message + ". Set failOnDataLoss=false to skip lost records with a warning.")
+        log.warning("%s; skipping them (failOnDataLoss=false)", message)
+        return max(resume, offset + 1) if resume <= offset else resume
+
+
+def _next_offset(records) -> int | None:
+    """The offset after the last complete batch in a fetched record set (None if there is none)."""
+    from spark_coord.records.reader import iter_batches
+
+    if records is None or not len(records):
+        return None
+    last = None
+    for header, _ in iter_batches(records):
+        last = header.next_offset
+    return last

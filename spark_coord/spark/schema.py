@@ -1,0 +1,17 @@
+"""The row schema of Spark's built-in Kafka source, which ``coordkafka`` produces too.
+
+Kept as DDL so it reads like Spark's documentation; ``records.arrow.kafka_schema``
+is its Arrow twin (the executors' RecordBatches must equal Spark's Arrow
+conversion of this schema, which the tests check).
+"""
+
+from __future__ import annotations
+
+BASE_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+            "timestamp TIMESTAMP, timestampType INT")
+HEADERS_DDL = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+def source_ddl(include_headers: bool) -> str:
+    """DDL of the rows read from a topic, with the ``headers`` column when ``includeHeaders`` is true."""
+    return f"{BASE_DDL}, {HEADERS_DDL}" if include_headers else BASE_DDL

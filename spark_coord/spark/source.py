@@ -1,0 +1,117 @@
+"""The ``coordkafka`` DataSource: Spark's entry point to the readers and writers."""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import DataSource
+
+log = logging.getLogger(__name__)
+
+
+class CoordKafkaDataSource(DataSource):
+    """Read topics of a spark-coord (or any Kafka-protocol) cluster, or write rows to one.
+
+    Name: ``coordkafka``.  Rows have the columns of Spark's built-in Kafka source:
+    ``key binary, value binary, topic string, partition int, offset bigint,
+    timestamp timestamp, timestampType int`` and, with ``includeHeaders``,
+    ``headers array<struct<key: string, value: binary>>``.
+
+    Options (names as in Spark's Kafka source where there is one)
+    ------------------------------------------------------------------
+    bootstrap.brokers : str, required
+        ``host:port[,host:port...]`` of brokers to bootstrap from.
+    subscribe | subscribePattern | assign : exactly one
+        Comma-separated topics; a regular expression matched against whole topic
+        names; or JSON ``{"topic": [0, 1]}``.  Subscriptions pick up new topics
+        and partitions while a stream runs (new partitions start at earliest).
+    startingOffsets : str, default ``latest`` (stream) / ``earliest`` (batch)
+        ``earliest``, ``latest``, ``group`` (with group.id) or JSON
+        ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest).
+    endingOffsets : str, default ``latest`` (batch reads only)
+        ``latest`` or JSON as above (-1 latest).
+    maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay : streams only
+        Cap records per micro-batch (spread over partitions by lag); wait for at
+        least this many records, but no longer than maxTriggerDelay (15m).
+    failOnDataLoss : bool, default true
+        Fail when records of a planned range were removed by retention; false
+        logs a warning and skips to the log start.
+    includeHeaders : bool, default false
+    minPartitions : int
+        Split big offset ranges so there are at least this many input partitions.
+    group.id, members, session.timeout.ms : consumer-group membership (streams; not yet available).
+    fetch.max.bytes, max.partition.fetch.bytes, fetch.max.wait.ms, socket.timeout.ms, client.id : tuning.
+
+    Sink options: ``bootstrap.brokers``, ``topic`` (unless rows carry a ``topic``
+    column), ``compression`` (none, gzip, snappy, lz4, zstd), ``acks`` (0, 1,
+    -1/all; default all), ``batch.size``, ``retries``.  Input columns: ``value``
+    and optionally ``key``, ``topic``, ``partition``, ``headers``.  Batch writes need
+    ``mode("append")`` (Spark refuses the default ErrorIfExists for Python data sources).
+
+    Examples
+    --------
+    No registration is needed once the package is installed (Spark finds the
+    ``pyspark_coordkafka`` module):
+
+    >>> clicks = (spark.readStream.format("coordkafka")            # doctest: +SKIP
+    ...           .option("bootstrap.brokers", "127.0.0.1:9092")
+    ...           .option("subscribe", "clicks")
+    ...           .option("startingOffsets", "earliest")
+    ...           .option("maxOffsetsPerTrigger", 10000)
+    ...           .load())
+    >>> (clicks.selectExpr("CAST(value AS STRING) AS page")        # doctest: +SKIP
+    ...  .groupBy("page").count()
+    ...  .writeStream.outputMode("complete").format("console").start())
+
+    A bounded read, and a write:
+
+    >>> df = (spark.read.format("coordkafka").option("bootstrap.brokers", "127.0.0.1:9092")  # doctest: +SKIP
+    ...       .option("subscribe", "clicks").load())
+    >>> (df.select("key", "value").write.format("coordkafka")     # doctest: +SKIP
+    ...  .mode("append").option("bootstrap.brokers", "127.0.0.1:9092").option("topic", "copy").save())
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "coordkafka"
+
+    def _source_options(self, streaming: bool | None):
+        from spark_coord.spark.membership import check_group_support
+        from spark_coord.spark.options import parse_source_options
+
+        opts = parse_source_options(self.options, streaming)
+        check_group_support(opts)
+        return opts
+
+    def schema(self) -> str:
+        """Called at ``load()``: the options are checked here, so mistakes surface before any query runs."""
+        from spark_coord.spark.schema import source_ddl
+
+        return source_ddl(self._source_options(None).include_headers)
+
+    def reader(self, schema):
+        from spark_coord.spark.batch import CoordKafkaBatchReader
+
+        return CoordKafkaBatchReader(self._source_options(False))
+
+    def streamReader(self, schema):
+        from spark_coord.spark.stream import CoordKafkaStreamReader
+
+        return CoordKafkaStreamReader(self._source_options(True))
+
+    def _sink(self, schema):
+        from spark_coord.spark.options import parse_sink_options
+        from spark_coord.spark.sink import check_input_schema
+
+        opts = parse_sink_options(self.options)
+        return opts, check_input_schema(schema, opts)
+
+    def writer(self, schema, overwrite: bool):
+        from spark_coord.spark.sink import CoordKafkaWriter
+
+        return CoordKafkaWriter(*self._sink(schema))
+
+    def streamWriter(self, schema, overwrite: bool):
+        from spark_coord.spark.sink import CoordKafkaStreamWriter
+
+        return CoordKafkaStreamWriter(*self._sink(schema))

@@ -1,0 +1,209 @@
+"""``spark.readStream.format("coordkafka")``: the micro-batch stream reader.
+
+Spark keeps one instance of this reader in a long-lived Python process on the
+driver for the whole query and calls ``initialOffset``, ``latestOffset``,
+``partitions``, ``commit`` and ``stop`` on it; another instance is pickled to the
+executors only to call ``read``.  So the constructor does no I/O and every
+connection or thread starts lazily on the driver (``_ensure_started``).
+
+Offsets are the JSON of ``spark_coord.spark.offsets`` (``{"topic": {"p": next}}``
+plus ``$from`` where a batch starts somewhere other than the previous offset).
+Admission control follows Spark's Kafka source: ``maxOffsetsPerTrigger`` is
+spread over partitions in proportion to their lag (largest remainder, so the cap
+holds exactly), ``minOffsetsPerTrigger`` skips a trigger until enough records
+wait or ``maxTriggerDelay`` passed, and ``Trigger.AvailableNow`` pins the end at
+the offsets present when the query started.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
+
+from spark_coord.spark.options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def allocate(lag: dict[TopicPartition, int], cap: int | None) -> dict[TopicPartition, int]:
+    """How many records to take from each partition: all of ``lag`` if it fits in ``cap``, else
+    ``cap`` split in proportion to each partition's lag (largest remainders get the leftovers)."""
+    total = sum(lag.values())
+    if cap is None or total <= cap:
+        return dict(lag)
+    shares = {tp: cap * n / total for tp, n in lag.items()}
+    take = {tp: int(s) for tp, s in shares.items()}
+    left = cap - sum(take.values())
+    for tp in sorted(shares, key=lambda tp: (take[tp] - shares[tp], tp))[:left]:
+        take[tp] += 1
+    return take
+
+
+class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches over the partitions its ``PartitionSource`` assigns."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        self._source = None
+        self._resolver = None
+        self._applied: dict[TopicPartition, int] = {}
+        self._target: dict[TopicPartition, int] | None = None
+        self._latest: dict[TopicPartition, int] = {}
+        self._last_batch_at = time.monotonic()
+
+    def __getstate__(self) -> dict:
+        """Only the options travel (to executors); connections and threads stay on the driver."""
+        return {"opts": self.opts}
+
+    def __setstate__(self, state: dict) -> None:
+        self.opts = state["opts"]
+        self._reset_runtime()
+
+    def _ensure_started(self) -> None:
+        if self._source is None:
+            from spark_coord.spark.membership import partition_source_for
+            from spark_coord.spark.offsets import OffsetResolver
+
+            self._resolver = OffsetResolver(self.opts)
+            source = partition_source_for(self.opts, self._resolver)
+            source.start()
+            self._source = source
+
+    # ------------------------------------------------------------- offsets
+    def initialOffset(self) -> dict:
+        from spark_coord.spark.offsets import to_json
+
+        self._ensure_started()
+        assigned = self._source.assigned()
+        offsets = {tp: off for tp, off in assigned.items() if off is not None}
+        self._applied.update(offsets)
+        rest = [tp for tp, off in assigned.items() if off is None]
+        if rest:
+            if self.opts.starting == "group":  # only reachable with group membership, which hands offsets out
+                raise ValueError("startingOffsets: 'group' needs the group's committed offsets, which the "
+                                 "partition source did not hand out for " + ", ".join(f"{t}-{p}" for t, p in rest))
+            offsets.update(self._resolver.resolve(self.opts.starting, rest, "startingOffsets"))
+        log.info("initial offsets %s", offsets)
+        return to_json(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._ensure_started()
+        self._target = self._resolver.latest(list(self._source.assigned()))
+        log.info("Trigger.AvailableNow: reading up to %s", self._target)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from spark_coord.spark.offsets import from_json, to_json
+
+        self._ensure_started()
+        start_offsets = from_json(start)
+        assigned = self._source.assigned()
+        handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
+        new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
+        base = {tp: start_offsets[tp] for tp in assigned if tp in start_offsets}
+        base.update(handed)
+        if new:  # partitions that appeared after the query began start at their earliest offset
+            base.update(self._resolver.earliest(new))
+        latest = self._resolver.latest(list(assigned)) if assigned else {}
+        self._latest = dict(latest)
+        if self._target is not None:
+            latest = {tp: min(off, self._target.get(tp, base[tp])) for tp, off in latest.items()}
+        lag = {}
+        for tp in assigned:
+            if latest[tp] < base[tp]:
+                log.warning("%s-%d: latest offset %d is below the next offset %d (log truncated or topic "
+                            "re-created?); nothing is read from it until it grows past", tp[0], tp[1], latest[tp],
+                            base[tp])
+            lag[tp] = max(0, latest[tp] - base[tp])
+
+        max_rows, min_rows = self._limits(limit)
+        available = sum(lag.values())
+        if min_rows is not None and available < min_rows:
+            waited = (time.monotonic() - self._last_batch_at) * 1000
+            if available == 0 or waited < self.opts.max_trigger_delay_ms:
+                log.debug("%d record(s) available, fewer than minOffsetsPerTrigger %d; waiting", available, min_rows)
+                return start
+        take = allocate(lag, max_rows)
+        end = dict(start_offsets)
+        froms = {}
+        for tp in assigned:
+            end[tp] = base[tp] + take[tp]
+            if take[tp] and base[tp] != start_offsets.get(tp):
+                froms[tp] = base[tp]
+        if end == start_offsets and not froms:
+            return start
+        self._applied.update(handed)
+        self._last_batch_at = time.monotonic()
+        return to_json(end, froms)
+
+    def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        """(max rows, min rows) for this trigger; options' min applies along with a max limit, as
+        Spark's Kafka source's composite limit does; AvailableNow never waits for a minimum."""
+        max_rows = min_rows = None
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+            min_rows = self.opts.min_offsets_per_trigger
+        elif isinstance(limit, ReadMinRows):
+            min_rows = limit.min_rows
+        if self._target is not None:
+            min_rows = None
+        return max_rows, min_rows
+
+    def reportLatestOffset(self) -> dict | None:
+        from spark_coord.spark.offsets import to_json
+
+        return to_json(self._latest) if self._latest else None
+
+    # ------------------------------------------------------------ planning
+    def partitions(self, start: dict, end: dict):
+        from spark_coord.spark.offsets import from_json, make_partition, split_ranges, starts_from_json
+
+        self._ensure_started()
+        s, e, f = from_json(start), from_json(end), starts_from_json(end)
+        ranges = {}
+        for tp, until in e.items():
+            frm = f.get(tp, s.get(tp, until))
+            if frm > until:
+                log.warning("%s-%d: planned start %d is after end %d; skipped", tp[0], tp[1], frm, until)
+                continue
+            if until > frm:
+                ranges[tp] = (frm, until)
+        pieces = split_ranges(ranges, self.opts.min_partitions)
+        leaders = self._resolver.leaders(sorted(ranges)) if ranges else {}
+        return [make_partition(self.opts, tp, a, b, leaders.get(tp)) for tp, a, b in pieces]
+
+    def read(self, partition):
+        from spark_coord.spark.partition import read_partition
+
+        return read_partition(partition)
+
+    # ------------------------------------------------------------- lifecycle
+    def commit(self, end: dict) -> None:
+        from spark_coord.spark.offsets import from_json
+
+        offsets = from_json(end)
+        log.debug("committed %s", offsets)
+        if self._source is not None:
+            self._source.on_batch_committed(offsets)
+
+    def stop(self) -> None:
+        if self._source is not None:
+            self._source.stop()
+        if self._resolver is not None:
+            self._resolver.close()
+        self._reset_runtime()

@@ -1,0 +1,79 @@
+"""failOnDataLoss against a broker whose retention removes records (1 KiB segments, 2 KiB kept)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import wait_until
+from spark_data import new_topic, produce, reader
+
+
+@pytest.fixture(scope="module")
+def trimmed(small_retention_cluster):
+    """A one-partition topic whose first records retention has already deleted: (cluster, topic, earliest, latest)."""
+    from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    cluster = small_retention_cluster
+    topic = new_topic(cluster, partitions=1)
+    for i in range(8):  # separate produce calls: one batch each, so segments roll
+        produce(cluster, topic, 10, partitions=1, start=10 * i, headers=False, value_size=60)
+    with ClusterClient(cluster.bootstrap) as cc:
+        admin = AdminClient(cc)
+        earliest = wait_until(lambda: admin.list_offsets(topic, [0], EARLIEST)[0] or None, timeout=30,
+                              message="retention to delete the first segment")
+        latest = admin.list_offsets(topic, [0], LATEST)[0]
+    assert 0 < earliest < latest == 80
+    return cluster, topic, earliest, latest
+
+
+def _partition(cluster, topic, fail: bool):
+    from spark_coord.spark.partition import KafkaInputPartition
+
+    return KafkaInputPartition(topic=topic, partition=0, from_offset=0, until_offset=80, bootstrap=cluster.bootstrap,
+                               fail_on_data_loss=fail)
+
+
+def test_executor_read_fails_naming_the_lost_range(trimmed):
+    from spark_coord.spark.partition import DataLossError, read_partition
+
+    cluster, topic, earliest, _ = trimmed
+    with pytest.raises(DataLossError, match=rf"{topic}-0: offsets 0\.\.\d+ of the planned range \[0, 80\)"):
+        list(read_partition(_partition(cluster, topic, fail=True)))
+
+
+def test_executor_read_skips_lost_records_with_a_warning(trimmed, caplog):
+    from spark_coord.spark.partition import read_partition
+
+    cluster, topic, earliest, latest = trimmed
+    batches = list(read_partition(_partition(cluster, topic, fail=False)))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets[0] >= earliest and offsets == list(range(offsets[0], latest))
+    assert any("failOnDataLoss=false" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
+def test_stream_with_lost_start_fails_or_skips(spark, trimmed, tmp_path):
+    cluster, topic, earliest, latest = trimmed
+    starting = f'{{"{topic}": {{"0": 0}}}}'
+    failing = (reader(spark, cluster, topic, streaming=True, startingOffsets=starting).writeStream.format("memory")
+               .queryName("lost_fail").option("checkpointLocation", str(tmp_path / "c1"))
+               .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        failing.awaitTermination(120)
+
+    skipping = (reader(spark, cluster, topic, streaming=True, startingOffsets=starting, failOnDataLoss="false")
+                .writeStream.format("memory").queryName("lost_skip")
+                .option("checkpointLocation", str(tmp_path / "c2")).trigger(availableNow=True).start())
+    assert skipping.awaitTermination(120)
+    got = [r.offset for r in spark.table("lost_skip").select("offset").collect()]
+    assert sorted(got) == list(range(min(got), latest)) and min(got) >= earliest
+
+
+def test_batch_read_below_log_start(spark, trimmed):
+    cluster, topic, earliest, latest = trimmed
+    starting = f'{{"{topic}": {{"0": 0}}}}'
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, cluster, topic, startingOffsets=starting).collect()
+    df = reader(spark, cluster, topic, startingOffsets=starting, failOnDataLoss="false")
+    got = sorted(r.offset for r in df.select("offset").collect())
+    assert got == list(range(got[0], latest)) and got[0] >= earliest
