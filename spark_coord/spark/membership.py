@@ -5,9 +5,8 @@ partitions it may plan now.  ``StaticPartitionSource`` answers from the options
 alone (``assign``, or every partition of the subscribed / matching topics,
 re-listed each time so new topics and partitions are picked up).  A group-backed
 source -- members registered with the coordinator, partitions handed out by
-StartFetcher, committed batches reported in Ping answers -- plugs in behind the
-same interface; until it exists, ``group.id`` is refused when the query is
-defined (``check_group_support``).
+StartFetcher, committed batches reported in Ping answers -- is
+``spark.group.GroupPartitionSource``, used when ``group.id`` is given.
 
 Contract (what the reader relies on):
 
@@ -21,6 +20,9 @@ Contract (what the reader relies on):
   and records it in the batch's offset JSON (``$from``) so replays stay exact.
   Partitions missing from the answer are not planned; the reader keeps their
   last offset and resumes from it (or from a handed-out offset) if they return.
+- ``on_batch_planned(end)`` (optional) is called when ``latestOffset`` plans a
+  batch, with its end offsets: a group source waits for such a batch to commit
+  before handing its partitions back on StopFetcher.
 - ``on_batch_committed(end)`` is called from the reader's ``commit(end)`` with
   the batch's end offsets ``{(topic, partition): next_offset}`` of every
   partition in that batch: the offsets to report as consumed.
@@ -81,8 +83,8 @@ class StaticPartitionSource:
 
 
 def group_membership_available() -> bool:
-    """Whether the group-backed PartitionSource is wired in (not yet)."""
-    return False
+    """Whether the group-backed PartitionSource is wired in."""
+    return True
 
 
 def check_group_support(opts: SourceOptions) -> None:
@@ -96,4 +98,8 @@ def check_group_support(opts: SourceOptions) -> None:
 def partition_source_for(opts: SourceOptions, resolver=None) -> PartitionSource:
     """The PartitionSource a stream reader with these options uses."""
     check_group_support(opts)
+    if opts.group_id is not None:
+        from spark_coord.spark.group import GroupPartitionSource
+
+        return GroupPartitionSource(opts)
     return StaticPartitionSource(opts, resolver)

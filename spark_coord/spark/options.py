@@ -296,6 +296,9 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         raise ValueError(f"minOffsetsPerTrigger: {min_per} is above maxOffsetsPerTrigger {max_per}")
     if "maxtriggerdelay" in opts and min_per is None:
         raise ValueError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger")
+    if group_id is not None and assign is not None:
+        raise ValueError("group.id: a group member subscribes (subscribe or subscribePattern) and the coordinator "
+                         "assigns partitions; assign reads fixed partitions without a group")
     if group_id is None:
         for name in ("members", "session.timeout.ms"):
             if name.lower() in opts:

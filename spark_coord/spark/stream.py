@@ -88,10 +88,9 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._applied.update(offsets)
         rest = [tp for tp, off in assigned.items() if off is None]
         if rest:
-            if self.opts.starting == "group":  # only reachable with group membership, which hands offsets out
-                raise ValueError("startingOffsets: 'group' needs the group's committed offsets, which the "
-                                 "partition source did not hand out for " + ", ".join(f"{t}-{p}" for t, p in rest))
-            offsets.update(self._resolver.resolve(self.opts.starting, rest, "startingOffsets"))
+            # 'group' without a committed offset falls back to latest, as a Kafka consumer's default reset does
+            policy = "latest" if self.opts.starting == "group" else self.opts.starting
+            offsets.update(self._resolver.resolve(policy, rest, "startingOffsets"))
         log.info("initial offsets %s", offsets)
         return to_json(offsets)
 
@@ -112,6 +111,12 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
         self._ensure_started()
         start_offsets = from_json(start)
+        # Spark plans batch N+1 only after batch N ran and was written to the commit log, so
+        # ``start`` is the end of the last committed batch.  Report it now: Spark calls commit()
+        # for batch N only once batch N+1 is constructed, which never happens while no new data
+        # arrives, and the group's offsets would lag a whole batch behind the sink.
+        if start_offsets:
+            self._source.on_batch_committed(start_offsets)
         assigned = self._source.assigned()
         handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
         new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
@@ -149,6 +154,9 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return start
         self._applied.update(handed)
         self._last_batch_at = time.monotonic()
+        planned = getattr(self._source, "on_batch_planned", None)
+        if planned is not None:
+            planned({tp: end[tp] for tp in assigned})
         return to_json(end, froms)
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:

@@ -106,7 +106,7 @@ def test_split_ranges_is_deterministic_and_covers_everything():
     ({"subscribe": "x"}, "bootstrap.brokers"),
     ({"bootstrap.brokers": "127.0.0.1:1", "subscribe": "x", "startingOffsets": "yesterday"}, "startingOffsets"),
     ({"bootstrap.brokers": "127.0.0.1:1", "subscribe": "x", "noSuchOption": "1"}, "nosuchoption"),
-    ({"bootstrap.brokers": "127.0.0.1:1", "subscribe": "x", "group.id": "g"}, "group.id"),
+    ({"bootstrap.brokers": "127.0.0.1:1", "assign": '{"x":[0]}', "group.id": "g"}, "group.id"),
 ])
 def test_bad_options_fail_at_load(spark, options, name):
     for make in (lambda: spark.read, lambda: spark.readStream):
