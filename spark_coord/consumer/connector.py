@@ -106,7 +106,10 @@ class ConsumerCoordinatorConnector(threading.Thread):
         self.registration = registration
         self.member = member
         self.client_id = client_id
-        self.socket_timeout = socket_timeout_ms / 1000
+        # A broker that does not answer ClusterMetadata or RegisterConsumer within the session
+        # timeout is as good as dead (a paused coordinator still accepts TCP connections):
+        # move on to the next one instead of waiting out a long socket timeout.
+        self.socket_timeout = min(socket_timeout_ms, registration.session_timeout_ms) / 1000
         self.session_timeout = registration.session_timeout_ms / 1000
         self.backoff = backoff_ms / 1000
         self.max_backoff = max(max_backoff_ms, backoff_ms) / 1000

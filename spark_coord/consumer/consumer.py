@@ -239,9 +239,13 @@ class Consumer:
         self._fetchers.stop()
         if self._closed:
             return
+        previous = set(self._buffer.assigned())
         token = self._buffer.assign(assignment)
         with self._lock:
-            self._committed = {tp: o for tp, o in self._committed.items() if tp in assignment}
+            # keep a commit only for a partition we kept and only if it is not behind the start
+            # offset: a commit() for a partition that was revoked meanwhile is stale
+            self._committed = {tp: o for tp, o in self._committed.items()
+                               if tp in assignment and tp in previous and o >= assignment[tp]}
             self._generation = generation_id
             self._threads = dict(threads)
         if assignment:

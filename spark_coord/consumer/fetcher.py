@@ -13,14 +13,19 @@ RecordBatch (``records.arrow.decode_to_arrow``) and puts it into the
   record set that fails to decode: the partition goes back to the leader finder,
   which refreshes metadata (with backoff) and hands it to the right leader.
 
-``stop()`` stops and joins every thread; positions of the fetchers (read-ahead)
-are discarded, the consumed positions live in the buffer.
+``stop()`` stops every thread and joins it for at most ``STOP_JOIN_TIMEOUT``
+seconds: a fetch blocked on a hung leader (a paused broker still accepts TCP) must
+not hold up a StopFetcher answer for a whole socket timeout.  A thread left behind
+can do no harm: what it fetches carries a stale buffer token and is dropped, and
+the partitions it gives back belong to a finished run and are ignored.  Positions
+of the fetchers (read-ahead) are discarded, the consumed positions live in the buffer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
@@ -39,6 +44,8 @@ __all__ = ["FetchSettings", "FetcherManager", "FetcherThread"]
 
 TopicPartition = tuple[str, int]
 _NETWORK_ERRORS = (BrokerConnectionError, ProtocolError, OSError, KafkaError)
+#: Longest ``FetcherManager.stop()`` waits for its threads (seconds).
+STOP_JOIN_TIMEOUT = 1.0
 
 
 class FetchSettings:
@@ -74,6 +81,7 @@ class FetcherThread(threading.Thread):
         self.manager = manager
         self.leader = leader
         self.token = token
+        self.run_halt = manager._halt  # the run this fetcher belongs to
         self._cond = threading.Condition()
         self._positions: dict[TopicPartition, int] = {}
         self._halt = threading.Event()
@@ -111,7 +119,7 @@ class FetcherThread(threading.Thread):
                     break
                 log.warning("fetch from broker %d failed: %s", self.leader, e)
                 m.cluster.drop_connection(self.leader)
-                m.orphan(self.take_all())
+                m.orphan(self.take_all(), run=self.run_halt)
                 continue
             for pd in answer:
                 if self._halt.is_set():
@@ -150,7 +158,7 @@ class FetcherThread(threading.Thread):
                           offset, self.leader, e)
                 m.cluster.drop_connection(self.leader)
                 if self._remove(tp) is not None:
-                    m.orphan({tp: offset}, backoff=True)
+                    m.orphan({tp: offset}, backoff=True, run=self.run_halt)
                 return
             if after is None:
                 log.warning("%s-%d: fetch at %d returned no complete batch (raise max.partition.fetch.bytes?)",
@@ -168,7 +176,7 @@ class FetcherThread(threading.Thread):
                         m.settings.auto_offset_reset, new)
             if new is None:
                 if self._remove(tp) is not None:
-                    m.orphan({tp: offset}, backoff=True)
+                    m.orphan({tp: offset}, backoff=True, run=self.run_halt)
                 return
             m.buffer.set_position(self.token, tp, new, only_if_idle=True)
             self._advance(tp, offset, new)
@@ -177,7 +185,7 @@ class FetcherThread(threading.Thread):
             log.log(level, "%s-%d: %s from broker %d; finding the leader again", pd.topic, pd.partition,
                     ErrorCode.name_of(pd.error), self.leader)
             if self._remove(tp) is not None:
-                m.orphan({tp: offset})
+                m.orphan({tp: offset}, run=self.run_halt)
 
 
 class FetcherManager:
@@ -219,7 +227,8 @@ class FetcherManager:
         self._token = token
         with self._lock:
             self._orphans = dict(assignment)
-        self._finder = threading.Thread(target=self._find_leaders, name="leader-finder", daemon=True)
+        self._finder = threading.Thread(target=self._find_leaders, args=(self._halt, token), name="leader-finder",
+                                        daemon=True)
         self._finder.start()
 
     def stop(self) -> None:
@@ -233,26 +242,29 @@ class FetcherManager:
         for f in fetchers:
             f.stop()
         self.buffer.clear()  # wakes fetchers blocked on a full buffer
-        for f in fetchers:
-            f.join()
-        if self._finder is not None:
-            self._finder.join()
-            self._finder = None
+        deadline = time.monotonic() + STOP_JOIN_TIMEOUT
+        threads = fetchers + ([self._finder] if self._finder is not None else [])
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                log.info("%s is still in a request; leaving it behind (its results are dropped)", t.name)
+        self._finder = None
 
     # ---------------------------------------------------------------- leader finder
-    def orphan(self, partitions: dict[TopicPartition, int], backoff: bool = False) -> None:
-        """Give partitions back to the leader finder (leader moved, connection broke...)."""
+    def orphan(self, partitions: dict[TopicPartition, int], backoff: bool = False,
+               run: threading.Event | None = None) -> None:
+        """Give partitions back to the leader finder (leader moved, connection broke...);
+        ignored when the fetcher's ``run`` is not the current one."""
         if not partitions:
             return
         with self._lock:
-            if self._halt.is_set():
+            if self._halt.is_set() or (run is not None and run is not self._halt):
                 return
             self._orphans.update(partitions)
             self._backoff_pending = self._backoff_pending or backoff
             self._lock.notify_all()
 
-    def _find_leaders(self) -> None:
-        stop = self._halt
+    def _find_leaders(self, stop: threading.Event, token: int) -> None:
         while not stop.is_set():
             with self._lock:
                 self._lock.wait_for(lambda: self._orphans or stop.is_set())
@@ -264,8 +276,10 @@ class FetcherManager:
                     if stop.is_set():
                         break
                 orphans = dict(self._orphans)
-            placed = self._place(orphans, stop)
+            placed = self._place(orphans, stop, token)
             with self._lock:
+                if stop.is_set():  # a finished run: the orphans belong to the next one now
+                    break
                 for tp in placed:
                     if self._orphans.get(tp) == orphans[tp]:
                         del self._orphans[tp]
@@ -273,7 +287,7 @@ class FetcherManager:
                     self._lock.wait(self.settings.retry_backoff)
         log.debug("leader finder stopped")
 
-    def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event) -> list[TopicPartition]:
+    def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event, token: int) -> list[TopicPartition]:
         """Hand each orphan to its leader's fetcher; returns the partitions placed."""
         try:
             self.cluster.refresh(sorted({t for t, _ in orphans}))
@@ -299,14 +313,14 @@ class FetcherManager:
                         continue
                     log.info("%s-%d: no committed offset; auto.offset.reset=%s -> %d", tp[0], tp[1],
                              self.settings.auto_offset_reset, resolved)
-                    self.buffer.set_position(self._token, tp, resolved)
+                    self.buffer.set_position(token, tp, resolved)
                     offset = resolved
                 with self._lock:
                     if stop.is_set():
                         return placed
                     fetcher = self._fetchers.get(leader)
                     if fetcher is None:
-                        fetcher = FetcherThread(self, leader, self._token)
+                        fetcher = FetcherThread(self, leader, token)
                         self._fetchers[leader] = fetcher
                         fetcher.start()
                     fetcher.add(tp, offset)

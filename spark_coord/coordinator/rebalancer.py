@@ -215,6 +215,8 @@ class RebalancerPool:
         await self._store(group, "save generation", c.store.save_generation, gid, generation)
         self._check(group, "saving the generation")
         group.generation_id = generation
+        # the committed offsets are where the new generation starts: none may move below them
+        group.offset_generation = {tp: generation for tp in group.offsets}
         group.transition_to(GroupState.STARTING_FETCHERS)
 
         # StartFetcher to everyone, wait
