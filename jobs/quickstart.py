@@ -3,9 +3,11 @@
 Starts the embedded ZooKeeper and a broker in a temporary directory (unless
 ``--bootstrap`` points at a running cluster), produces a sample click stream from
 a background thread, and runs a streaming aggregation with a processing-time
-trigger, printing each batch's windows as they arrive.  After ``--batches``
-non-empty batches (or ``--seconds``) it prints the partition offsets and the
-query's source offsets, and shuts everything down.
+trigger, printing each batch's windows as they arrive.  The query reads as a
+member of the consumer group ``--group``: the coordinator assigns it the topic's
+partitions and commits its micro-batches' offsets to ZooKeeper.  After
+``--batches`` non-empty batches (or ``--seconds``) it prints the group's members,
+committed offsets and lag, and shuts everything down.
 
     ./spark-submit.sh jobs/quickstart.py
     ./spark-submit.sh jobs/quickstart.py --bootstrap 127.0.0.1:9092 --topic clicks --seconds 60
@@ -27,10 +29,20 @@ from clicks import ClickProducer, cluster_or, ensure_topic, parsed_clicks, parti
 log = logging.getLogger("jobs.quickstart")
 
 
+def show_group(bootstrap: str, group: str) -> None:
+    """The group as the coordinator sees it: members, committed offsets, log end and lag."""
+    from spark_coord.consumer.cli import describe_groups, format_group
+
+    time.sleep(2.5)  # let the last batch's offsets travel: next ping answer, then the committer
+    for g in describe_groups(bootstrap, [group], with_lag=True):
+        print(format_group(g))
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", help="brokers of a running cluster (default: start a local one)")
     p.add_argument("--topic", default="clicks")
+    p.add_argument("--group", default="quickstart", help="consumer group of the query (default: %(default)s)")
     p.add_argument("--rate", type=float, default=200.0, help="clicks per second to produce (default: %(default)s)")
     p.add_argument("--batches", type=int, default=5, help="stop after this many non-empty batches")
     p.add_argument("--seconds", type=float, default=90.0, help="...or after this long")
@@ -61,7 +73,7 @@ def main(argv=None) -> int:
             for r in rows:
                 print(f"  {r.window.start:%H:%M:%S}-{r.window.end:%H:%M:%S}  {r.page:<9} {r.clicks:>5}")
 
-        counts = (parsed_clicks(spark, bootstrap, args.topic, startingOffsets="earliest")
+        counts = (parsed_clicks(spark, bootstrap, args.topic, startingOffsets="earliest", **{"group.id": args.group})
                   .withWatermark("ts", "10 seconds")
                   .groupBy(F.window("ts", "10 seconds"), "page")
                   .agg(F.count("*").alias("clicks")))
@@ -72,6 +84,7 @@ def main(argv=None) -> int:
             try:
                 while len(seen) < args.batches and time.monotonic() < deadline and query.isActive:
                     query.awaitTermination(1)
+                show_group(bootstrap, args.group)
             finally:
                 query.stop()
                 producer.stop()

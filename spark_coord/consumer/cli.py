@@ -140,17 +140,24 @@ def groups(args) -> int:
         print(format_table(rows, ["group", "state", "generation", "members"]))
         return 0
     for g in described:
-        print(f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members")
-        members = [{"consumer": m["consumer_id"], "host": m["host"],
-                    "partitions": [f"{a['topic']}-{a['partition']}" for a in m["assigned"]]} for m in g["members"]]
-        if members:
-            print(format_table(members, ["consumer", "host", "partitions"]))
-        rows = [{"topic": o["topic"], "partition": o["partition"],
-                 "committed": o["committed_offset"] if o["committed_offset"] >= 0 else None,
-                 "log_end": o.get("log_end"), "lag": o.get("lag"), "owner": o["owner"]}
-                for o in sorted(g["offsets"], key=lambda o: (o["topic"], o["partition"]))]
-        if rows:
-            print(format_table(rows, ["topic", "partition", "committed", "log_end", "lag", "owner"],
-                               ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER"]))
-        print()
+        print(format_group(g))
     return 0
+
+
+def format_group(g: dict) -> str:
+    """One described group as text: a header line, its members, and its offsets with lag."""
+    from spark_coord.table import format_table
+
+    out = [f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members"]
+    members = [{"consumer": m["consumer_id"], "host": m["host"],
+                "partitions": [f"{a['topic']}-{a['partition']}" for a in m["assigned"]]} for m in g["members"]]
+    if members:
+        out.append(format_table(members, ["consumer", "host", "partitions"]))
+    rows = [{"topic": o["topic"], "partition": o["partition"],
+             "committed": o["committed_offset"] if o["committed_offset"] >= 0 else None,
+             "log_end": o.get("log_end"), "lag": o.get("lag"), "owner": o["owner"]}
+            for o in sorted(g["offsets"], key=lambda o: (o["topic"], o["partition"]))]
+    if rows:
+        out.append(format_table(rows, ["topic", "partition", "committed", "log_end", "lag", "owner"],
+                                ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "OWNER"]))
+    return "\n".join(out) + "\n"
