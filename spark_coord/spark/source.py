@@ -39,7 +39,17 @@ class CoordKafkaDataSource(DataSource):
     includeHeaders : bool, default false
     minPartitions : int
         Split big offset ranges so there are at least this many input partitions.
-    group.id, members, session.timeout.ms : consumer-group membership (streams; not yet available).
+    group.id : str, streams only
+        Join this consumer group: the query registers ``members`` group members
+        with the coordinator, which assigns them partitions (shared with other
+        queries and consumers of the group); committed micro-batches are reported
+        in ping answers and land in ZooKeeper as the group's offsets.
+        ``startingOffsets`` then applies to partitions the group has no offset for.
+    members : int, default 1
+        Group members this query registers: one per Spark executor (set it to the
+        executor count on a cluster; one in local mode).
+    session.timeout.ms : int, default 10000
+        The members' session timeout (pings every third of it).
     fetch.max.bytes, max.partition.fetch.bytes, fetch.max.wait.ms, socket.timeout.ms, client.id : tuning.
 
     Sink options: ``bootstrap.brokers``, ``topic`` (unless rows carry a ``topic``
