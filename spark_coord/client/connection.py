@@ -23,6 +23,7 @@ import threading
 import time
 
 from spark_coord import __version__
+from spark_coord.client.sockio import recv_frame
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import protocol
 from spark_coord.wire.registry import ApiKey, api_name, served_versions
@@ -196,31 +197,12 @@ class BrokerConnection:
             raise BrokerConnectionError(f"sending to {self.host}:{self.port}: {e}") from e
 
     def _receive(self, deadline: float) -> memoryview:
-        size = protocol.frame_size(self._read_exactly(4, deadline))
-        if size < 4 or size > self.max_response_bytes:
-            self.close()
-            raise ProtocolError(f"{self.host}:{self.port} announced a response of {size} bytes "
-                                f"(limit {self.max_response_bytes})")
-        return memoryview(self._read_exactly(size, deadline))
-
-    def _read_exactly(self, n: int, deadline: float) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
+        peer = f"{self.host}:{self.port}"
         try:
-            while got < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout("timed out")
-                self._sock.settimeout(left)
-                k = self._sock.recv_into(view[got:], n - got)
-                if k == 0:
-                    raise BrokerConnectionError(f"{self.host}:{self.port} closed the connection")
-                got += k
-        except BrokerConnectionError:
+            return recv_frame(self._sock, deadline, 4, self.max_response_bytes, peer)
+        except ProtocolError:
             self.close()
             raise
         except OSError as e:
             self.close()
-            raise BrokerConnectionError(f"receiving from {self.host}:{self.port}: {e}") from e
-        return buf
+            raise BrokerConnectionError(f"receiving from {peer}: {e}") from e

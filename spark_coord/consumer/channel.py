@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 
+from spark_coord.client.sockio import recv_frame
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import RequestHeader
 from spark_coord.wire.registry import api_name
@@ -145,28 +146,7 @@ class CoordinatorChannel:
                 raise ChannelClosed(f"sending to {self.host}:{self.port}: {e}") from e
 
     def _read_frame(self, deadline: float, min_size: int) -> memoryview:
-        size = protocol.frame_size(self._read_exactly(4, deadline))
-        if size < min_size or size > self.max_frame_bytes:
-            raise ProtocolError(f"{self.host}:{self.port} announced a frame of {size} bytes "
-                                f"(allowed {min_size}..{self.max_frame_bytes})")
-        return memoryview(self._read_exactly(size, deadline))
-
-    def _read_exactly(self, n: int, deadline: float) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
         try:
-            while got < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout("timed out")
-                self._sock.settimeout(left)
-                k = self._sock.recv_into(view[got:], n - got)
-                if k == 0:
-                    raise ChannelClosed(f"{self.host}:{self.port} closed the connection")
-                got += k
-        except ChannelClosed:
-            raise
+            return recv_frame(self._sock, deadline, min_size, self.max_frame_bytes, f"{self.host}:{self.port}")
         except OSError as e:
             raise ChannelClosed(f"receiving from {self.host}:{self.port}: {e}") from e
-        return buf

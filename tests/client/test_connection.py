@@ -173,8 +173,8 @@ def _raw(correlation_id: int, payload: bytes, size: int | None = None) -> bytes:
 
 @pytest.mark.parametrize("reply,match", [
     (lambda h: _raw(h.correlation_id + 1, b"\x00" * 20), "correlation id"),
-    (lambda h: struct.pack(">i", 2**31 - 1), "announced a response"),
-    (lambda h: struct.pack(">i", -5), "announced a response"),
+    (lambda h: struct.pack(">i", 2**31 - 1), "announced a frame"),
+    (lambda h: struct.pack(">i", -5), "announced a frame"),
     (lambda h: _raw(h.correlation_id, struct.pack(">i", 0) + struct.pack(">i", 2**30)), "bad Metadata"),
 ])
 def test_bad_responses_raise_protocol_error_and_close(broker, reply, match):
