@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from spark_coord.coordinator.api import CoordinatorApi
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 ClusterView = Callable[[], Iterable[tuple[int, str, int]]]
 OFFSET_RESETS = ("smallest", "largest")
+#: A member's first ping comes up to this fraction of the ping interval early, at random, so that
+#: members registering together (a failover, a restarted job) are not pinged in one burst ever after.
+FIRST_PING_JITTER = 0.25
 
 
 def _is_int(v: Any) -> bool:
@@ -43,13 +47,16 @@ class Coordinator:
     """The elected coordinator's state and behaviour; inert until ``activate``."""
 
     def __init__(self, config: CoordinatorConfig, store: GroupStore, timer: Timer, clock: Clock,
-                 cluster_view: ClusterView, *, on_fenced: Callable[[], None] | None = None):
+                 cluster_view: ClusterView, *, on_fenced: Callable[[], None] | None = None,
+                 first_ping_jitter: float = FIRST_PING_JITTER, rng: random.Random | None = None):
         self.config = config
         self.store = store
         self.timer = timer
         self.clock = clock
         self.cluster_view = cluster_view
         self.on_fenced = on_fenced
+        self.first_ping_jitter = first_ping_jitter
+        self._rng = rng or random.Random()
         self.assignor = get_assignor(config.assignment_strategy)
         self.epoch: int | None = None
         self.active = False
@@ -262,7 +269,7 @@ class Coordinator:
         assert member.channel is not None
         group.members[member.consumer_id] = member
         self._channels[id(member.channel)] = (member.channel, group.group_id, member.consumer_id)
-        self._schedule_ping(member)
+        self._schedule_ping(member, first=True)
         self._spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
                     f"save member {group.group_id}/{member.consumer_id}")
         log.info("group %s: consumer %s registered from %s (%s, session %d ms)", group.group_id,
@@ -294,8 +301,10 @@ class Coordinator:
 
     # ------------------------------------------------------------ failure detection
 
-    def _schedule_ping(self, member: ConsumerRegistry) -> None:
+    def _schedule_ping(self, member: ConsumerRegistry, first: bool = False) -> None:
         interval = max(1, member.session_timeout_ms // 3)
+        if first and self.first_ping_jitter > 0:  # early, never late: failure detection is not delayed
+            interval = max(1, round(interval * (1 - self.first_ping_jitter * self._rng.random())))
         member.ping_handle = self.timer.call_later(interval, lambda: self._post(self._ping_due, member))
 
     def _stop_pinging(self, member: ConsumerRegistry) -> None:

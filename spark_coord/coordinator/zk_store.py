@@ -19,40 +19,38 @@ with two ``check`` operations from the coordinator's ``EpochCheck``:
   incarnations of an ephemeral node apart; ZooKeeper's multi cannot check czxid).
 
 Either failing makes the whole multi fail: the write raises ``Fenced`` and
-nothing lands.  Blocking kazoo calls run in the default executor, never on the
-event loop thread.
+nothing lands.  A write with nothing left to change still sends the two checks,
+so every write call of a deposed coordinator raises ``Fenced``.
+
+Cost (the coordinator writes offsets every second for every busy group): the
+store uses kazoo's asynchronous calls only, so no thread blocks on ZooKeeper and
+reads are pipelined (``zk_async``); what it read or wrote in the current term is
+remembered (``zk_cache``), so a steady-state offset commit is one multi of
+set_data ops with no existence checks, unchanged values are not rewritten, and
+owners are compared with what this store wrote last instead of re-read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (NoNodeError, NodeExistsError, RolledBackError,
-                              SessionExpiredError, ZookeeperError)
+from kazoo.exceptions import KazooException
 
-from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup, StoredMember, StoreError, TopicPartition
+from spark_coord.coordinator import zk_async
+from spark_coord.coordinator.store import GroupStore, StoredGroup, StoredMember, StoreError, TopicPartition
+from spark_coord.coordinator.zk_cache import ZnodeCache
+from spark_coord.coordinator.zk_fenced import MAX_OPS_PER_MULTI, EpochCheck, FencedWriter, Op
 from spark_coord.zk import model, paths
+
+__all__ = ["EpochCheck", "MAX_OPS_PER_MULTI", "ZkGroupStore", "encode_state", "parse_state"]
 
 log = logging.getLogger(__name__)
 
-#: Most operations per multi (ZooKeeper bounds a request by jute.maxbuffer, ~1 MB).
-MAX_OPS_PER_MULTI = 500
 STATE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class EpochCheck:
-    """What a write must find in ZooKeeper to be allowed: the election as this coordinator won it."""
-
-    epoch: int                 #: czxid of our election node (stamped on requests)
-    coordinator_version: int   #: data version of /consumers/coordinator as we created it
-    consumers_version: int     #: data version of /consumers after our election bumped it
 
 
 def _json(data: bytes | None, what: str) -> Any:
@@ -76,210 +74,182 @@ def parse_state(data: bytes | None, group_id: str) -> int:
     return gen
 
 
+#: Groups read at once by ``load_groups`` (each one pipelines its own reads).
+LOAD_CONCURRENCY = 16
+
+Parse = Callable[[bytes, str], Any]
+
+
 class ZkGroupStore(GroupStore):
     """Kafka 0.8's consumer layout in ZooKeeper, every write fenced.
 
     ``epoch_check()`` returns the current ``EpochCheck`` (None while this broker is
-    not the coordinator: every write then raises ``Fenced`` at once).
+    not the coordinator: every write then raises ``Fenced`` at once).  Callers
+    keep one store call per group at a time (the coordinator's ``store_lock``).
     """
 
     def __init__(self, client: KazooClient, epoch_check: Callable[[], EpochCheck | None]):
         self.client = client
         self.epoch_check = epoch_check
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(fn, *args))
+        self.writer = FencedWriter(client, epoch_check)
 
     # ------------------------------------------------------------------ writes
 
-    def _missing_parents(self, path: str, planned: set[str]) -> list[str]:
-        """Ancestors of ``path`` below /consumers that neither exist nor are already planned."""
-        parts = path.strip("/").split("/")
-        out = []
-        for i in range(2, len(parts)):  # /consumers always exists
-            parent = "/" + "/".join(parts[:i])
-            if parent in planned:
-                continue
-            if self.client.exists(parent) is None:
-                out.append(parent)
-                planned.add(parent)
-        return out
-
-    def _multi(self, what: str, ops: list[tuple[str, str, bytes | None]]) -> None:
-        """Apply ``ops`` = [(kind, path, data)] (kind: put | delete) fenced, in chunks; blocking."""
-        for start in range(0, max(1, len(ops)), MAX_OPS_PER_MULTI):
-            chunk = ops[start:start + MAX_OPS_PER_MULTI]
-            for attempt in range(3):
-                try:
-                    self._multi_chunk(what, chunk)
-                    break
-                except NodeExistsError:
-                    # a parent or node appeared between our exists() and the multi: plan again
-                    if attempt == 2:
-                        raise StoreError(f"{what}: nodes kept appearing concurrently") from None
-
-    def _multi_chunk(self, what: str, ops: list[tuple[str, str, bytes | None]]) -> None:
-        check = self.epoch_check()
-        if check is None:
-            raise Fenced(f"{what}: this broker is not the coordinator")
-        txn = self.client.transaction()
-        txn.check(paths.COORDINATOR, check.coordinator_version)
-        txn.check(paths.CONSUMERS, check.consumers_version)
-        planned: set[str] = set()
-        for kind, path, data in ops:
-            exists = self.client.exists(path) is not None
-            if kind == "put":
-                for parent in self._missing_parents(path, planned):
-                    txn.create(parent, b"")
-                if exists:
-                    txn.set_data(path, data or b"")
-                elif path not in planned:
-                    txn.create(path, data or b"")
-                    planned.add(path)
-            elif exists:
-                txn.delete(path)
-        try:
-            results = txn.commit()
-        except SessionExpiredError:
-            raise Fenced(f"{what}: ZooKeeper session expired") from None
-        except ZookeeperError as e:
-            raise StoreError(f"{what}: {e.__class__.__name__}") from None
-        for i, result in enumerate(results):
-            if not isinstance(result, Exception) or isinstance(result, RolledBackError):
-                continue
-            if i < 2:
-                raise Fenced(f"{what}: the election changed ({'/consumers/coordinator' if i == 0 else '/consumers'}: "
-                             f"{result.__class__.__name__}); not writing")
-            if isinstance(result, NodeExistsError):
-                raise result
-            raise StoreError(f"{what}: {result.__class__.__name__}")
-
     async def save_member(self, group_id: str, member: StoredMember) -> None:
         data = json.dumps(member.to_json(), separators=(",", ":")).encode()
-        await self._run(self._multi, f"save member {group_id}/{member.consumer_id}",
-                        [("put", paths.member(group_id, member.consumer_id), data)])
+        await self.writer.write(f"save member {group_id}/{member.consumer_id}",
+                                [("put", paths.member(group_id, member.consumer_id), data)])
 
     async def remove_member(self, group_id: str, consumer_id: str) -> None:
-        await self._run(self._multi, f"remove member {group_id}/{consumer_id}",
-                        [("delete", paths.member(group_id, consumer_id), None)])
+        await self.writer.write(f"remove member {group_id}/{consumer_id}",
+                                [("delete", paths.member(group_id, consumer_id), None)])
 
     async def save_generation(self, group_id: str, generation_id: int) -> None:
-        await self._run(self._multi, f"save generation of {group_id}",
-                        [("put", paths.group_state(group_id), encode_state(generation_id))])
+        await self.writer.write(f"save generation of {group_id}",
+                                [("put", paths.group_state(group_id), encode_state(generation_id))])
 
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         if not offsets:
             return
-        ops = [("put", paths.offset(group_id, t, p), model.encode_offset(o)) for (t, p), o in sorted(offsets.items())]
-        await self._run(self._multi, f"commit {len(ops)} offsets of {group_id}", ops)
+        ops: list[Op] = [("put", paths.offset(group_id, t, p), model.encode_offset(o))
+                         for (t, p), o in sorted(offsets.items())]
+        await self.writer.write(f"commit {len(ops)} offsets of {group_id}", ops)
 
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
-        def plan_and_write() -> None:
-            current = self._read_partitions(group_id, paths.group_owners(group_id), paths.topic_owners, paths.owner,
-                                            lambda data, where: model.parse_owner(data, where), tolerant=True)
-            ops: list[tuple[str, str, bytes | None]] = [
-                ("delete", paths.owner(group_id, t, p), None) for (t, p) in sorted(current) if (t, p) not in owners]
-            ops += [("put", paths.owner(group_id, t, p), model.encode_owner(owner))
-                    for (t, p), owner in sorted(owners.items()) if current.get((t, p)) != owner]
-            if ops:
-                self._multi(f"write {len(owners)} owners of {group_id}", ops)
-        await self._run(plan_and_write)
+        cache = self.writer.cache()
+        current = cache.owners.get(group_id)
+        if current is None:
+            try:
+                current = await self._read_owner_map(group_id, cache)
+            except KazooException as e:
+                raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        ops: list[Op] = [("delete", paths.owner(group_id, t, p), None) for (t, p) in sorted(current)
+                         if (t, p) not in owners]
+        ops += [("put", paths.owner(group_id, t, p), model.encode_owner(owner))
+                for (t, p), owner in sorted(owners.items()) if current.get((t, p)) != owner]
+        await self.writer.write(f"write {len(owners)} owners of {group_id}", ops, planned_in=cache)
+        cache.owners[group_id] = dict(owners)
 
     # ------------------------------------------------------------------- reads
 
-    def _children(self, path: str) -> list[str]:
-        try:
-            return self.client.get_children(path)
-        except NoNodeError:
-            return []
-
-    def _get(self, path: str) -> bytes | None:
-        try:
-            return self.client.get(path)[0]
-        except NoNodeError:
-            return None
-
-    def _read_partitions(self, group_id: str, root: str, topic_path: Callable[[str, str], str],
-                         leaf_path: Callable[[str, str, int], str], parse: Callable[[bytes | None, str], Any],
-                         tolerant: bool = False) -> dict[TopicPartition, Any]:
-        out: dict[TopicPartition, Any] = {}
-        for topic in self._children(root):
+    async def _read_partitions(self, group_id: str, root: str, topic_path: Callable[[str, str], str],
+                               leaf_path: Callable[[str, str, int], str], parse: Parse,
+                               cache: ZnodeCache) -> dict[TopicPartition, Any]:
+        """``{(topic, partition): parsed}`` below ``root``, pipelined; None for content that does not parse."""
+        topics = []
+        for topic in await zk_async.get_children(self.client, root):
             try:
-                paths.validate_topic(topic)
+                topics.append(paths.validate_topic(topic))
             except ValueError:
                 log.warning("group %s: ignoring %s/%s (not a topic name)", group_id, root, topic)
-                continue
-            for node in self._children(topic_path(group_id, topic)):
+        listing = await zk_async.children_many(self.client, [topic_path(group_id, t) for t in topics])
+        leaves: dict[str, tuple[TopicPartition, str]] = {}
+        for topic in topics:
+            for node in listing[topic_path(group_id, topic)]:
                 try:
                     p = paths.parse_partition_node(node)
                 except ValueError as e:
                     log.warning("group %s: ignoring %s/%s/%s: %s", group_id, root, topic, node, e)
                     continue
-                data = self._get(leaf_path(group_id, topic, p))
-                if data is None:
-                    continue
-                try:
-                    out[(topic, p)] = parse(data, f"{root}/{topic}/{node}")
-                except ValueError as e:
-                    log.warning("group %s: ignoring %s/%s/%s: %s", group_id, root, topic, node, e)
-                    if tolerant:  # listed as None, so a rewrite replaces or deletes it
-                        out[(topic, p)] = None
+                leaves[leaf_path(group_id, topic, p)] = ((topic, p), f"{root}/{topic}/{node}")
+        out: dict[TopicPartition, Any] = {}
+        for path, data in (await zk_async.get_many(self.client, leaves)).items():
+            cache.learn(path, data)
+            tp, where = leaves[path]
+            try:
+                out[tp] = parse(data, where)
+            except ValueError as e:
+                log.warning("group %s: ignoring %s: %s", group_id, where, e)
+                out[tp] = None  # listed, so that a rewrite replaces or deletes it
         return out
 
-    def _read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        return self._read_partitions(group_id, paths.group_offsets(group_id), paths.topic_offsets, paths.offset,
-                                     model.parse_offset)
+    async def _read_owner_map(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, str | None]:
+        owners = await self._read_partitions(group_id, paths.group_owners(group_id), paths.topic_owners,
+                                             paths.owner, model.parse_owner, cache)
+        return cache.owners.setdefault(group_id, owners)
 
-    def _read_owners(self, group_id: str) -> dict[TopicPartition, str]:
-        return self._read_partitions(group_id, paths.group_owners(group_id), paths.topic_owners, paths.owner,
-                                     model.parse_owner)
+    async def _read_offsets(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, int]:
+        offsets = await self._read_partitions(group_id, paths.group_offsets(group_id), paths.topic_offsets,
+                                              paths.offset, model.parse_offset, cache)
+        return {tp: o for tp, o in offsets.items() if o is not None}
 
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        return await self._run(self._read_offsets, group_id)
+        try:
+            return await self._read_offsets(group_id, self.writer.cache())
+        except KazooException as e:
+            raise StoreError(f"read offsets of {group_id}: {e.__class__.__name__}") from None
 
     async def read_owners(self, group_id: str) -> dict[TopicPartition, str]:
-        return await self._run(self._read_owners, group_id)
-
-    def _load_group(self, group_id: str) -> StoredGroup:
-        group = StoredGroup(group_id)
-        for cid in self._children(paths.group_ids(group_id)):
+        """The owners this store wrote or read last in this term; read (pipelined) when it has none."""
+        cache = self.writer.cache()
+        owners = cache.owners.get(group_id)
+        if owners is None:
             try:
-                data = self._get(paths.member(group_id, cid))
-                group.members[cid] = StoredMember.from_json(cid, _json(data, f"member {group_id}/{cid}"))
+                owners = await self._read_owner_map(group_id, cache)
+            except KazooException as e:
+                raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        return {tp: o for tp, o in owners.items() if o is not None}
+
+    async def _load_group(self, group_id: str, cache: ZnodeCache) -> StoredGroup:
+        group = StoredGroup(group_id)
+        member_paths: dict[str, str] = {}
+        for cid in await zk_async.get_children(self.client, paths.group_ids(group_id)):
+            try:
+                member_paths[paths.member(group_id, cid)] = cid
             except ValueError as e:
                 log.warning("group %s: ignoring stored member %r: %s", group_id, cid, e)
-        state = self._get(paths.group_state(group_id))
-        if state is not None:
+        state_path = paths.group_state(group_id)
+        found = await zk_async.get_many(self.client, [state_path, *member_paths])
+        for path, cid in member_paths.items():
+            if path not in found:
+                continue
+            cache.learn(path, found[path])
             try:
-                group.generation_id = parse_state(state, group_id)
+                group.members[cid] = StoredMember.from_json(cid, _json(found[path], f"member {group_id}/{cid}"))
+            except ValueError as e:
+                log.warning("group %s: ignoring stored member %r: %s", group_id, cid, e)
+        if state_path in found:
+            cache.learn(state_path, found[state_path])
+            try:
+                group.generation_id = parse_state(found[state_path], group_id)
             except ValueError as e:
                 log.warning("%s", e)
-        group.offsets = self._read_offsets(group_id)
-        group.owners = self._read_owners(group_id)
+        offsets, owners = await zk_async.gather_all([self._read_offsets(group_id, cache),
+                                                     self._read_owner_map(group_id, cache)])
+        group.offsets = offsets
+        group.owners = {tp: o for tp, o in owners.items() if o is not None}
         return group
 
-    def _load_groups(self) -> dict[str, StoredGroup]:
-        groups = {}
-        for node in self._children(paths.CONSUMERS):
-            g = paths.parse_group_node(node)
-            if g is not None:
-                groups[g] = self._load_group(g)
-        return groups
-
     async def load_groups(self) -> dict[str, StoredGroup]:
-        return await self._run(self._load_groups)
+        cache = self.writer.cache()
+        limit = asyncio.Semaphore(LOAD_CONCURRENCY)
 
-    def _topics(self) -> dict[str, int]:
-        out = {}
-        for topic in self._children(paths.BROKER_TOPICS):
-            try:
-                data = self._get(paths.topic(topic))
-                if data is not None:
-                    out[topic] = len(model.parse_topic_assignment(data, topic))
-            except ValueError as e:
-                log.warning("ignoring topic %r: %s", topic, e)
-        return out
+        async def load(group_id: str) -> StoredGroup:
+            async with limit:
+                return await self._load_group(group_id, cache)
+
+        try:
+            names = [g for g in map(paths.parse_group_node, await zk_async.get_children(self.client, paths.CONSUMERS))
+                     if g is not None]
+            return {g.group_id: g for g in await zk_async.gather_all(load(name) for name in names)}
+        except KazooException as e:
+            raise StoreError(f"load groups: {e.__class__.__name__}") from None
 
     async def topics(self) -> dict[str, int]:
-        return await self._run(self._topics)
+        topic_paths: dict[str, str] = {}
+        try:
+            for topic in await zk_async.get_children(self.client, paths.BROKER_TOPICS):
+                try:
+                    topic_paths[paths.topic(topic)] = topic
+                except ValueError as e:
+                    log.warning("ignoring topic %r: %s", topic, e)
+            found = await zk_async.get_many(self.client, topic_paths)
+        except KazooException as e:
+            raise StoreError(f"read topics: {e.__class__.__name__}") from None
+        out = {}
+        for path, data in found.items():
+            try:
+                out[topic_paths[path]] = len(model.parse_topic_assignment(data, topic_paths[path]))
+            except ValueError as e:
+                log.warning("ignoring topic %r: %s", topic_paths[path], e)
+        return out

@@ -109,7 +109,8 @@ class Harness:
         self.store = MemoryGroupStore(topics if topics is not None else {"t": 12})
         self.fenced_calls = 0
         self.coord = Coordinator(CoordinatorConfig(**cfg), self.store, self.timer, self.timer.clock,
-                                 lambda: [(0, "127.0.0.1", 9092)], on_fenced=self._on_fenced)
+                                 lambda: [(0, "127.0.0.1", 9092)], on_fenced=self._on_fenced,
+                                 first_ping_jitter=0)  # pings exactly every interval: tests count on it
 
     def _on_fenced(self) -> None:
         self.fenced_calls += 1
