@@ -5,15 +5,21 @@ fresh topic of a local one-broker cluster (kcat when it is on PATH, else our
 Producer), then in the same run:
 
 1. Spark: ``readStream.format("coordkafka")`` from earliest into the ``noop`` sink
-   with ``Trigger.AvailableNow`` -- rows per second of the whole query;
+   with ``Trigger.AvailableNow`` -- rows per second of the whole query (start to
+   termination), ``--runs`` times on fresh checkpoints in one SparkSession.  The
+   first run pays for a cold JVM (class loading, JIT) and for starting Spark's
+   Python workers; later runs show the source's steady rate.  Both are printed,
+   with the CPU seconds of the JVM and of Spark's Python workers (Linux) so a slow
+   figure can be told apart from a busy machine;
 2. confluent-kafka: a ``Consumer`` assigned the same partitions from offset 0,
    building one pyarrow table (key, value, partition, offset, timestamp) per
    partition as it consumes -- rows per second until every record is in.
 
-Prints both rates and their ratio.  Run it with the project's environment:
+Prints the rates and their ratios.  Run it with the project's environment:
 
     ./spark-submit.sh bench/bench_spark_source.py
     ./spark-submit.sh bench/bench_spark_source.py --records 1000000 --partitions 4
+    ./spark-submit.sh bench/bench_spark_source.py --option minPartitions=8   # 2 tasks per core
     .venv/bin/python bench/bench_spark_source.py --bootstrap 127.0.0.1:9092   # a running cluster
 """
 
@@ -63,26 +69,77 @@ def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int
     return time.perf_counter() - t0
 
 
-def spark_rate(bootstrap: str, topic: str, records: int) -> float:
+def spark_rates(bootstrap: str, topic: str, records: int, runs: int, options: dict[str, str]
+                ) -> list[tuple[float, dict[str, float]]]:
+    """(rows/s, CPU seconds by process kind) of each of ``runs`` AvailableNow queries over the topic,
+    with extra source ``options`` (e.g. minPartitions)."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("bench-coordkafka").getOrCreate()
-    ckpt = tempfile.mkdtemp(prefix="bench-ckpt-")
+    out = []
     try:
-        df = (spark.readStream.format("coordkafka").option("bootstrap.brokers", bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest").load())
-        t0 = time.perf_counter()
-        query = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-        elapsed = time.perf_counter() - t0
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
-        if rows != records:
-            raise RuntimeError(f"Spark read {rows} rows, expected {records}")
-        return rows / elapsed
+        for run in range(runs):
+            ckpt = tempfile.mkdtemp(prefix="bench-ckpt-")
+            try:
+                reader = (spark.readStream.format("coordkafka").option("bootstrap.brokers", bootstrap)
+                          .option("subscribe", topic).option("startingOffsets", "earliest"))
+                for key, value in options.items():
+                    reader = reader.option(key, value)
+                df = reader.load()
+                cpu0 = tree_cpu()
+                t0 = time.perf_counter()
+                query = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+                         .trigger(availableNow=True).start())
+                query.awaitTermination()
+                elapsed = time.perf_counter() - t0
+                cpu1 = tree_cpu()
+                rows = sum(p["numInputRows"] for p in query.recentProgress)
+                if rows != records:
+                    raise RuntimeError(f"Spark read {rows} rows, expected {records}")
+                cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+                log.info("Spark run %d: %d rows in %.1f s; CPU s %s; batches %s", run + 1, rows, elapsed,
+                         {k: round(v, 1) for k, v in cpu.items()},
+                         [p["durationMs"] for p in query.recentProgress if p["numInputRows"]])
+                out.append((rows / elapsed, cpu))
+            finally:
+                shutil.rmtree(ckpt, ignore_errors=True)
+        return out
     finally:
         spark.stop()
-        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) so far of the processes under this one's parent, by kind: the
+    JVM that spark-submit started (this driver's parent), Spark's Python workers, the rest.  Empty
+    where there is no /proc."""
+    if not os.path.isdir("/proc"):
+        return {}
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[list[str], str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        stats[int(name)] = (fields, cmd)
+        children.setdefault(int(fields[1]), []).append(int(name))
+    tick = os.sysconf("SC_CLK_TCK")
+    todo, out = [os.getppid()], {}
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if pid not in stats:
+            continue
+        fields, cmd = stats[pid]
+        kind = ("jvm" if "java" in cmd.split(" ", 1)[0] else "python workers" if "pyspark" in cmd
+                else "driver" if pid == os.getpid() else "cluster" if "spark_coord" in cmd else "other")
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def confluent_rate(bootstrap: str, topic: str, records: int, partitions: int) -> float:
@@ -135,7 +192,13 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=100, help="value bytes per record")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--bootstrap", help="a running cluster (default: start a local one)")
+    p.add_argument("--runs", type=int, default=2, help="Spark queries in one session (the first one is cold)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra coordkafka source option, e.g. minPartitions=8 (repeatable)")
     args = p.parse_args(argv)
+    options = dict(o.split("=", 1) for o in args.option if "=" in o)
+    if len(options) != len(args.option):
+        p.error("--option takes KEY=VALUE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     from clicks import cluster_or
@@ -150,11 +213,17 @@ def main(argv=None) -> int:
         secs = produce(bootstrap, topic, args.records, args.size, args.partitions)
         log.info("produced %d x %d B in %.1f s (%s)", args.records, args.size, secs,
                  "kcat" if shutil.which("kcat") else "spark_coord Producer")
-        spark = spark_rate(bootstrap, topic, args.records)
+        spark = spark_rates(bootstrap, topic, args.records, max(1, args.runs), options)
         confluent = confluent_rate(bootstrap, topic, args.records, args.partitions)
-    print(f"coordkafka -> Spark noop (AvailableNow): {spark:,.0f} rows/s")
-    print(f"confluent-kafka Consumer -> pyarrow:     {confluent:,.0f} rows/s")
-    print(f"ratio coordkafka / confluent-kafka:       {spark / confluent:.2f}")
+    cold, warm = spark[0][0], max(r for r, _ in spark[1:]) if len(spark) > 1 else None
+    print(f"records: {args.records:,} x {args.size} B in {args.partitions} partitions; source options {options}")
+    print(f"coordkafka -> Spark noop (AvailableNow), first query: {cold:,.0f} rows/s")
+    if warm is not None:
+        print(f"coordkafka -> Spark noop (AvailableNow), warm (best of {len(spark) - 1}): {warm:,.0f} rows/s")
+    print(f"confluent-kafka Consumer -> pyarrow:                 {confluent:,.0f} rows/s")
+    print(f"ratio coordkafka / confluent-kafka, first query:     {cold / confluent:.2f}")
+    if warm is not None:
+        print(f"ratio coordkafka / confluent-kafka, warm:            {warm / confluent:.2f}")
     return 0
 
 

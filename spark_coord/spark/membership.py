@@ -17,7 +17,10 @@ Contract (what the reader relies on):
   checkpointed offset (or the startingOffsets policy for a partition never seen)".
   An int is a start offset the coordinator handed out with the assignment; the
   reader applies it once, the first time it sees that value for that partition,
-  and records it in the batch's offset JSON (``$from``) so replays stay exact.
+  and records it in the batch's offset JSON (``$from``) so replays stay exact --
+  unless the query's checkpoint is already past it (the group's offsets trail
+  batches that committed just before a crash): then the checkpoint wins, since
+  those records are in the sink already.
   Partitions missing from the answer are not planned; the reader keeps their
   last offset and resumes from it (or from a handed-out offset) if they return.
 - ``on_batch_planned(end)`` (optional) is called when ``latestOffset`` plans a

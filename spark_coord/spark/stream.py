@@ -121,7 +121,7 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
         new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
         base = {tp: start_offsets[tp] for tp in assigned if tp in start_offsets}
-        base.update(handed)
+        base.update(self._handed_starts(handed, start_offsets))
         if new:  # partitions that appeared after the query began start at their earliest offset
             base.update(self._resolver.earliest(new))
         latest = self._resolver.latest(list(assigned)) if assigned else {}
@@ -158,6 +158,30 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if planned is not None:
             planned({tp: end[tp] for tp in assigned})
         return to_json(end, froms)
+
+    @staticmethod
+    def _handed_starts(handed: dict[TopicPartition, int], start_offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, int]:
+        """Where handed-out partitions start: the coordinator's offset, unless this query's own
+        checkpoint is already past it.
+
+        A handed-out offset above the checkpoint means another member of the group read on from
+        where this query left off; skipping ahead is right.  One below it means the group's
+        offsets trail this query's sink -- the last committed batches had not yet reached the
+        coordinator in a ping answer when the query was killed and restarted, or a StopFetcher
+        answer raced a commit -- and those records are already in the sink: reading them again
+        would hand the sink each of them twice (in a different batch, which no idempotent sink
+        can absorb).
+        """
+        out = {}
+        for tp, off in handed.items():
+            own = start_offsets.get(tp)
+            if own is not None and off < own:
+                log.info("%s-%d: the group's offset %d trails this query's checkpoint %d; continuing from "
+                         "the checkpoint (those records are in the sink already)", tp[0], tp[1], off, own)
+                off = own
+            out[tp] = off
+        return out
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         """(max rows, min rows) for this trigger; options' min applies along with a max limit, as
