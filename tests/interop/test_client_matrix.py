@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from helpers import wait_until
 
 from spark_coord.client.admin import EARLIEST, AdminClient
 from spark_coord.client.fetcher import fetch
@@ -158,8 +159,10 @@ def test_confluent_admin_create_list_delete(cluster):
     name = "admin-confluent"
     fs = admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)], operation_timeout=10)
     fs[name].result(timeout=30)
+    # a broker other than the one that created it may list the topic a moment later
+    wait_until(lambda: name in admin.list_topics(timeout=10).topics, timeout=20, message=f"{name} listed")
     md = admin.list_topics(timeout=10)
-    assert name in md.topics and len(md.topics[name].partitions) == 4
+    assert len(md.topics[name].partitions) == 4
     leaders = {p.leader for p in md.topics[name].partitions.values()}
     assert leaders <= set(cluster.brokers) and len(leaders) > 1, "partitions were not spread over brokers"
     fs = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
@@ -177,7 +180,9 @@ def test_kafka_python_admin_create_list_delete(cluster):
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     name = "admin-kafka-python"
     admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])
-    assert name in admin.list_topics()
+    # CreateTopics answers once the receiving broker sees the topic; list_topics may ask another
+    # broker, whose ZooKeeper watch fires a moment later (Kafka's metadata is eventual the same way)
+    wait_until(lambda: name in admin.list_topics(), timeout=20, message=f"{name} listed")
     admin.delete_topics([name])
     deadline = time.monotonic() + 20
     while name in admin.list_topics():
