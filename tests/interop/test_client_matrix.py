@@ -160,10 +160,9 @@ def test_confluent_admin_create_list_delete(cluster):
     fs = admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)], operation_timeout=10)
     fs[name].result(timeout=30)
     # a broker other than the one that created it may list the topic a moment later
-    wait_until(lambda: name in admin.list_topics(timeout=10).topics, timeout=20, message=f"{name} listed")
-    md = admin.list_topics(timeout=10)
-    assert len(md.topics[name].partitions) == 4
-    leaders = {p.leader for p in md.topics[name].partitions.values()}
+    topic = wait_until(lambda: admin.list_topics(timeout=10).topics.get(name), timeout=20, message=f"{name} listed")
+    assert len(topic.partitions) == 4
+    leaders = {p.leader for p in topic.partitions.values()}
     assert leaders <= set(cluster.brokers) and len(leaders) > 1, "partitions were not spread over brokers"
     fs = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
     with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
