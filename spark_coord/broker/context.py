@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from spark_coord.broker.waiters import AppendWaiters
 from spark_coord.config import Config
+from spark_coord.errors import ErrorCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from kazoo.client import KazooClient
@@ -38,3 +39,11 @@ class BrokerContext:
 
     def is_leader(self, topic: str, partition: int) -> bool:
         return self.view.leader(topic, partition) == self.broker_id
+
+    def leader_error(self, topic: str, partition: int) -> ErrorCode:
+        """Whether this broker serves ``topic-partition``: NONE, UNKNOWN_TOPIC_OR_PARTITION, or
+        NOT_LEADER_OR_FOLLOWER (Produce, Fetch and ListOffsets answer these per partition)."""
+        leader = self.view.leader(topic, partition)
+        if leader is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NONE if leader == self.broker_id else ErrorCode.NOT_LEADER_OR_FOLLOWER

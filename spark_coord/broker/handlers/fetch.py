@@ -46,13 +46,9 @@ def _read_all(ctx, body: dict) -> tuple[list[dict], int, bool]:
         parts = []
         for p in t.get("partitions") or []:
             index = p.get("partition", -1)
-            leader = ctx.view.leader(topic, index)
-            if leader is None:
-                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                error = True
-                continue
-            if leader != ctx.broker_id:
-                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            code = ctx.leader_error(topic, index)
+            if code:
+                parts.append(_partition(index, code))
                 error = True
                 continue
             plog = ctx.logs.get_or_create(topic, index)

@@ -55,12 +55,9 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         parts = []
         for p in t.get("partitions") or []:
             index = p.get("partition_index", -1)
-            leader = ctx.view.leader(name, index)
-            if leader is None:
-                parts.append(_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            if leader != ctx.broker_id:
-                parts.append(_partition(index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            code = ctx.leader_error(name, index)
+            if code:
+                parts.append(_partition(index, code))
                 continue
             plog = ctx.logs.get_or_create(name, index)
             try:

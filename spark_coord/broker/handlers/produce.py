@@ -55,11 +55,9 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
 
 
 def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) -> dict:
-    leader = ctx.view.leader(topic, partition)
-    if leader is None:
-        return _partition(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if leader != ctx.broker_id:
-        return _partition(partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    code = ctx.leader_error(topic, partition)
+    if code:
+        return _partition(partition, code)
     if records is None or len(records) == 0:
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message="no records")
     try:
