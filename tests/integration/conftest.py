@@ -8,31 +8,11 @@ members 2 s coordinator sessions, offsets are committed every 200 ms.
 from __future__ import annotations
 
 import logging
-import re
-import uuid
 
 import pytest
+from support import BROKER_OVERRIDES, MEMBER_SESSION_MS, chroot_connect
 
 log = logging.getLogger(__name__)
-
-BROKER_ZK_SESSION_MS = 3000
-MEMBER_SESSION_MS = 2000
-BROKER_OVERRIDES = {
-    "zookeeper.session.timeout.ms": BROKER_ZK_SESSION_MS,
-    "coordinator.offsets.commit.interval.ms": 200,
-    "coordinator.rebalance.backoff.ms": 200,
-    "coordinator.min.session.timeout.ms": 1000,
-    "num.partitions": 3,
-}
-
-
-def chroot_connect(zookeeper, request) -> str:
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:50]
-    connect = f"{zookeeper.connect_string}/i-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    return connect
 
 
 @pytest.fixture

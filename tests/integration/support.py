@@ -4,10 +4,13 @@ and waits on the members' journals."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+import uuid
 
 log = logging.getLogger(__name__)
+
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     from spark_coord.client.admin import AdminClient
@@ -178,3 +181,25 @@ def broker_log_has(cluster, broker_id: int, text: str) -> bool:
         return text in cluster.log_path(broker_id).read_text(errors="replace")
     except OSError:
         return False
+
+
+# Timeouts are short so faults resolve fast: brokers hold 3 s ZooKeeper sessions,
+# members 2 s coordinator sessions, offsets are committed every 200 ms.
+BROKER_ZK_SESSION_MS = 3000
+MEMBER_SESSION_MS = 2000
+BROKER_OVERRIDES = {
+    "zookeeper.session.timeout.ms": BROKER_ZK_SESSION_MS,
+    "coordinator.offsets.commit.interval.ms": 200,
+    "coordinator.rebalance.backoff.ms": 200,
+    "coordinator.min.session.timeout.ms": 1000,
+    "num.partitions": 3,
+}
+
+
+def chroot_connect(zookeeper, request) -> str:
+    from spark_coord.zk.client import ensure_chroot
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:50]
+    connect = f"{zookeeper.connect_string}/i-{name}-{uuid.uuid4().hex[:8]}"
+    ensure_chroot(connect, connection_timeout_ms=10000)
+    return connect

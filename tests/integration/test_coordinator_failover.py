@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from conftest import BROKER_ZK_SESSION_MS, MEMBER_SESSION_MS
+from support import BROKER_ZK_SESSION_MS, MEMBER_SESSION_MS
 from helpers import wait_until
 from support import (broker_log_has, consumed_up_to, leaders, log_end, log_end_of, topic_partitions,
                      wait_balanced, wait_caught_up)

@@ -13,7 +13,7 @@ import logging
 import signal
 import time
 
-from conftest import MEMBER_SESSION_MS
+from support import MEMBER_SESSION_MS
 from helpers import wait_until
 from support import balanced, broker_log_has, topic_partitions, wait_balanced
 

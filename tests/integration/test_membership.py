@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from conftest import MEMBER_SESSION_MS
+from support import MEMBER_SESSION_MS
 from support import log_end, topic_partitions, wait_balanced, wait_caught_up, committed
 
 from spark_coord.testing import invariants

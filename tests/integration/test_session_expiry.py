@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from conftest import BROKER_OVERRIDES, chroot_connect
+from support import BROKER_OVERRIDES, chroot_connect
 from helpers import wait_until
 from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
