@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,7 +30,27 @@ class ClusterError(RuntimeError):
     """A broker of the local cluster failed to start (the message carries its log tail)."""
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free now, taken from below the OS's ephemeral range when possible:
+    a port the OS hands out for bind(0) can also be handed to the next outgoing
+    connection (a client's, ZooKeeper's) before the broker binds it."""
+    low, _ = _ephemeral_range()
+    for _ in range(100):
+        port = random.randint(20000, max(20001, low - 1))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -105,7 +126,7 @@ class LocalCluster:
                 self._spawn(i)
             deadline = time.monotonic() + timeout
             for i in range(self.n_brokers):
-                self._wait_ready(i, deadline)
+                self._wait_ready_or_move(i, deadline)
         except BaseException:
             self.stop()
             raise
@@ -161,6 +182,21 @@ class LocalCluster:
                 time.sleep(0.1)
         finally:
             zk_client.close(zk)
+
+    def _wait_ready_or_move(self, broker_id: int, deadline: float, attempts: int = 3) -> None:
+        """Like ``_wait_ready``; a broker on a port we picked that lost it to another process
+        before binding is started again on a new port."""
+        for attempt in range(attempts):
+            try:
+                return self._wait_ready(broker_id, deadline)
+            except ClusterError as e:
+                if self.base_port or "address already in use" not in str(e) or attempt == attempts - 1:
+                    raise
+                old, self.ports[broker_id] = self.ports[broker_id], _free_port(self.host)
+                log.info("broker %d lost port %d before binding it; starting it on %d", broker_id, old,
+                         self.ports[broker_id])
+                self._close_log(broker_id)
+                self._spawn(broker_id)
 
     def start_broker(self, broker_id: int, timeout: float = START_TIMEOUT) -> None:
         """(Re)start broker ``broker_id`` at its port and wait until it serves."""
