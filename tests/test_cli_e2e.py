@@ -12,14 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from spark_coord.client.producer import partition_for_key
 
-from helpers import wait_until
+from helpers import local_cluster, wait_until
 
 PARTITIONS = 3
 CLI_TIMEOUT = 60
@@ -27,13 +26,8 @@ CLI_TIMEOUT = 60
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    connect = f"{zookeeper.connect_string}/cli-e2e-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    with LocalCluster(2, tmp_path_factory.mktemp("cli-e2e"), zk_connect=connect,
-                      overrides={"num.partitions": PARTITIONS}) as c:
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("cli-e2e"), 2, "cli-e2e",
+                       {"num.partitions": PARTITIONS}) as c:
         yield c
 
 

@@ -14,6 +14,8 @@ from spark_coord.wire import protocol
 from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest
 from spark_coord.wire.registry import ApiKey
 
+from helpers import read_exactly
+
 
 class TinyBroker:
     """Accepts connections and answers with ``self.handler(header, body)``.
@@ -52,22 +54,12 @@ class TinyBroker:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _read(conn, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = conn.recv(n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return buf
-
     def _serve(self, conn):
         with conn:
             try:
                 while True:
-                    size = struct.unpack(">i", self._read(conn, 4))[0]
-                    frame = self._read(conn, size)
+                    size = struct.unpack(">i", read_exactly(conn, 4))[0]
+                    frame = read_exactly(conn, size)
                     try:
                         header, body = protocol.decode_request(frame)
                     except UnsupportedRequest as e:

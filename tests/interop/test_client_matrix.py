@@ -9,15 +9,13 @@ delete topics.
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-from helpers import wait_until
+from helpers import local_cluster, wait_until
 
 from spark_coord.client.admin import EARLIEST, AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
-from spark_coord.cluster import LocalCluster
 from spark_coord.records.reader import iter_records
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -27,10 +25,7 @@ N = 60
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    from spark_coord.zk.client import ensure_chroot
-    connect = f"{zookeeper.connect_string}/interop-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect)
-    with LocalCluster(3, tmp_path_factory.mktemp("interop"), zk_connect=connect) as c:
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("interop"), 3, "interop") as c:
         yield c
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import uuid
 
 import pytest
 
@@ -16,6 +15,8 @@ from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.records.reader import iter_records
+
+from helpers import local_cluster
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not on PATH (apt-get install kcat)")
@@ -28,13 +29,7 @@ TIMEOUT = 60
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    connect = f"{zookeeper.connect_string}/kcat-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    with LocalCluster(3, tmp_path_factory.mktemp("kcat"), zk_connect=connect,
-                      overrides={"num.partitions": PARTITIONS}) as c:
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("kcat"), 3, "kcat", {"num.partitions": PARTITIONS}) as c:
         yield c
 
 

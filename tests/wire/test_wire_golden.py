@@ -13,6 +13,8 @@ from spark_coord.wire import protocol
 from spark_coord.wire.protocol import UnsupportedRequest
 from spark_coord.wire.registry import ApiKey
 
+from helpers import read_exactly
+
 
 class CapturingBroker:
     """A plain socket server that records request frames and answers ApiVersions and Metadata
@@ -34,21 +36,12 @@ class CapturingBroker:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _read(self, conn, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = conn.recv(n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return buf
-
     def _serve(self, conn):
         with conn:
             try:
                 while not self.stopped:
-                    size = struct.unpack(">i", self._read(conn, 4))[0]
-                    frame = self._read(conn, size)
+                    size = struct.unpack(">i", read_exactly(conn, 4))[0]
+                    frame = read_exactly(conn, size)
                     with self.cond:
                         self.frames.append(frame)
                         self.cond.notify_all()
