@@ -93,6 +93,10 @@ class GroupStore(ABC):
         """Write these partitions' offsets (others keep theirs)."""
 
     @abstractmethod
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        """Forget the group's offsets and owners of a (deleted) topic."""
+
+    @abstractmethod
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
 
@@ -148,6 +152,11 @@ class MemoryGroupStore(GroupStore):
 
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         self._write("commit_offsets", group_id, offsets).offsets.update(offsets)
+
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        g = self._write("delete_topic", group_id, topic)
+        g.offsets = {tp: o for tp, o in g.offsets.items() if tp[0] != topic}
+        g.owners = {tp: o for tp, o in g.owners.items() if tp[0] != topic}
 
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return dict(self.groups[group_id].offsets) if group_id in self.groups else {}
