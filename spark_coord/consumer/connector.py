@@ -108,7 +108,7 @@ class Registration:
     pattern_streams: int = 1
     auto_commit: bool = True
     auto_offset_reset: str = "largest"
-    session_timeout_ms: int = 10000
+    session_timeout_ms: int = 30000
 
     def body(self) -> dict:
         return {"group_id": self.group_id, "consumer_id": self.consumer_id,

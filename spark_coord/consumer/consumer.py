@@ -105,7 +105,7 @@ class Consumer:
     """
 
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
-                 consumer_id: str | None = None, session_timeout_ms: int = 10000, auto_commit: bool = True,
+                 consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
                  auto_offset_reset: str = "largest", streams: int = 1, config: Mapping[str, Any] | None = None,
                  include_headers: bool = False, queued_batches: int = 16):
         from spark_coord import config as config_mod
