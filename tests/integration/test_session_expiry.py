@@ -1,6 +1,6 @@
 """ZooKeeper session expiry of the coordinator's broker (in-process brokers, so the test
 reaches the broker's kazoo client): it drops its state, re-elects (handleNewSession),
-and the group consumes again."""
+the members register again with their claims and the group consumes again."""
 
 from __future__ import annotations
 
@@ -60,13 +60,25 @@ def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
 
         expire_session(brokers[cid].broker.zk)
 
-        # whoever coordinates now does so with a new epoch, and the group got a new generation
-        gen2, _ = wait_balanced(ms, parts, above=gen, timeout=30)
-        new_cid = read_coordinator(zk)
-        new = brokers[new_cid].broker.coordination.coordinator
-        assert new.active and new.epoch != old_epoch
+        # whoever coordinates now does so with a new epoch, and every member is registered with it
+        def coordinating():
+            c = read_coordinator(zk)
+            coord = brokers[c].broker.coordination.coordinator if c is not None else None
+            if coord is None or not coord.active or coord.epoch == old_epoch or "g-exp" not in coord.groups:
+                return None
+            g = coord.groups["g-exp"]
+            return (c, coord) if len(g.live_members()) == 2 and g.state.value == "Stable" else None
+
+        new_cid, new = wait_until(coordinating, timeout=30, message="the members registered with a new coordinator")
+        gen2, _ = wait_balanced(ms, parts, above=gen - 1, timeout=30)
+        assert new.groups["g-exp"].generation_id == gen2
         if new_cid != cid:
             assert not service.coordinator.active and not service.coordinator.groups  # dropped, standing by
+        from spark_coord.zk import paths
+
+        # the expired broker registers again (with its new session) before its partitions are served
+        wait_until(lambda: all(zk.exists(paths.broker(i)) for i in brokers), timeout=30,
+                   message="both brokers registered")
         from spark_coord.client.metadata import ClusterClient
         from spark_coord.client.producer import Producer
 
