@@ -9,7 +9,9 @@ Everything runs on the event loop thread: the broker glue calls ``register`` /
 ``on_channel_closed`` / ``handle_commit``, member answers arrive through the
 callback given with each request, the topic watcher calls
 ``on_topics_changed``, the elector calls ``activate`` / ``deactivate``, the
-broker's shutdown ``shutdown``.  Timer callbacks only *post* coordinator
+broker's shutdown ``shutdown``.  A coordinator pings only while ZooKeeper
+confirmed its election recently (``LeadershipLease``), so a deposed one that
+resumes from a pause renews nobody's lease.  Timer callbacks only *post* coordinator
 methods (``post``).  A store write that raises ``Fenced`` means another broker
 is coordinator now: the coordinator drops everything (``deactivate``).
 
@@ -43,6 +45,7 @@ from spark_coord.coordinator.channel import ChannelClosed, MemberChannel, OnAnsw
 from spark_coord.coordinator.clock import Clock, Timer
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.leadership import LeadershipLease
 from spark_coord.coordinator.offsets import OffsetCommitter
 from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
 from spark_coord.coordinator.rebalancer import Rebalancer
@@ -78,6 +81,7 @@ class Coordinator:
         self.pings = PingScheduler(self, first_ping_jitter, rng)
         self.offsets = OffsetCommitter(self)
         self.rebalancer = Rebalancer(self)
+        self.leadership = LeadershipLease(self)
         self._channels: dict[int, tuple[MemberChannel, str, str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._incarnation = 0
@@ -103,6 +107,7 @@ class Coordinator:
         for sg in stored.values():
             self._restore_group(sg)
         self.offsets.start()
+        self.leadership.start()
         log.info("coordinator active (epoch %d): %d groups restored, %d topics", epoch, len(stored), len(topics))
 
     async def shutdown(self) -> None:
@@ -118,6 +123,7 @@ class Coordinator:
         self.epoch = None
         self._incarnation += 1
         self.offsets.stop()
+        self.leadership.stop()
         await self.rebalancer.stop()
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current]

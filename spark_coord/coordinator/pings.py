@@ -75,6 +75,8 @@ class PingScheduler:
         self._schedule(member)
         if member.ping is not None and not member.ping.is_completed:
             return  # the previous ping is still out
+        if not self.c.leadership.fresh():
+            return  # maybe deposed (paused past our ZooKeeper session): renew nobody's lease
         op = DelayedPing(group.group_id, member.consumer_id, member.session_timeout_ms,
                          on_expired=lambda expired: self.c.post(self._expired, member, expired))
         member.ping = op

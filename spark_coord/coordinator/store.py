@@ -112,6 +112,11 @@ class GroupStore(ABC):
     async def topics(self) -> dict[str, int]:
         """Every topic of the cluster with its number of partitions."""
 
+    @abstractmethod
+    async def verify(self) -> None:
+        """Change nothing, but raise ``Fenced`` unless this coordinator is still the elected one
+        (``StoreError`` when the store cannot tell right now)."""
+
 
 class MemoryGroupStore(GroupStore):
     """A ``GroupStore`` in a dict, for unit tests.
@@ -169,3 +174,9 @@ class MemoryGroupStore(GroupStore):
 
     async def topics(self) -> dict[str, int]:
         return dict(self.cluster_topics)
+
+    async def verify(self) -> None:
+        if self.fenced:
+            raise Fenced("verify: fenced")
+        if self.fail_writes:
+            raise StoreError("verify: store unavailable")

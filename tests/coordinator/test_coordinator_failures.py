@@ -261,3 +261,26 @@ async def test_member_without_an_assignment_is_removed_at_once():
     h.coord.on_channel_closed(m1.channel)
     await h.settle()
     assert h.group().members == {} and h.group().state == GroupState.EMPTY
+
+
+@async_test
+async def test_no_pings_while_zookeeper_does_not_confirm_the_election():
+    """A coordinator renews members' leases only while ZooKeeper confirmed its election less than
+    2/3 of its ZooKeeper session ago (a deposed coordinator resuming from a pause pings nobody)."""
+    h = await Harness({"t": 2}, leadership_timeout_ms=6000).start()
+    m, _ = h.register("c1", session=3000)
+    await h.settle()
+    await h.advance(3000)
+    assert len(m.channel.requests(PING)) == 3
+    h.store.fail_writes = True  # ZooKeeper cannot confirm anything from now on (checks at 4500, 6000...)
+    await h.advance(4000)       # t=7000: the last confirmation was sent at 3000, so pings stopped at 7000
+    pinged = len(m.channel.requests(PING))
+    assert pinged == 6
+    await h.advance(3000)
+    assert len(m.channel.requests(PING)) == pinged
+    h.store.fail_writes = False
+    await h.advance(1500)       # the next check confirms it: pings resume
+    assert len(m.channel.requests(PING)) > pinged
+    h.store.fenced = True
+    await h.advance(1500)       # a check that finds another coordinator elected: everything dropped
+    assert not h.coord.active and m.channel.closed
