@@ -231,7 +231,11 @@ class ConsumerCoordinatorConnector(threading.Thread):
 
     def _wait_backoff(self) -> None:
         self._failures += 1
-        delay = min(self.max_backoff, self.backoff * 2 ** min(self._failures - 1, 16))
+        cap = self.max_backoff
+        if self.generation_id != api.NO_GENERATION:
+            # holding an assignment on a lease: find the next coordinator well before it runs out
+            cap = min(cap, max(self.backoff, self.session_timeout / 10))
+        delay = min(cap, self.backoff * 2 ** min(self._failures - 1, 16))
         self._closing.wait(delay * (0.8 + 0.4 * random.random()))
 
     # ------------------------------------------------------------------------ lease

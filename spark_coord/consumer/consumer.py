@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
@@ -139,6 +140,7 @@ class Consumer:
         self._generation = -1
         self._threads: dict[TopicPartition, str] = {}
         self._start_offsets: dict[TopicPartition, int] = {}
+        self._lease_until = 0.0
         self._closed = False
         self._pending: tuple | None = None  # (item, rows, next index) of a batch messages() is walking
         registration = Registration(group_id=group, consumer_id=self.consumer_id, topics=static, pattern=pattern,
@@ -288,5 +290,10 @@ class Consumer:
             self._fetchers.start(resume, token)
 
     def renew_lease(self, until: float) -> None:
+        self._lease_until = until
         self._buffer.set_lease(until)
         self._fetchers.set_lease(until)
+
+    def lease_end(self) -> float:
+        """When (``time.time()``) the current lease ends or ended: no delivery after it unless renewed."""
+        return time.time() + (self._lease_until - time.monotonic())

@@ -11,7 +11,9 @@ The journal is JSON lines, each with ``ts`` (epoch seconds) and ``ev``:
   ``gen``, ``epoch`` (coordinator epoch), ``parts`` = ``[[topic, partition, start_offset], ...]``;
 - ``stop``: a StopFetcher stopped the fetchers (written after they stopped);
 - ``lost``: no coordinator confirms the assignment any more -- the lease ran out or a
-  claim was refused -- and the fetchers stopped (written after);
+  claim was refused -- and the fetchers stopped (written after); ``lease_end``: when
+  the lease ran out (earlier than the line when the member was paused meanwhile:
+  nothing is delivered after the lease ends);
 - ``resume``: a coordinator took the member back into its generation after ``lost``
   (written before the fetchers start again); ``gen``, ``parts`` as for ``assign``;
 - ``recs``: records the application took: ``t``, ``p``, ``offs`` (their offsets), ``gen``;
@@ -87,7 +89,7 @@ class JournalingConsumer(Consumer):
 
     def connection_lost(self) -> None:
         super().connection_lost()
-        self.journal.write("lost", gen=self.generation)
+        self.journal.write("lost", gen=self.generation, lease_end=self.lease_end())
 
     def resume_fetchers(self) -> None:
         positions = self.positions()
