@@ -136,6 +136,7 @@ class ChaosRun:
         self.member_paused: dict[str, list[tuple[float, float]]] = {}
         self.broker_down: dict[int, list[tuple[float, float]]] = {}
         self.faults: list[Fault] = []
+        self._owners: dict = {}
         self._recoveries: list[threading.Thread] = []
         self._broker_busy = threading.Event()
         self._lock = threading.Lock()
@@ -334,6 +335,7 @@ class ChaosRun:
         intervals = invariants.ownership_intervals(journals, self.deaths)
         leader_down = {(self.topic, p): self.broker_down.get(b, []) for p, b in self.leaders.items()}
         dups = invariants.duplicates(journals)
+        self._owners = intervals
         stalls = [self._stall(f.at, int(f.target), journals, log_ends) for f in self.faults
                   if f.kind == "coordinator_kill"]
         return ChaosReport(
@@ -371,9 +373,16 @@ class ChaosRun:
                 time.sleep(0.5)
 
     # ---------------------------------------------------------------- stalls
+    def _faulted_member(self, tp: tuple[str, int], a: float, b: float) -> bool:
+        """Was the owner of ``tp`` at ``a`` paused or killed between ``a`` and ``b``?"""
+        owners = {m for s, e, m in self._owners.get(tp, ()) if s <= a < e}
+        return any(any(x < b and y > a for x, y in self.member_paused.get(m, ())) or
+                   (m in self.deaths and a - 1 <= self.deaths[m] < b) for m in owners)
+
     def _stall(self, at: float, victim: int | None, journals, log_ends, horizon: float = 120.0) -> float:
         """How long after ``at`` every partition led by a live broker delivered a record produced
-        after ``at`` again (the slowest partition)."""
+        after ``at`` again (the slowest partition; partitions whose owner was itself paused or
+        killed meanwhile are left out: that stall is the member fault's, not the coordinator's)."""
         first: dict[int, list[tuple[float, int]]] = {}
         for events in journals.values():
             for e in events:
@@ -382,6 +391,8 @@ class ChaosRun:
         worst = 0.0
         for p, leader in self.leaders.items():
             if leader == victim or any(a < at + 30 and b > at for a, b in self.broker_down.get(leader, ())):
+                continue
+            if self._faulted_member((self.topic, p), at, at + 10):
                 continue
             after = [end for ts, end in log_ends.get((self.topic, p), ()) if ts >= at]
             if not after:
