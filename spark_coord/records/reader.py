@@ -74,6 +74,18 @@ def iter_batches(buf) -> Iterator[tuple[BatchHeader, memoryview]]:
         pos += size
 
 
+def next_offset(records) -> int | None:
+    """The offset after the last complete batch of a fetched record set (None when it holds no
+    complete batch): where the next fetch starts, even when the batches' records were all
+    skipped (control batches, records below the fetch offset)."""
+    if records is None or not len(records):
+        return None
+    last = None
+    for header, _ in iter_batches(records):
+        last = header.next_offset
+    return last
+
+
 def check_crc(header: BatchHeader, batch: memoryview) -> None:
     """Raise ``InvalidBatch`` unless the CRC-32C over bytes [21, end) matches."""
     actual = crc32c(batch[ATTRIBUTES_OFFSET:])
