@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from spark_coord.records import compression
+from spark_coord.records.varint import encode_varint
 from spark_coord.records.header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -35,25 +36,6 @@ log = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1
 
 
-def zigzag(n: int) -> int:
-    """Zigzag-map a signed 64-bit int to unsigned (0, -1, 1, -2 ... -> 0, 1, 2, 3 ...)."""
-    return (n << 1) ^ (n >> 63)
-
-
-def encode_varint(n: int) -> bytes:
-    """Kafka's signed varint/varlong: zigzag, then 7 bits per byte, low group first."""
-    v = zigzag(n)
-    if v < 0x80:
-        return _SMALL[v]
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-_SMALL = [bytes((i,)) for i in range(0x80)]
 _NULL = encode_varint(-1)
 
 
