@@ -259,9 +259,139 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
     stats[_STATUS] = OK if nh <= hcap else MORE_HEADERS
 
 
+def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata, hvvalid,
+            batch_bytes, out, chunk_rows, chunk_ends):
+    """Encode ``rows`` (indices into the columns) as records (Kafka's ``DefaultRecord``) into ``out``,
+    cut into chunks of at most ``batch_bytes`` (at least one record each) whose offset deltas start at
+    0; returns the number of chunks, whose row counts and end positions go to ``chunk_rows`` and
+    ``chunk_ends``.  Timestamp deltas are 0 (one timestamp per batch).  A column that is absent has
+    length-0 arrays; ``hloff`` of length 0 means no headers."""
+
+    def size(v):  # bytes of the unsigned varint ``v`` (v >= 0)
+        n = 1
+        while v >= 0x80:
+            v >>= 7
+            n += 1
+        return n
+
+    def put(pos, v):  # write unsigned varint ``v`` at ``pos``, return the next position
+        while v >= 0x80:
+            out[pos] = np.uint8((v & 0x7F) | 0x80)
+            v >>= 7
+            pos += 1
+        out[pos] = np.uint8(v)
+        return pos + 1
+
+    has_keys = len(kvalid) > 0
+    has_headers = len(hloff) > 0
+    pos = 0
+    chunks = 0
+    chunk_start = 0
+    delta = 0
+    for i in range(len(rows)):
+        r = rows[i]
+        klen = koff[r + 1] - koff[r] if has_keys and kvalid[r] else -1
+        vlen = voff[r + 1] - voff[r] if vvalid[r] else -1
+        h0 = 0
+        h1 = 0
+        if has_headers and hlvalid[r]:
+            h0 = hloff[r]
+            h1 = hloff[r + 1]
+        body = 2 + size(2 * klen if klen >= 0 else 1) + max(klen, 0) + size(2 * vlen if vlen >= 0 else 1) \
+            + max(vlen, 0) + size(2 * (h1 - h0))
+        for h in range(h0, h1):
+            hk = hkoff[h + 1] - hkoff[h]
+            hv = hvoff[h + 1] - hvoff[h] if hvvalid[h] else -1
+            body += size(2 * hk) + hk + size(2 * hv if hv >= 0 else 1) + max(hv, 0)
+        total = body + size(2 * delta) + size(2 * (body + size(2 * delta)))
+        if delta > 0 and pos - chunk_start + total > batch_bytes:
+            chunk_rows[chunks] = delta
+            chunk_ends[chunks] = pos
+            chunks += 1
+            chunk_start = pos
+            delta = 0
+            total = body + 1 + size(2 * (body + 1))
+        body += size(2 * delta)
+        pos = put(pos, 2 * body)
+        out[pos] = 0  # attributes
+        out[pos + 1] = 0  # timestampDelta
+        pos = put(pos + 2, 2 * delta)
+        if klen >= 0:
+            pos = put(pos, 2 * klen)
+            _memcpy(out, pos, kdata, koff[r], klen)
+            pos += klen
+        else:
+            out[pos] = 1
+            pos += 1
+        if vlen >= 0:
+            pos = put(pos, 2 * vlen)
+            _memcpy(out, pos, vdata, voff[r], vlen)
+            pos += vlen
+        else:
+            out[pos] = 1
+            pos += 1
+        pos = put(pos, 2 * (h1 - h0))
+        for h in range(h0, h1):
+            hk = hkoff[h + 1] - hkoff[h]
+            pos = put(pos, 2 * hk)
+            _memcpy(out, pos, hkdata, hkoff[h], hk)
+            pos += hk
+            if hvvalid[h]:
+                hv = hvoff[h + 1] - hvoff[h]
+                pos = put(pos, 2 * hv)
+                _memcpy(out, pos, hvdata, hvoff[h], hv)
+                pos += hv
+            else:
+                out[pos] = 1
+                pos += 1
+        delta += 1
+    if delta > 0:
+        chunk_rows[chunks] = delta
+        chunk_ends[chunks] = pos
+        chunks += 1
+    return chunks
+
+
+def _murmur2_partitions(koff, kdata, kvalid, partitions, out):
+    """``out[r]`` = Kafka's partition of row ``r``'s key (murmur2, as the Java client), -1 for a null key.
+
+    In int64 arithmetic masked to 32 bits (numba widens 32-bit products)."""
+    m = 0x5BD1E995
+    mask = 0xFFFFFFFF
+    for r in range(len(kvalid)):
+        if not kvalid[r]:
+            out[r] = -1
+            continue
+        p = np.int64(koff[r])
+        length = np.int64(koff[r + 1]) - p
+        h = (0x9747B28C ^ length) & mask
+        end4 = length & ~3
+        for i in range(0, end4, 4):
+            k = (np.int64(kdata[p + i]) | (np.int64(kdata[p + i + 1]) << 8) | (np.int64(kdata[p + i + 2]) << 16)
+                 | (np.int64(kdata[p + i + 3]) << 24))
+            k = (k * m) & mask
+            k ^= k >> 24
+            k = (k * m) & mask
+            h = ((h * m) & mask) ^ k
+        extra = length & 3
+        if extra >= 3:
+            h ^= np.int64(kdata[p + end4 + 2]) << 16
+        if extra >= 2:
+            h ^= np.int64(kdata[p + end4 + 1]) << 8
+        if extra >= 1:
+            h ^= np.int64(kdata[p + end4])
+            h = (h * m) & mask
+        h ^= h >> 13
+        h = (h * m) & mask
+        h ^= h >> 15
+        out[r] = (h & 0x7FFFFFFF) % partitions
+
+
 if AVAILABLE:
     _memcpy = intrinsic(_memcpy_intrinsic)
     _decode = _jit(_decode)
+    _encode = _jit(_encode)
+    _murmur2_partitions = _jit(_murmur2_partitions)
 
 
 def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, partition: int, schema, header_type):
