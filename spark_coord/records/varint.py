@@ -51,7 +51,10 @@ def encode_uvarint(v: int) -> bytes:
 
 def encode_varint(n: int) -> bytes:
     """Kafka's signed varint/varlong: zigzag, then an unsigned varint."""
-    return encode_uvarint(zigzag(n))
+    v = (n << 1) ^ (n >> 63)
+    if v < 0x80:
+        return _SMALL[v]
+    return encode_uvarint(v)
 
 
 def read_uvarint(d, p: int, end: int | None = None, max_bytes: int = 10) -> tuple[int, int]:

@@ -145,18 +145,91 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
         producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
                             retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
         sticky: dict[str, int] = {}
+        pending: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
+        pending_bytes = 0
         for rb in batches:
             if not rb.num_rows:
                 continue
-            pending = _arrow_record_batches(rb, opts, cols, producer, sticky)
-            while pending:  # one batch per partition per request
-                producer.send_batches({tp: queue.pop(0) for tp, queue in pending.items()})
-                pending = {tp: queue for tp, queue in pending.items() if queue}
+            for tp, built in _arrow_record_batches(rb, opts, cols, producer, sticky).items():
+                pending.setdefault(tp, []).extend(built)
+                pending_bytes += sum(len(b) for b, _ in built)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
+            if pending_bytes >= _REQUEST_BYTES:
+                _send_all(producer, pending)
+                pending, pending_bytes = {}, 0
+        _send_all(producer, pending)
     finally:
         cluster.close()
     return SinkCommitMessage(records=count, topics=sorted(topics))
+
+
+#: Record batches the Arrow writer gathers (over Arrow batches) before it produces them.
+_REQUEST_BYTES = 4 * 1048576
+
+
+#: Produce requests the Arrow writer keeps in flight per task (Kafka's max.in.flight.requests.per.connection).
+MAX_IN_FLIGHT = 5
+
+
+def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]]) -> None:
+    """Produce every pending batch: one batch per partition per request (Kafka's rule), up to
+    ``MAX_IN_FLIGHT`` requests pipelined.  A batch that fails with a retriable error (or whose
+    connection breaks) is produced again through ``Producer.send_batches`` (its retries and
+    leader refresh), so, as with any Kafka producer with several requests in flight and no
+    idempotence, a retried batch may land after batches sent behind it."""
+    from collections import deque
+
+    from spark_coord.client.connection import BrokerConnectionError
+    from spark_coord.client.producer import RETRIABLE
+    from spark_coord.errors import KafkaError
+    from spark_coord.wire.registry import ApiKey
+
+    if producer.acks == 0:
+        while pending:
+            producer.send_batches({tp: queue.pop(0) for tp, queue in pending.items()})
+            pending = {tp: queue for tp, queue in pending.items() if queue}
+        return
+    cluster = producer.cluster
+    in_flight: deque = deque()
+
+    def settle() -> None:
+        group, answer = in_flight.popleft()
+        try:
+            resp = answer.result()
+        except BrokerConnectionError as e:
+            log.info("produce of %d batch(es) failed (%s); retrying them", len(group), e)
+            producer.send_batches(group)
+            return
+        for t in resp["responses"]:
+            for p in t["partition_responses"]:
+                tp, code = (t["name"], p["index"]), p["error_code"]
+                if code in RETRIABLE:
+                    producer.send_batches({tp: group[tp]})
+                elif code:
+                    raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
+
+    while pending:
+        by_leader: dict[int, dict] = {}
+        for tp, queue in pending.items():
+            by_leader.setdefault(cluster.leader(*tp), {})[tp] = queue.pop(0)
+        pending = {tp: queue for tp, queue in pending.items() if queue}
+        for leader, group in by_leader.items():
+            topics: dict[str, list] = {}
+            for (topic, part), (records, _) in group.items():
+                topics.setdefault(topic, []).append({"index": part, "records": records})
+            body = {"transactional_id": None, "acks": producer.acks, "timeout_ms": producer.timeout_ms,
+                    "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+            try:
+                answer = cluster.connection(leader).send(ApiKey.PRODUCE, body)
+            except BrokerConnectionError:
+                producer.send_batches(group)
+                continue
+            in_flight.append((group, answer))
+            while len(in_flight) >= MAX_IN_FLIGHT:
+                settle()
+    while in_flight:
+        settle()
 
 
 def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
