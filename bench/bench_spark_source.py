@@ -26,7 +26,8 @@ for ``d``, headers) until every record is in.
 Prints per shape the first (cold) query and the median of the later (warm) ones,
 the headline ratio coordkafka / ceiling, the ratio to the baseline, CPU seconds of
 the JVM and of Spark's Python workers, and the peak resident memory (VmHWM) of the
-Python workers (one task at a time each).  Run it with the project's environment:
+Python workers (one task at a time each) during the first coordkafka query of the shape
+(Linux; later shapes' workers also hold the ceiling's batches of earlier shapes).  Run it with the project's environment:
 
     ./spark-submit.sh bench/bench_spark_source.py
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --runs 5
@@ -281,13 +282,17 @@ def tree_cpu() -> dict[str, float]:
     return out
 
 
-def worker_peak_rss_mb() -> float:
-    """The largest peak resident memory (VmHWM) of Spark's Python workers alive now, MiB."""
+def worker_peak_rss_mb(reset: bool = False) -> float:
+    """The largest peak resident memory (VmHWM) of Spark's Python workers alive now, MiB; with
+    ``reset``, their peaks are set back to their current resident memory first (Linux)."""
     peak = 0
     for pid, (_, cmd) in _processes().items():
         if _kind(pid, cmd) != "python workers":
             continue
         try:
+            if reset:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
                     if line.startswith("VmHWM:"):
@@ -402,14 +407,18 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
     for key, value in options.items():
         reader = reader.option(key, value)
     coord, ceiling, cpu = [], [], []
+    peak = 0.0
     for run in range(args.runs):
+        if run == 0:
+            worker_peak_rss_mb(reset=True)
         rate, c = timed_query(spark, reader.load(), f"shape {shape.name} coordkafka run {run + 1}", records)
+        if run == 0:  # before the ceiling's batches sit in the same workers
+            peak = worker_peak_rss_mb()
         coord.append(rate)
         cpu.append(c)
         rate, _ = timed_query(spark, spark.readStream.format("ceiling").load(),
                               f"shape {shape.name} ceiling run {run + 1}", per_partition * args.partitions)
         ceiling.append(rate)
-    peak = worker_peak_rss_mb()
     confluent = confluent_rate(bootstrap, topic, records, args.partitions, shape.headers)
     warm = coord[1:] or coord
     warm_ceiling = ceiling[1:] or ceiling
