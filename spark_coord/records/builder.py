@@ -213,13 +213,22 @@ class ArrowColumns:
         if not len(self.kvalid):
             return out
         if arrow_jit.AVAILABLE:
-            arrow_jit._murmur2_partitions(self.koff, self.kdata, self.kvalid, partitions, out)
+            arrow_jit._murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
+                                          partitions, out)
             return out
         from spark_coord.client.producer import partition_for_key
 
         for r in np.flatnonzero(self.kvalid):
             out[r] = partition_for_key(bytes(self.kdata[self.koff[r]:self.koff[r + 1]]), partitions)
         return out
+
+
+def _readonly(a):
+    """A read-only view of ``a``: the compiled kernels then see one type per input, whichever
+    buffer it came from, and are compiled (and cached) once."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def _binary_parts(arr):
@@ -262,9 +271,9 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
     out = np.empty(bound, np.uint8)
     chunk_rows = np.empty(len(rows), np.int64)
     chunk_ends = np.empty(len(rows), np.int64)
-    chunks = arrow_jit._encode(rows, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid,
-                               cols.hloff, cols.hlvalid, cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata,
-                               cols.hvvalid, batch_bytes, out, chunk_rows, chunk_ends)
+    inputs = [rows, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid, cols.hloff, cols.hlvalid,
+              cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata, cols.hvvalid]
+    chunks = arrow_jit._encode(*map(_readonly, inputs), batch_bytes, out, chunk_rows, chunk_ends)
     batches, start = [], 0
     for count, end in zip(chunk_rows[:chunks].tolist(), chunk_ends[:chunks].tolist()):
         batches.append((assemble_batch(memoryview(out)[start:end], count, codec, timestamp_ms, timestamp_ms,
