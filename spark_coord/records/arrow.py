@@ -1,16 +1,27 @@
 """Decode a fetched record set straight into a ``pyarrow.RecordBatch`` with the
 columns of Spark's Kafka source.
 
-Why it is fast without a compiled extension of our own: the only per-record Python
-work is reading the varints of each record and appending a few ints to lists.  No
-per-record ``bytes`` object is made.  All batches' records sections (decompressed
-where needed) are joined into one *arena*; the record boundaries
-``[keyStart, keyEnd, valueStart, valueEnd]`` of consecutive records form a
-non-decreasing offsets vector, so one ``binary`` array over the arena (zero-copy)
-holds keys at positions 4i and values at 4i+2; pyarrow's ``filter`` with a constant
-bit pattern (0x11 / 0x44) then gathers keys and values in C++.  Headers use the same
-trick on their own boundary vector.  Constant columns come from ``pa.repeat``;
-timestamps are scaled to microseconds by ``pyarrow.compute``.
+Two decoders share the batch-level work here (``_plan``: split the record set into
+batches, skip control batches and batches outside the offset range, check CRCs,
+decompress):
+
+* the **compiled** one (``records.arrow_jit``, numba; the default where numba is
+  installed) walks every record once and writes the columns' buffers itself;
+  uncompressed batches are decoded in place in the fetched buffer;
+* the **Python** one (``_decode_python``) is the fallback without numba and the
+  oracle: the compiled kernel refuses anything it does not like and the Python
+  decoder then explains it (the same error) or, for the odd shape it tolerates,
+  decodes it, so both give the same Arrow or the same error.
+
+How the Python decoder avoids per-record objects: the only per-record Python work
+is reading the varints of each record and appending a few ints to lists.  All
+batches' records sections (decompressed where needed) are joined into one *arena*;
+the record boundaries ``[keyStart, keyEnd, valueStart, valueEnd]`` of consecutive
+records form a non-decreasing offsets vector, so one ``binary`` array over the arena
+(zero-copy) holds keys at positions 4i and values at 4i+2; pyarrow's ``filter`` with a
+constant bit pattern (0x11 / 0x44) then gathers keys and values in C++.  Headers use
+the same trick on their own boundary vector.  Constant columns come from
+``pa.repeat``; timestamps are scaled to microseconds by ``pyarrow.compute``.
 
 Spark's Arrow path (``pyspark.sql.worker.plan_data_source_read``) compares the batch
 schema to ``to_arrow_schema(schema, timezone="UTC")`` with ``Schema.equals``, so the
