@@ -71,3 +71,15 @@ def tansu(tmp_path_factory):
         pytest.skip(str(e))
     with TansuBroker(binary, workdir) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def kafkajs():
+    """kafkajs 2.2 (tests/peers/kafkajs.py), installed with npm into a cache outside the
+    repository on first use; skipped, with the reason, where node/npm or kafkajs cannot be had."""
+    from peers.kafkajs import KafkaJS, KafkaJSUnavailable, install_kafkajs
+
+    try:
+        return KafkaJS(install_kafkajs())
+    except KafkaJSUnavailable as e:
+        pytest.skip(str(e))

@@ -114,3 +114,96 @@ class ScriptedBroker:
             except OSError:
                 pass
             c.close()
+
+
+class OneMemberGroup:
+    """A handler for ``ScriptedBroker``: one broker that leads a one-partition topic holding
+    ``records`` and coordinates every group, far enough for a real consumer to join a
+    group, get the partition, fetch, heartbeat, commit and leave.
+
+    Each JoinGroup without a member id gets MEMBER_ID_REQUIRED (v4+, KIP-394) with
+    ``<client id>-member``; the member is made the leader of generation 1, and SyncGroup
+    answers with the whole partition (the leader's own proposal is recorded, not used).
+    Offsets are not stored: OffsetFetch answers "nothing committed".  ListGroups lists
+    ``golden-group``, DescribeGroups describes any group as empty, DeleteGroups deletes any.
+    """
+
+    def __init__(self, topic: str, records: list[bytes]):
+        from spark_coord.records.builder import BatchBuilder
+
+        self.topic = topic
+        builder = BatchBuilder()
+        for value in records:
+            builder.append(value, timestamp_ms=1_700_000_000_000)
+        self.batch = builder.build() if records else b""
+        self.end = len(records)
+
+    def __call__(self, broker: ScriptedBroker, header: RequestHeader, body: dict):
+        from spark_coord.errors import ErrorCode
+        from spark_coord.wire import consumer_protocol as cp
+
+        key, v = header.api_key, header.api_version
+        if key == ApiKey.METADATA:
+            return {"brokers": [broker.broker_entry()], "cluster_id": "scripted", "controller_id": broker.node_id,
+                    "topics": [{"name": self.topic, "error_code": 0, "partitions": [
+                        {"partition_index": 0, "leader_id": broker.node_id, "leader_epoch": 0,
+                         "replica_nodes": [broker.node_id], "isr_nodes": [broker.node_id]}]}]}
+        if key == ApiKey.FIND_COORDINATOR:
+            me = {"error_code": 0, "node_id": broker.node_id, "host": "127.0.0.1", "port": broker.port}
+            return {"coordinators": [dict(me, key=k) for k in body["coordinator_keys"]]} if v >= 4 else me
+        if key == ApiKey.JOIN_GROUP:
+            if not body["member_id"] and v >= 4:
+                return {"error_code": ErrorCode.MEMBER_ID_REQUIRED, "member_id": f"{header.client_id}-member"}
+            member = body["member_id"] or f"{header.client_id}-member"
+            protocol = body["protocols"][0]
+            return {"error_code": 0, "generation_id": 1, "protocol_type": body["protocol_type"],
+                    "protocol_name": protocol["name"], "leader": member, "member_id": member,
+                    "members": [{"member_id": member, "group_instance_id": body["group_instance_id"],
+                                 "metadata": protocol["metadata"]}]}
+        if key == ApiKey.SYNC_GROUP:
+            assignment = cp.encode_assignment({"assigned_partitions": [{"topic": self.topic, "partitions": [0]}]})
+            return {"error_code": 0, "protocol_type": body["protocol_type"], "protocol_name": body["protocol_name"],
+                    "assignment": assignment}
+        if key == ApiKey.HEARTBEAT:
+            return {"error_code": 0}
+        if key == ApiKey.OFFSET_FETCH:
+            def topics(requested):
+                return [{"name": t["name"], "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": 0}
+                    for p in t["partition_indexes"]]} for t in requested or []]
+            if v >= 8:
+                return {"groups": [{"group_id": g["group_id"], "topics": topics(g["topics"])} for g in body["groups"]]}
+            return {"topics": topics(body["topics"])}
+        if key == ApiKey.LIST_OFFSETS:
+            return {"topics": [{"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1,
+                 "offset": 0 if p["timestamp"] == -2 else self.end, "old_style_offsets": [0], "leader_epoch": 0}
+                for p in t["partitions"]]} for t in body["topics"]]}
+        if key == ApiKey.FETCH:
+            parts = []
+            for t in body["topics"]:
+                for p in t["partitions"]:
+                    data = self.batch if p["fetch_offset"] == 0 else b""
+                    parts.append((t["topic"], {"partition_index": p["partition"], "error_code": 0,
+                                               "high_watermark": self.end, "last_stable_offset": self.end,
+                                               "log_start_offset": 0, "records": data}))
+            if not any(p["records"] for _, p in parts):
+                time.sleep(min(body["max_wait_ms"], 200) / 1000)  # a long poll, briefly
+            return {"responses": [{"topic": t, "partitions": [p]} for t, p in parts]}
+        if key == ApiKey.OFFSET_COMMIT:
+            return {"topics": [{"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": 0} for p in t["partitions"]]}
+                for t in body["topics"]]}
+        if key == ApiKey.LIST_GROUPS:
+            return {"groups": [{"group_id": "golden-group", "protocol_type": "consumer", "group_state": "Stable",
+                                "group_type": "classic"}]}
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"groups": [{"group_id": g, "group_state": "Empty", "protocol_type": "consumer"}
+                               for g in body["groups"]]}
+        if key == ApiKey.DELETE_GROUPS:
+            return {"results": [{"group_id": g, "error_code": 0} for g in body["groups_names"]]}
+        if key == ApiKey.LEAVE_GROUP:
+            return {"error_code": 0, "members": [{"member_id": m["member_id"],
+                                                  "group_instance_id": m["group_instance_id"], "error_code": 0}
+                                                 for m in body["members"]]}
+        return None
