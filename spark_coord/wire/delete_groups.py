@@ -6,8 +6,9 @@ Served: v0-2.
 - v1: same shape (throttling semantics only).
 - v2: first flexible version.
 
-Clients: librdkafka 2.0 and 2.x send v0-1; kafkajs 2.2 v0-1; kafka-python 3.x and
-the Java client the highest served version.
+Clients (admin), when offered v0-2: librdkafka 2.16 and kafka-python 3.0 send v2,
+kafkajs 2.2 v1, the Java client v2.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ Served: v0-5.
 Not to be confused with the coordinator protocol's own DescribeGroups (key 1005,
 ``coordinator``), which ``spark-coord groups`` uses.
 
-Clients: librdkafka 2.0 and 2.x send v0-4; kafkajs 2.2 v0-2; kafka-python 3.x and
-the Java client the highest served version.
+Clients (admin), when offered v0-5: librdkafka 2.16 and kafka-python 3.0 send v5,
+kafkajs 2.2 v2, the Java client v5.  Versions after Kafka 3.9's definitions are
+not declared: newer clients negotiate down to v5.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ Served: v0-6.
 - v5: same shape; may answer TRANSACTION_ABORTABLE (KIP-890, transactions only).
 - v6: same shape; KeyType 2 (share groups, KIP-932) becomes legal.
 
-Clients: librdkafka 2.0 and 2.x and kafkajs 2.2 send v0-2 (one key per request);
-kafka-python 3.x and the Java client send v4+ when served (a batch of one key for
-a consumer, many for an admin).
+Clients, when offered v0-6: librdkafka 2.0 and 2.16 and kafkajs 2.2 send v2 (one
+key per request), kafka-python 3.0 v6 (a batch of one key); the Java client sends
+v4+ (batches from its admin client).
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

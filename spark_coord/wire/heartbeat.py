@@ -7,8 +7,9 @@ Served: v0-4.
 - v3: GroupInstanceId (static membership, KIP-345).
 - v4: first flexible version.
 
-Clients: librdkafka 2.0 and 2.x and kafkajs 2.2 send v0-3; kafka-python 3.x and
-the Java client send v4.
+Clients, when offered v0-4: librdkafka 2.0 and 2.16 and kafkajs 2.2 send v3,
+kafka-python 3.0 and the Java client v4.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ Served: v0-9.
 - v8: request Reason (KIP-800).
 - v9: response SkipAssignment (the leader must not compute an assignment).
 
-Clients: librdkafka 2.0 and 2.x and kafkajs 2.2 send v0-5; kafka-python 3.x and
-the Java client send the highest served version.
+Clients, when offered v0-9: librdkafka 2.0 and 2.16 and kafkajs 2.2 send v5,
+kafka-python 3.0 v7, the Java client v9.  All of them handle MEMBER_ID_REQUIRED.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ Served: v0-5.
 - v4: request StatesFilter, response GroupState (KIP-518).
 - v5: request TypesFilter, response GroupType ("classic", "consumer", KIP-848).
 
-Clients: librdkafka 2.0 sends v0-4 and 2.x up to v5; kafkajs 2.2 v0-2;
-kafka-python 3.x and the Java client the highest served version.
+Clients (admin), when offered v0-5: librdkafka 2.16 and kafka-python 3.0 send v5,
+kafkajs 2.2 v2, the Java client v5.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ A commit from outside the group's membership -- an admin tool, a "simple"
 consumer that assigns partitions itself -- sends generation -1 and an empty member
 id (``STANDALONE_GENERATION``); from v1 a member sends its generation and id.
 
-Clients: librdkafka 2.0 and 2.x send v0-7; kafkajs 2.2 v0-5; kafka-python 3.x and
-the Java client the highest served version.
+Clients, when offered v0-9: librdkafka 2.0 sends v7, librdkafka 2.16 v9, kafkajs
+2.2 v5, kafka-python 3.0 v8, the Java client v9.  Versions after Kafka 3.9's
+definitions are not declared: newer clients negotiate down to v9.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

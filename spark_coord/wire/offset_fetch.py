@@ -14,9 +14,11 @@ Served: v0-9.
 
 No committed offset reads as offset -1 with an empty or null metadata string.
 
-Clients: librdkafka 2.0 and 2.x send v0-7 (one group); kafkajs 2.2 v1-4;
-kafka-python 3.x and the Java client the highest served version (v8+: one group,
-or many from an admin client).
+Clients, when offered v0-9: librdkafka 2.0 sends v7, librdkafka 2.16 v9 (consumer
+and admin), kafkajs 2.2 v4, kafka-python 3.0 v8 (one group per request from its
+consumer, one per coordinator from its admin), the Java client v9.  Versions after
+Kafka 3.9's definitions are not declared: newer clients negotiate down to v9.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Served: v0-5.
 - v4: first flexible version.
 - v5: ProtocolType and ProtocolName in the request and the response (KIP-559).
 
-Clients: librdkafka 2.0 and 2.x and kafkajs 2.2 send v0-3; kafka-python 3.x and
-the Java client send the highest served version.
+Clients, when offered v0-5: librdkafka 2.0 and 2.16 and kafkajs 2.2 send v3,
+kafka-python 3.0 and the Java client v5.
+(Recorded in tests/wire/golden/group_requests.json.)
 """
 
 from __future__ import annotations

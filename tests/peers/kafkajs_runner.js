@@ -15,8 +15,9 @@
 //   fetch           topic, partitions (ids), maxWaitTime    -> {"event": "record", ...} lines, {"event": "fetched"}
 //                   (plain Fetch requests through kafkajs's own broker code: no group)
 //   consume         topic, groupId, count, sessionTimeout,  -> {"event": "joined"}, {"event": "record"} lines,
-//                   heartbeatInterval                          {"event": "consumed", "count"} after committing
-//                   (consumer.run with a group; offsets committed before it leaves)
+//                   heartbeatInterval, lingerMs                {"event": "consumed", "count"} after committing
+//                   (consumer.run with a group, staying lingerMs after the count; offsets committed
+//                   before it leaves)
 //   list-groups                                            -> {"event": "groups", "groups": [...]}
 //   describe-groups groupIds                               -> {"event": "described", "groups": [...]}
 //   fetch-offsets   groupId, topics                        -> {"event": "offsets", "topics": [...]}
@@ -172,6 +173,7 @@ const modes = {
         },
       })
       await finished
+      if (args.lingerMs) await new Promise(resolve => setTimeout(resolve, args.lingerMs))  // heartbeats go on
     } finally {
       await consumer.disconnect()  // commits the resolved offsets, then leaves the group
     }
