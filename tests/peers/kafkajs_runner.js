@@ -62,16 +62,22 @@ function cluster(kafka) {
   return kafka[symbol]({ metadataMaxAge: 300000, allowAutoTopicCreation: false, isolationLevel: 1 })
 }
 
+async function withAdmin(kafka, use) {
+  const admin = kafka.admin()
+  await admin.connect()
+  try {
+    return await use(admin)
+  } finally {
+    await admin.disconnect()
+  }
+}
+
 const modes = {
   async 'create-topic'(kafka, args) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       await admin.createTopics({ topics: [{ topic: args.topic, numPartitions: args.partitions || 1 }], waitForLeaders: true })
       emit('created', { topic: args.topic })
-    } finally {
-      await admin.disconnect()
-    }
+    })
   },
 
   async produce(kafka, args) {
@@ -90,16 +96,12 @@ const modes = {
   },
 
   async 'topic-offsets'(kafka, args) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       const partitions = await admin.fetchTopicOffsets(args.topic)
       emit('topic_offsets', {
         partitions: partitions.map(p => ({ partition: p.partition, low: Number(p.low), high: Number(p.high), offset: Number(p.offset) })),
-      })
-    } finally {
-      await admin.disconnect()
-    }
+    })
+    })
   },
 
   async fetch(kafka, args) {
@@ -181,57 +183,41 @@ const modes = {
   },
 
   async 'list-groups'(kafka) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       const { groups } = await admin.listGroups()
       emit('groups', { groups })
-    } finally {
-      await admin.disconnect()
-    }
+    })
   },
 
   async 'describe-groups'(kafka, args) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       const { groups } = await admin.describeGroups(args.groupIds)
       emit('described', {
         groups: groups.map(g => ({
           groupId: g.groupId, state: g.state, protocolType: g.protocolType, protocol: g.protocol,
           members: g.members.map(m => ({ memberId: m.memberId, clientId: m.clientId })),
         })),
-      })
-    } finally {
-      await admin.disconnect()
-    }
+    })
+    })
   },
 
   async 'fetch-offsets'(kafka, args) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       const topics = await admin.fetchOffsets({ groupId: args.groupId, topics: args.topics })
       emit('offsets', {
         topics: topics.map(t => ({
           topic: t.topic,
           partitions: t.partitions.map(p => ({ partition: p.partition, offset: Number(p.offset), metadata: p.metadata })),
         })),
-      })
-    } finally {
-      await admin.disconnect()
-    }
+    })
+    })
   },
 
   async 'delete-groups'(kafka, args) {
-    const admin = kafka.admin()
-    await admin.connect()
-    try {
+    await withAdmin(kafka, async admin => {
       const results = await admin.deleteGroups(args.groupIds)
       emit('deleted', { results: results.map(r => ({ groupId: r.groupId, errorCode: r.errorCode })) })
-    } finally {
-      await admin.disconnect()
-    }
+    })
   },
 }
 
