@@ -197,3 +197,19 @@ def test_coordinator_outside_the_metadata_is_reached_directly(cluster):
         assert groups.fetch_offsets("g") == {("t", 0): CommittedOffset(9, "")}
         assert len(cluster.outside.received(ApiKey.OFFSET_COMMIT)) == 1
         assert not cluster.brokers[0].received(ApiKey.OFFSET_COMMIT)
+
+
+def test_a_cluster_without_group_apis_is_refused_at_once():
+    """Our brokers (today) advertise no group API: no retrying, a clear error."""
+    table = [row for row in protocol.api_versions_table() if row["api_key"] not in (8, 9, 10, 15, 16, 42)]
+    c = Cluster(api_keys=table)
+    try:
+        cc, groups = _client(c, timeout=30)
+        with cc, groups:
+            start = time.monotonic()
+            with pytest.raises(KafkaError, match="FindCoordinator: no version in common") as info:
+                groups.commit_offsets("g", {("t", 0): 1})
+            assert info.value.code == ErrorCode.UNSUPPORTED_VERSION and time.monotonic() - start < 5
+            assert not c.brokers[0].received(ApiKey.FIND_COORDINATOR)
+    finally:
+        c.close()
