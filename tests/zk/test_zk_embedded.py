@@ -128,10 +128,14 @@ def test_missing_or_old_java_is_a_clear_error(tmp_path, monkeypatch):
         embedded.find_java()
 
 
-def test_render_cfg_refuses_injection():
+def test_render_cfg_escapes_values_as_java_reads_them():
+    from spark_coord.config import parse_properties
+
     assert "a=true\n" in embedded.render_cfg({"a": True, "b": None})
-    with pytest.raises(ValueError, match="line break"):
-        embedded.render_cfg({"dataDir": "/x\nclientPort=1"})
+    tricky = {"dataDir": "/x\nclientPort=1", "note": " lead \u00e9 \\ # ! = :"}
+    text = embedded.render_cfg(tricky)
+    assert text.isascii()  # ZooKeeper reads zoo.cfg as ISO-8859-1: anything else goes as \\uXXXX
+    assert parse_properties(text) == tricky  # read back exactly: no injected clientPort
     with pytest.raises(ValueError, match="setting name"):
         embedded.render_cfg({"a=b": "1"})
 
