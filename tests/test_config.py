@@ -44,8 +44,8 @@ def test_bad_settings_name_the_key(override, fragment):
 
 
 def test_zookeeper_settings_pass_unknown_keys_through():
-    cfg = config.load(config.ZOOKEEPER, None, ["syncLimit=5"])
-    assert cfg["syncLimit"] == "5"
+    cfg = config.load(config.ZOOKEEPER, None, ["autopurge.snapRetainCount=5", "server.1=h1:2888:3888"])
+    assert cfg["autopurge.snapRetainCount"] == "5" and cfg["server.1"] == "h1:2888:3888"
 
 
 def test_unreadable_file_is_a_config_error(tmp_path):
