@@ -11,9 +11,14 @@ every component that holds something in ZooKeeper must follow these rules:
     themselves).  ``add_state_hooks`` tells the two apart (``new_session``).
 ``SUSPENDED``
     The connection dropped; the session may or may not still be alive on the
-    servers.  Anything that depends on holding an ephemeral node (coordinatorship,
-    broker registration) must be treated as *possibly lost*: stop acting on it
-    (kazoo's lock recipe docs say the same) until ``CONNECTED`` again.
+    servers.  Requests made now wait in kazoo's queue: they go out if the same
+    session comes back and fail with ``SessionExpiredError`` if it expired.
+    Anything that depends on holding an ephemeral node must stop acting on it
+    (kazoo's lock recipe docs say the same) *unless* its actions are fenced: the
+    coordinator's writes all check its election node and token, so it keeps
+    serving while suspended and resigns only when the session is lost, or when
+    no connection came back within the session timeout (the servers have
+    expired the session by then).
 ``LOST``
     The session expired: every ephemeral node of it is gone and another process
     may already own what we owned.  Drop the role and its in-memory state, then
@@ -107,6 +112,12 @@ def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEO
     log.debug("connected to ZooKeeper %s (session 0x%x, timeout %d ms)", connect_string,
               client.client_id[0] if client.client_id else 0, session_timeout_ms)
     return client
+
+
+def session_timeout_ms(client: KazooClient) -> int:
+    """The session timeout ``client`` asked for, in ms (the servers grant it within their
+    minSessionTimeout..maxSessionTimeout; kazoo does not keep the granted value)."""
+    return int(getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT_MS))
 
 
 def close(client: KazooClient) -> None:
