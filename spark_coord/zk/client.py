@@ -40,8 +40,10 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo.recipe import watchers
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from spark_coord.zk import paths
 
@@ -139,6 +141,25 @@ def ensure_chroot(connect_string: str, connection_timeout_ms: int = DEFAULT_CONN
     finally:
         close(client)
     return chroot
+
+
+class ChildrenWatch(watchers.ChildrenWatch):
+    """kazoo's ``ChildrenWatch``, quiet when the session expires under a re-read.
+
+    The recipe re-reads the children through ``client.retry``, which does not retry
+    across a session expiry (``command_retry``), so a child event handled while the
+    session expires raised ``SessionExpiredError`` in kazoo's callback thread, which
+    logs it with a traceback.  Nothing is lost: the recipe's session listener reads
+    again once connected with the new session.  So such failures of a re-read are
+    logged in one line and left to that listener.
+    """
+
+    def _get_children(self, event: Any = None) -> None:
+        try:
+            super()._get_children(event)
+        except (SessionExpiredError, ConnectionLoss, RetryFailedError) as e:
+            log.info("watch on the children of %s: %s; reading them again once connected", self._path,
+                     e.__class__.__name__)
 
 
 # ------------------------------------------------------------------------- asyncio

@@ -197,3 +197,38 @@ def test_state_hooks_report_a_cut_connection_and_the_same_session_back(zk_connec
             assert client.client_id[0] == session and client.exists("/mine") is not None  # ephemeral kept
         finally:
             zkclient.close(client)
+
+
+def test_children_watch_rides_through_session_expiry_without_a_traceback(zk, zk_connect, caplog):
+    """A child event that kazoo re-reads while the session expires raised SessionExpiredError in
+    kazoo's callback thread (logged there with a traceback); the watch must stay quiet and keep
+    delivering once the new session is up."""
+    other = zkclient.connect(zk_connect, session_timeout_ms=4000, connection_timeout_ms=10000)
+    other.ensure_path("/kids")
+    seen: list[list[str]] = []
+    zkclient.ChildrenWatch(zk, "/kids", lambda children: seen.append(sorted(children)))
+    try:
+        with caplog.at_level(logging.INFO):
+            for round_ in range(6):
+                stop = threading.Event()
+
+                def churn(r: int = round_) -> None:
+                    n = 0
+                    while not stop.is_set():
+                        other.create(f"/kids/r{r}-{n}")
+                        n += 1
+                        time.sleep(0.005)
+
+                t = threading.Thread(target=churn)
+                t.start()
+                try:
+                    expire_session(zk, 20)
+                finally:
+                    stop.set()
+                    t.join()
+            other.create("/kids/last")
+            wait_until(lambda: seen and "last" in seen[-1], 10, message="the watch to see a child made afterwards")
+        tracebacks = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+        assert not tracebacks, [r.getMessage() for r in tracebacks]
+    finally:
+        zkclient.close(other)
