@@ -211,14 +211,17 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("log.dirs", "str", "data/broker-0", "Directory holding this broker's partition logs (one subdirectory per partition)."),
     Key("zookeeper.connect", "str", "127.0.0.1:2181", "ZooKeeper connection string, host:port[,host:port...][/chroot]."),
     Key("zookeeper.session.timeout.ms", "int", 18000,
-        "ZooKeeper session timeout (Kafka's default). A broker silent this long loses its session:\n"
-        "its registration and, if it coordinates, the coordinator role go to the other brokers.\n"
-        "The trade-off: a SIGKILLed or cut-off coordinator that is NOT restarted is replaced after\n"
-        "this long (plus up to one ZooKeeper tick), while a shorter timeout turns a GC or VM pause,\n"
-        "a slow disk or a network blip of that length into a session expiry, and every group then\n"
-        "rebalances under a new coordinator. Shorter connection losses cost nothing: the coordinator\n"
-        "keeps serving and only pauses its ZooKeeper writes. A broker restarted after a crash does\n"
-        "not wait for its old session: it removes its own stale registration and election node at once.", minimum=1000),
+        "ZooKeeper session timeout (Kafka's default since 2.5). A broker silent this long loses its\n"
+        "session: its registration and, if it coordinates, the coordinator role go to other brokers.\n"
+        "Shorter: a coordinator whose host dies (or is cut off) and does not come back is replaced\n"
+        "sooner -- after about this long plus one ZooKeeper tick (18.6 s measured with the default,\n"
+        "6.4 s with 6000). Longer: a VM pause, swapping or a network partition of that length does\n"
+        "not cost a session, after which every group would rebalance under a new coordinator; and a\n"
+        "client whose ZooKeeper server dies silently has 1/3 of this left to reach another server\n"
+        "after noticing (it waits 2/3 of it), which gets tight below about 10000 in an ensemble.\n"
+        "Two cases no longer depend on it: a connection loss shorter than the timeout costs nothing\n"
+        "(the coordinator keeps serving and its ZooKeeper writes wait), and a broker restarted after\n"
+        "a crash replaces its own stale registration and election node at once (0.7 s measured).", minimum=1000),
     Key("zookeeper.connection.timeout.ms", "int", 18000, "How long to wait for the first ZooKeeper connection at start-up.", minimum=100),
     Key("num.partitions", "int", 1, "Partitions of a topic created without an explicit count (auto-created or -1 in CreateTopics).", minimum=1),
     Key("auto.create.topics.enable", "bool", False,
