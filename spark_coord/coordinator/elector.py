@@ -45,7 +45,8 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError, ZookeeperError
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, RolledBackError,
+                              ZookeeperError)
 from kazoo.protocol.states import ZnodeStat
 
 from spark_coord.coordinator.zk_store import EpochCheck
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 
 #: Attempts of one ``elect()`` while the election node or /consumers change under it.
 MAX_ATTEMPTS = 5
+#: How long ``stop()`` waits for ZooKeeper to delete the election node.
+STOP_TIMEOUT_S = 5.0
 _LOOK_AGAIN = object()
 
 
@@ -109,7 +112,8 @@ class CoordinatorElector:
         await self.elect()
 
     async def stop(self) -> None:
-        """Resign and give the role up (delete our election node)."""
+        """Resign and give the role up (delete our election node, waiting at most ``STOP_TIMEOUT_S``:
+        without a connection the node goes with the session)."""
         self._running = False
         self._cancel_expiry()
         if self._remove_hooks:
@@ -119,9 +123,12 @@ class CoordinatorElector:
         if held is not None:
             self._resign("stopping")
             try:
-                await self._run(self._delete_own)
-            except ZookeeperError as e:
-                log.debug("could not delete the election node on stop: %s", e)
+                if not self.client.connected:
+                    raise ConnectionLoss("not connected")
+                await asyncio.wait_for(self._run(self._delete_own), STOP_TIMEOUT_S)
+            except (ZookeeperError, asyncio.TimeoutError) as e:
+                log.info("broker %d could not delete its election node while stopping (%s); it goes with the "
+                         "ZooKeeper session", self.broker_id, e.__class__.__name__)
         for t in list(self._tasks):
             t.cancel()
 
