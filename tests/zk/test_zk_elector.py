@@ -194,3 +194,24 @@ def test_a_restarted_broker_replaces_its_previous_runs_election_node_at_once(zk_
         for c in (other, new):
             zkclient.close(c)
     assert events == ["restarted-elected", "rival-elected"]
+
+
+def test_standing_again_on_the_same_session_starts_a_new_term(pair):
+    """After resigning while suspended (its timer ran out) a broker may find its session was kept
+    (an ensemble without quorum expires nobody): its old node is replaced, with a new epoch and token."""
+    async def main():
+        ea, eb = await pair.start()
+        old = ea.current_check()
+        ea._resign("the session timeout passed while suspended")
+        assert await ea.elect()
+        new = ea.current_check()
+        assert new.epoch > old.epoch and new.consumers_version > old.consumers_version
+        assert pair.a.exists(paths.COORDINATOR).ephemeralOwner == pair.a.client_id[0]
+        with pytest.raises(Fenced):  # the earlier term's token is dead
+            await ZkGroupStore(pair.a, lambda: old).save_generation("g", 1)
+        await ZkGroupStore(pair.a, ea.current_check).save_generation("g", 1)
+        assert not eb.is_coordinator
+        await ea.stop()
+        await eb.stop()
+
+    asyncio.run(main())
