@@ -1,8 +1,11 @@
-"""Records/s of ``decode_to_arrow`` against baselines measured in the same run.
+"""Records/s of ``decode_to_arrow`` against baselines measured in the same run, on one core.
 
-Data: 100-byte values, 8-byte keys, no headers, batches of ``--batch`` records (a
-producer's batch), joined into one fetched record set of ``--records`` records;
-uncompressed and lz4.
+Data: batches of ``--batch`` records (a producer's batch) joined into one fetched
+record set of ``--records`` records, in three shapes: ``a`` 100-byte values without
+keys, uncompressed (the Spark benchmark's shape a); ``keyed`` 100-byte values with
+8-byte keys, uncompressed and lz4; ``json`` 16-byte keys and 300-600 byte JSON-like
+values, lz4 and zstd.  ``decode_to_arrow`` runs compiled (numba, the default where
+numba is installed) and in Python (its fallback and oracle).
 
 Baselines:
 * ``kafka-python iterate``: kafka-python's ``DefaultRecordBatch`` reader yielding its
@@ -24,6 +27,7 @@ import time
 
 import pyarrow as pa
 
+from spark_coord.records import arrow, arrow_jit
 from spark_coord.records.arrow import decode_to_arrow, kafka_schema
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
@@ -48,16 +52,33 @@ def _ensure_kafka_python_lz4() -> None:
     kc.lz4 = _Lz4Shim
 
 
-def make_record_set(records: int, batch: int, codec: int) -> bytes:
+def make_record_set(records: int, batch: int, codec: int, shape: str) -> bytes:
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from bench_spark_source import json_value, key_of
+
     value = bytes(range(100))
     out, offset, ts = [], 0, 1_700_000_000_000
     while offset < records:
         b = BatchBuilder(codec=codec)
-        for i in range(min(batch, records - offset)):
-            b.append(value, key=b"key%05d" % ((offset + i) % 100000), timestamp_ms=ts + offset + i)
+        for i in range(offset, min(offset + batch, records)):
+            if shape == "a":
+                b.append(value, timestamp_ms=ts + i)
+            elif shape == "keyed":
+                b.append(value, key=b"key%05d" % (i % 100000), timestamp_ms=ts + i)
+            else:
+                b.append(json_value(i), key=key_of(i), timestamp_ms=ts + i)
         out.append(b.build(base_offset=offset))
         offset += len(b)
     return b"".join(out)
+
+
+def decode_with(buf: bytes, compiled: bool) -> pa.RecordBatch:
+    saved = arrow._USE_JIT
+    arrow._USE_JIT = compiled
+    try:
+        return decode_to_arrow(buf, "t", 0)
+    finally:
+        arrow._USE_JIT = saved
 
 
 def bench(fn, repeat: int) -> float:
@@ -107,28 +128,31 @@ def kafka_python_arrow(buf: bytes) -> pa.RecordBatch:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=500_000)
     ap.add_argument("--batch", type=int, default=500)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     _ensure_kafka_python_lz4()
-    print(f"{args.records} records of 100 bytes, batches of {args.batch}, best of {args.repeat}")
-    print(f"{'codec':<6} {'method':<26} {'records/s':>12} {'vs kafka-python':>16}")
-    for codec, name in ((0, "none"), (3, "lz4")):
-        buf = make_record_set(args.records, args.batch, codec)
-        rb = decode_to_arrow(buf, "t", 0)
+    print(f"{args.records} records, batches of {args.batch}, best of {args.repeat}; compiled decoder: "
+          f"{'numba' if arrow_jit.AVAILABLE else 'unavailable (' + arrow_jit.WHY_NOT + ')'}")
+    print(f"{'shape':<6} {'codec':<6} {'method':<30} {'records/s':>12} {'vs kafka-python':>16}")
+    decode_with(make_record_set(1000, 500, 0, "a"), True)  # compile or load the kernel outside the clock
+    for shape, codec, name in (("a", 0, "none"), ("keyed", 0, "none"), ("keyed", 3, "lz4"), ("json", 3, "lz4"),
+                               ("json", 4, "zstd")):
+        buf = make_record_set(args.records, args.batch, codec, shape)
+        rb = decode_with(buf, True)
         assert rb.num_rows == args.records, rb.num_rows
-        assert kafka_python_iterate(buf) == args.records
-        results = {
-            "kafka-python iterate": bench(lambda: kafka_python_iterate(buf), args.repeat),
-            "kafka-python + pyarrow": bench(lambda: kafka_python_arrow(buf), args.repeat),
-            "spark_coord iter_records": bench(lambda: sum(1 for _ in iter_records(buf)), args.repeat),
-            "spark_coord decode_to_arrow": bench(lambda: decode_to_arrow(buf, "t", 0), args.repeat),
-        }
+        assert rb.equals(decode_with(buf, False))
+        results = {"kafka-python iterate": bench(lambda: kafka_python_iterate(buf), args.repeat)}
+        if shape != "json":  # the slow baselines are enough on the small shapes
+            results["kafka-python + pyarrow"] = bench(lambda: kafka_python_arrow(buf), args.repeat)
+            results["spark_coord iter_records"] = bench(lambda: sum(1 for _ in iter_records(buf)), args.repeat)
+        results["decode_to_arrow (Python)"] = bench(lambda: decode_with(buf, False), args.repeat)
+        results["decode_to_arrow (compiled)"] = bench(lambda: decode_with(buf, True), args.repeat)
         base = args.records / results["kafka-python iterate"]
         for method, secs in results.items():
             rate = args.records / secs
-            print(f"{name:<6} {method:<26} {rate:>12,.0f} {rate / base:>15.1f}x")
+            print(f"{shape:<6} {name:<6} {method:<30} {rate:>12,.0f} {rate / base:>15.1f}x")
     return 0
 
 

@@ -1,17 +1,23 @@
-"""A synchronous, thread-safe connection to one broker over the Kafka protocol.
+"""A synchronous, thread-safe, pipelined connection to one broker over the Kafka protocol.
 
-``BrokerConnection`` is the building block of the admin client, the CLI tools and
-the consumer's fetchers.  One lock covers a request's send and its receive, so
-threads can share a connection and answers never cross.  On connect it asks
-ApiVersions (v3, or whatever the broker's KIP-511 fallback answer allows) and
-afterwards uses, per API, the highest version both sides serve, capped by
-``CLIENT_MAX``.
+``BrokerConnection`` is the building block of the admin client, the CLI tools, the
+consumer's fetchers and the Spark source's executors.  Requests are pipelined:
+``send()`` writes a request at once and returns a ``PendingResponse`` (correlation
+id -> pending request), so a thread can have a Fetch in flight while it decodes
+the previous answer, and a long-poll Fetch of one thread does not keep another
+thread from sending its request.  Answers arrive in request order (Kafka's rule,
+and our broker's); whichever waiting thread finds no one reading the socket
+reads frames and hands each to its request, the others wait on a condition.
+``request()`` is ``send().result()``.  On connect it asks ApiVersions (v3, or
+whatever the broker's KIP-511 fallback answer allows) and afterwards uses, per
+API, the highest version both sides serve, capped by ``CLIENT_MAX``.
 
 It trusts nothing the broker sends: a size prefix that is negative or above
-``max_response_bytes`` is refused before anything is allocated, the correlation
-id of every answer is checked, and the body goes through the hostile-input
-decoders.  Any such failure, or an I/O error, closes the connection: the byte
-stream cannot be trusted afterwards.
+``max_response_bytes`` is refused before anything is allocated, every answer's
+correlation id must be the oldest pending one, and the body goes through the
+hostile-input decoders.  Any such failure, or an I/O error, closes the
+connection and fails every pending request: the byte stream cannot be trusted
+afterwards.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from spark_coord.wire.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BrokerConnection", "BrokerConnectionError", "CLIENT_MAX", "DEFAULT_MAX_RESPONSE_BYTES"]
+__all__ = ["BrokerConnection", "BrokerConnectionError", "PendingResponse", "CLIENT_MAX", "DEFAULT_MAX_RESPONSE_BYTES"]
 
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
@@ -61,7 +67,10 @@ class BrokerConnection:
         self.client_id = client_id
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
-        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._state = threading.Condition()  # guards _pending and _reading
+        self._pending: dict[int, PendingResponse] = {}  # in request order
+        self._reading = False
         self._correlation = itertools.count(1)
         self._closed = False
         self.broker_versions: dict[int, tuple[int, int]] = {}
@@ -85,14 +94,26 @@ class BrokerConnection:
         return self._closed
 
     def close(self) -> None:
-        """Close the socket (idempotent)."""
+        """Close the socket and fail every pending request (idempotent)."""
         self._closed = True
         sock = getattr(self, "_sock", None)
         if sock is not None:
             try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked reading it (close alone does not)
+            except OSError:
+                pass
+            try:
                 sock.close()
             except OSError:
                 pass
+        with self._state:
+            pending, self._pending = list(self._pending.values()), {}
+            for p in pending:
+                if not p.done:
+                    p.error = BrokerConnectionError(f"connection to {self.host}:{self.port} closed while "
+                                                    f"{api_name(p.api_key)} was waiting for its answer")
+                    p.done = True
+            self._state.notify_all()
 
     def __enter__(self) -> "BrokerConnection":
         return self
@@ -148,39 +169,92 @@ class BrokerConnection:
         (both close the connection), KafkaError(UNSUPPORTED_VERSION) if the broker
         serves no version we can speak.
         """
+        return self.send(api_key, body, version, timeout).result()
+
+    def send(self, api_key: int, body: dict, version: int | None = None, timeout: float | None = None,
+             into: bytearray | None = None) -> "PendingResponse":
+        """Write one request now; its answer comes from ``result()`` of the returned object.
+
+        ``timeout`` (seconds, default the connection's) bounds the wait for the answer
+        from now on.  ``into``: a buffer to receive the answer's frame in when it is
+        big enough (a reader that alternates two buffers does not fault in new pages
+        for every fetch).
+        """
         version = self._pick_version(api_key, version)
-        return self._roundtrip(api_key, version, body, self.timeout if timeout is None else timeout)
+        return self._send_request(api_key, version, body, self.timeout if timeout is None else timeout, into)
 
     def send_only(self, api_key: int, body: dict, version: int | None = None) -> None:
         """Send a request that gets no response (Produce with acks=0)."""
         version = self._pick_version(api_key, version)
-        with self._lock:
+        with self._send_lock:
             correlation_id = self._next_correlation_id()
             frame = protocol.encode_request(api_key, version, correlation_id, self.client_id, body)
             self._send(frame, self.timeout)
 
     def _roundtrip(self, api_key: int, version: int, body: dict, timeout: float) -> dict:
-        with self._lock:
+        return self._send_request(api_key, version, body, timeout, None).result()
+
+    def _send_request(self, api_key: int, version: int, body: dict, timeout: float,
+                      into: bytearray | None) -> "PendingResponse":
+        with self._send_lock:
             correlation_id = self._next_correlation_id()
             frame = protocol.encode_request(api_key, version, correlation_id, self.client_id, body)
-            deadline = time.monotonic() + timeout
-            self._send(frame, timeout)
-            answer = self._receive(deadline)
-            got = protocol.peek_correlation_id(answer)
-            if got != correlation_id:
-                self.close()
-                raise ProtocolError(f"{self.host}:{self.port} answered correlation id {got}, "
-                                    f"expected {correlation_id}")
+            pending = PendingResponse(self, api_key, version, correlation_id, time.monotonic() + timeout, into)
+            with self._state:
+                self._check_open()
+                self._pending[correlation_id] = pending
             try:
-                _, resp = protocol.decode_response(api_key, version, answer)
-            except ProtocolError as e:
+                self._send(frame, timeout)
+            except BrokerConnectionError:
                 self.close()
-                raise ProtocolError(f"bad {api_name(api_key)} v{version} response from "
-                                    f"{self.host}:{self.port}: {e}") from e
-            return resp
+                raise
+        return pending
+
+    def _wait(self, pending: "PendingResponse") -> None:
+        """Until ``pending`` has its frame (or error): read frames while no other thread does."""
+        with self._state:
+            while not pending.done and self._reading:
+                left = pending.deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._state.wait(left)
+            if pending.done:
+                return
+            if self._reading:  # our deadline passed while another thread was reading
+                self._state.release()
+                try:
+                    self.close()
+                finally:
+                    self._state.acquire()
+                pending.error = pending.error or BrokerConnectionError(
+                    f"receiving from {self.host}:{self.port}: timed out")
+                pending.done = True
+                return
+            self._reading = True
+        try:
+            while not pending.done:
+                with self._state:
+                    oldest = next(iter(self._pending.values()), None)
+                if oldest is None:
+                    break
+                frame = self._receive(oldest.deadline, oldest.into)
+                got = protocol.peek_correlation_id(frame)
+                if got != oldest.correlation_id:
+                    self.close()
+                    raise ProtocolError(f"{self.host}:{self.port} answered correlation id {got}, "
+                                        f"expected {oldest.correlation_id}")
+                with self._state:
+                    self._pending.pop(got, None)
+                    oldest.frame = frame
+                    oldest.done = True
+                    self._state.notify_all()
+        finally:
+            with self._state:
+                self._reading = False
+                self._state.notify_all()
 
     def _next_correlation_id(self) -> int:
-        """Positive int32 ids, wrapping (called under the lock)."""
+        """Positive int32 ids, wrapping (called under the send lock)."""
         return next(self._correlation) & 0x7FFFFFFF
 
     def _check_open(self) -> None:
@@ -196,13 +270,48 @@ class BrokerConnection:
             self.close()
             raise BrokerConnectionError(f"sending to {self.host}:{self.port}: {e}") from e
 
-    def _receive(self, deadline: float) -> memoryview:
+    def _receive(self, deadline: float, into: bytearray | None) -> memoryview:
         peer = f"{self.host}:{self.port}"
         try:
-            return recv_frame(self._sock, deadline, 4, self.max_response_bytes, peer)
+            return recv_frame(self._sock, deadline, 4, self.max_response_bytes, peer, into=into)
         except ProtocolError:
             self.close()
             raise
         except OSError as e:
             self.close()
             raise BrokerConnectionError(f"receiving from {peer}: {e}") from e
+
+
+class PendingResponse:
+    """A request written to a ``BrokerConnection`` whose answer may not have arrived yet."""
+
+    __slots__ = ("conn", "api_key", "version", "correlation_id", "deadline", "into", "frame", "error", "done")
+
+    def __init__(self, conn: BrokerConnection, api_key: int, version: int, correlation_id: int, deadline: float,
+                 into: bytearray | None) -> None:
+        self.conn = conn
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self.deadline = deadline
+        self.into = into
+        self.frame: memoryview | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+    def result(self) -> dict:
+        """The decoded response body; raises as ``BrokerConnection.request`` does."""
+        conn = self.conn
+        if not self.done:
+            conn._wait(self)
+        if self.error is not None:
+            raise self.error
+        if self.frame is None:
+            raise BrokerConnectionError(f"connection to {conn.host}:{conn.port} closed before the answer came")
+        try:
+            _, resp = protocol.decode_response(self.api_key, self.version, self.frame)
+        except ProtocolError as e:
+            conn.close()
+            raise ProtocolError(f"bad {api_name(self.api_key)} v{self.version} response from "
+                                f"{conn.host}:{conn.port}: {e}") from e
+        return resp

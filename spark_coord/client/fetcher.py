@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from spark_coord.client.connection import BrokerConnection
+from spark_coord.client.connection import BrokerConnection, PendingResponse
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
@@ -32,6 +32,34 @@ class PartitionData:
 def fetch(conn: BrokerConnection, offsets: dict[tuple[str, int], int], max_wait_ms: int = 500,
           min_bytes: int = 1, max_bytes: int = 52428800, partition_max_bytes: int = 1048576) -> list[PartitionData]:
     """One Fetch request for ``{(topic, partition): fetch_offset}`` to the leader behind ``conn``."""
+    return send_fetch(conn, offsets, max_wait_ms, min_bytes, max_bytes, partition_max_bytes).result()
+
+
+class PendingFetch:
+    """A Fetch written to the connection; ``result()`` waits for and decodes its answer."""
+
+    __slots__ = ("pending", "offsets")
+
+    def __init__(self, pending: PendingResponse, offsets: dict[tuple[str, int], int]) -> None:
+        self.pending = pending
+        self.offsets = offsets
+
+    def result(self) -> list[PartitionData]:
+        resp = self.pending.result()
+        if resp.get("error_code"):
+            return [PartitionData(topic, part, resp["error_code"], -1, -1) for (topic, part) in self.offsets]
+        out = []
+        for t in resp["responses"]:
+            for p in t["partitions"]:
+                out.append(PartitionData(t["topic"], p["partition_index"], p["error_code"], p["high_watermark"],
+                                         p["log_start_offset"], p["records"]))
+        return out
+
+
+def send_fetch(conn: BrokerConnection, offsets: dict[tuple[str, int], int], max_wait_ms: int = 500,
+               min_bytes: int = 1, max_bytes: int = 52428800, partition_max_bytes: int = 1048576,
+               into: bytearray | None = None) -> PendingFetch:
+    """Write a Fetch now (pipelined on ``conn``) and return it; ``into``: a buffer to reuse for the answer."""
     topics: dict[str, list] = {}
     for (topic, part), offset in offsets.items():
         topics.setdefault(topic, []).append({
@@ -41,18 +69,8 @@ def fetch(conn: BrokerConnection, offsets: dict[tuple[str, int], int], max_wait_
             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [], "rack_id": ""}
-    resp = conn.request(ApiKey.FETCH, body, timeout=conn.timeout + max_wait_ms / 1000)
-    if resp.get("error_code"):
-        out = []
-        for (topic, part) in offsets:
-            out.append(PartitionData(topic, part, resp["error_code"], -1, -1))
-        return out
-    out = []
-    for t in resp["responses"]:
-        for p in t["partitions"]:
-            out.append(PartitionData(t["topic"], p["partition_index"], p["error_code"], p["high_watermark"],
-                                     p["log_start_offset"], p["records"]))
-    return out
+    return PendingFetch(conn.send(ApiKey.FETCH, body, timeout=conn.timeout + max_wait_ms / 1000, into=into),
+                        dict(offsets))
 
 
 def is_retriable(code: int) -> bool:

@@ -70,33 +70,51 @@ class ClusterClient:
 
     # ---------------------------------------------------------------- connections
     def any_connection(self) -> BrokerConnection:
-        """A connection to some live broker: a known one, else the bootstrap list round-robin."""
+        """A connection to some live broker: a known one, else the bootstrap list round-robin.
+
+        Connecting (TCP plus ApiVersions) happens outside the client's lock, so a broker
+        that is slow to answer holds up only the thread that waits for it."""
         with self._lock:
             if self._any is not None and not self._any.closed:
                 return self._any
             candidates = list(self.brokers.values()) + self.bootstrap
-            errors = []
-            for i in range(len(candidates)):
-                host, port = candidates[(self._next_bootstrap + i) % len(candidates)]
-                try:
-                    self._any = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
-                    self._next_bootstrap = (self._next_bootstrap + i + 1) % len(candidates)
+            first = self._next_bootstrap
+        errors = []
+        for i in range(len(candidates)):
+            host, port = candidates[(first + i) % len(candidates)]
+            try:
+                conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+            except (OSError, BrokerConnectionError) as e:
+                errors.append(f"{host}:{port}: {e}")
+                continue
+            with self._lock:
+                if self._any is not None and not self._any.closed:  # another thread was quicker
+                    conn.close()
                     return self._any
-                except (OSError, BrokerConnectionError) as e:
-                    errors.append(f"{host}:{port}: {e}")
-            raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
+                self._any = conn
+                self._next_bootstrap = (first + i + 1) % len(candidates)
+                return conn
+        raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
 
     def connection(self, broker_id: int) -> BrokerConnection:
+        """The connection to ``broker_id``, made (outside the client's lock) when there is none."""
         with self._lock:
             conn = self._conns.get(broker_id)
             if conn is not None and not conn.closed:
                 return conn
-            if broker_id not in self.brokers:
-                self.refresh()
+            known = broker_id in self.brokers
+        if not known:
+            self.refresh()
+        with self._lock:
             if broker_id not in self.brokers:
                 raise BrokerConnectionError(f"broker {broker_id} is not in the cluster metadata")
             host, port = self.brokers[broker_id]
-            conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+        conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+        with self._lock:
+            current = self._conns.get(broker_id)
+            if current is not None and not current.closed:  # another thread was quicker
+                conn.close()
+                return current
             self._conns[broker_id] = conn
             return conn
 

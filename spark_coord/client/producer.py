@@ -115,6 +115,10 @@ class Producer:
         if self._builders:
             self._send({tp: self._take(tp) for tp in list(self._builders)})
 
+    def send_batches(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
+        """Produce built record batches, one per (topic, partition): (batch bytes, record count)."""
+        self._send(dict(batches))
+
     def _send(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
         pending = dict(batches)
         for attempt in range(self.retries + 1):

@@ -16,9 +16,16 @@ from spark_coord.wire import protocol
 from spark_coord.wire.types import ProtocolError
 
 
-def recv_exactly(sock: socket.socket, n: int, deadline: float, peer: str) -> bytearray:
-    """Exactly ``n`` bytes before ``deadline`` (``time.monotonic()``), or OSError."""
-    buf = bytearray(n)
+def recv_exactly(sock: socket.socket, n: int, deadline: float, peer: str, into: bytearray | None = None):
+    """Exactly ``n`` bytes before ``deadline`` (``time.monotonic()``), or OSError.
+
+    Read into ``into`` when it holds at least ``n`` bytes (the answer is then a view of
+    its first ``n`` bytes), else into a new bytearray.
+    """
+    if into is not None and len(into) >= n:
+        buf = memoryview(into)[:n]
+    else:
+        buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
@@ -33,10 +40,11 @@ def recv_exactly(sock: socket.socket, n: int, deadline: float, peer: str) -> byt
     return buf
 
 
-def recv_frame(sock: socket.socket, deadline: float, min_size: int, max_size: int, peer: str) -> memoryview:
+def recv_frame(sock: socket.socket, deadline: float, min_size: int, max_size: int, peer: str,
+               into: bytearray | None = None) -> memoryview:
     """One size-prefixed frame (without its prefix); a size outside [min_size, max_size] is refused
-    before anything is allocated."""
+    before anything is allocated.  ``into``: a buffer to reuse when it is big enough."""
     size = protocol.frame_size(recv_exactly(sock, 4, deadline, peer))
     if size < min_size or size > max_size:
         raise ProtocolError(f"{peer} announced a frame of {size} bytes (allowed {min_size}..{max_size})")
-    return memoryview(recv_exactly(sock, size, deadline, peer))
+    return memoryview(recv_exactly(sock, size, deadline, peer, into))

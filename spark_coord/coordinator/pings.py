@@ -73,8 +73,8 @@ class PingScheduler:
         if group is None:
             return
         self._schedule(member)
-        if member.ping is not None and not member.ping.is_completed:
-            return  # the previous ping is still out
+        if member.ping is not None and (not member.ping.is_completed or member.ping.expired):
+            return  # the previous ping is still out, or its expiry (posted) is not counted yet
         if not self.c.leadership.fresh():
             return  # maybe deposed (paused past our ZooKeeper session): renew nobody's lease
         op = DelayedPing(group.group_id, member.consumer_id, member.session_timeout_ms,

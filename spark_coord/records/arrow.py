@@ -1,16 +1,27 @@
 """Decode a fetched record set straight into a ``pyarrow.RecordBatch`` with the
 columns of Spark's Kafka source.
 
-Why it is fast without a compiled extension of our own: the only per-record Python
-work is reading the varints of each record and appending a few ints to lists.  No
-per-record ``bytes`` object is made.  All batches' records sections (decompressed
-where needed) are joined into one *arena*; the record boundaries
-``[keyStart, keyEnd, valueStart, valueEnd]`` of consecutive records form a
-non-decreasing offsets vector, so one ``binary`` array over the arena (zero-copy)
-holds keys at positions 4i and values at 4i+2; pyarrow's ``filter`` with a constant
-bit pattern (0x11 / 0x44) then gathers keys and values in C++.  Headers use the same
-trick on their own boundary vector.  Constant columns come from ``pa.repeat``;
-timestamps are scaled to microseconds by ``pyarrow.compute``.
+Two decoders share the batch-level work here (``_plan``: split the record set into
+batches, skip control batches and batches outside the offset range, check CRCs,
+decompress):
+
+* the **compiled** one (``records.arrow_jit``, numba; the default where numba is
+  installed) walks every record once and writes the columns' buffers itself;
+  uncompressed batches are decoded in place in the fetched buffer;
+* the **Python** one (``_decode_python``) is the fallback without numba and the
+  oracle: the compiled kernel refuses anything it does not like and the Python
+  decoder then explains it (the same error) or, for the odd shape it tolerates,
+  decodes it, so both give the same Arrow or the same error.
+
+How the Python decoder avoids per-record objects: the only per-record Python work
+is reading the varints of each record and appending a few ints to lists.  All
+batches' records sections (decompressed where needed) are joined into one *arena*;
+the record boundaries ``[keyStart, keyEnd, valueStart, valueEnd]`` of consecutive
+records form a non-decreasing offsets vector, so one ``binary`` array over the arena
+(zero-copy) holds keys at positions 4i and values at 4i+2; pyarrow's ``filter`` with a
+constant bit pattern (0x11 / 0x44) then gathers keys and values in C++.  Headers use
+the same trick on their own boundary vector.  Constant columns come from
+``pa.repeat``; timestamps are scaled to microseconds by ``pyarrow.compute``.
 
 Spark's Arrow path (``pyspark.sql.worker.plan_data_source_read``) compares the batch
 schema to ``to_arrow_schema(schema, timezone="UTC")`` with ``Schema.equals``, so the
@@ -26,11 +37,14 @@ from array import array
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_coord.records import compression
-from spark_coord.records.header import TIMESTAMP_TYPE_MASK, InvalidBatch
+from spark_coord.records import arrow_jit, compression
+from spark_coord.records.header import HEADER_SIZE, MIN_RECORD_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidBatch
 from spark_coord.records.reader import batch_records, check_crc, iter_batches, read_uvarint
 
 log = logging.getLogger(__name__)
+
+#: False makes every decode take the Python path (the differential tests and benchmarks compare both).
+_USE_JIT = True
 
 _HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", _HEADER_TYPE))
@@ -207,13 +221,43 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
 
     Control batches are skipped.  Raises ``InvalidBatch`` (a ``ValueError``) on
     malformed input and ``DecompressedTooLarge`` beyond ``max_decompressed_bytes``
-    per batch.
+    per batch.  The records are decoded by the compiled kernel (``records.arrow_jit``)
+    where numba is installed, else (and to explain a rejected input) in Python.
     """
-    cols = _Columns(include_headers)
-    pieces, spans = [], []
+    plan = _plan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes)
+    if arrow_jit.AVAILABLE and _USE_JIT:
+        rb = _decode_compiled(plan, topic, partition, include_headers)
+        if rb is not None:
+            return rb
+    return _decode_python(plan, topic, partition, include_headers)
+
+
+class _Plan:
+    """The batches of a record set that a decode covers, after CRC checks and decompression.
+
+    ``pieces``: each batch's records section (a view into the fetched buffer when it
+    is not compressed); ``spans``: (header, start, end) of each piece in the arena the
+    pieces form when joined; ``filter``: the offset range rows must be restricted
+    to, None when every batch lies inside it.
+    """
+
+    __slots__ = ("buf", "pieces", "spans", "positions", "filter", "compressed")
+
+    def __init__(self, buf) -> None:
+        self.buf = buf
+        self.pieces: list = []
+        self.spans: list[tuple[BatchHeader, int, int]] = []
+        self.positions: list[int] = []  # where each piece starts in ``buf`` (uncompressed pieces only)
+        self.filter: tuple[int, int | None] | None = None
+        self.compressed = False
+
+
+def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_decompressed_bytes: int) -> _Plan:
+    plan = _Plan(buf)
     arena_len = 0
-    straddles = False
+    pos = 0
     for header, batch in iter_batches(buf):
+        at, pos = pos, pos + header.size
         if header.next_offset <= start_offset or header.is_control:
             continue
         if end_offset is not None and header.base_offset >= end_offset:
@@ -221,14 +265,49 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
         if verify_crc:
             check_crc(header, batch)
         data = batch_records(header, batch, max_decompressed_bytes)
-        pieces.append(data)
-        spans.append((header, arena_len, arena_len + len(data)))
+        plan.pieces.append(data)
+        plan.positions.append(at + HEADER_SIZE)
+        plan.compressed = plan.compressed or bool(header.codec)
+        plan.spans.append((header, arena_len, arena_len + len(data)))
         arena_len += len(data)
         if header.base_offset < start_offset or (end_offset is not None and header.last_offset >= end_offset):
-            straddles = True
-    arena = b"".join(pieces)
-    del pieces
-    for header, p, end in spans:
+            plan.filter = (start_offset, end_offset)
+    return plan
+
+
+def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch | None:
+    """The kernel's RecordBatch, or None when the Python decoder has to look at the input."""
+    import numpy as np
+
+    spans = np.empty((len(plan.spans), arrow_jit.SPAN_FIELDS), np.int64)
+    if plan.compressed:
+        arena = np.frombuffer(b"".join(plan.pieces), np.uint8)
+        starts = [p for _, p, _ in plan.spans]
+    else:  # every piece is a view into the fetched buffer: decode it in place
+        arena = np.frombuffer(plan.buf, np.uint8) if len(plan.buf) else np.empty(0, np.uint8)
+        starts = plan.positions
+    arena.flags.writeable = False  # one compiled signature whatever buffer type came in
+    for i, ((header, p, end), start) in enumerate(zip(plan.spans, starts)):
+        size = end - p
+        if header.records_count * MIN_RECORD_SIZE > size and header.records_count:
+            return None  # cannot hold that many records: let the Python decoder say so
+        log_append = header.attributes & TIMESTAMP_TYPE_MASK
+        spans[i] = (start, start + size, header.records_count, header.base_offset,
+                    header.max_timestamp if log_append else header.base_timestamp, 1 if log_append else 0)
+    lo, hi = (-2**63, 2**63 - 1) if plan.filter is None else (plan.filter[0], plan.filter[1] if
+                                                                  plan.filter[1] is not None else 2**63 - 1)
+    try:
+        return arrow_jit.decode(arena, spans, lo, hi, include_headers, topic, partition,
+                                kafka_schema(include_headers), HEADERS_TYPE)
+    except (OverflowError, pa.ArrowInvalid):
+        return None
+
+
+def _decode_python(plan: _Plan, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+    """The reference decoder: one Python loop over the records (``_decode_batch``)."""
+    cols = _Columns(include_headers)
+    arena = b"".join(plan.pieces)
+    for header, p, end in plan.spans:
         n0 = len(cols.offset_deltas)
         try:
             _decode_batch(arena, p, end, header.records_count, cols)
@@ -246,8 +325,8 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
         rb = _build(arena, cols, topic, partition, include_headers)
     except (OverflowError, pa.ArrowInvalid) as e:
         raise InvalidBatch(f"record set does not fit Kafka's types: {e}") from None
-    if straddles:
-        rb = _restrict(rb, start_offset, end_offset)
+    if plan.filter is not None:
+        rb = _restrict(rb, *plan.filter)
     return rb
 
 

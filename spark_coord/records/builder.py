@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from spark_coord.records import compression
+from spark_coord.records.varint import encode_varint
 from spark_coord.records.header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -35,25 +36,6 @@ log = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1
 
 
-def zigzag(n: int) -> int:
-    """Zigzag-map a signed 64-bit int to unsigned (0, -1, 1, -2 ... -> 0, 1, 2, 3 ...)."""
-    return (n << 1) ^ (n >> 63)
-
-
-def encode_varint(n: int) -> bytes:
-    """Kafka's signed varint/varlong: zigzag, then 7 bits per byte, low group first."""
-    v = zigzag(n)
-    if v < 0x80:
-        return _SMALL[v]
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-_SMALL = [bytes((i,)) for i in range(0x80)]
 _NULL = encode_varint(-1)
 
 
@@ -150,18 +132,193 @@ class BatchBuilder:
         """The complete batch: header, (compressed) records, CRC-32C."""
         if not self._records:
             raise ValueError("cannot build an empty record batch")
-        payload = b"".join(self._records)
-        if self.codec:
-            payload = compression.compress(self.codec, payload, self.compression_level)
-        attributes = self.codec | (TRANSACTIONAL_MASK if self.is_transactional else 0)
-        batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-        if batch_length > _INT32_MAX:
-            raise ValueError(f"batch of {batch_length} bytes does not fit Kafka's int32 length")
-        buf = bytearray(HEADER_SIZE + len(payload))
-        HEADER.pack_into(buf, 0, base_offset, batch_length, self.partition_leader_epoch, MAGIC_V2, 0,
-                         attributes, len(self._records) - 1, self._base_timestamp, self._max_timestamp,
-                         self.producer_id, self.producer_epoch, self.base_sequence, len(self._records))
-        buf[HEADER_SIZE:] = payload
-        crc = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:])
-        buf[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
-        return bytes(buf)
+        return assemble_batch(b"".join(self._records), len(self._records), self.codec, self._base_timestamp,
+                              self._max_timestamp, base_offset=base_offset, producer_id=self.producer_id,
+                              producer_epoch=self.producer_epoch, base_sequence=self.base_sequence,
+                              is_transactional=self.is_transactional,
+                              partition_leader_epoch=self.partition_leader_epoch,
+                              compression_level=self.compression_level)
+
+
+def assemble_batch(payload, count: int, codec: int, base_timestamp: int, max_timestamp: int, *, base_offset: int = 0,
+                   producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                   is_transactional: bool = False, partition_leader_epoch: int = -1,
+                   compression_level: int | None = None) -> bytes:
+    """A complete batch around ``count`` encoded records (``payload``): compression, header, CRC-32C."""
+    if codec:
+        payload = compression.compress(codec, payload if isinstance(payload, bytes) else bytes(payload),
+                                       compression_level)
+    attributes = codec | (TRANSACTIONAL_MASK if is_transactional else 0)
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    if batch_length > _INT32_MAX:
+        raise ValueError(f"batch of {batch_length} bytes does not fit Kafka's int32 length")
+    buf = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(buf, 0, base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes, count - 1,
+                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
+    buf[HEADER_SIZE:] = payload
+    crc = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:])
+    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return bytes(buf)
+
+
+class ArrowColumns:
+    """The Kafka columns of one Arrow record batch as flat arrays, for ``arrow_batches``.
+
+    ``keys``/``values``: binary or string arrays (or None: all null); ``headers``:
+    ``list<struct<key: string, value: binary or string>>`` (or None).  Nothing is copied
+    unless a column has 64-bit offsets.  A null header entry or header key raises
+    ``ValueError``.
+    """
+
+    def __init__(self, keys, values, headers=None) -> None:
+        import numpy as np
+
+        self.rows = len(values)
+        self.kvalid = np.zeros(0, np.uint8)
+        self.koff, self.kdata = np.zeros(1, np.int32), np.zeros(0, np.uint8)
+        if keys is not None and keys.null_count < len(keys):
+            self.koff, self.kdata, self.kvalid = _binary_parts(keys)
+        self.voff, self.vdata, self.vvalid = _binary_parts(values)
+        self.hloff = np.zeros(0, np.int32)
+        self.hlvalid = self.kvalid[:0]
+        self.hkoff, self.hkdata = np.zeros(1, np.int32), np.zeros(0, np.uint8)
+        self.hvoff, self.hvdata, self.hvvalid = np.zeros(1, np.int32), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+        if headers is not None and headers.null_count < len(headers):
+            self._headers(headers)
+
+    def _headers(self, headers) -> None:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        items = headers.values  # the whole child array: the list offsets index into it
+        if items.null_count:
+            used = items.slice(headers.offsets[0].as_py(), headers.offsets[-1].as_py() - headers.offsets[0].as_py())
+            if used.null_count:
+                raise ValueError("column 'headers': a header entry is null (each needs a key)")
+        hkeys, hvalues = items.field(0), items.field(1)
+        if hkeys.null_count:
+            raise ValueError("column 'headers': a header key is null")
+        self.hloff = np.frombuffer(headers.offsets.buffers()[1], np.int32, len(headers) + 1, headers.offsets.offset * 4)
+        self.hlvalid = np.asarray(pc.is_valid(headers).to_numpy(zero_copy_only=False), np.uint8)
+        self.hkoff, self.hkdata, _ = _binary_parts(hkeys)
+        self.hvoff, self.hvdata, self.hvvalid = _binary_parts(hvalues)
+
+    def key_partitions(self, partitions: int):
+        """Kafka's (murmur2) partition of each row's key, -1 where the key is null."""
+        import numpy as np
+
+        from spark_coord.records import arrow_jit
+
+        out = np.full(self.rows, -1, np.int64)
+        if not len(self.kvalid):
+            return out
+        if arrow_jit.AVAILABLE:
+            arrow_jit._murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
+                                          partitions, out)
+            return out
+        from spark_coord.client.producer import partition_for_key
+
+        for r in np.flatnonzero(self.kvalid):
+            out[r] = partition_for_key(bytes(self.kdata[self.koff[r]:self.koff[r + 1]]), partitions)
+        return out
+
+
+def _readonly(a):
+    """A read-only view of ``a``: the compiled kernels then see one type per input, whichever
+    buffer it came from, and are compiled (and cached) once."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def _binary_parts(arr):
+    """(offsets into data, data, validity bytes) of a binary or string array, without copying."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.binary())
+    elif pa.types.is_string(arr.type):
+        arr = arr.view(pa.binary())
+    elif not pa.types.is_binary(arr.type):
+        raise TypeError(f"expected a binary or string column, got {arr.type}")
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], np.int32, len(arr) + 1, arr.offset * 4)
+    data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None and buffers[2].size else np.zeros(0, np.uint8)
+    valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False), np.uint8)
+    return offsets, data, valid
+
+
+def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
+                  compression_level: int | None = None) -> list[tuple[bytes, int]]:
+    """Record batches (bytes, record count) holding ``rows`` (row indices, in order) of ``cols``, each
+    at most ``batch_bytes`` before compression (or one record), all stamped ``timestamp_ms``.
+
+    Compiled (numba) where available: no Python runs per record.  Otherwise the records
+    go through ``BatchBuilder`` one by one.
+    """
+    import numpy as np
+
+    from spark_coord.records import arrow_jit
+
+    rows = np.asarray(rows, np.int64)
+    if not len(rows):
+        return []
+    if not arrow_jit.AVAILABLE:
+        return _arrow_batches_python(cols, rows, codec, batch_bytes, timestamp_ms, compression_level)
+    bound = _encoded_bound(cols, rows)
+    out = np.empty(bound, np.uint8)
+    chunk_rows = np.empty(len(rows), np.int64)
+    chunk_ends = np.empty(len(rows), np.int64)
+    inputs = [rows, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid, cols.hloff, cols.hlvalid,
+              cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata, cols.hvvalid]
+    chunks = arrow_jit._encode(*map(_readonly, inputs), batch_bytes, out, chunk_rows, chunk_ends)
+    batches, start = [], 0
+    for count, end in zip(chunk_rows[:chunks].tolist(), chunk_ends[:chunks].tolist()):
+        batches.append((assemble_batch(memoryview(out)[start:end], count, codec, timestamp_ms, timestamp_ms,
+                                       compression_level=compression_level), count))
+        start = end
+    return batches
+
+
+def _encoded_bound(cols: ArrowColumns, rows) -> int:
+    """Bytes that encoding ``rows`` cannot exceed (varints at most 5 bytes for lengths below 2**31)."""
+    import numpy as np
+
+    def total(off, valid):
+        if not len(valid):
+            return 0
+        return int((off[rows + 1] - off[rows]).astype(np.int64).sum())
+
+    size = total(cols.koff, cols.kvalid) + total(cols.voff, cols.vvalid) + 30 * len(rows)
+    if len(cols.hloff):
+        first = cols.hloff[rows].astype(np.int64)
+        last = cols.hloff[rows + 1].astype(np.int64)
+        count = int((last - first).sum())
+        size += 10 * count + int(cols.hkoff[-1] - cols.hkoff[0]) + int(cols.hvoff[-1] - cols.hvoff[0])
+    return size
+
+
+def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
+                          compression_level: int | None) -> list[tuple[bytes, int]]:
+    def field(off, data, valid, i):
+        if not len(valid) or not valid[i]:
+            return None
+        return bytes(data[off[i]:off[i + 1]])
+
+    batches = []
+    builder = BatchBuilder(codec, compression_level=compression_level)
+    for r in rows.tolist():
+        headers = []
+        if len(cols.hloff) and cols.hlvalid[r]:
+            for h in range(cols.hloff[r], cols.hloff[r + 1]):
+                headers.append((bytes(cols.hkdata[cols.hkoff[h]:cols.hkoff[h + 1]]).decode("utf-8"),
+                                field(cols.hvoff, cols.hvdata, cols.hvvalid, h)))
+        if len(builder) and builder.size_estimate - HEADER_SIZE >= batch_bytes:
+            batches.append((builder.build(), len(builder)))
+            builder = BatchBuilder(codec, compression_level=compression_level)
+        builder.append(field(cols.voff, cols.vdata, cols.vvalid, r), key=field(cols.koff, cols.kdata, cols.kvalid, r),
+                       headers=headers, timestamp_ms=timestamp_ms)
+    batches.append((builder.build(), len(builder)))
+    return batches

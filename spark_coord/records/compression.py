@@ -27,6 +27,11 @@ import struct
 
 import cramjam
 
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy comes with numba; without it buffers are bytearrays
+    _np = None
+
 log = logging.getLogger(__name__)
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -117,7 +122,7 @@ def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
     size = hint if hint is not None else max(_MIN_GUESS, 4 * len(data))
     size = max(1, min(size, max_bytes))
     while True:
-        buf = bytearray(size)
+        buf = _buffer(size)
         try:
             n = module.decompress_into(data, buf)
         except cramjam.DecompressionError as e:
@@ -128,7 +133,15 @@ def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
                     f"{name} data of {len(data)} bytes decompresses to more than the limit of {max_bytes} bytes") from None
             size = min(size * 2, max_bytes)
             continue
-        return memoryview(buf)[:n] if n != size else buf
+        return memoryview(buf)[:n] if n != size else memoryview(buf)
+
+
+def _buffer(size: int):
+    """A writable buffer of ``size`` bytes; uninitialised (numpy) where possible: zeroing it first
+    would cost a pass over memory that decompression overwrites anyway."""
+    if _np is None:
+        return bytearray(size)
+    return _np.empty(size, _np.uint8)
 
 
 def _size_hint(codec: int, data) -> int | None:

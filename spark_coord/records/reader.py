@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from spark_coord.records import compression
+from spark_coord.records import compression, varint
 from spark_coord.records.header import (
     ATTRIBUTES_OFFSET,
     HEADER,
@@ -74,6 +74,18 @@ def iter_batches(buf) -> Iterator[tuple[BatchHeader, memoryview]]:
         pos += size
 
 
+def next_offset(records) -> int | None:
+    """The offset after the last complete batch of a fetched record set (None when it holds no
+    complete batch): where the next fetch starts, even when the batches' records were all
+    skipped (control batches, records below the fetch offset)."""
+    if records is None or not len(records):
+        return None
+    last = None
+    for header, _ in iter_batches(records):
+        last = header.next_offset
+    return last
+
+
 def check_crc(header: BatchHeader, batch: memoryview) -> None:
     """Raise ``InvalidBatch`` unless the CRC-32C over bytes [21, end) matches."""
     actual = crc32c(batch[ATTRIBUTES_OFFSET:])
@@ -98,16 +110,13 @@ def batch_records(header: BatchHeader, batch: memoryview, max_decompressed_bytes
 def read_uvarint(d, p: int) -> tuple[int, int]:
     """Unsigned varint at ``d[p]`` (at most 10 bytes) -> (value, next position).
 
-    ``IndexError`` if ``d`` ends inside it (callers turn that into ``InvalidBatch``).
+    ``IndexError`` if ``d`` ends inside it (callers turn that into ``InvalidBatch``),
+    ``InvalidBatch`` if it is longer than 10 bytes.
     """
-    result = shift = 0
-    for i in range(p, p + 10):
-        b = d[i]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, i + 1
-        shift += 7
-    raise InvalidBatch(f"varint longer than 10 bytes at byte {p}")
+    try:
+        return varint.read_uvarint(d, p)
+    except varint.VarintError as e:
+        raise InvalidBatch(str(e)) from None
 
 
 def read_varint(d, p: int) -> tuple[int, int]:

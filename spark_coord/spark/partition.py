@@ -5,7 +5,11 @@ executor reads it.
 from the partition's leader (the driver's leader hint first, fresh metadata after
 NOT_LEADER or a broken connection) and yields ``pyarrow.RecordBatch``es decoded
 straight from the fetched bytes (``records.arrow.decode_to_arrow``), never per-row
-tuples.  Records that retention removed before we got to them are data loss:
+tuples.  I/O and decoding overlap: as soon as an answer is in, the fetch of the
+next chunk is written (pipelined on the same connection) and a background thread
+receives it while this one decodes (the compiled decoder releases the GIL).  The
+two receive buffers alternate, so a task's memory stays at about two fetches plus
+the batch being decoded, and no fetch faults in fresh pages.  Records that retention removed before we got to them are data loss:
 with ``failOnDataLoss`` (the default) the task fails with a message naming the
 topic, partition and offsets; without it a WARNING is logged and the read skips
 ahead to the log start offset.
@@ -14,6 +18,7 @@ ahead to the log start offset.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -75,6 +80,8 @@ class _RangeReader:
         self.conn = None
         self.cluster = None
         self.partition_max_bytes = min(p.max_partition_fetch_bytes, p.fetch_max_bytes)
+        self._buffers = [bytearray(), bytearray()]  # alternating receive buffers
+        self._turn = 0
 
     def close(self) -> None:
         if self.conn is not None:
@@ -121,20 +128,53 @@ class _RangeReader:
             self._cluster()  # from now on, leaders come from fresh metadata
 
     # ---------------------------------------------------------------- the loop
+    def _send(self, offset: int) -> "_Fetch":
+        from spark_coord.client.fetcher import send_fetch
+
+        p = self.p
+        buf = self._buffers[self._turn]
+        want = self.partition_max_bytes + _RESPONSE_SLACK
+        if len(buf) < want:
+            buf = self._buffers[self._turn] = bytearray(want)
+        self._turn ^= 1
+        pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
+                             min_bytes=1, max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes,
+                             into=buf)
+        return _Fetch(offset, pending)
+
+    def _prefetch(self, offset: int) -> "_Fetch | None":
+        """Write the fetch at ``offset`` and start receiving it in the background (None if writing fails:
+        the loop fetches it again in the foreground and handles the error there)."""
+        from spark_coord.client.connection import BrokerConnectionError
+        from spark_coord.errors import KafkaError
+
+        try:
+            fetch = self._send(offset)
+        except (BrokerConnectionError, OSError, KafkaError) as e:
+            log.debug("%s: prefetch at %d not sent: %s", self.p.name, offset, e)
+            return None
+        fetch.receive_in_background()
+        return fetch
+
     def batches(self):
         from spark_coord.client.connection import BrokerConnectionError
-        from spark_coord.client.fetcher import fetch, is_retriable
+        from spark_coord.client.fetcher import is_retriable
         from spark_coord.errors import ErrorCode, KafkaError
         from spark_coord.records.arrow import decode_to_arrow
+        from spark_coord.records.reader import next_offset as next_offset_of
 
         p = self.p
         offset, until = p.from_offset, p.until_offset
         failures = 0
+        ahead: _Fetch | None = None
         while offset < until:
             try:
-                conn = self._connection()
-                data = fetch(conn, {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms, min_bytes=1,
-                             max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes)[0]
+                if ahead is not None and ahead.offset != offset:
+                    ahead.discard()  # its buffer is about to be reused
+                    ahead = None
+                fetch = ahead if ahead is not None else self._send(offset)
+                ahead = None
+                data = fetch.result()[0]
             except (BrokerConnectionError, OSError, KafkaError) as e:
                 failures = self._retry(failures, f"fetch failed: {e}")
                 self._drop_connection()
@@ -153,7 +193,7 @@ class _RangeReader:
             if 0 <= data.log_start_offset and offset < data.log_start_offset:
                 offset = self._lost(offset, data.log_start_offset, "below the log start offset")
                 continue
-            next_offset = _next_offset(records)
+            next_offset = next_offset_of(records)
             if next_offset is None:  # nothing whole came back
                 if data.high_watermark <= offset:
                     offset = self._lost(offset, until, f"beyond the high watermark {data.high_watermark}")
@@ -166,7 +206,10 @@ class _RangeReader:
                 failures = self._retry(failures, f"no complete batch at offset {offset} (high watermark "
                                                   f"{data.high_watermark}, {len(records or b'')} bytes)")
                 continue
+            if max(offset, next_offset) < until:
+                ahead = self._prefetch(max(offset, next_offset))
             rb = decode_to_arrow(records, p.topic, p.partition, offset, until, p.include_headers)
+            del records, data  # the receive buffer is reused two fetches later
             if rb.num_rows:
                 yield rb
             offset = max(offset, next_offset)
@@ -208,13 +251,42 @@ class _RangeReader:
         return max(resume, offset + 1) if resume <= offset else resume
 
 
-def _next_offset(records) -> int | None:
-    """The offset after the last complete batch in a fetched record set (None if there is none)."""
-    from spark_coord.records.reader import iter_batches
+#: Bytes of a Fetch answer beyond its record set (headers of one partition), for the receive buffers.
+_RESPONSE_SLACK = 64 * 1024
 
-    if records is None or not len(records):
-        return None
-    last = None
-    for header, _ in iter_batches(records):
-        last = header.next_offset
-    return last
+
+class _Fetch:
+    """One Fetch in flight, received in this thread or in a background one."""
+
+    def __init__(self, offset: int, pending) -> None:
+        self.offset = offset
+        self.pending = pending
+        self._thread: threading.Thread | None = None
+        self._outcome = None
+        self._error: BaseException | None = None
+
+    def receive_in_background(self) -> None:
+        self._thread = threading.Thread(target=self._receive, name=f"coordkafka-fetch-{self.offset}", daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        try:
+            self._outcome = self.pending.result()
+        except BaseException as e:  # handed to the reading thread by result()
+            self._error = e
+
+    def discard(self) -> None:
+        """Wait until nothing is received into this fetch's buffer any more; ignore its answer."""
+        try:
+            self.result()
+        except Exception as e:
+            log.debug("discarded fetch at %d: %s", self.offset, e)
+
+    def result(self):
+        if self._thread is None:
+            return self.pending.result()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._outcome
+

@@ -4,10 +4,20 @@ Input columns are those of Spark's Kafka sink: ``value`` (binary or string,
 required), and optionally ``key`` (binary or string), ``topic`` (string; the
 ``topic`` option wins when both are given), ``partition`` (int; else by key hash,
 else round-robin) and ``headers`` (array<struct<key: string, value: binary>>).
-Each executor task produces its rows with ``client.producer.Producer`` and flushes
-before it reports success, so a committed batch is durably in the log (with
-``acks=-1``/``1``).  Delivery is at least once: a retried task or an aborted
-batch may have produced some rows already, which cannot be taken back.
+Each executor task produces its rows and flushes before it reports success, so a
+committed batch is durably in the log (with ``acks=-1``/``1``).  Delivery is at
+least once: a retried task or an aborted batch may have produced some rows
+already, which cannot be taken back.
+
+With pyspark 4.x's ``DataSourceArrowWriter`` / ``DataSourceStreamArrowWriter``
+(Spark hands those writers Arrow record batches instead of rows), the writers
+build record batches straight from the Arrow columns (``records.builder.
+arrow_batches``: compiled, no Python per row): rows are grouped by topic and
+partition (the ``partition`` column, else Kafka's murmur2 of the key, else one
+partition per Arrow batch, moving on with the next), cut into batches of
+``batch.size`` bytes and produced one batch per partition per request.  Older
+pyspark versions get the row writers, which produce row by row with
+``client.producer.Producer``.
 """
 
 from __future__ import annotations
@@ -16,6 +26,11 @@ import logging
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+try:  # pyspark 4.x: Spark passes Arrow record batches to these writers
+    from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+except ImportError:  # pragma: no cover - older pyspark
+    DataSourceArrowWriter = DataSourceStreamArrowWriter = None
 
 from spark_coord.spark.options import SinkOptions
 
@@ -118,12 +133,174 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
+def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
+    """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.producer import Producer
+
+    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000)
+    topics: set[str] = set()
+    count = 0
+    try:
+        producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
+                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
+        sticky: dict[str, int] = {}
+        pending: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
+        pending_bytes = 0
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            for tp, built in _arrow_record_batches(rb, opts, cols, producer, sticky).items():
+                pending.setdefault(tp, []).extend(built)
+                pending_bytes += sum(len(b) for b, _ in built)
+            topics.update(_topics_of(rb, opts, cols))
+            count += rb.num_rows
+            if pending_bytes >= _REQUEST_BYTES:
+                _send_all(producer, pending)
+                pending, pending_bytes = {}, 0
+        _send_all(producer, pending)
+    finally:
+        cluster.close()
+    return SinkCommitMessage(records=count, topics=sorted(topics))
+
+
+#: Record batches the Arrow writer gathers (over Arrow batches) before it produces them.
+_REQUEST_BYTES = 4 * 1048576
+
+
+#: Produce requests the Arrow writer keeps in flight per task (Kafka's max.in.flight.requests.per.connection).
+MAX_IN_FLIGHT = 5
+
+
+def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]]) -> None:
+    """Produce every pending batch: one batch per partition per request (Kafka's rule), up to
+    ``MAX_IN_FLIGHT`` requests pipelined.  A batch that fails with a retriable error (or whose
+    connection breaks) is produced again through ``Producer.send_batches`` (its retries and
+    leader refresh), so, as with any Kafka producer with several requests in flight and no
+    idempotence, a retried batch may land after batches sent behind it."""
+    from collections import deque
+
+    from spark_coord.client.connection import BrokerConnectionError
+    from spark_coord.client.producer import RETRIABLE
+    from spark_coord.errors import KafkaError
+    from spark_coord.wire.registry import ApiKey
+
+    if producer.acks == 0:
+        while pending:
+            producer.send_batches({tp: queue.pop(0) for tp, queue in pending.items()})
+            pending = {tp: queue for tp, queue in pending.items() if queue}
+        return
+    cluster = producer.cluster
+    in_flight: deque = deque()
+
+    def settle() -> None:
+        group, answer = in_flight.popleft()
+        try:
+            resp = answer.result()
+        except BrokerConnectionError as e:
+            log.info("produce of %d batch(es) failed (%s); retrying them", len(group), e)
+            producer.send_batches(group)
+            return
+        for t in resp["responses"]:
+            for p in t["partition_responses"]:
+                tp, code = (t["name"], p["index"]), p["error_code"]
+                if code in RETRIABLE:
+                    producer.send_batches({tp: group[tp]})
+                elif code:
+                    raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
+
+    while pending:
+        by_leader: dict[int, dict] = {}
+        for tp, queue in pending.items():
+            by_leader.setdefault(cluster.leader(*tp), {})[tp] = queue.pop(0)
+        pending = {tp: queue for tp, queue in pending.items() if queue}
+        for leader, group in by_leader.items():
+            topics: dict[str, list] = {}
+            for (topic, part), (records, _) in group.items():
+                topics.setdefault(topic, []).append({"index": part, "records": records})
+            body = {"transactional_id": None, "acks": producer.acks, "timeout_ms": producer.timeout_ms,
+                    "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
+            try:
+                answer = cluster.connection(leader).send(ApiKey.PRODUCE, body)
+            except BrokerConnectionError:
+                producer.send_batches(group)
+                continue
+            in_flight.append((group, answer))
+            while len(in_flight) >= MAX_IN_FLIGHT:
+                settle()
+    while in_flight:
+        settle()
+
+
+def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
+    import pyarrow.compute as pc
+
+    if opts.topic is not None:
+        return [opts.topic]
+    return [t for t in pc.unique(rb.column(cols.topic)).to_pylist() if t is not None]
+
+
+def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, int]
+                          ) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
+    """The record batches of one Arrow batch's rows, by (topic, partition)."""
+    import random
+    import time
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from spark_coord.records.builder import ArrowColumns, arrow_batches
+    from spark_coord.records.compression import codec_id
+
+    columns = ArrowColumns(rb.column(cols.key) if cols.key is not None else None, rb.column(cols.value),
+                           rb.column(cols.headers) if cols.headers is not None else None)
+    if opts.topic is not None:
+        by_topic = [(opts.topic, np.arange(rb.num_rows))]
+    else:
+        topic_col = rb.column(cols.topic)
+        if topic_col.null_count:
+            raise ValueError("topic: a row has a null topic column and no topic option is set")
+        by_topic = [(t, np.flatnonzero(pc.equal(topic_col, t).to_numpy(zero_copy_only=False)))
+                    for t in pc.unique(topic_col).to_pylist()]
+    codec = codec_id(opts.compression)
+    now = int(time.time() * 1000)
+    out: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
+    for topic, rows in by_topic:
+        n = producer.partition_count(topic)
+        parts = np.full(rb.num_rows, -1, np.int64)
+        if cols.partition is not None:  # null: the default partitioner decides
+            given = rb.column(cols.partition)
+            valid = given.is_valid().to_numpy(zero_copy_only=False)
+            values = np.asarray(given.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+            bad = rows[valid[rows] & ((values[rows] < 0) | (values[rows] >= n))]
+            if len(bad):
+                raise ValueError(f"partition: {int(values[bad[0]])} is not a partition of {topic!r} (0..{n - 1})")
+            parts = np.where(valid, values, -1)
+        unset = rows[parts[rows] < 0]
+        if len(unset):
+            keyed = columns.key_partitions(n)
+            parts[unset] = keyed[unset]
+            keyless = unset[parts[unset] < 0]
+            if len(keyless):  # sticky: one partition for this Arrow batch's keyless rows, the next one next time
+                start = sticky.setdefault(topic, random.randrange(n))
+                parts[keyless] = start % n
+                sticky[topic] = start + 1
+        chosen = parts[rows]
+        order = rows[np.argsort(chosen, kind="stable")]
+        bounds = np.searchsorted(parts[order], np.arange(n + 1))
+        for part in range(n):
+            part_rows = order[bounds[part]:bounds[part + 1]]
+            if len(part_rows):
+                out[(topic, part)] = arrow_batches(columns, part_rows, codec, opts.batch_size, now)
+    return out
+
+
 def _total(messages) -> int:
     return sum(m.records for m in messages if isinstance(m, SinkCommitMessage))
 
 
-class CoordKafkaWriter(DataSourceWriter):
-    """Batch write: each task produces its rows."""
+class CoordKafkaRowWriter(DataSourceWriter):
+    """Batch write, row by row (pyspark without Arrow writers): each task produces its rows."""
 
     def __init__(self, opts: SinkOptions, cols: SinkColumns) -> None:
         self.opts = opts
@@ -140,8 +317,8 @@ class CoordKafkaWriter(DataSourceWriter):
                     _total(messages))
 
 
-class CoordKafkaStreamWriter(DataSourceStreamWriter):
-    """Streaming write: each micro-batch's tasks produce their rows."""
+class CoordKafkaRowStreamWriter(DataSourceStreamWriter):
+    """Streaming write, row by row (pyspark without Arrow writers): each micro-batch's tasks produce their rows."""
 
     def __init__(self, opts: SinkOptions, cols: SinkColumns) -> None:
         self.opts = opts
@@ -156,3 +333,21 @@ class CoordKafkaStreamWriter(DataSourceStreamWriter):
     def abort(self, messages, batchId: int) -> None:
         log.warning("batch %d aborted after %d record(s) were produced; they stay in the log (at-least-once)",
                     batchId, _total(messages))
+
+
+if DataSourceArrowWriter is not None:
+    class CoordKafkaArrowWriter(CoordKafkaRowWriter, DataSourceArrowWriter):
+        """Batch write from Arrow record batches: each task builds record batches from the columns."""
+
+        def write(self, iterator) -> SinkCommitMessage:
+            return produce_arrow(iterator, self.opts, self.cols)
+
+    class CoordKafkaArrowStreamWriter(CoordKafkaRowStreamWriter, DataSourceStreamArrowWriter):
+        """Streaming write from Arrow record batches: each micro-batch's tasks build record batches."""
+
+        def write(self, iterator) -> SinkCommitMessage:
+            return produce_arrow(iterator, self.opts, self.cols)
+
+    CoordKafkaWriter, CoordKafkaStreamWriter = CoordKafkaArrowWriter, CoordKafkaArrowStreamWriter
+else:  # pragma: no cover - older pyspark
+    CoordKafkaWriter, CoordKafkaStreamWriter = CoordKafkaRowWriter, CoordKafkaRowStreamWriter

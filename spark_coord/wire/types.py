@@ -18,6 +18,7 @@ import struct
 from typing import Union
 
 from spark_coord.records.region import FileRegion
+from spark_coord.records.varint import VarintError, encode_uvarint, read_uvarint
 
 __all__ = ["ProtocolError", "EncodeError", "Reader", "Writer", "Part"]
 
@@ -120,19 +121,11 @@ class Reader:
 
     # ------------------------------------------------------------------- varints
     def _uvar(self, max_bytes: int) -> int:
-        value = 0
-        shift = 0
-        buf = self._buf
-        for _ in range(max_bytes):
-            if self._pos >= self._end:
-                raise ProtocolError(f"truncated varint at position {self._pos}")
-            b = buf[self._pos]
-            self._pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-        raise ProtocolError(f"varint longer than {max_bytes} bytes at position {self._pos}")
+        try:
+            value, self._pos = read_uvarint(self._buf, self._pos, self._end, max_bytes)
+        except VarintError as e:
+            raise ProtocolError(str(e)) from None
+        return value
 
     def uvarint(self) -> int:
         """Unsigned varint (at most 32 bits), as used for compact lengths and tags."""
@@ -256,14 +249,10 @@ class Reader:
 
 
 def _uvarint_bytes(value: int) -> bytes:
-    if value < 0:
-        raise EncodeError(f"unsigned varint cannot hold {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    try:
+        return encode_uvarint(value)
+    except ValueError as e:
+        raise EncodeError(str(e)) from None
 
 
 class Writer:

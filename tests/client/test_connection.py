@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -214,3 +215,72 @@ def test_no_common_version_raises_unsupported_version(broker):
         with pytest.raises(KafkaError) as info:
             conn.request(ApiKey.FETCH, {})
         assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def _named(resp) -> list[str]:
+    return [t["name"] for t in resp["topics"]]
+
+
+def test_pipelined_requests_answer_in_any_wait_order(broker):
+    broker.handler = lambda h, b: {"topics": [{"name": t["name"], "error_code": 0} for t in b["topics"]]}
+    with BrokerConnection("127.0.0.1", broker.port, timeout=5) as conn:
+        pending = [conn.send(ApiKey.METADATA, {"topics": [{"name": f"t{i}"}]}) for i in range(5)]
+        assert _named(pending[3].result()) == ["t3"]  # reads the answers of 0..2 on the way
+        assert [_named(p.result()) for p in pending] == [[f"t{i}"] for i in range(5)]
+
+
+def test_a_long_poll_does_not_keep_another_thread_from_sending(broker):
+    """While a request waits for its (slow) answer, another thread still writes its own request
+    at once; both answers reach their callers."""
+    release = threading.Event()
+
+    def handler(h, b):
+        names = [t["name"] for t in b["topics"]]
+        if names == ["slow"]:
+            release.wait(10)
+        return {"topics": [{"name": n, "error_code": 0} for n in names]}
+
+    broker.handler = handler
+    with BrokerConnection("127.0.0.1", broker.port, timeout=10) as conn:
+        slow = conn.send(ApiKey.METADATA, {"topics": [{"name": "slow"}]})
+        results = {}
+        waiter = threading.Thread(target=lambda: results.setdefault("slow", _named(slow.result())))
+        waiter.start()
+        started = time.monotonic()
+        other = conn.send(ApiKey.METADATA, {"topics": [{"name": "quick"}]})  # written while "slow" waits
+        assert time.monotonic() - started < 5 and not slow.done and not release.is_set()
+        release.set()
+        assert _named(other.result()) == ["quick"]
+        waiter.join(10)
+        assert results == {"slow": ["slow"]}
+    assert [b["topics"][0]["name"] for h, b in broker.requests[1:]] == ["slow", "quick"]
+
+
+def test_close_fails_every_pending_request(broker):
+    broker.handler = lambda h, b: None  # never answers
+    conn = BrokerConnection("127.0.0.1", broker.port, timeout=10)
+    first = conn.send(ApiKey.METADATA, {"topics": None})
+    second = conn.send(ApiKey.METADATA, {"topics": None})
+    errors = []
+    waiter = threading.Thread(target=lambda: errors.append(pytest.raises(BrokerConnectionError, first.result)))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not conn._reading and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    conn.close()
+    waiter.join(10)
+    assert len(errors) == 1
+    with pytest.raises(BrokerConnectionError):
+        second.result()
+
+
+def test_receives_into_a_reused_buffer(broker):
+    broker.handler = lambda h, b: {"topics": [{"name": "x" * 50, "error_code": 0}]}
+    buf = bytearray(4096)
+    with BrokerConnection("127.0.0.1", broker.port, timeout=5) as conn:
+        for _ in range(3):
+            assert _named(conn.send(ApiKey.METADATA, {"topics": None}, into=buf).result()) == ["x" * 50]
+        assert b"x" * 50 in buf
+        small = bytearray(8)  # too small: a new buffer is used, the small one is left alone
+        assert _named(conn.send(ApiKey.METADATA, {"topics": None}, into=small).result()) == ["x" * 50]
+        assert small == bytearray(8)

@@ -37,6 +37,14 @@ class ScriptedConnection:
         time.sleep(0.02)  # a long poll that found nothing
         return {"error_code": 0, "responses": []}
 
+    def send(self, api_key, body, timeout=None, into=None):
+        """The pipelined form: the answer (or the failure) comes with ``result()``."""
+        class Pending:
+            def result(pending):
+                return self.request(api_key, body, timeout)
+
+        return Pending()
+
 
 class ScriptedCluster:
     """``ClusterClient`` as the fetchers use it: partition p is led by broker p."""

@@ -132,3 +132,22 @@ def test_builder_edge_cases():
     with pytest.raises(ValueError, match="unknown compression"):
         BatchBuilder(codec="brotli")
     assert BatchBuilder(codec="zstd").codec == 4
+
+
+def test_one_varint_module_serves_wire_and_records():
+    """The wire Reader and the record reader read varints with the same code and the same bounds."""
+    from spark_coord.records import varint
+    from spark_coord.wire.types import ProtocolError, Reader
+
+    for n in (0, 1, -1, 63, -64, 300, 2**31 - 1, -(2**31), 2**62):
+        enc = varint.encode_varint(n)
+        assert varint.read_varint(enc, 0) == (n, len(enc)) == read_varint(enc, 0)
+        assert Reader(enc).varlong() == n
+    with pytest.raises(ProtocolError, match="longer than 5 bytes"):
+        Reader(b"\xff" * 6).uvarint()
+    with pytest.raises(ProtocolError, match="truncated varint"):
+        Reader(b"\x80\x80").uvarint()
+    with pytest.raises(varint.VarintError, match="truncated"):
+        varint.read_uvarint(b"\x80\x80\x01", 0, end=2)
+    with pytest.raises(ValueError):
+        varint.encode_uvarint(-1)

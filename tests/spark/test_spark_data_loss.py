@@ -20,8 +20,17 @@ def trimmed(small_retention_cluster):
         produce(cluster, topic, 10, partitions=1, start=10 * i, headers=False, value_size=60)
     with ClusterClient(cluster.bootstrap) as cc:
         admin = AdminClient(cc)
-        earliest = wait_until(lambda: admin.list_offsets(topic, [0], EARLIEST)[0] or None, timeout=30,
-                              message="retention to delete the first segment")
+        wait_until(lambda: admin.list_offsets(topic, [0], EARLIEST)[0] or None, timeout=30,
+                   message="retention to delete the first segment")
+        # retention deletes one segment per check: wait until it is done, or a read could lose
+        # records in the middle of its range (a gap the tests below would take for a bug)
+        seen = []
+
+        def settled():
+            seen.append(admin.list_offsets(topic, [0], EARLIEST)[0])
+            return len(seen) >= 6 and len(set(seen[-6:])) == 1 and seen[-1]
+
+        earliest = wait_until(settled, timeout=30, interval=0.1, message=lambda: f"log start to settle ({seen})")
         latest = admin.list_offsets(topic, [0], LATEST)[0]
     assert 0 < earliest < latest == 80
     return cluster, topic, earliest, latest

@@ -1,0 +1,91 @@
+"""The Arrow sink: Spark hands ``DataSourceArrowWriter``s Arrow batches; the rows land in the
+partitions a Kafka producer would choose (explicit column, murmur2 of the key, sticky for
+keyless rows), with their keys, values and headers, and bad input is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_data import new_topic
+
+
+def _read_back(cluster, topic: str, partitions: int) -> list[tuple]:
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.fetcher import fetch
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.records.reader import iter_records
+
+    got = []
+    with ClusterClient(cluster.bootstrap) as cc:
+        ends = AdminClient(cc).list_offsets(topic, list(range(partitions)), LATEST)
+        for p in range(partitions):
+            conn = cc.connection(cc.leader(topic, p))
+            offset = 0
+            while offset < ends[p]:
+                part = fetch(conn, {(topic, p): offset}, max_bytes=1 << 22, partition_max_bytes=1 << 22)[0]
+                assert part.error == 0
+                for rec in iter_records(part.records, min_offset=offset):
+                    got.append((rec.key, rec.value, p, list(rec.headers)))
+                    offset = rec.offset + 1
+    return got
+
+
+def test_the_writers_spark_gets_are_arrow_writers():
+    from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+
+    from spark_coord.spark.sink import CoordKafkaStreamWriter, CoordKafkaWriter
+
+    assert issubclass(CoordKafkaWriter, DataSourceArrowWriter)
+    assert issubclass(CoordKafkaStreamWriter, DataSourceStreamArrowWriter)
+
+
+def test_keys_go_where_kafka_puts_them_and_everything_round_trips(spark, cluster):
+    from spark_coord.client.producer import partition_for_key
+
+    topic = new_topic(cluster, partitions=3)
+    data = [(None if i % 5 == 0 else f"key-{i}".encode(),
+             None if i % 11 == 3 and i % 5 else f"value {i}.".encode() * (1 + i % 9),
+             [("h", f"{i}".encode()), ("n", None)] if i % 2 else None) for i in range(3000)]
+    df = spark.createDataFrame(data, "key binary, value binary, headers array<struct<key: string, value: binary>>")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")  # several Arrow batches per task
+    try:
+        (df.repartition(2).write.format("coordkafka").mode("append").option("bootstrap.brokers", cluster.bootstrap)
+         .option("topic", topic).option("batch.size", "4096").option("compression", "lz4").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    got = _read_back(cluster, topic, 3)
+    by_value = {(k, v): (p, h) for k, v, p, h in got}
+    assert len(got) == len(data)
+    keyless = set()
+    for k, v, h in data:
+        p, headers = by_value[(k, v)]
+        assert headers == (h or [])
+        if k is not None:
+            assert p == partition_for_key(k, 3)
+        else:
+            keyless.add(p)
+    assert len(keyless) >= 2  # keyless rows move on to the next partition with the next Arrow batch
+
+
+def test_partition_and_topic_columns(spark, cluster):
+    a, b = new_topic(cluster, partitions=2), new_topic(cluster, partitions=2)
+    data = [(a if i % 3 else b, f"v{i}", i % 2) for i in range(200)]
+    df = spark.createDataFrame(data, "topic string, value string, partition int")
+    df.write.format("coordkafka").mode("append").option("bootstrap.brokers", cluster.bootstrap).save()
+    for topic in (a, b):
+        got = sorted((v.decode(), p) for _, v, p, _ in _read_back(cluster, topic, 2))
+        assert got == sorted((v, p) for t, v, p in data if t == topic)
+
+
+@pytest.mark.parametrize("rows, schema, match", [
+    ([("v", 7)], "value string, partition int", "partition: 7 is not a partition"),
+    ([("v", None)], "value string, topic string", "null topic"),
+])
+def test_bad_rows_are_refused_by_name(spark, cluster, rows, schema, match):
+    topic = new_topic(cluster, partitions=2)
+    df = spark.createDataFrame(rows, schema)
+    writer = df.write.format("coordkafka").mode("append").option("bootstrap.brokers", cluster.bootstrap)
+    if "topic" not in schema:
+        writer = writer.option("topic", topic)
+    with pytest.raises(Exception, match=match):
+        writer.save()
