@@ -138,15 +138,22 @@ def test_sigstop_coordinator_is_fenced_and_stands_by(cluster, czk, members, prod
     try:
         successor = _wait_successor(czk, victim)
         # the members' 2 s leases ran out before the 3 s ZooKeeper session: they stopped, and resume
-        # in their generation once the successor takes them back
-        wait_until(lambda: all(m.events("resume") for m in ms), timeout=3 * OUTAGE_BOUND,
-                   message="every member taken back by the new coordinator")
+        # in their generation once the successor takes them back (or, if they came back after it
+        # gave up waiting for them, are started again in a new one)
+        epoch1 = max(e["epoch"] for m in ms for e in m.events("assign"))
+
+        def all_under_new_epoch():
+            current = [m.last_assignment() for m in ms]
+            return all(a is not None and a["epoch"] > epoch1 for a in current)
+
+        wait_until(all_under_new_epoch, timeout=3 * OUTAGE_BOUND,
+                   message="every member fetching again under the new coordinator")
         gen2, owned2 = wait_balanced(ms, parts, above=gen1 - 1, timeout=3 * OUTAGE_BOUND)
         takeover = time.monotonic() - t_stop
         epochs = {m.last_assignment()["epoch"] for m in ms}
         assert len(epochs) == 1, epochs
         epoch2 = epochs.pop()
-        assert epoch2 > max(e["epoch"] for m in ms for e in m.events("assign"))
+        assert epoch2 > epoch1
         # the new coordinator has written the owners of generation gen2 (the last step of its rebalance)
         expected_owners = {tp: name for name, tps in owned2.items() for tp in tps}
         wait_until(lambda: history.samples and history.samples[-1].generation == gen2 and {
