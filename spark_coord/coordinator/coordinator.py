@@ -110,10 +110,14 @@ class Coordinator:
         self.leadership.start()
         log.info("coordinator active (epoch %d): %d groups restored, %d topics", epoch, len(stored), len(topics))
 
-    async def shutdown(self) -> None:
-        """A clean stop while still elected: commit the offsets held, then drop everything."""
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """A clean stop while still elected: commit the offsets held (for at most ``timeout``
+        seconds: a broker whose ZooKeeper is unreachable must still stop), then drop everything."""
         if self.active:
-            await self.offsets.commit_all()
+            try:
+                await asyncio.wait_for(self.offsets.commit_all(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("could not commit the offsets held within %.0f s; stopping without", timeout)
         await self.deactivate()
 
     async def deactivate(self) -> None:

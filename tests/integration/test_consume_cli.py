@@ -16,6 +16,23 @@ from support import BackgroundProducer, committed, create_topic, log_end, wait_c
 SESSION_MS = 3000
 
 
+def _consuming(cluster, tmp_path, group: str, topic: str) -> tuple[subprocess.Popen, object]:
+    """A topic with records, and ``spark-coord consume`` printing them (the producer stopped)."""
+    create_topic(cluster.bootstrap, topic, 3)
+    producer = BackgroundProducer(cluster.bootstrap, topic, 3, batch=2)
+    producer.start()
+    proc, out = _consume(cluster, tmp_path, group, topic)
+    try:
+        wait_until(lambda: (tmp_path / f"{group}.out").stat().st_size > 1000, timeout=30, message="records printed")
+    except AssertionError:
+        proc.kill()
+        out.close()
+        raise
+    finally:
+        producer.stop()
+    return proc, out
+
+
 def _consume(cluster, tmp_path, group: str, topic: str) -> tuple[subprocess.Popen, object]:
     out = open(tmp_path / f"{group}.out", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "spark_coord.cli", "--log-level", "WARNING", "consume",
@@ -27,13 +44,8 @@ def _consume(cluster, tmp_path, group: str, topic: str) -> tuple[subprocess.Pope
 
 
 def test_sigterm_commits_the_final_offsets_and_leaves(cluster, czk, tmp_path):
-    create_topic(cluster.bootstrap, "cli", 3)
-    producer = BackgroundProducer(cluster.bootstrap, "cli", 3, batch=2)
-    producer.start()
-    proc, out = _consume(cluster, tmp_path, "g-cli", "cli")
+    proc, out = _consuming(cluster, tmp_path, "g-cli", "cli")
     try:
-        wait_until(lambda: (tmp_path / "g-cli.out").stat().st_size > 1000, timeout=30, message="records printed")
-        producer.stop()
         ends = log_end(cluster.bootstrap, "cli")
         wait_until(lambda: sum(1 for _ in open(tmp_path / "g-cli.out", "rb")) >= sum(ends.values()), timeout=30,
                    message="every record printed")
@@ -49,13 +61,8 @@ def test_sigterm_commits_the_final_offsets_and_leaves(cluster, czk, tmp_path):
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm", "sigstop"])
 def test_close_is_bounded_when_the_cluster_stops_right_after_sigterm(cluster, tmp_path, how):
-    create_topic(cluster.bootstrap, "cli2", 3)
-    producer = BackgroundProducer(cluster.bootstrap, "cli2", 3, batch=2)
-    producer.start()
-    proc, out = _consume(cluster, tmp_path, "g-cli2", "cli2")
+    proc, out = _consuming(cluster, tmp_path, "g-cli2", "cli2")
     try:
-        wait_until(lambda: (tmp_path / "g-cli2.out").stat().st_size > 1000, timeout=30, message="records printed")
-        producer.stop()
         proc.send_signal(signal.SIGTERM)
         for b, p in cluster.procs.items():  # the whole cluster goes away (or hangs) at once
             if how == "sigstop":
