@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from spark_coord.client.connection import BrokerConnection
-from spark_coord.errors import ErrorCode
+from spark_coord.errors import is_retriable  # noqa: F401  (callers of fetch() import it from here)
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,3 @@ def fetch(conn: BrokerConnection, offsets: dict[tuple[str, int], int], max_wait_
                                      p["log_start_offset"], p["records"]))
     return out
 
-
-def is_retriable(code: int) -> bool:
-    return code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT)

@@ -329,7 +329,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options."""
-    from spark_coord.client.producer import CODECS
+    from spark_coord.records.compression import CODEC_IDS as CODECS
 
     opts = _lowered(options)
     _reject_unknown(opts, _SINK_NAMES, "coordkafka sink")
