@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from typing import Callable, TypeVar
+
+from spark_coord.zk.embedded import free_port  # noqa: F401  (the one free-port helper of the tests)
 
 T = TypeVar("T")
 
@@ -27,17 +31,24 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-def local_cluster(zookeeper, data_dir, n_brokers: int, name: str, overrides: dict | None = None):
-    """A ``LocalCluster`` of ``n_brokers`` broker processes on a fresh chroot of the session's
-    ZooKeeper, so modules sharing that ZooKeeper never see each other's topics or groups."""
-    import uuid
-
-    from spark_coord.cluster import LocalCluster
+def fresh_chroot(zookeeper, name: str) -> str:
+    """A connect string ``host:port/<name>-<random>`` on the session's ZooKeeper whose chroot
+    exists and is empty, so tests and modules sharing that ZooKeeper never see each other's
+    znodes.  ``name`` (a test or module name) is made znode-safe and shortened."""
     from spark_coord.zk.client import ensure_chroot
 
-    connect = f"{zookeeper.connect_string}/{name}-{uuid.uuid4().hex[:8]}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[-60:]
+    connect = f"{zookeeper.connect_string}/{safe}-{uuid.uuid4().hex[:8]}"
     ensure_chroot(connect, connection_timeout_ms=10000)
-    return LocalCluster(n_brokers, data_dir, zk_connect=connect, overrides=overrides)
+    return connect
+
+
+def local_cluster(zookeeper, data_dir, n_brokers: int, name: str, overrides: dict | None = None):
+    """A ``LocalCluster`` of ``n_brokers`` broker processes on a fresh chroot of the session's
+    ZooKeeper (``fresh_chroot``); use it as a context manager, or ``start()``/``stop()``."""
+    from spark_coord.cluster import LocalCluster
+
+    return LocalCluster(n_brokers, data_dir, zk_connect=fresh_chroot(zookeeper, name), overrides=overrides)
 
 
 def read_exactly(conn, n: int) -> bytes:

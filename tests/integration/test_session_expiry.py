@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from support import BROKER_OVERRIDES, chroot_connect
+from support import BROKER_OVERRIDES
 from helpers import wait_until
 from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
@@ -39,10 +39,10 @@ class InProcessBroker:
             self.thread.join(10)
 
 
-def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
+def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect
 
-    connect_string = chroot_connect(zookeeper, request)
+    connect_string = zk_connect
     brokers = {i: InProcessBroker(connect_string, tmp_path / f"b{i}", i) for i in range(2)}
     zk = connect(connect_string, session_timeout_ms=10000, connection_timeout_ms=10000)
     ms: list[MemberProcess] = []
