@@ -51,6 +51,19 @@ def local_cluster(zookeeper, data_dir, n_brokers: int, name: str, overrides: dic
     return LocalCluster(n_brokers, data_dir, zk_connect=fresh_chroot(zookeeper, name), overrides=overrides)
 
 
+def group_offsets(zk_connect: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of ``topic`` in ZooKeeper (Kafka's 0.8 layout), by partition."""
+    from spark_coord.zk import paths
+    from spark_coord.zk.client import close, connect
+
+    zk = connect(zk_connect)
+    try:
+        base = paths.topic_offsets(group, topic)
+        return {int(p): int(zk.get(f"{base}/{p}")[0]) for p in (zk.get_children(base) if zk.exists(base) else [])}
+    finally:
+        close(zk)
+
+
 def read_exactly(conn, n: int) -> bytes:
     """``n`` bytes from a blocking socket (for in-test fake servers); EOFError if it closes first."""
     buf = b""

@@ -65,6 +65,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     session_timeout_ms: int = 10000
+    #: ``members``: group members the query registers (threads of the driver-side reader
+    #: process, not executors): the query's share of the group's partitions.
     members: int | None = None
     min_partitions: int | None = None
     fetch_max_bytes: int = 52428800
