@@ -47,7 +47,8 @@ def _add_json(p: argparse.ArgumentParser, default: Any = False) -> None:
 
 
 def _subcommand(sub, name: str, *shared: SharedOption, **kwargs) -> argparse.ArgumentParser:
-    """A subcommand parser taking ``--log-level`` and the ``shared`` options (also after its action)."""
+    """A subcommand parser taking ``--log-level`` (also after the subcommand) and the ``shared`` options;
+    a subcommand with actions passes the same ``shared`` to ``_actions``."""
     p = sub.add_parser(name, **kwargs)
     _add_log_level(p, argparse.SUPPRESS)
     for add in shared:
