@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers import Handler
-from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 API_KEY = ApiKey.DELETE_TOPICS
