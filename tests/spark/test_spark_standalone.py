@@ -24,7 +24,8 @@ from spark_coord.client.producer import Producer
 from helpers import group_offsets, wait_until
 from standalone import StandaloneSpark, cluster_env
 
-pytestmark = pytest.mark.slow
+#: Building the packed environment and two JVMs per worker take minutes on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).resolve().parent / "standalone_job.py"
