@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import javaproperties
+
 
 class ConfigError(ValueError):
     """A bad properties file, key or value; the message names the key."""
@@ -64,9 +66,10 @@ class Key:
 class KeySet:
     """The keys of one properties file (broker, zookeeper, consumer)."""
 
-    def __init__(self, name: str, title: str, keys: Iterable[Key], passthrough: bool = False):
+    def __init__(self, name: str, title: str, keys: Iterable[Key], passthrough: bool = False, footer: str = ""):
         self.name = name
         self.title = title
+        self.footer = footer  # comment lines closing the rendered file
         self.keys = {k.name: k for k in keys}
         # passthrough: keys this table does not know are kept as strings (zookeeper.properties
         # is handed to ZooKeeper itself, which has many more settings than we document).
@@ -84,6 +87,10 @@ class KeySet:
                 out.append(f"# {line.strip()}" if line.strip() else "#")
             out.append(f"# Type: {k.type}. Default: {k.render_default() or '(none)'}")
             out.append(f"{k.name}={k.render_default()}")
+            out.append("")
+        for line in self.footer.strip().splitlines():
+            out.append(f"# {line}".rstrip())
+        if self.footer.strip():
             out.append("")
         return "\n".join(out)
 
@@ -125,21 +132,45 @@ def _coerce(keyset: KeySet, name: str, value: Any) -> Any:
     return key.parse(value) if isinstance(value, str) else value
 
 
-_LINE = re.compile(r"^\s*([^=:\s]+)\s*[=:]\s*(.*?)\s*$")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
-    """Java-style properties: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    """A properties file's ``{key: value}``, by ``java.util.Properties.load``'s rules.
+
+    Parsed with ``javaproperties``, which follows Java exactly: ``key=value``,
+    ``key:value`` and ``key value`` forms, ``#`` and ``!`` comments, a backslash at
+    the end of a line continues it (leading blanks of the next line dropped),
+    escapes (``\\t``, ``\\uXXXX``, ``\\=``...), a later key overrides an earlier one,
+    a key alone has the empty value, and a value keeps its trailing blanks
+    (typed keys strip them).  ZooKeeper reads zookeeper.properties the same way.
+    A malformed ``\\u`` escape raises ``ConfigError`` naming the line.
+    """
     out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        m = _LINE.match(line)
-        if not m:
-            raise ConfigError(f"{source}:{lineno}: not a key=value line: {line!r}")
-        out[m.group(1)] = m.group(2)
+    line = 1
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                out[element.key] = element.value
+            line += len(_LINE_BREAK.findall(element.source))
+    except javaproperties.InvalidUEscapeError as e:
+        raise ConfigError(f"{source}:{line}: {e}") from None
     return out
+
+
+def read_properties_file(path: str | Path) -> dict[str, str]:
+    """``parse_properties`` of a file: UTF-8, or ISO-8859-1 (what Java's ``Properties.load`` of a
+    stream reads) when the bytes are not UTF-8.  ``ConfigError`` when it cannot be read."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read {p}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("iso-8859-1")
+    return parse_properties(text, str(p))
 
 
 def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
@@ -156,12 +187,7 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
     """Defaults, then the file (if any), then overrides (a mapping or ``key=value`` strings)."""
     values = keyset.defaults()
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read {p}: {e.strerror}") from None
-        for name, raw in parse_properties(text, str(p)).items():
+        for name, raw in read_properties_file(path).items():
             if raw == "" and name in keyset.keys and keyset.keys[name].default is None:
                 continue
             values[name] = _coerce(keyset, name, raw)
@@ -185,8 +211,17 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("log.dirs", "str", "data/broker-0", "Directory holding this broker's partition logs (one subdirectory per partition)."),
     Key("zookeeper.connect", "str", "127.0.0.1:2181", "ZooKeeper connection string, host:port[,host:port...][/chroot]."),
     Key("zookeeper.session.timeout.ms", "int", 18000,
-        "ZooKeeper session timeout. If the broker is unreachable this long its registration\n"
-        "(and coordinatorship) goes away.", minimum=1000),
+        "ZooKeeper session timeout (Kafka's default since 2.5). A broker silent this long loses its\n"
+        "session: its registration and, if it coordinates, the coordinator role go to other brokers.\n"
+        "Shorter: a coordinator whose host dies (or is cut off) and does not come back is replaced\n"
+        "sooner -- after about this long plus one ZooKeeper tick (18.6 s measured with the default,\n"
+        "6.4 s with 6000). Longer: a VM pause, swapping or a network partition of that length does\n"
+        "not cost a session, after which every group would rebalance under a new coordinator; and a\n"
+        "client whose ZooKeeper server dies silently has 1/3 of this left to reach another server\n"
+        "after noticing (it waits 2/3 of it), which gets tight below about 10000 in an ensemble.\n"
+        "Two cases no longer depend on it: a connection loss shorter than the timeout costs nothing\n"
+        "(the coordinator keeps serving and its ZooKeeper writes wait), and a broker restarted after\n"
+        "a crash replaces its own stale registration and election node at once (0.7 s measured).", minimum=1000),
     Key("zookeeper.connection.timeout.ms", "int", 18000, "How long to wait for the first ZooKeeper connection at start-up.", minimum=100),
     Key("num.partitions", "int", 1, "Partitions of a topic created without an explicit count (auto-created or -1 in CreateTopics).", minimum=1),
     Key("auto.create.topics.enable", "bool", False,
@@ -244,7 +279,22 @@ ZOOKEEPER = KeySet("zookeeper", "Embedded Apache ZooKeeper settings (spark-coord
     Key("maxClientCnxns", "int", 0, "Connections allowed per client address; 0 means unlimited.", minimum=0),
     Key("admin.enableServer", "bool", False, "ZooKeeper's HTTP admin server (it would take port 8080)."),
     Key("4lw.commands.whitelist", "str", "*", "Four-letter-word commands allowed (srvr, stat, mntr, ...)."),
-], passthrough=True)
+    Key("initLimit", "int", 10, "Ensemble only: ticks a follower may take to connect to the leader and sync with it.",
+        minimum=1),
+    Key("syncLimit", "int", 5, "Ensemble only: ticks a follower may fall behind the leader before it is dropped.",
+        minimum=1),
+    Key("myid", "str", None,
+        "Ensemble only: this server's id, the N of its own server.N line; written to dataDir/myid.\n"
+        "Empty: read dataDir/myid, as ZooKeeper itself does."),
+], passthrough=True, footer="""
+An ensemble (3 or 5 servers; a majority must be up): give every server the same server.N
+lines, host:peerPort:electionPort, and its own myid and dataDir, for example
+  server.1=zk1.example.com:2888:3888
+  server.2=zk2.example.com:2888:3888
+  server.3=zk3.example.com:2888:3888
+  myid=1
+and point zookeeper.connect at all of them: zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181
+""")
 
 # ------------------------------------------------------------------------- consumer
 

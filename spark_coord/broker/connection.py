@@ -51,16 +51,20 @@ class Connection:
     ``max_request_bytes`` bounds a frame (``socket.request.max.bytes``);
     ``idle_timeout`` (seconds, ``connections.max.idle.ms``) closes a connection that
     sends nothing for that long.  ``on_close`` callbacks run once when it ends.
+    ``advertised()`` gives the api list of the KIP-511 fallback answer (default: the
+    whole wire registry).
     """
 
     _ids = itertools.count(1)
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
-                 max_request_bytes: int, idle_timeout: float):
+                 max_request_bytes: int, idle_timeout: float,
+                 advertised: Callable[[], list[dict]] | None = None):
         self.id = next(self._ids)
         self.reader = reader
         self.writer = writer
         self._dispatch = dispatch
+        self._advertised = advertised  # the ApiVersions list the fallback answer carries
         self.max_request_bytes = max_request_bytes
         self.idle_timeout = idle_timeout
         peer = writer.get_extra_info("peername")
@@ -142,7 +146,8 @@ class Connection:
         header = e.header
         if header.api_key == ApiKey.API_VERSIONS:
             log.info("%r: ApiVersions v%d not served; answering with the v0 fallback", self, header.api_version)
-            return await self.write_parts(encode_api_versions_fallback(header.correlation_id))
+            advertised = self._advertised() if self._advertised is not None else None
+            return await self.write_parts(encode_api_versions_fallback(header.correlation_id, advertised))
         log.warning("%r: unsupported request api_key=%d version=%d (client %r); closing",
                     self, header.api_key, header.api_version, header.client_id)
         return False

@@ -17,12 +17,15 @@ import threading
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
 
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import add_state_hooks
 
 log = logging.getLogger(__name__)
+
+#: How long ``stop()`` waits for ZooKeeper to delete the registration.
+STOP_TIMEOUT_S = 5.0
 
 
 class BrokerIdTaken(RuntimeError):
@@ -139,15 +142,19 @@ class BrokerRegistration:
         gone.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
 
     async def stop(self) -> None:
-        """Delete the registration (clean shutdown: clients see the broker go at once)."""
+        """Delete the registration (clean shutdown: clients see the broker go at once).  Without a
+        ZooKeeper connection it gives up after ``STOP_TIMEOUT_S``: the node goes with the session."""
         self._stopping = True
         if self._remove_hooks:
             self._remove_hooks()
         if self.registered:
             try:
-                await self.loop.run_in_executor(None, self._delete)
+                if not self.zk.connected:
+                    raise ConnectionLoss("not connected")
+                await asyncio.wait_for(self.loop.run_in_executor(None, self._delete), STOP_TIMEOUT_S)
             except Exception as e:
-                log.warning("could not deregister broker %d: %s", self.broker_id, e)
+                log.warning("could not deregister broker %d (%s); the registration goes with the ZooKeeper "
+                            "session", self.broker_id, e.__class__.__name__)
             self.registered = False
 
     def _delete(self) -> None:

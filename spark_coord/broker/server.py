@@ -85,7 +85,8 @@ class BrokerServer:
             self._server = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, self._dispatch, self.max_request_bytes, self.idle_timeout)
+        conn = Connection(reader, writer, self._dispatch, self.max_request_bytes, self.idle_timeout,
+                          advertised=self.api_versions)
         log.debug("%r: connected", conn)
         self.connections.add(conn)
         task = asyncio.current_task()

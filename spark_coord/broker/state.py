@@ -7,7 +7,8 @@ if the child list looks the same), topics from ``/brokers/topics`` (a
 runs these callbacks on its own thread, where reading ZooKeeper is allowed; the
 parsed, immutable result is handed to the asyncio loop with ``to_loop``, and only
 the loop thread changes the view.  kazoo's watch recipes re-arm themselves after
-a session expiry, so the view heals by itself.
+a session expiry, so the view heals by itself (``zk.client.ChildrenWatch`` keeps a
+re-read that meets the expiry from logging a traceback).
 
 Listeners (``add_listener``) run on the loop after every change; ``wait_for``
 waits (bounded) for a predicate over the view to hold.
@@ -22,10 +23,10 @@ from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.recipe.watchers import DataWatch
 
 from spark_coord.zk import model, paths
-from spark_coord.zk.client import to_loop
+from spark_coord.zk.client import ChildrenWatch, to_loop
 
 log = logging.getLogger(__name__)
 

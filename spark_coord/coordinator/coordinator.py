@@ -326,8 +326,8 @@ class Coordinator:
         if group is None:
             return
         self._schedule_ping(member)
-        if member.ping is not None and not member.ping.is_completed:
-            return  # the previous ping is still out
+        if member.ping is not None and (not member.ping.is_completed or member.ping.expired):
+            return  # the previous ping is still out, or its expiry (posted) is not counted yet
         op = DelayedPing(group.group_id, member.consumer_id, member.session_timeout_ms,
                          on_expired=lambda expired: self._post(self._ping_expired, member, expired))
         member.ping = op

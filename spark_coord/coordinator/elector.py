@@ -7,11 +7,30 @@ of ``/consumers``: that version is this election's fencing token
 stamped on every coordinator request (monotonic across elections).
 
 Losers keep one ``DataWatch`` on the election node (one node: no herd of
-watchers on children) and try again when it is deleted.  On SUSPENDED or LOST
-the coordinator resigns at once (``on_resigned``), since its node may be gone;
-once connected again it re-elects (handleNewSession) -- after a SUSPENDED in
-which the session survived, it first deletes its own old node, so that the
-new term gets a new epoch and a new fencing token.
+watchers on children) and try again when it is deleted.
+
+Connection states (``zk.client``).  The role is fenced -- every store write is a
+multi that checks the election node and the ``/consumers`` version -- so a lost
+*connection* is not a lost role:
+
+* SUSPENDED: the coordinator keeps serving its members; its ZooKeeper writes
+  wait in kazoo's queue and go out, still fenced, once the connection is back.
+  If it is not back within the session timeout, the servers have expired the
+  session by then: the coordinator resigns without waiting to hear it.
+* CONNECTED with the same session: nothing changed (same epoch, same token).
+* LOST (session expired): resign at once -- the node is gone and another broker
+  may coordinate already -- and stand again once connected with a new session
+  (handleNewSession).  Standing again on the same session (after resigning
+  while suspended) first deletes our own old node, so that the new term gets a
+  new epoch and a new fencing token.
+
+A broker restarted after a crash finds its previous run's node still there
+(held by a session that has not expired yet) holding its own broker id.  A
+broker id belongs to one live broker (``BrokerRegistration`` refuses to start
+beside a live holder), so the holder is dead: the node is replaced at once, in
+the same multi as the election, guarded by the ``/consumers`` version read
+before the node, so that it can never remove a node of a later election.
+The previous run's writes stay fenced (the election bumps ``/consumers``).
 
 All callbacks (``on_elected(epoch)`` coroutine or function, ``on_resigned()``)
 run on the event loop; blocking ZooKeeper calls run in the default executor.
@@ -26,7 +45,8 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError, ZookeeperError
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, RolledBackError,
+                              ZookeeperError)
 from kazoo.protocol.states import ZnodeStat
 
 from spark_coord.coordinator.zk_store import EpochCheck
@@ -35,22 +55,37 @@ from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
 
+#: Attempts of one ``elect()`` while the election node or /consumers change under it.
+MAX_ATTEMPTS = 5
+#: How long ``stop()`` waits for ZooKeeper to delete the election node.
+STOP_TIMEOUT_S = 5.0
+_LOOK_AGAIN = object()
+
 
 class CoordinatorElector:
     """Elects this broker as coordinator whenever the role is free."""
 
     def __init__(self, client: KazooClient, broker_id: int, loop: asyncio.AbstractEventLoop,
-                 on_elected: Callable[[int], Any], on_resigned: Callable[[], Any]):
+                 on_elected: Callable[[int], Any], on_resigned: Callable[[], Any], *,
+                 session_timeout_ms: int | None = None, replace_stale_node: bool = True):
+        """``session_timeout_ms``: how long a suspended coordinator keeps the role (default:
+        the client's session timeout).  ``replace_stale_node``: replace an election node that
+        holds this broker id under another session (only correct where broker ids are unique
+        among live processes, as broker registration ensures)."""
         self.client = client
         self.broker_id = paths.validate_broker_id(broker_id)
         self.loop = loop
         self.on_elected = on_elected
         self.on_resigned = on_resigned
+        self.session_timeout_ms = session_timeout_ms or zkclient.session_timeout_ms(client)
+        self.replace_stale_node = replace_stale_node
         self.check: EpochCheck | None = None
+        self.suspended = False
         self._running = False
         self._electing = False
         self._again = False
         self._remove_hooks: Callable[[], None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -71,14 +106,16 @@ class CoordinatorElector:
         """Try to become coordinator now, and whenever the role becomes free."""
         self._running = True
         await self._run(self.client.ensure_path, paths.CONSUMERS)
-        self._remove_hooks = zkclient.add_state_hooks(self.client, self.loop, on_suspended=self._lost,
+        self._remove_hooks = zkclient.add_state_hooks(self.client, self.loop, on_suspended=self._suspended,
                                                       on_lost=self._lost, on_connected=self._connected)
         self.client.DataWatch(paths.COORDINATOR, zkclient.to_loop(self.loop, self._on_node))
         await self.elect()
 
     async def stop(self) -> None:
-        """Resign and give the role up (delete our election node)."""
+        """Resign and give the role up (delete our election node, waiting at most ``STOP_TIMEOUT_S``:
+        without a connection the node goes with the session)."""
         self._running = False
+        self._cancel_expiry()
         if self._remove_hooks:
             self._remove_hooks()
             self._remove_hooks = None
@@ -86,9 +123,12 @@ class CoordinatorElector:
         if held is not None:
             self._resign("stopping")
             try:
-                await self._run(self._delete_own)
-            except ZookeeperError as e:
-                log.debug("could not delete the election node on stop: %s", e)
+                if not self.client.connected:
+                    raise ConnectionLoss("not connected")
+                await asyncio.wait_for(self._run(self._delete_own), STOP_TIMEOUT_S)
+            except (ZookeeperError, asyncio.TimeoutError) as e:
+                log.info("broker %d could not delete its election node while stopping (%s); it goes with the "
+                         "ZooKeeper session", self.broker_id, e.__class__.__name__)
         for t in list(self._tasks):
             t.cancel()
 
@@ -108,10 +148,39 @@ class CoordinatorElector:
         elif self.check is not None and stat.czxid != self.check.epoch:
             self._resign(f"election node now belongs to epoch {stat.czxid}")
 
+    def _suspended(self) -> None:
+        self.suspended = True
+        if self.check is None or self._expiry is not None:
+            return
+        log.warning("broker %d lost its ZooKeeper connection; it keeps coordinating (epoch %d) with its "
+                    "ZooKeeper writes on hold, and resigns unless the session resumes within %d ms",
+                    self.broker_id, self.check.epoch, self.session_timeout_ms)
+        self._expiry = self.loop.call_later(self.session_timeout_ms / 1000, self._suspended_too_long)
+
+    def _suspended_too_long(self) -> None:
+        self._expiry = None
+        if self.suspended:
+            self._resign(f"no ZooKeeper connection for the session timeout ({self.session_timeout_ms} ms): "
+                         "the session has expired on the servers")
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
     def _lost(self) -> None:
-        self._resign("ZooKeeper connection suspended or session lost")
+        self.suspended = False
+        self._cancel_expiry()
+        self._resign("ZooKeeper session expired")
 
     def _connected(self, new_session: bool) -> None:
+        self.suspended = False
+        self._cancel_expiry()
+        if new_session:
+            self._resign("ZooKeeper session replaced")
+        elif self.check is not None:
+            log.info("broker %d: ZooKeeper connection resumed with the same session; still the coordinator "
+                     "(epoch %d)", self.broker_id, self.check.epoch)
         if self._running and self.check is None:
             self._spawn(self.elect())
 
@@ -141,14 +210,16 @@ class CoordinatorElector:
             return False
         self._electing = True
         try:
-            while True:
+            for _ in range(MAX_ATTEMPTS):
                 self._again = False
                 try:
                     check = await self._run(self._try_create)
                 except ZookeeperError as e:
                     log.info("election attempt of broker %d failed: %s", self.broker_id, e.__class__.__name__)
                     check = None
-                if check is not None:
+                if check is _LOOK_AGAIN:
+                    continue
+                if isinstance(check, EpochCheck):
                     if not self._running:  # stopped meanwhile
                         await self._run(self._delete_own)
                         return False
@@ -158,35 +229,49 @@ class CoordinatorElector:
                     return True
                 if not self._again:
                     return False
+            return False  # the node keeps changing: its data watch brings us back
         finally:
             self._electing = False
 
-    def _try_create(self) -> EpochCheck | None:
-        """Blocking: create our election node + bump /consumers, atomically; None if someone holds it."""
-        stat = self.client.exists(paths.COORDINATOR)
+    def _try_create(self) -> EpochCheck | object | None:
+        """Blocking: create our election node + bump /consumers, atomically; None if someone holds it.
+
+        The /consumers version is read BEFORE the node and the multi sets /consumers at
+        exactly that version: if any election happened after the read, the multi fails as a
+        whole, so the node we replace (our own from an earlier term, or this broker's
+        previous run's) is the node we looked at, never a newer election's.
+        """
+        consumers = self.client.exists(paths.CONSUMERS)
+        if consumers is None:
+            raise NoNodeError(paths.CONSUMERS)
         session = self.client.client_id[0] if self.client.client_id else None
-        if stat is not None:
-            if stat.ephemeralOwner != session:
-                return None
-            # our own node from before a SUSPENDED: start a new term with a new epoch
-            try:
-                self.client.delete(paths.COORDINATOR, version=stat.version)
-            except (NoNodeError, BadVersionError):
-                pass
+        try:
+            data, stat = self.client.get(paths.COORDINATOR)
+        except NoNodeError:
+            data, stat = None, None
         txn = self.client.transaction()
+        if stat is not None:
+            if stat.ephemeralOwner == session:
+                log.info("broker %d replaces its own election node of an earlier term", self.broker_id)
+            elif self.replace_stale_node and data is not None and data.strip() == str(self.broker_id).encode():
+                log.info("broker %d replaces the election node of its previous run (session 0x%x)",
+                         self.broker_id, stat.ephemeralOwner)
+            else:
+                return None
+            txn.delete(paths.COORDINATOR, version=stat.version)
         txn.create(paths.COORDINATOR, str(self.broker_id).encode(), ephemeral=True)
-        txn.set_data(paths.CONSUMERS, b"")
+        txn.set_data(paths.CONSUMERS, b"", version=consumers.version)
         results = txn.commit()
-        if any(isinstance(r, NodeExistsError) for r in results):
-            return None
+        if any(isinstance(r, (NodeExistsError, NoNodeError, BadVersionError)) for r in results):
+            return _LOOK_AGAIN  # the election moved on while we looked
         for r in results:
             if isinstance(r, Exception) and not isinstance(r, RolledBackError):
                 raise r
         node = self.client.exists(paths.COORDINATOR)
-        consumers = results[1]
+        bumped = results[-1]
         if node is None or node.ephemeralOwner != session:
             return None  # lost it again already (session trouble)
-        return EpochCheck(epoch=node.czxid, coordinator_version=node.version, consumers_version=consumers.version)
+        return EpochCheck(epoch=node.czxid, coordinator_version=node.version, consumers_version=bumped.version)
 
     def _delete_own(self) -> None:
         stat = self.client.exists(paths.COORDINATOR)

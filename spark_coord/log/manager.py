@@ -7,22 +7,35 @@ still serves the others.
 
 ``get``/``get_or_create`` run on the event-loop thread; ``flush_due`` and
 ``apply_retention`` are meant for a worker thread (they may fsync and unlink).
+``run_io`` runs a blocking log call (an fsync a produce waits for, a segment scan)
+on the manager's own I/O threads and awaits it, so the event loop -- which also
+carries the coordinator's pings -- never waits for the disk.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from .config import LogConfig
 from .names import is_deletion_dir, parse_partition_dir, partition_dir_name
 from .partition import Clock, PartitionLog
 
 log = logging.getLogger(__name__)
+
+#: Threads for blocking log calls made on behalf of requests (fsyncs of different
+#: partitions proceed in parallel; one partition's fsyncs are serialised by its log).
+IO_THREADS = 4
+
+T = TypeVar("T")
 
 
 class LogManager:
@@ -34,6 +47,7 @@ class LogManager:
         self._clock = clock
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._io = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="log-io")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir(follow_symlinks=False):
@@ -51,6 +65,10 @@ class LogManager:
                 self._logs[key] = PartitionLog(Path(entry.path), config, clock)
             except Exception:  # noqa: BLE001 - one unreadable partition must not stop the broker
                 log.exception("cannot open partition log %s; it stays offline", entry.path)
+
+    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the log I/O threads, awaited from the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, functools.partial(fn, *args))
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         with self._lock:
@@ -106,7 +124,8 @@ class LogManager:
                 log.exception("retention of %s failed", plog)
 
     def close(self) -> None:
-        """Flush and close every partition."""
+        """Wait for the I/O threads' work, then flush and close every partition."""
+        self._io.shutdown(wait=True)
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
         for plog in logs:

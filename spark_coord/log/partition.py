@@ -4,8 +4,10 @@ Batches are stored exactly as produced; ``append`` rewrites only baseOffset and
 partitionLeaderEpoch (0), neither covered by the CRC, so a fetch can send the file's
 bytes unchanged.
 
-Threads.  ``append`` and ``read`` run on the broker's event-loop thread; ``flush``,
-``maybe_flush_by_time`` and ``apply_retention`` on a worker thread.  Two locks:
+Threads.  ``append_deferred`` and ``read`` run on the broker's event-loop thread
+(a ``pwrite`` into the page cache, a few header reads); ``flush`` (fsync),
+``offset_for_timestamp`` and ``max_timestamp`` (segment scans),
+``maybe_flush_by_time`` and ``apply_retention`` on worker threads.  Two locks:
 
 * ``_lock`` guards the segment list and the offsets; every section under it is
   short (``append`` holds it for the ``pwrite`` into the page cache, nothing slower).
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..records.header import BatchHeader, InvalidBatch, set_base_offset, set_partition_leader_epoch
+from ..records.reader import iter_records
 from ..records.region import FileRegion
 from .checkpoint import fsync_dir, read_offset, write_offset
 from .config import INT32_MAX, LogConfig
@@ -154,14 +157,24 @@ class PartitionLog:
     # ------------------------------------------------------------------ append
 
     def append(self, records, headers: Sequence[BatchHeader]) -> int:
-        """Append validated batches; returns the offset given to the first one.
+        """``append_deferred``, then the fsync it asks for (if any) in this thread; returns the base offset."""
+        first, flush_now = self.append_deferred(records, headers)
+        if flush_now:
+            self.flush()
+        return first
+
+    def append_deferred(self, records, headers: Sequence[BatchHeader]) -> tuple[int, bool]:
+        """Append validated batches without any fsync; returns (offset given to the first one,
+        whether the flush policy wants an fsync now).
 
         ``records`` holds one or more batches already checked by
         ``records.header.validate_batches``; ``headers`` is what it returned.  Offsets
         are assigned from the log end; the bytes are copied once into a bytearray to
         rewrite baseOffset and partitionLeaderEpoch.  All batches of one call go into
-        the same segment (rolled first if they would not fit).  If the record count
-        reaches ``log.flush.interval.messages``, this call fsyncs before returning.
+        the same segment (rolled first if they would not fit).  When the record count
+        reached ``log.flush.interval.messages``, the caller must ``flush()`` (off the
+        event loop) before it acknowledges the append: any ``flush()`` started after
+        this call returned covers these bytes.
         Raises ``InvalidBatch`` for a batch whose lastOffsetDelta is not recordsCount - 1,
         ``LogClosed``, or ``OSError`` from the disk.
         """
@@ -200,9 +213,7 @@ class PartitionLog:
             seg.append(buf, headers, first, self._now_ms())
             self._unflushed_messages += records_count
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
-        if flush_now:
-            self.flush()
-        return first
+        return first, flush_now
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment at ``base_offset`` (under ``_lock``: two file creations)."""
@@ -261,7 +272,7 @@ class PartitionLog:
         records are older than ``timestamp_ms`` (Kafka answers at record granularity).
         Whole segments whose largest timestamp is too old are skipped (an old segment's
         largest timestamp is computed on first use by walking its headers, so the first
-        call after a restart may read a lot: run it off the event loop if that matters).
+        call after a restart may read a lot): run it off the event loop.
         None if no batch is that recent.
         """
         with self._lock:
@@ -275,6 +286,38 @@ class PartitionLog:
                 if h.last_offset >= start and h.max_timestamp >= timestamp_ms:
                     return max(h.base_offset, start), h.max_timestamp
         return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the log's largest timestamp
+        (ListOffsets timestamp -3, KIP-734); None when no record has a timestamp >= 0.
+
+        Segments whose largest timestamp cannot beat the best found so far are skipped
+        (their largest timestamp is cached); the others' batch headers are read, and the
+        one winning batch is decoded to find the record.  Control batches do not count.
+        Reads files: run it off the event loop.
+        """
+        with self._lock:
+            self._check_open()
+            start = self._log_start
+            snapshot = [(s, s.size) for s in self._segments]
+        best: tuple[int, LogSegment, int, BatchHeader] | None = None  # (timestamp, segment, position, header)
+        for seg, size in snapshot:
+            if seg.max_timestamp(size) <= (best[0] if best else -1):
+                continue
+            for pos, h in seg.headers(size):
+                if h.last_offset >= start and not h.is_control and h.max_timestamp > (best[0] if best else -1):
+                    best = (h.max_timestamp, seg, pos, h)
+        if best is None:
+            return None
+        ts, seg, pos, h = best
+        try:
+            raw = os.pread(seg.file.fileno(), h.size, pos)
+            for record in iter_records(raw, start, verify_crc=False):
+                if record.timestamp == ts:
+                    return record.offset, ts
+        except (ValueError, OSError) as e:  # undecodable batch: answer at batch granularity
+            log.warning("%s: cannot decode the batch at offset %d: %s", self, h.base_offset, e)
+        return max(h.base_offset, start), ts
 
     # ------------------------------------------------------------------ flush
 

@@ -20,18 +20,32 @@ Contract (see ``protocol`` for the entry points):
   before anything is allocated.  Unknown tagged fields are skipped.
 - ``registry`` is the one table of served (api_key, version) pairs; importing this
   package registers Kafka's data APIs (one module per API, each documenting its
-  versions) and the coordinator protocol (``coordinator``: api keys 1000-1005).
+  versions), Kafka's group APIs (their codecs only: a broker advertises and
+  dispatches just the APIs it has handlers for), and the coordinator protocol
+  (``coordinator``: api keys 1000-1005).
+- ``consumer_protocol`` reads and writes the consumer protocol's subscription and
+  assignment bytes carried inside JoinGroup and SyncGroup.
 """
 
 from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     api_versions,
     coordinator,
     create_topics,
+    delete_groups,
     delete_topics,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     produce,
+    sync_group,
 )
 from spark_coord.wire.types import EncodeError, ProtocolError  # noqa: F401

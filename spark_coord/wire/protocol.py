@@ -160,14 +160,16 @@ def peek_correlation_id(frame) -> int:
     return Reader(frame).int32()
 
 
-def encode_api_versions_fallback(correlation_id: int) -> list[Part]:
+def encode_api_versions_fallback(correlation_id: int, api_keys: list[dict] | None = None) -> list[Part]:
     """KIP-511: the v0-format ApiVersions answer to a version we do not serve.
 
-    Carries UNSUPPORTED_VERSION and our whole api list, so the client can retry at a
-    version we serve.
+    Carries UNSUPPORTED_VERSION and the api list, so the client can retry at a
+    version we serve: ``api_keys`` (a server passes what it advertises), by default
+    the whole registry.
     """
     header = RequestHeader(ApiKey.API_VERSIONS, 0, correlation_id, None)
-    return encode_response(header, {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_versions_table()})
+    return encode_response(header, {"error_code": ErrorCode.UNSUPPORTED_VERSION,
+                                    "api_keys": api_versions_table() if api_keys is None else api_keys})
 
 
 def frame_size(prefix) -> int:

@@ -3,7 +3,10 @@
 Each API module calls ``register()`` once at import time with its request and
 response schemas and the version range we serve; that call is the only place a
 version range is declared.  The table drives request dispatch (decode_request
-refuses what is not here), the ApiVersions answer and response lookup.  A key
+refuses what is not here), the ApiVersions answer and response lookup.  A
+broker advertises only the entries it has a handler for, so codecs can be
+registered (for clients, or for handlers still to come) without changing what a
+broker serves.  A key
 registered twice is refused, so two modules cannot silently claim the same API.
 
 The coordinator's own APIs (keys 1000 and up, non-flexible, request header v1 and
@@ -48,6 +51,7 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
 
 

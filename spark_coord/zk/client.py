@@ -11,9 +11,14 @@ every component that holds something in ZooKeeper must follow these rules:
     themselves).  ``add_state_hooks`` tells the two apart (``new_session``).
 ``SUSPENDED``
     The connection dropped; the session may or may not still be alive on the
-    servers.  Anything that depends on holding an ephemeral node (coordinatorship,
-    broker registration) must be treated as *possibly lost*: stop acting on it
-    (kazoo's lock recipe docs say the same) until ``CONNECTED`` again.
+    servers.  Requests made now wait in kazoo's queue: they go out if the same
+    session comes back and fail with ``SessionExpiredError`` if it expired.
+    Anything that depends on holding an ephemeral node must stop acting on it
+    (kazoo's lock recipe docs say the same) *unless* its actions are fenced: the
+    coordinator's writes all check its election node and token, so it keeps
+    serving while suspended and resigns only when the session is lost, or when
+    no connection came back within the session timeout (the servers have
+    expired the session by then).
 ``LOST``
     The session expired: every ephemeral node of it is gone and another process
     may already own what we owned.  Drop the role and its in-memory state, then
@@ -35,8 +40,10 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo.recipe import watchers
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from spark_coord.zk import paths
 
@@ -109,6 +116,12 @@ def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEO
     return client
 
 
+def session_timeout_ms(client: KazooClient) -> int:
+    """The session timeout ``client`` asked for, in ms (the servers grant it within their
+    minSessionTimeout..maxSessionTimeout; kazoo does not keep the granted value)."""
+    return int(getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT_MS))
+
+
 def close(client: KazooClient) -> None:
     """Stop and close a client, ignoring a client that was never started or is already closed."""
     try:
@@ -128,6 +141,25 @@ def ensure_chroot(connect_string: str, connection_timeout_ms: int = DEFAULT_CONN
     finally:
         close(client)
     return chroot
+
+
+class ChildrenWatch(watchers.ChildrenWatch):
+    """kazoo's ``ChildrenWatch``, quiet when the session expires under a re-read.
+
+    The recipe re-reads the children through ``client.retry``, which does not retry
+    across a session expiry (``command_retry``), so a child event handled while the
+    session expires raised ``SessionExpiredError`` in kazoo's callback thread, which
+    logs it with a traceback.  Nothing is lost: the recipe's session listener reads
+    again once connected with the new session.  So such failures of a re-read are
+    logged in one line and left to that listener.
+    """
+
+    def _get_children(self, event: Any = None) -> None:
+        try:
+            super()._get_children(event)
+        except (SessionExpiredError, ConnectionLoss, RetryFailedError) as e:
+            log.info("watch on the children of %s: %s; reading them again once connected", self._path,
+                     e.__class__.__name__)
 
 
 # ------------------------------------------------------------------------- asyncio

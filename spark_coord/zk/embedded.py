@@ -2,11 +2,18 @@
 
 ``EmbeddedZooKeeper`` writes a ``zoo.cfg`` from ``zookeeper.properties`` keys (which
 ZooKeeper reads natively; unknown keys become ``zookeeper.<key>`` system
-properties), starts ``org.apache.zookeeper.server.ZooKeeperServerMain`` in its own
-process session, and waits until the server answers the ``srvr`` four-letter
-word.  ZooKeeper's own output goes to ``<dataDir>/zookeeper.log`` (log4j at WARN),
-never to our stdout; when the server dies during start-up the error carries the
-tail of that log.
+properties), starts it in its own process session, and waits until the server
+answers the ``srvr`` four-letter word with its mode.  ZooKeeper's own output goes
+to ``<dataDir>/zookeeper.log`` (log4j at WARN), never to our stdout; when the
+server dies during start-up the error carries the tail of that log.
+
+Standalone (no ``server.N`` keys) it runs ``ZooKeeperServerMain``.  With
+``server.N=host:peerPort:electionPort`` keys it is one member of an ensemble and
+runs ``QuorumPeerMain``, ZooKeeper's own entry point for that: its id comes
+from the ``myid`` key (written to ``<dataDir>/myid``) or, as ZooKeeper users
+know it, from an existing ``<dataDir>/myid`` file; it serves once a quorum of
+the ensemble is up.  ``EmbeddedEnsemble`` runs a whole ensemble on one machine
+(tests, trials).
 
 It is the default for local clusters and tests; production points
 ``zookeeper.connect`` at an ensemble instead.  Note the server is a child process:
@@ -30,6 +37,8 @@ import tempfile
 import threading
 import time
 import weakref
+
+import javaproperties
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +47,11 @@ from spark_coord import config
 log = logging.getLogger(__name__)
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+MYID_FILE = "myid"
+#: Keys of zookeeper.properties that are ours, not ZooKeeper's: never written to zoo.cfg.
+OWN_KEYS = ("myid",)
+_SERVER_KEY = re.compile(r"^server\.(\d+)$")
 MIN_JAVA = 17
 LOG_FILE = "zookeeper.log"
 CFG_FILE = "zoo.cfg"
@@ -161,9 +175,12 @@ def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 
 
 
 def render_cfg(settings: Mapping[str, Any]) -> str:
-    """zoo.cfg text for ``settings`` (bools as true/false, lists comma-joined).
+    """zoo.cfg text for ``settings`` (bools as true/false, lists comma-joined, None left out).
 
-    Raises ValueError naming a key or value that would break the file (line breaks, ``=`` in a key).
+    Written with Java's properties escaping (ZooKeeper reads the file with
+    ``java.util.Properties``), so a value holding a line break, ``=`` or non-ASCII
+    text reads back exactly and cannot inject another setting.  Raises ValueError
+    for a key that is not a plain setting name.
     """
     lines = ["# written by spark-coord; ZooKeeper reads this file natively"]
     for key, value in settings.items():
@@ -175,12 +192,54 @@ def render_cfg(settings: Mapping[str, Any]) -> str:
             text = ",".join(str(v) for v in value)
         else:
             text = str(value)
-        if not key or any(c in key for c in "=:#! \t\r\n"):
+        if not key or any(c in key for c in "=:#!\\ \t\r\n\f"):
             raise ValueError(f"illegal ZooKeeper setting name {key!r}")
-        if "\n" in text or "\r" in text:
-            raise ValueError(f"ZooKeeper setting {key}: value may not contain a line break")
-        lines.append(f"{key}={text}")
+        lines.append(javaproperties.join_key_value(key, text))
     return "\n".join(lines) + "\n"
+
+
+def ensemble_servers(settings: Mapping[str, Any]) -> dict[int, str]:
+    """``{N: "host:peerPort:electionPort[...]"}`` from the ``server.N`` keys (empty: standalone)."""
+    out = {}
+    for key, value in settings.items():
+        m = _SERVER_KEY.match(key)
+        if m and value not in (None, ""):
+            out[int(m.group(1))] = str(value).strip()
+    return out
+
+
+def resolve_myid(settings: Mapping[str, Any], data_dir: Path) -> int:
+    """This ensemble member's id: the ``myid`` setting, else ``<dataDir>/myid``.
+
+    Raises ``ZooKeeperError`` when neither gives an integer, when they disagree,
+    or when no ``server.N`` line has that id.
+    """
+    servers = ensemble_servers(settings)
+    path = data_dir / MYID_FILE
+    from_file = None
+    if path.exists():
+        try:
+            from_file = int(path.read_text().strip())
+        except ValueError:
+            raise ZooKeeperError(f"{path} does not hold a server id: {path.read_text()[:40]!r}") from None
+    raw = settings.get("myid")
+    if raw in (None, ""):
+        if from_file is None:
+            raise ZooKeeperError(f"ensemble member without an id: set myid (the N of this server's server.N "
+                                 f"line) or write it to {path}")
+        myid = from_file
+    else:
+        try:
+            myid = int(str(raw).strip())
+        except ValueError:
+            raise ZooKeeperError(f"myid: {raw!r} is not an integer") from None
+        if from_file is not None and from_file != myid:
+            raise ZooKeeperError(f"myid={myid} but {path} says {from_file}: this data directory belongs to "
+                                 f"server {from_file}")
+    if myid not in servers:
+        raise ZooKeeperError(f"myid {myid} has no server.{myid} line (servers: "
+                             f"{', '.join(f'server.{n}' for n in sorted(servers))})")
+    return myid
 
 
 def _as_bool_text(value: Any) -> str:
@@ -204,7 +263,9 @@ def _stop_all() -> None:
 # ------------------------------------------------------------------------ server
 
 class EmbeddedZooKeeper:
-    """One standalone Apache ZooKeeper server in a child java process.
+    """One Apache ZooKeeper server in a child java process: standalone, or one member of
+    an ensemble when ``settings`` hold ``server.N`` lines (then ``myid`` or
+    ``<data_dir>/myid`` names this member).
 
     ``port=0`` picks a free port at ``start()`` (kept across restarts of the same
     object, so clients can reconnect after ``kill()`` + ``start()``).  ``data_dir``
@@ -223,6 +284,8 @@ class EmbeddedZooKeeper:
         merged: dict[str, Any] = config.ZOOKEEPER.defaults()
         merged.update(settings or {})
         self._settings = merged
+        self.servers = ensemble_servers(merged)
+        self.myid: int | None = None
         self._auto_port = port == 0
         self._port = port
         self._own_data_dir = data_dir is None
@@ -263,6 +326,20 @@ class EmbeddedZooKeeper:
         """ZooKeeper's own log file."""
         return self._data_dir / LOG_FILE if self._data_dir else None
 
+    @property
+    def in_ensemble(self) -> bool:
+        """True when this server is one member of an ensemble (``server.N`` settings)."""
+        return bool(self.servers)
+
+    def mode(self) -> str | None:
+        """What ``srvr`` reports: standalone, leader, follower or observer (None: not serving)."""
+        try:
+            answer = four_letter_word(self.host, self._port, "srvr", timeout=1.0)
+        except OSError:
+            return None
+        m = re.search(r"^Mode: (\w+)", answer, re.MULTILINE)
+        return m.group(1) if m else None
+
     def is_alive(self) -> bool:
         """True while the java process runs (it may not be serving yet)."""
         return self._proc is not None and self._proc.poll() is None
@@ -273,11 +350,14 @@ class EmbeddedZooKeeper:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout: float = 30.0) -> "EmbeddedZooKeeper":
-        """Start the server and wait until it answers ``srvr`` (at most ``timeout`` seconds).
+    def start(self, timeout: float = 30.0, wait: bool = True) -> "EmbeddedZooKeeper":
+        """Start the server and wait until it serves (at most ``timeout`` seconds).
 
+        ``wait=False`` returns once the process runs: an ensemble member serves only
+        once a quorum of its ensemble is up, so start them all, then ``wait_serving``.
         Raises ``ZooKeeperError`` (with the tail of ZooKeeper's log) when java or the
-        jars are missing, the process dies, or it does not answer in time.
+        jars are missing, the ensemble settings are inconsistent, the process dies,
+        or it does not serve in time.
         """
         with self._lock:
             if self.is_alive():
@@ -286,17 +366,20 @@ class EmbeddedZooKeeper:
             if self._data_dir is None:
                 self._data_dir = Path(tempfile.mkdtemp(prefix="spark-coord-zk-"))
             self._data_dir.mkdir(parents=True, exist_ok=True)
+            if self.in_ensemble:
+                self.myid = resolve_myid(self._settings, self._data_dir)
+                (self._data_dir / MYID_FILE).write_text(f"{self.myid}\n")
             deadline = time.monotonic() + timeout
             attempts = 3 if self._auto_port and not self._port else 1
             for attempt in range(1, attempts + 1):
                 if not self._port:
                     self._port = free_port(self.host)
                 self._spawn(java, jars)
+                _live.add(self)
+                if not wait:
+                    return self
                 try:
                     self._wait_ready(deadline)
-                    _live.add(self)
-                    log.info("ZooKeeper listening on %s (pid %d); data in %s; its log: %s",
-                             self.connect_string, self.pid, self._data_dir, self.log_path)
                     return self
                 except ZooKeeperError as e:
                     self._reap(timeout=5)
@@ -308,9 +391,17 @@ class EmbeddedZooKeeper:
                     raise
         raise AssertionError("unreachable")
 
+    def wait_serving(self, timeout: float = 30.0) -> "EmbeddedZooKeeper":
+        """Wait until the started server serves clients (an ensemble member: until it has a quorum)."""
+        with self._lock:
+            if self._proc is None:
+                raise ZooKeeperError("the server has not been started")
+            self._wait_ready(time.monotonic() + timeout)
+        return self
+
     def _spawn(self, java: str, jars: Path) -> None:
         assert self._data_dir is not None
-        settings = dict(self._settings)
+        settings = {k: v for k, v in self._settings.items() if k not in OWN_KEYS}
         settings["clientPort"] = self._port
         settings["dataDir"] = str(self._data_dir)
         cfg = self._data_dir / CFG_FILE
@@ -324,12 +415,13 @@ class EmbeddedZooKeeper:
             f"-Dzookeeper.4lw.commands.whitelist={settings.get('4lw.commands.whitelist') or '*'}",
             "-Dzookeeper.jmx.log4j.disable=true",
             f"-Dlog4j2.configurationFile={log4j}",
-            MAIN_CLASS, str(cfg),
+            QUORUM_MAIN_CLASS if self.in_ensemble else MAIN_CLASS, str(cfg),
         ]
         log_path = self._data_dir / LOG_FILE
         with open(log_path, "ab") as out:
             self._log_start = out.tell()
-            out.write(f"---- spark-coord: starting ZooKeeper on port {self._port}\n".encode())
+            member = f" as server.{self.myid} of an ensemble of {len(self.servers)}" if self.in_ensemble else ""
+            out.write(f"---- spark-coord: starting ZooKeeper on port {self._port}{member}\n".encode())
             out.flush()
             log.debug("starting ZooKeeper: %s", " ".join(cmd))
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -346,7 +438,10 @@ class EmbeddedZooKeeper:
                                      f"last lines of {self.log_path}:\n{self.log_tail()}")
             try:
                 answer = four_letter_word(self.host, self._port, "srvr", timeout=1.0)
-                if "Mode:" in answer:
+                m = re.search(r"^Mode: (\w+)", answer, re.MULTILINE)
+                if m:
+                    log.info("ZooKeeper listening on %s (pid %d); mode %s; data in %s; its log: %s",
+                             self.connect_string, self.pid, m.group(1), self._data_dir, self.log_path)
                     return
                 last_error = answer.strip()[:200]
             except OSError as e:
@@ -426,13 +521,96 @@ class EmbeddedZooKeeper:
         return f"EmbeddedZooKeeper({self.host}:{self._port}, {state})"
 
 
+# ---------------------------------------------------------------------- ensemble
+
+class EmbeddedEnsemble:
+    """``size`` ZooKeeper servers on this machine forming one ensemble (tests and trials).
+
+    Ports are picked at ``start()`` (client, peer and election port per server) and
+    kept, so a member that was ``kill()``-ed can be ``start()``-ed again at the same
+    address.  ``members[i]`` is ``server.{i + 1}``; ``data_dir`` None uses a
+    temporary directory that ``stop()`` deletes.
+    """
+
+    def __init__(self, size: int = 3, data_dir: str | os.PathLike[str] | None = None,
+                 settings: Mapping[str, Any] | None = None, host: str = "127.0.0.1"):
+        if size < 1:
+            raise ValueError(f"an ensemble needs at least one server, not {size}")
+        self.size = size
+        self.host = host
+        self._settings = dict(settings or {})
+        self._own_data_dir = data_dir is None
+        self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
+        self.members: list[EmbeddedZooKeeper] = []
+
+    @property
+    def connect_string(self) -> str:
+        """``host:port,host:port,...`` of every member."""
+        if not self.members:
+            raise ZooKeeperError("the ensemble has not been started yet")
+        return ",".join(m.connect_string for m in self.members)
+
+    def leader(self) -> EmbeddedZooKeeper | None:
+        """The member that reports ``Mode: leader`` (None while there is none)."""
+        return next((m for m in self.members if m.is_alive() and m.mode() == "leader"), None)
+
+    def start(self, timeout: float = 60.0) -> "EmbeddedEnsemble":
+        """Start every member, then wait until each serves (a quorum formed)."""
+        from spark_coord.cluster import _free_port  # below the ephemeral range: no clash with outgoing sockets
+
+        if self._data_dir is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="spark-coord-zk-ensemble-"))
+        taken: set[int] = set()
+
+        def port() -> int:
+            while True:
+                p = _free_port(self.host)
+                if p not in taken:
+                    taken.add(p)
+                    return p
+
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        servers = {f"server.{n}": f"{host}:{port()}:{port()}" for n in range(1, self.size + 1)}
+        settings = {"clientPortAddress": self.host, **self._settings, **servers}
+        self.members = [EmbeddedZooKeeper(port(), self._data_dir / f"server-{n}", {**settings, "myid": n})
+                        for n in range(1, self.size + 1)]
+        deadline = time.monotonic() + timeout
+        try:
+            for m in self.members:
+                m.start(timeout, wait=False)
+            for m in self.members:
+                m.wait_serving(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        log.info("ZooKeeper ensemble of %d serving at %s (leader: server.%s)", self.size, self.connect_string,
+                 getattr(self.leader(), "myid", "?"))
+        return self
+
+    def stop(self) -> None:
+        """Stop every member; a temporary data directory is deleted.  Idempotent."""
+        for m in self.members:
+            m.stop()
+        if self._own_data_dir and self._data_dir is not None:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
+
+    def __enter__(self) -> "EmbeddedEnsemble":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 # --------------------------------------------------------------------------- CLI
 
 def run_cli(args: Any) -> int:
     """``spark-coord zookeeper [--config FILE] [--override key=value ...]``.
 
-    Starts the server, logs where it listens, serves until SIGTERM or SIGINT, stops
-    it cleanly and returns 0 (1 if the server could not start or died).
+    Starts the server (standalone, or one member of an ensemble when the settings
+    have ``server.N`` lines), logs where it listens, serves until SIGTERM or SIGINT,
+    stops it cleanly and returns 0 (1 if the server could not start or died).  An
+    ensemble member keeps running while it waits for a quorum of its peers.
     """
     cfg = config.load(config.ZOOKEEPER, getattr(args, "config", None), getattr(args, "override", None) or [])
     settings = dict(cfg)
@@ -448,11 +626,16 @@ def run_cli(args: Any) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
-            zk.start()
+            zk.start(wait=not zk.in_ensemble)
         except ZooKeeperError as e:
             log.error("%s", e)
             zk.stop()
             return 1
+        serving = not zk.in_ensemble
+        if not serving:
+            log.info("server.%d of an ensemble of %d (%s) started (pid %d); it serves once a quorum is up",
+                     zk.myid, len(zk.servers), ", ".join(f"server.{n}={a}" for n, a in sorted(zk.servers.items())),
+                     zk.pid)
         log.info("serving until SIGTERM or SIGINT")
         while not stop_requested.wait(0.5):
             if not zk.is_alive():
@@ -460,6 +643,11 @@ def run_cli(args: Any) -> int:
                           zk.returncode, zk.log_path, zk.log_tail())
                 zk.stop()
                 return 1
+            if not serving:
+                mode = zk.mode()
+                if mode is not None:
+                    serving = True
+                    log.info("ZooKeeper listening on %s (pid %d); mode %s", zk.connect_string, zk.pid, mode)
         log.info("received %s; stopping ZooKeeper", signal.Signals(received[0]).name)
         zk.stop()
         return 0

@@ -50,3 +50,26 @@ def test_stop_deregisters(broker_factory, zk):
     assert zk.exists(paths.broker(4))
     b.stop()
     assert zk.exists(paths.broker(4)) is None
+
+
+def test_stop_without_a_zookeeper_connection_gives_up_on_the_znodes_instead_of_hanging(broker_factory, zk_connect,
+                                                                                       zk):
+    import time
+
+    from spark_coord.zk.client import split_chroot
+    from spark_coord.zk.testing import CuttableProxy
+
+    hosts, chroot = split_chroot(zk_connect)
+    with CuttableProxy.to(hosts) as proxy:
+        b = broker_factory(5, **{"zookeeper.connect": f"{proxy.address}{chroot}"})
+        elector = b.broker.coordination.elector
+        assert elector.is_coordinator and zk.exists(paths.broker(5))
+        proxy.cut()
+        wait_until(lambda: elector.suspended, 10, message="the broker to see its connection drop")
+        t0 = time.monotonic()
+        b.stop()
+        took = time.monotonic() - t0
+    assert took < 5, f"stopping took {took:.1f} s"
+    # its session (4 s) expires on the server, taking the registration and the election node along
+    wait_until(lambda: zk.exists(paths.broker(5)) is None and zk.exists(paths.COORDINATOR) is None, 15,
+               message="the znodes to go with the session")

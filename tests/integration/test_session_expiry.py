@@ -1,23 +1,31 @@
-"""ZooKeeper session expiry of the coordinator's broker (in-process brokers, so the test
-reaches the broker's kazoo client): it drops its state, re-elects (handleNewSession),
-and the group consumes again."""
+"""ZooKeeper trouble at the coordinator's broker (in-process brokers, so the test reaches the
+broker's kazoo client and coordinator; members are processes).
+
+* Session expiry: the coordinator drops its state, re-elects (handleNewSession), and the
+  group consumes again under a new epoch and generation.
+* A cut of the broker's ZooKeeper connection shorter than the session timeout changes
+  nothing: same coordinator, same epoch, same generation; offsets committed meanwhile land
+  once the connection is back.  A cut longer than the session timeout hands the role to
+  the other broker, and the group consumes again under it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
-from support import BROKER_OVERRIDES
+from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
 from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.zk_history import read_coordinator
-from spark_coord.zk.testing import expire_session
+from spark_coord.zk.testing import CuttableProxy, expire_session
 
 
 class InProcessBroker:
-    """A ``Broker`` on its own event-loop thread."""
+    """A ``Broker`` on its own event-loop thread; ``resigned`` records when its elector resigned."""
 
     def __init__(self, zk_connect: str, log_dir, broker_id: int):
         from spark_coord import config
@@ -30,6 +38,18 @@ class InProcessBroker:
         self.thread.start()
         self.broker = Broker(config.load(config.BROKER, None, settings))
         asyncio.run_coroutine_threadsafe(self.broker.start(), self.loop).result(60)
+        self.resigned: list[float] = []
+        elector = self.broker.coordination.elector
+        on_resigned = elector.on_resigned
+        elector.on_resigned = lambda: (self.resigned.append(time.monotonic()), on_resigned())[1]
+
+    @property
+    def coordinator(self):
+        return self.broker.coordination.coordinator
+
+    @property
+    def elector(self):
+        return self.broker.coordination.elector
 
     def stop(self) -> None:
         try:
@@ -37,6 +57,18 @@ class InProcessBroker:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+
+
+def _produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.producer import Producer
+
+    with ClusterClient(bootstrap) as cc:
+        producer = Producer(cc)
+        for p in range(partitions):
+            for _ in range(n):
+                producer.send(topic, b"x", partition=p)
+        producer.flush()
 
 
 def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
@@ -54,28 +86,23 @@ def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
               for i in range(2)]
         gen, _ = wait_balanced(ms, parts)
         cid = wait_until(lambda: (c := read_coordinator(zk)) is not None and (c,), message="a coordinator")[0]
-        service = brokers[cid].broker.coordination
-        old_epoch = service.coordinator.epoch
-        assert service.coordinator.active and service.coordinator.groups
+        old = brokers[cid].coordinator
+        old_epoch = old.epoch
+        assert old.active and old.groups
 
         expire_session(brokers[cid].broker.zk)
 
         # whoever coordinates now does so with a new epoch, and the group got a new generation
         gen2, _ = wait_balanced(ms, parts, above=gen, timeout=30)
         new_cid = read_coordinator(zk)
-        new = brokers[new_cid].broker.coordination.coordinator
-        assert new.active and new.epoch != old_epoch
+        new = brokers[new_cid].coordinator
+        assert new.active and new.epoch != old_epoch and new.groups["g-exp"].generation_id == gen2
+        # the expired broker resigned (dropping its state) whether or not it won the role back
+        assert len(brokers[cid].resigned) == 1
+        assert old.active == (new_cid == cid)
         if new_cid != cid:
-            assert not service.coordinator.active and not service.coordinator.groups  # dropped, standing by
-        from spark_coord.client.metadata import ClusterClient
-        from spark_coord.client.producer import Producer
-
-        with ClusterClient(bootstrap) as cc:
-            producer = Producer(cc)
-            for p in range(4):
-                for i in range(20):
-                    producer.send("exp", b"x", partition=p)
-            producer.flush()
+            assert not old.groups and old.epoch is None
+        _produce(bootstrap, "exp", 4, 20)
         wait_caught_up(zk, "g-exp", log_end(bootstrap, "exp"))
     finally:
         for m in ms:
@@ -83,3 +110,63 @@ def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
         close(zk)
         for b in brokers.values():
             b.stop()
+
+
+def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_long_one(zk_connect, tmp_path):
+    from spark_coord.zk.client import close, connect, split_chroot
+
+    connect_string = zk_connect
+    hosts, chroot = split_chroot(connect_string)
+    proxy = CuttableProxy.to(hosts)
+    # broker 0 (through the proxy) starts first, so it is the coordinator
+    brokers = {0: InProcessBroker(f"{proxy.address}{chroot}", tmp_path / "b0", 0)}
+    brokers[1] = InProcessBroker(connect_string, tmp_path / "b1", 1)
+    zk = connect(connect_string, session_timeout_ms=10000, connection_timeout_ms=10000)
+    ms: list[MemberProcess] = []
+    session_s = BROKER_ZK_SESSION_MS / 1000
+    try:
+        b0 = brokers[0]
+        assert read_coordinator(zk) == 0 and b0.coordinator.active
+        epoch = b0.coordinator.epoch
+        bootstrap = ",".join(f"127.0.0.1:{b.broker.bound_port}" for b in brokers.values())
+        create_topic(bootstrap, "cut", 4)
+        parts = topic_partitions("cut", 4)
+        ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"], session_timeout_ms=2000)
+              for i in range(2)]
+        gen, _ = wait_balanced(ms, parts)
+        assigns = [len(m.events("assign")) for m in ms]
+
+        # -- a cut shorter than the session: nothing changes, offsets land afterwards
+        proxy.cut()
+        wait_until(lambda: b0.elector.suspended, 5, message="broker 0 to see its ZooKeeper connection drop")
+        _produce(bootstrap, "cut", 4, 10)  # the data path does not need ZooKeeper
+        time.sleep(session_s / 2)  # the cut lasts half a session (nothing to wait for: nothing must happen)
+        assert b0.coordinator.active and b0.coordinator.epoch == epoch
+        proxy.restore()
+        wait_caught_up(zk, "g-cut", log_end(bootstrap, "cut"))
+        assert not b0.resigned and not b0.elector.suspended
+        assert b0.coordinator.epoch == epoch and read_coordinator(zk) == 0
+        assert b0.coordinator.groups["g-cut"].generation_id == gen
+        assert [len(m.events("assign")) for m in ms] == assigns  # no rebalance reached the members
+        assert not brokers[1].coordinator.active
+
+        # -- a cut longer than the session: broker 1 takes over, the group consumes under it
+        t_cut = time.monotonic()
+        proxy.cut()
+        wait_until(lambda: brokers[1].coordinator.active, session_s + 10, message="broker 1 to take over")
+        wait_until(lambda: b0.resigned, session_s + 5, message="broker 0 to resign")
+        assert b0.resigned[0] - t_cut >= session_s * 0.9  # it served on through the first part of the cut
+        gen2, _ = wait_balanced(ms, parts, above=gen, timeout=30)
+        assert brokers[1].coordinator.epoch > epoch and read_coordinator(zk) == 1
+        proxy.restore()
+        _produce(bootstrap, "cut", 4, 10)
+        wait_caught_up(zk, "g-cut", log_end(bootstrap, "cut"))
+        assert len(b0.resigned) == 1 and not b0.coordinator.active
+        assert brokers[1].coordinator.groups["g-cut"].generation_id == gen2
+    finally:
+        for m in ms:
+            m.stop(timeout=15) if m.alive() else None
+        close(zk)
+        for b in brokers.values():
+            b.stop()
+        proxy.close()

@@ -4,6 +4,7 @@ session expiry, and kazoo events handed into asyncio."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -115,10 +116,19 @@ def test_to_loop_runs_watch_callbacks_on_the_loop_thread(zk):
     assert [d for d, _ in seen[:2]] == [b"0", b"1"]
 
 
-def test_to_loop_after_loop_closed_is_dropped_quietly():
+def test_to_loop_after_loop_closed_is_dropped_quietly(caplog):
     loop = asyncio.new_event_loop()
     loop.close()
-    zkclient.to_loop(loop, lambda: None)()  # no exception in the caller's (kazoo's) thread
+    calls: list[int] = []
+
+    def late_event() -> None:
+        calls.append(1)
+
+    with caplog.at_level(logging.DEBUG, logger="spark_coord.zk.client"):
+        assert zkclient.to_loop(loop, late_event)() is None  # no exception in the caller's (kazoo's) thread
+    assert calls == []
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "late_event" in caplog.text and "event loop is closed" in caplog.text
 
 
 def test_state_hooks_report_lost_and_new_session(zk):
@@ -152,3 +162,72 @@ def test_missing_chroot_without_create_fails_on_use(zookeeper):
             c.create("/x", b"")
     finally:
         zkclient.close(c)
+
+
+def test_state_hooks_report_a_cut_connection_and_the_same_session_back(zk_connect):
+    from spark_coord.zk.testing import CuttableProxy
+
+    hosts, chroot = zkclient.split_chroot(zk_connect)
+    with CuttableProxy.to(hosts) as proxy:
+        client = zkclient.connect(f"{proxy.address}{chroot}", session_timeout_ms=4000, connection_timeout_ms=10000)
+        session = client.client_id[0]
+        client.create("/mine", b"", ephemeral=True)
+        try:
+            async def main() -> list[tuple[str, object]]:
+                loop = asyncio.get_running_loop()
+                events: list[tuple[str, object]] = []
+                back = asyncio.Event()
+
+                def on_connected(new_session: bool) -> None:
+                    events.append(("connected", new_session))
+                    back.set()
+
+                remove = zkclient.add_state_hooks(client, loop, on_suspended=lambda: events.append(("suspended", None)),
+                                                  on_lost=lambda: events.append(("lost", None)),
+                                                  on_connected=on_connected)
+                proxy.cut()
+                await asyncio.sleep(1.0)  # a quarter of the session: kazoo keeps trying meanwhile
+                proxy.restore()
+                await asyncio.wait_for(back.wait(), 10)
+                remove()
+                return events
+
+            assert asyncio.run(main()) == [("suspended", None), ("connected", False)]
+            assert client.client_id[0] == session and client.exists("/mine") is not None  # ephemeral kept
+        finally:
+            zkclient.close(client)
+
+
+def test_children_watch_rides_through_session_expiry_without_a_traceback(zk, zk_connect, caplog):
+    """A child event that kazoo re-reads while the session expires raised SessionExpiredError in
+    kazoo's callback thread (logged there with a traceback); the watch must stay quiet and keep
+    delivering once the new session is up."""
+    other = zkclient.connect(zk_connect, session_timeout_ms=4000, connection_timeout_ms=10000)
+    other.ensure_path("/kids")
+    seen: list[list[str]] = []
+    zkclient.ChildrenWatch(zk, "/kids", lambda children: seen.append(sorted(children)))
+    try:
+        with caplog.at_level(logging.INFO):
+            for round_ in range(6):
+                stop = threading.Event()
+
+                def churn(r: int = round_) -> None:
+                    n = 0
+                    while not stop.is_set():
+                        other.create(f"/kids/r{r}-{n}")
+                        n += 1
+                        time.sleep(0.005)
+
+                t = threading.Thread(target=churn)
+                t.start()
+                try:
+                    expire_session(zk, 20)
+                finally:
+                    stop.set()
+                    t.join()
+            other.create("/kids/last")
+            wait_until(lambda: seen and "last" in seen[-1], 10, message="the watch to see a child made afterwards")
+        tracebacks = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+        assert not tracebacks, [r.getMessage() for r in tracebacks]
+    finally:
+        zkclient.close(other)

@@ -128,10 +128,14 @@ def test_missing_or_old_java_is_a_clear_error(tmp_path, monkeypatch):
         embedded.find_java()
 
 
-def test_render_cfg_refuses_injection():
+def test_render_cfg_escapes_values_as_java_reads_them():
+    from spark_coord.config import parse_properties
+
     assert "a=true\n" in embedded.render_cfg({"a": True, "b": None})
-    with pytest.raises(ValueError, match="line break"):
-        embedded.render_cfg({"dataDir": "/x\nclientPort=1"})
+    tricky = {"dataDir": "/x\nclientPort=1", "note": " lead \u00e9 \\ # ! = :"}
+    text = embedded.render_cfg(tricky)
+    assert text.isascii()  # ZooKeeper reads zoo.cfg as ISO-8859-1: anything else goes as \\uXXXX
+    assert parse_properties(text) == tricky  # read back exactly: no injected clientPort
     with pytest.raises(ValueError, match="setting name"):
         embedded.render_cfg({"a=b": "1"})
 
@@ -196,3 +200,100 @@ def test_cli_bad_config_exits_2(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "clientPort" in proc.stderr
+
+
+# ------------------------------------------------------------------------ ensemble
+
+def test_myid_comes_from_the_setting_or_the_data_dir_and_must_name_a_server(tmp_path):
+    servers = {"server.1": "127.0.0.1:2888:3888", "server.2": "127.0.0.1:2889:3889"}
+    assert embedded.ensemble_servers({**servers, "clientPort": 2181}) == {1: "127.0.0.1:2888:3888",
+                                                                          2: "127.0.0.1:2889:3889"}
+    assert embedded.resolve_myid({**servers, "myid": "2"}, tmp_path) == 2
+    with pytest.raises(ZooKeeperError, match="without an id"):
+        embedded.resolve_myid(servers, tmp_path)
+    (tmp_path / "myid").write_text("1\n")
+    assert embedded.resolve_myid(servers, tmp_path) == 1  # as ZooKeeper reads it
+    with pytest.raises(ZooKeeperError, match="belongs to server 1"):
+        embedded.resolve_myid({**servers, "myid": 2}, tmp_path)
+    with pytest.raises(ZooKeeperError, match=r"no server\.3 line"):
+        embedded.resolve_myid({**servers, "myid": 3}, tmp_path / "elsewhere")
+    with pytest.raises(ZooKeeperError, match="not an integer"):
+        embedded.resolve_myid({**servers, "myid": "one"}, tmp_path / "elsewhere")
+
+
+def test_cli_member_without_an_id_exits_1_naming_myid(tmp_path):
+    conf = tmp_path / "zookeeper.properties"
+    conf.write_text(f"clientPort=0\ndataDir={tmp_path / 'd'}\nserver.1=127.0.0.1:2888:3888\n"
+                    "server.2=127.0.0.1:2889:3889\nserver.3=127.0.0.1:2890:3890\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "spark_coord.cli", "zookeeper", "--config", str(conf)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "myid" in proc.stderr
+
+
+def test_cli_runs_the_members_of_a_three_server_ensemble(tmp_path):
+    from spark_coord.cluster import _free_port
+
+    ports = []
+    while len(ports) < 9:
+        p = _free_port()
+        if p not in ports:
+            ports.append(p)
+    lines = "".join(f"server.{n}=127.0.0.1:{ports[3 + n - 1]}:{ports[6 + n - 1]}\n" for n in (1, 2, 3))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs, outputs, java_pids = [], [], []
+    try:
+        for n in (1, 2, 3):
+            data = tmp_path / f"zk{n}"
+            conf = tmp_path / f"zk{n}.properties"
+            # Kafka's layout: server lines plus dataDir/myid written beforehand for server 3
+            if n == 3:
+                data.mkdir()
+                (data / "myid").write_text("3\n")
+            own = "" if n == 3 else f"myid={n}\n"
+            conf.write_text(f"clientPort={ports[n - 1]}\ndataDir={data}\ntickTime=500\n{own}{lines}")
+            proc = subprocess.Popen([sys.executable, "-m", "spark_coord.cli", "zookeeper", "--config", str(conf)],
+                                    cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+            q: "queue.Queue[str]" = queue.Queue()
+            threading.Thread(target=_read_lines, args=(proc.stderr, q), daemon=True).start()
+            procs.append(proc)
+            outputs.append((q, []))
+
+        def modes():
+            found = []
+            for (q, seen), proc in zip(outputs, procs):
+                while not q.empty():
+                    seen.append(q.get())
+                assert proc.poll() is None, f"a member exited early: {''.join(seen)}"
+                m = next((re.search(r"\(pid (\d+)\); mode (\w+)", line) for line in seen
+                          if re.search(r"\(pid (\d+)\); mode (\w+)", line)), None)
+                found.append(m)
+            return [(int(m.group(1)), m.group(2)) for m in found] if all(found) else None
+
+        served = wait_until(modes, 90, 0.1, message=lambda: f"three serving members; logs: {[s for _, s in outputs]}")
+        java_pids = [pid for pid, _ in served]
+        assert sorted(mode for _, mode in served) == ["follower", "follower", "leader"]
+        assert (tmp_path / "zk1" / "myid").read_text().strip() == "1"
+        assert not any(line.startswith("myid") for line in (tmp_path / "zk1" / "zoo.cfg").read_text().splitlines())
+        writer = zkclient.connect(f"127.0.0.1:{ports[0]}", connection_timeout_ms=10000)
+        reader = zkclient.connect(f"127.0.0.1:{ports[2]}", connection_timeout_ms=10000)
+        try:
+            writer.create("/replicated", b"yes")
+            reader.sync("/replicated")
+            assert reader.get("/replicated")[0] == b"yes"
+        finally:
+            zkclient.close(writer)
+            zkclient.close(reader)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        assert [proc.wait(timeout=30) for proc in procs] == [0, 0, 0]
+        assert all(_process_gone(pid) for pid in java_pids)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for pid in java_pids:
+            if not _process_gone(pid):
+                os.kill(pid, signal.SIGKILL)

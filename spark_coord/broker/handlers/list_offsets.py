@@ -1,12 +1,16 @@
-"""ListOffsets (key 2): offsets by time: earliest (-2), latest (-1), or the first
-offset whose batch has a timestamp >= t.
+"""ListOffsets (key 2): offsets by time: earliest (-2), latest (-1), the largest
+timestamp (-3), or the first offset whose batch has a timestamp >= t.
 
 Versions served per the wire registry (0-7): v0 answers a list
 (old_style_offsets, at most max_num_offsets entries), v1+ one (timestamp,
 offset) pair; v2 adds isolation_level and throttle_time_ms, v4 leader epochs,
-v6 is flexible, v7 allows -3 (the record with the largest timestamp: answered
-only if the partition log offers ``max_timestamp()``, else offset -1).  Lookups by timestamp are at batch granularity (the log's
-``offset_for_timestamp``); no such batch -> offset -1 (v1+) or [] (v0).
+v6 is flexible, v7 allows -3 (KIP-734: the offset and timestamp of the first
+record with the partition's largest timestamp, ``PartitionLog.max_timestamp``).
+Lookups by a timestamp t >= 0 are at batch granularity (the log's
+``offset_for_timestamp``: the base offset of the first batch holding a record
+at or after t).  Nothing found -> offset -1 (v1+) or [] (v0); another negative
+timestamp -> INVALID_REQUEST.  Earliest and latest are answered from memory;
+the lookups that read segments run on the log's I/O threads, off the event loop.
 """
 
 from __future__ import annotations
@@ -25,28 +29,21 @@ def _partition(index: int, code: int, offset: int = -1, timestamp: int = -1, old
             "offset": offset, "leader_epoch": 0 if code == ErrorCode.NONE else -1}
 
 
-def _lookup(plog, ts: int) -> tuple[int, int]:
+def _scan(plog, ts: int) -> tuple[int, int]:
+    """(offset, timestamp) for -3 or a timestamp >= 0, read from the segments (blocking)."""
+    found = plog.max_timestamp() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts)
+    return (found[0], found[1]) if found else (-1, -1)
+
+
+async def _lookup(ctx, plog, ts: int) -> tuple[int, int]:
     """(offset, timestamp) for the requested timestamp; offset -1 when there is none."""
     if ts == EARLIEST:
         return plog.log_start_offset, -1
     if ts == LATEST:
         return plog.log_end_offset, -1
-    if ts == MAX_TIMESTAMP:
-        return _max_timestamp(plog)
-    if ts < 0:
+    if ts < 0 and ts != MAX_TIMESTAMP:
         raise ValueError(f"timestamp {ts}")
-    found = plog.offset_for_timestamp(ts)
-    return (found[0], found[1]) if found else (-1, -1)
-
-
-def _max_timestamp(plog) -> tuple[int, int]:
-    best = None
-    fn = getattr(plog, "max_timestamp", None)
-    if fn is not None:  # the log may offer it directly
-        best = fn()
-    if best is None:
-        return -1, -1
-    return best
+    return await ctx.logs.run_io(_scan, plog, ts)
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:
@@ -62,7 +59,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
                 continue
             plog = ctx.logs.get_or_create(name, index)
             try:
-                offset, ts = _lookup(plog, p.get("timestamp", LATEST))
+                offset, ts = await _lookup(ctx, plog, p.get("timestamp", LATEST))
             except ValueError:
                 parts.append(_partition(index, ErrorCode.INVALID_REQUEST))
                 continue

@@ -12,10 +12,18 @@ producer) is checked against the producer's sequence state first
 (``broker.producer_state``): a duplicate is answered with its original base
 offset and not appended again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, a stale
 epoch INVALID_PRODUCER_EPOCH.
+
+The appends themselves run on the event loop, one request after another, so
+each partition's batches keep their arrival order.  When the flush policy wants
+an fsync (``log.flush.interval.messages``), it runs on the log's I/O threads
+(all partitions of the request at once) and the answer waits for it: an
+acknowledged produce is on disk, and the loop keeps serving everyone else --
+pings included -- meanwhile.  A failed fsync answers KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from spark_coord.broker import producer_state
@@ -42,51 +50,68 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
         return error_response(body, ErrorCode.INVALID_REQUIRED_ACKS)
     max_batch = ctx.config["message.max.bytes"]
     responses = []
+    to_flush: list[tuple[dict, str, object]] = []  # (partition answer, topic, log) awaiting an fsync
     for topic_data in body.get("topic_data") or []:
         name = topic_data.get("name")
         if name not in ctx.view.topics and ctx.config["auto.create.topics.enable"] and name:
             await topic_admin.auto_create(ctx, name)
         parts = []
         for pd in topic_data.get("partition_data") or []:
-            parts.append(_append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch))
+            answer, plog = _append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch)
+            parts.append(answer)
+            if plog is not None:
+                to_flush.append((answer, name, plog))
         responses.append({"name": name, "partition_responses": parts})
+    if to_flush:
+        await _flush(ctx, to_flush)
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) -> dict:
+async def _flush(ctx, pending: list[tuple[dict, str, object]]) -> None:
+    """fsync the logs the flush policy asked for, off the loop; a failure turns that answer into an error."""
+    outcomes = await asyncio.gather(*(ctx.logs.run_io(plog.flush) for _, _, plog in pending), return_exceptions=True)
+    for (answer, topic, _), outcome in zip(pending, outcomes):
+        if isinstance(outcome, BaseException):
+            log.error("%s-%d: flush failed: %s", topic, answer["index"], outcome)
+            answer.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,
+                          error_message=f"flush failed: {outcome}")
+
+
+def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) -> tuple[dict, object]:
+    """(the partition's answer, its log when an fsync must complete before the answer goes out)."""
     code = ctx.leader_error(topic, partition)
     if code:
-        return _partition(partition, code)
+        return _partition(partition, code), None
     if records is None or len(records) == 0:
-        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message="no records")
+        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message="no records"), None
     try:
         headers = validate_batches(records, max_batch)
     except BatchTooLarge as e:
         log.info("%r: %s-%d: %s", conn, topic, partition, e)
-        return _partition(partition, ErrorCode.MESSAGE_TOO_LARGE, message=str(e))
+        return _partition(partition, ErrorCode.MESSAGE_TOO_LARGE, message=str(e)), None
     except InvalidBatch as e:
         log.warning("%r: %s-%d: rejected record batch: %s", conn, topic, partition, e)
-        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e))
+        return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e)), None
     plog = ctx.logs.get_or_create(topic, partition)
     sequences = producer_state.for_broker(ctx).sequences
     verdict = sequences.check(topic, partition, plog, headers)
     if verdict.duplicate_of is not None:
         log.info("%r: %s-%d: duplicate batch of producer %d (sequence %d) answered with offset %d", conn, topic,
                  partition, headers[0].producer_id, headers[0].base_sequence, verdict.duplicate_of)
-        return _partition(partition, ErrorCode.NONE, verdict.duplicate_of, plog.log_start_offset)
+        return _partition(partition, ErrorCode.NONE, verdict.duplicate_of, plog.log_start_offset), None
     if verdict.code != ErrorCode.NONE:
         log.info("%r: %s-%d: %s", conn, topic, partition, verdict.message)
-        return _partition(partition, verdict.code, message=verdict.message)
+        return _partition(partition, verdict.code, message=verdict.message), None
     try:
-        base_offset = plog.append(records, headers)
+        base_offset, flush_now = plog.append_deferred(records, headers)
     except OSError as e:
         log.error("%s-%d: append failed: %s", topic, partition, e)
-        return _partition(partition, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
+        return _partition(partition, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e)), None
     sequences.record(topic, partition, plog, headers, base_offset)
     ctx.appends.notify((topic, partition))
-    return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset)
+    return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset), plog if flush_now else None
 
 
 def error_response(body: dict, code: int) -> dict | None:
