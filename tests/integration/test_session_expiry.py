@@ -15,7 +15,7 @@ import asyncio
 import threading
 import time
 
-from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, chroot_connect
+from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
 from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
@@ -71,10 +71,10 @@ def _produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         producer.flush()
 
 
-def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
+def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect
 
-    connect_string = chroot_connect(zookeeper, request)
+    connect_string = zk_connect
     brokers = {i: InProcessBroker(connect_string, tmp_path / f"b{i}", i) for i in range(2)}
     zk = connect(connect_string, session_timeout_ms=10000, connection_timeout_ms=10000)
     ms: list[MemberProcess] = []
@@ -112,11 +112,10 @@ def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
             b.stop()
 
 
-def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_long_one(
-        zookeeper, request, tmp_path):
+def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_long_one(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect, split_chroot
 
-    connect_string = chroot_connect(zookeeper, request)
+    connect_string = zk_connect
     hosts, chroot = split_chroot(connect_string)
     proxy = CuttableProxy.to(hosts)
     # broker 0 (through the proxy) starts first, so it is the coordinator
