@@ -126,7 +126,8 @@ def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_
     session_s = BROKER_ZK_SESSION_MS / 1000
     try:
         b0 = brokers[0]
-        assert read_coordinator(zk) == 0 and b0.coordinator.active
+        # elected at start; the coordinator activates once it has read its groups back
+        wait_until(lambda: read_coordinator(zk) == 0 and b0.coordinator.active, message="broker 0 coordinates")
         epoch = b0.coordinator.epoch
         bootstrap = ",".join(f"127.0.0.1:{b.broker.bound_port}" for b in brokers.values())
         create_topic(bootstrap, "cut", 4)
