@@ -22,7 +22,7 @@ from kazoo.exceptions import NodeExistsError
 
 from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
-from spark_coord.broker.handlers import Handler, data_handlers
+from spark_coord.broker.handlers import data_handlers
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
@@ -31,8 +31,6 @@ from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
-
-#: Kafka keeps the cluster id at /cluster/id as {"version":"1","id":"<22-char base64 uuid>"}.
 
 
 def parse_listener(text: str, key: str = "listeners") -> tuple[str, int]:
@@ -48,19 +46,19 @@ def parse_listener(text: str, key: str = "listeners") -> tuple[str, int]:
 
 
 def _new_cluster_id() -> str:
+    """Kafka's form of a cluster id: a 22-character url-safe base64 uuid."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class Broker:
     """A broker: ``await start()``, serve, ``await stop()``; ``bound_port`` once started."""
 
-    def __init__(self, config: Config, extra_handlers: list[Handler] = ()):
+    def __init__(self, config: Config):
         self.config = config
         self.broker_id: int = config["broker.id"]
         self.host, self.port = parse_listener(config["listeners"])
         adv = config["advertised.listeners"]
         self.advertised_host, self.advertised_port = parse_listener(adv, "advertised.listeners") if adv else (None, None)
-        self._extra_handlers = list(extra_handlers)
         self.zk = None
         self.logs = None
         self.view: ClusterView | None = None
@@ -102,7 +100,7 @@ class Broker:
                                        cfg["connections.max.idle.ms"] / 1000)
             self.ctx.server = self.server
             self.coordination = CoordinationService(self)
-            for handler in data_handlers() + self.coordination.handlers() + self._extra_handlers:
+            for handler in data_handlers() + self.coordination.handlers():
                 self.server.add_handler(handler)
             self.ctx.cluster_id = await loop.run_in_executor(None, self._cluster_id)
             await self.view.start()
@@ -130,7 +128,8 @@ class Broker:
                  self.bound_port, self.ctx.cluster_id, cfg["zookeeper.connect"])
 
     def _cluster_id(self) -> str:
-        """Read ``/cluster/id``, creating it once for a new cluster (blocking)."""
+        """Read ``/cluster/id``, creating it once for a new cluster (blocking); Kafka keeps it
+        there as ``{"version":"1","id":"<cluster id>"}``."""
         data = json.dumps({"version": "1", "id": _new_cluster_id()}, separators=(",", ":")).encode()
         try:
             self.zk.create(paths.CLUSTER_ID, data, makepath=True)

@@ -31,19 +31,21 @@ import itertools
 import logging
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from spark_coord.records.region import FileRegion
-
-if TYPE_CHECKING:  # pragma: no cover
-    from spark_coord.wire.protocol import RequestHeader
+from spark_coord.wire.protocol import (ProtocolError, RequestHeader, UnsupportedRequest, decode_request,
+                                       decode_response, encode_api_versions_fallback, encode_request,
+                                       encode_response, peek_correlation_id)
+from spark_coord.wire.registry import ApiKey
+from spark_coord.wire.coordinator import correlation_id as nth_correlation_id
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 
 #: ``dispatch(connection, header, body) -> response body | None`` (None: no response, e.g. acks=0).
-Dispatch = Callable[["Connection", "RequestHeader", dict], Awaitable["dict | None"]]
+Dispatch = Callable[["Connection", RequestHeader, dict], Awaitable["dict | None"]]
 #: A handler's "no response now": it writes its answer later with ``Connection.write_response``.
 DEFERRED = None
 
@@ -114,8 +116,6 @@ class Connection:
 
     async def run(self) -> None:
         """Serve the connection until the peer closes, misbehaves or goes idle."""
-        from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest, decode_request
-
         try:
             while not self.closed:
                 try:
@@ -152,10 +152,8 @@ class Connection:
     async def _unsupported(self, e: Exception) -> bool:
         """ApiVersions at an unknown version gets Kafka's v0 fallback answer (KIP-511);
         any other unsupported (api_key, version) closes the connection, as Kafka does."""
-        from spark_coord.wire.protocol import encode_api_versions_fallback
-
         header = e.header
-        if header.api_key == 18:  # ApiVersions
+        if header.api_key == ApiKey.API_VERSIONS:
             log.info("%r: ApiVersions v%d not served; answering with the v0 fallback", self, header.api_version)
             advertised = self._advertised() if self._advertised is not None else None
             return await self.write_parts(encode_api_versions_fallback(header.correlation_id, advertised))
@@ -164,9 +162,7 @@ class Connection:
         return False
 
     # ------------------------------------------------------------------ writing
-    async def _write_response(self, header: "RequestHeader", body: dict) -> bool:
-        from spark_coord.wire.protocol import encode_response
-
+    async def _write_response(self, header: RequestHeader, body: dict) -> bool:
         return await self.write_parts(encode_response(header, body))
 
     async def write_response(self, header: "RequestHeader", body: dict) -> bool:
@@ -219,9 +215,6 @@ class Connection:
         """Send a request TO the client on this connection; the returned future resolves to
         the decoded response body (or fails with ``ConnectionClosed``).  The caller owns the
         timeout (``asyncio.wait_for``); a cancelled future's late answer is dropped."""
-        from spark_coord.wire.coordinator import correlation_id as nth_correlation_id
-        from spark_coord.wire.protocol import encode_request
-
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         if self.closed:
@@ -240,8 +233,6 @@ class Connection:
 
     def _take_response(self, frame: bytes) -> bool:
         """Resolve the pending server-initiated request ``frame`` answers; False (logged) if none waits."""
-        from spark_coord.wire.protocol import ProtocolError, decode_response, peek_correlation_id
-
         try:
             cid = peek_correlation_id(frame)
         except ProtocolError:

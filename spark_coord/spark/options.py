@@ -69,6 +69,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    #: ``members``: group members the query registers (threads of the driver-side reader
+    #: process, not executors): the query's share of the group's partitions.
     members: int | None = None
     min_partitions: int | None = None
     fetch_max_bytes: int = 52428800
@@ -333,7 +335,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options."""
-    from spark_coord.client.producer import CODECS
+    from spark_coord.records.compression import CODEC_IDS as CODECS
 
     opts = _lowered(options)
     _reject_unknown(opts, _SINK_NAMES, "coordkafka sink")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from consumer_fakes import FakeCoordinator, RecordingMember
-from helpers import wait_until
+from helpers import free_port, wait_until
 from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.errors import ErrorCode
 
@@ -54,10 +54,7 @@ def test_registers_with_the_subscription(fake, make_connector):
 
 
 def test_discovery_skips_dead_brokers_round_robin(fake, make_connector):
-    dead = socket.create_server(("127.0.0.1", 0))
-    dead_port = dead.getsockname()[1]
-    dead.close()  # nothing listens there any more
-    make_connector(bootstrap=[("127.0.0.1", dead_port), fake.address])
+    make_connector(bootstrap=[("127.0.0.1", free_port()), fake.address])  # nothing listens on the first
     assert fake.next_session().consumer_id == "c1"
 
 
@@ -259,9 +256,6 @@ def test_close_without_offsets_is_immediate(fake, make_connector):
 
 
 def test_close_before_any_coordinator_is_found(make_connector):
-    dead = socket.create_server(("127.0.0.1", 0))
-    port = dead.getsockname()[1]
-    dead.close()
-    conn = make_connector(bootstrap=[("127.0.0.1", port)])
+    conn = make_connector(bootstrap=[("127.0.0.1", free_port())])
     conn.close(timeout=5)
     assert not conn.is_alive()

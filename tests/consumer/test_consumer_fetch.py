@@ -5,12 +5,11 @@ offset (auto.offset.reset), out-of-range reset, revocation, offsets in answers, 
 from __future__ import annotations
 
 import threading
-import uuid
 
 import pytest
 
 from consumer_fakes import FakeCoordinator
-from helpers import wait_until
+from helpers import local_cluster, wait_until
 
 TOPIC = "events"
 EPOCH = 7
@@ -18,13 +17,8 @@ EPOCH = 7
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    connect = f"{zookeeper.connect_string}/consumer-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    c = LocalCluster(1, tmp_path_factory.mktemp("consumer-cluster"), zk_connect=connect,
-                     overrides={"coordinator.enable": False, "num.partitions": 2})
+    c = local_cluster(zookeeper, tmp_path_factory.mktemp("consumer-cluster"), 1, "consumer",
+                      {"coordinator.enable": False, "num.partitions": 2})
     c.start()
     try:
         _produce(c, {0: 30, 1: 20})

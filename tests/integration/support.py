@@ -4,10 +4,8 @@ and waits on the members' journals."""
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-import uuid
 
 log = logging.getLogger(__name__)
 
@@ -195,11 +193,3 @@ BROKER_OVERRIDES = {
     "num.partitions": 3,
 }
 
-
-def chroot_connect(zookeeper, request) -> str:
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:50]
-    connect = f"{zookeeper.connect_string}/i-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    return connect

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
-API_KEY = 2
+API_KEY = ApiKey.LIST_OFFSETS
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
