@@ -28,8 +28,9 @@ def test_network_exception_and_leadership_errors_are_retried_fatal_ones_are_not(
     assert not is_retriable(9999)  # a code nobody knows is not retried
 
 
-def test_producer_and_fetcher_share_the_table():
-    from spark_coord.client import fetcher, producer
+def test_producer_and_fetchers_share_the_table():
+    from spark_coord.client import producer
+    from spark_coord.consumer import fetcher
 
     assert fetcher.is_retriable is is_retriable
     assert producer.is_retriable is is_retriable

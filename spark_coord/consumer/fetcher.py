@@ -45,10 +45,9 @@ from collections import defaultdict
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.fetcher import fetch
-from spark_coord.errors import is_retriable
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.consumer.buffer import Item, PartitionBuffer
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.records.header import InvalidBatch
 from spark_coord.records.reader import iter_batches
 from spark_coord.wire.types import ProtocolError
