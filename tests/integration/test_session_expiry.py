@@ -149,8 +149,11 @@ def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_
         bootstrap = ",".join(f"127.0.0.1:{b.broker.bound_port}" for b in brokers.values())
         create_topic(bootstrap, "cut", 4)
         parts = topic_partitions("cut", 4)
-        ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"], session_timeout_ms=2000)
-              for i in range(2)]
+        # members' sessions outlast the broker's ZooKeeper session: while ZooKeeper cannot confirm the
+        # election the coordinator stops renewing leases (LeadershipLease), and a short cut must not
+        # cost a member its lease
+        ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"],
+                            session_timeout_ms=BROKER_ZK_SESSION_MS + 4000) for i in range(2)]
         gen, _ = wait_balanced(ms, parts)
         assigns = [len(m.events("assign")) for m in ms]
 
