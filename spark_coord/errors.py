@@ -114,6 +114,7 @@ class ErrorCode(IntEnum):
     STALE_COORDINATOR_EPOCH = 1005
     PARTITION_NOT_OWNED = 1006
     INVALID_SUBSCRIPTION = 1007
+    OFFSET_BACKWARDS = 1008  # below the offset already committed for the partition in this generation
 
     @property
     def retriable(self) -> bool:

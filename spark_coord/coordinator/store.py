@@ -93,6 +93,10 @@ class GroupStore(ABC):
         """Write these partitions' offsets (others keep theirs)."""
 
     @abstractmethod
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        """Forget the group's offsets and owners of a (deleted) topic."""
+
+    @abstractmethod
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
 
@@ -107,6 +111,11 @@ class GroupStore(ABC):
     @abstractmethod
     async def topics(self) -> dict[str, int]:
         """Every topic of the cluster with its number of partitions."""
+
+    @abstractmethod
+    async def verify(self) -> None:
+        """Change nothing, but raise ``Fenced`` unless this coordinator is still the elected one
+        (``StoreError`` when the store cannot tell right now)."""
 
 
 class MemoryGroupStore(GroupStore):
@@ -149,6 +158,11 @@ class MemoryGroupStore(GroupStore):
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         self._write("commit_offsets", group_id, offsets).offsets.update(offsets)
 
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        g = self._write("delete_topic", group_id, topic)
+        g.offsets = {tp: o for tp, o in g.offsets.items() if tp[0] != topic}
+        g.owners = {tp: o for tp, o in g.owners.items() if tp[0] != topic}
+
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return dict(self.groups[group_id].offsets) if group_id in self.groups else {}
 
@@ -160,3 +174,9 @@ class MemoryGroupStore(GroupStore):
 
     async def topics(self) -> dict[str, int]:
         return dict(self.cluster_topics)
+
+    async def verify(self) -> None:
+        if self.fenced:
+            raise Fenced("verify: fenced")
+        if self.fail_writes:
+            raise StoreError("verify: store unavailable")

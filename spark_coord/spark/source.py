@@ -89,12 +89,9 @@ class CoordKafkaDataSource(DataSource):
         return "coordkafka"
 
     def _source_options(self, streaming: bool | None):
-        from spark_coord.spark.membership import check_group_support
         from spark_coord.spark.options import parse_source_options
 
-        opts = parse_source_options(self.options, streaming)
-        check_group_support(opts)
-        return opts
+        return parse_source_options(self.options, streaming)
 
     def schema(self) -> str:
         """Called at ``load()``: the options are checked here, so mistakes surface before any query runs."""

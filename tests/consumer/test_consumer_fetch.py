@@ -148,7 +148,15 @@ def test_manual_commit_is_what_gets_reported(consumer, fake):
     session.start_fetcher(EPOCH, 1, {(TOPIC, 0): 0})
     _take_until(c, {(TOPIC, 0): 30})
     assert session.ping(EPOCH, 1)["offsets"] == []
-    c.commit({(TOPIC, 0): 12})
+    result = {}
+    committer = threading.Thread(target=lambda: result.update(c.commit({(TOPIC, 0): 12})))
+    committer.start()
+    header, request = session.member_request()  # sent at once, on the member's connection
+    assert request["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 12}] and not request["leave"]
+    assert committer.is_alive()  # commit() returns once the coordinator confirms
+    session.commit_answer(header, request, code=1006)
+    committer.join(5)
+    assert result == {(TOPIC, 0): 1006}
     assert session.ping(EPOCH, 1)["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 12}]
 
 
@@ -159,12 +167,12 @@ def test_close_hands_over_the_final_offsets(consumer, fake):
     _take_until(c, {(TOPIC, 0): 30})
     closer = threading.Thread(target=c.close)
     closer.start()
-    wait_until(lambda: c.connector.closing, 5, message="close() under way")
-    assert session.ping(EPOCH, 1)["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 30}]
+    header, request = session.member_request()
+    assert request["leave"] and request["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 30}]
     assert closer.is_alive()
-    session.ping(EPOCH, 1)
+    session.commit_answer(header, request)
     closer.join(10)
-    assert not closer.is_alive()
+    assert not closer.is_alive() and c.connector.left_cleanly
     assert session.is_closed_by_peer()
 
 
@@ -183,6 +191,9 @@ def test_cli_consume_prints_records_then_closes(cluster, fake, capsys):
         try:
             while True:  # keep pinging until the member leaves
                 session.ping(EPOCH, 1)
+                if not session.member_requests.empty():
+                    header, request = session.member_requests.get()
+                    session.commit_answer(header, request)
         except (OSError, ConnectionError, AssertionError):
             pass
 
