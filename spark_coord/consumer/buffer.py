@@ -26,9 +26,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PartitionBuffer", "Item"]
+from spark_coord.common import TopicPartition
 
-TopicPartition = tuple[str, int]
+__all__ = ["PartitionBuffer", "Item"]
 
 
 @dataclass(frozen=True)

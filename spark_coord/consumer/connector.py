@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from spark_coord.common import TopicPartition
 from spark_coord.consumer.channel import ChannelClosed, CoordinatorChannel
 from spark_coord.consumer.discovery import ClusterView, Discovery
 from spark_coord.errors import ErrorCode, KafkaError
@@ -62,8 +63,6 @@ from spark_coord.wire.types import ProtocolError
 log = logging.getLogger(__name__)
 
 __all__ = ["CommitFailed", "ConsumerCoordinatorConnector", "Member", "Registration", "TopicPartition"]
-
-TopicPartition = tuple[str, int]
 
 
 class Member(Protocol):

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from spark_coord.client.metadata import ClusterClient, parse_bootstrap
+from spark_coord.common import LARGEST, TopicPartition, normalize_offset_reset
 from spark_coord.consumer.buffer import PartitionBuffer
 from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.consumer.fetcher import FetcherManager, FetchSettings
@@ -42,9 +43,6 @@ from spark_coord.consumer.fetcher import FetcherManager, FetchSettings
 log = logging.getLogger(__name__)
 
 __all__ = ["CommitFailed", "Consumer", "Record", "default_consumer_id"]
-
-TopicPartition = tuple[str, int]
-_RESET_ALIASES = {"smallest": "smallest", "earliest": "smallest", "largest": "largest", "latest": "largest"}
 
 
 class Record(NamedTuple):
@@ -107,15 +105,13 @@ class Consumer:
 
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
                  consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
-                 auto_offset_reset: str = "largest", streams: int = 1, config: Mapping[str, Any] | None = None,
+                 auto_offset_reset: str = LARGEST, streams: int = 1, config: Mapping[str, Any] | None = None,
                  include_headers: bool = False, queued_batches: int = 16):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
             raise ValueError(f"group must be a non-empty string, got {group!r}")
-        reset = _RESET_ALIASES.get(str(auto_offset_reset).lower())
-        if reset is None:
-            raise ValueError(f"auto_offset_reset must be smallest/earliest or largest/latest, got {auto_offset_reset!r}")
+        reset = normalize_offset_reset(str(auto_offset_reset).lower())
         if session_timeout_ms < 100:
             raise ValueError(f"session_timeout_ms must be at least 100, got {session_timeout_ms}")
         static, pattern = _subscription(topics, pattern, streams)

@@ -46,17 +46,17 @@ from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.common import LARGEST, OFFSET_RESETS, SMALLEST, TopicPartition
 from spark_coord.consumer.buffer import Item, PartitionBuffer
 from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.records.header import InvalidBatch
-from spark_coord.records.reader import iter_batches
+from spark_coord.records.reader import next_offset
 from spark_coord.wire.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FetchSettings", "FetcherManager", "FetcherThread"]
 
-TopicPartition = tuple[str, int]
 _NETWORK_ERRORS = (BrokerConnectionError, ProtocolError, OSError, KafkaError)
 #: Longest ``FetcherManager.stop()`` waits for its threads (seconds).
 STOP_JOIN_TIMEOUT = 1.0
@@ -69,10 +69,10 @@ AUDIT_INTERVAL = 1.0
 class FetchSettings:
     """Fetch sizes and waits (the consumer's fetch.* keys) and the reset policy."""
 
-    def __init__(self, auto_offset_reset: str = "largest", max_wait_ms: int = 500, min_bytes: int = 1,
+    def __init__(self, auto_offset_reset: str = LARGEST, max_wait_ms: int = 500, min_bytes: int = 1,
                  max_bytes: int = 52428800, partition_max_bytes: int = 1048576, include_headers: bool = False,
                  retry_backoff_ms: int = 200):
-        if auto_offset_reset not in ("smallest", "largest"):
+        if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', got {auto_offset_reset!r}")
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
@@ -81,14 +81,6 @@ class FetchSettings:
         self.partition_max_bytes = partition_max_bytes
         self.include_headers = include_headers
         self.retry_backoff = retry_backoff_ms / 1000
-
-
-def _next_offset_of(records) -> int | None:
-    """The offset after the last complete batch of a record set (None if it has none)."""
-    last = None
-    for header, _ in iter_batches(records):
-        last = header.next_offset
-    return last
 
 
 class FetcherThread(threading.Thread):
@@ -176,7 +168,7 @@ class FetcherThread(threading.Thread):
                 return
             try:
                 batch = m.decode(records, pd.topic, pd.partition, offset)
-                after = _next_offset_of(records)
+                after = next_offset(records)
             except (InvalidBatch, ValueError) as e:
                 log.error("bad record set for %s-%d at offset %d from broker %d: %s", pd.topic, pd.partition,
                           offset, self.leader, e)
@@ -416,7 +408,7 @@ class FetcherManager:
 
     def reset_offset(self, tp: TopicPartition) -> int | None:
         """auto.offset.reset for ``tp`` via ListOffsets (None if the leader could not answer)."""
-        when = EARLIEST if self.settings.auto_offset_reset == "smallest" else LATEST
+        when = EARLIEST if self.settings.auto_offset_reset == SMALLEST else LATEST
         try:
             return self.admin.list_offsets(tp[0], [tp[1]], when)[tp[1]]
         except (*_NETWORK_ERRORS, KeyError) as e:

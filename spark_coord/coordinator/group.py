@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spark_coord.common import TopicPartition
 from spark_coord.coordinator.assignors import thread_owner
 from spark_coord.coordinator.store import StoredMember
 from spark_coord.coordinator.subscription import TopicCount
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 #: ``{thread_id: [(topic, partition)]}``
 Assignment = dict[str, list[TopicPartition]]
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import NO_GENERATION
 from spark_coord.zk import paths
 
-OFFSET_RESETS = ("smallest", "largest")
 
-TopicPartition = tuple[str, int]
 Assignment = dict[str, list[TopicPartition]]
 
 
@@ -84,7 +83,7 @@ def parse_registration(body: Any, min_session_timeout_ms: int) -> Registration |
     if session < min_session_timeout_ms:
         return Refusal(ErrorCode.SESSION_TIMEOUT_TOO_SMALL,
                        f"session timeout {session} ms is below the minimum {min_session_timeout_ms} ms")
-    reset = body.get("auto_offset_reset", "largest")
+    reset = body.get("auto_offset_reset", LARGEST)
     if reset not in OFFSET_RESETS:
         return Refusal(ErrorCode.INVALID_REQUEST, f"auto_offset_reset {reset!r} is not smallest|largest")
     auto_commit = body.get("auto_commit", True)

@@ -13,9 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
 from spark_coord.coordinator.subscription import TopicCount
-
-TopicPartition = tuple[str, int]
 
 
 class Fenced(Exception):
@@ -33,7 +32,7 @@ class StoredMember:
     consumer_id: str
     topic_count: TopicCount
     auto_commit: bool = True
-    auto_offset_reset: str = "largest"
+    auto_offset_reset: str = LARGEST
     session_timeout_ms: int = 10000
 
     def to_json(self) -> dict[str, Any]:
@@ -47,11 +46,11 @@ class StoredMember:
             raise ValueError(f"member {consumer_id!r}: expected a JSON object")
         tc = TopicCount.from_json(doc)
         auto_commit = doc.get("auto_commit", True)
-        reset = doc.get("auto_offset_reset", "largest")
+        reset = doc.get("auto_offset_reset", LARGEST)
         session = doc.get("session_timeout_ms", 10000)
         if not isinstance(auto_commit, bool):
             raise ValueError(f"member {consumer_id!r}: auto_commit {auto_commit!r} is not a boolean")
-        if reset not in ("smallest", "largest"):
+        if reset not in OFFSET_RESETS:
             raise ValueError(f"member {consumer_id!r}: auto_offset_reset {reset!r} is not smallest|largest")
         if isinstance(session, bool) or not isinstance(session, int) or session <= 0:
             raise ValueError(f"member {consumer_id!r}: session_timeout_ms {session!r} is not a positive integer")

@@ -46,12 +46,11 @@ import uuid
 
 from spark_coord.client.admin import EARLIEST, LATEST
 from spark_coord.client.metadata import parse_bootstrap
+from spark_coord.common import LARGEST, SMALLEST, TopicPartition
 from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class _QueryMember:
@@ -154,7 +153,7 @@ class GroupPartitionSource:
         from spark_coord.spark.offsets import OffsetResolver
 
         self.resolver = OffsetResolver(self.opts)
-        reset = "smallest" if self.opts.starting == "earliest" else "largest"
+        reset = SMALLEST if self.opts.starting == "earliest" else LARGEST
         registration = dict(group_id=self.opts.group_id, auto_commit=True, auto_offset_reset=reset,
                             session_timeout_ms=self.opts.session_timeout_ms)
         if self.opts.subscribe_pattern is not None:

@@ -39,11 +39,10 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from spark_coord.common import TopicPartition
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class PartitionSource(Protocol):

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-EARLIEST = -2
-LATEST = -1
+from spark_coord.common import EARLIEST, LATEST
+
 #: Group members' session timeout: long enough for members to keep consuming through a coordinator
 #: failover (the brokers' zookeeper.session.timeout.ms, 18 s by default, plus an election); the
 #: consumer's session.timeout.ms in spark_coord/config.py explains the choice.

@@ -43,11 +43,10 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
+from spark_coord.common import TopicPartition
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 def allocate(lag: dict[TopicPartition, int], cap: int | None) -> dict[TopicPartition, int]:

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from spark_coord.common import TopicPartition
 from spark_coord.testing.zk_history import Sample
 
-TopicPartition = tuple[str, int]
 Journal = Sequence[Mapping[str, Any]]
 
 

@@ -18,9 +18,9 @@ import threading
 import time
 from collections import defaultdict
 
-log = logging.getLogger(__name__)
+from spark_coord.common import TopicPartition
 
-TopicPartition = tuple[str, int]
+log = logging.getLogger(__name__)
 
 
 class AckingProducer(threading.Thread):
