@@ -16,6 +16,13 @@ request frame with a correlation id of the broker's own and returns a future;
 an incoming frame whose correlation id matches a pending server-initiated
 request is decoded as that request's RESPONSE instead of as a new request.
 Every pending future fails when the connection closes.
+
+Authentication (``auth``, a ``security.principal.ConnectionAuth``): on a SASL listener
+nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served until the
+client has authenticated; any other request closes the connection unanswered, and
+frames are bounded by ``sasl.server.max.receive.size`` until then.  A handler that
+sets ``close_after_response`` (a failed authentication) has its answer written and
+the connection closed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from spark_coord.records.region import FileRegion
+from spark_coord.security.principal import ConnectionAuth
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.wire.protocol import RequestHeader
@@ -58,7 +66,7 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
                  max_request_bytes: int, idle_timeout: float,
-                 advertised: Callable[[], list[dict]] | None = None):
+                 advertised: Callable[[], list[dict]] | None = None, auth: ConnectionAuth | None = None):
         self.id = next(self._ids)
         self.reader = reader
         self.writer = writer
@@ -68,6 +76,9 @@ class Connection:
         self.idle_timeout = idle_timeout
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        self.auth = auth if auth is not None else ConnectionAuth(None, host)
+        self.close_after_response = False  # set by a handler whose answer ends the connection
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
@@ -95,9 +106,10 @@ class Connection:
                 log.warning("%r: connection closed inside a size prefix", self)
             return None
         (size,) = _SIZE.unpack(prefix)
-        if size < 0 or size > self.max_request_bytes:
-            log.warning("%r: refusing frame of %d bytes (socket.request.max.bytes=%d); closing",
-                        self, size, self.max_request_bytes)
+        limit = self.auth.frame_limit(self.max_request_bytes)
+        if size < 0 or size > limit:
+            setting = "socket.request.max.bytes" if self.auth.authenticated else "sasl.server.max.receive.size"
+            log.warning("%r: refusing frame of %d bytes (%s=%d); closing", self, size, setting, limit)
             return None
         try:
             return await self.reader.readexactly(size)
@@ -108,6 +120,7 @@ class Connection:
     async def run(self) -> None:
         """Serve the connection until the peer closes, misbehaves or goes idle."""
         from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest, decode_request
+        from spark_coord.wire.registry import api_name
 
         try:
             while not self.closed:
@@ -129,8 +142,14 @@ class Connection:
                     if not await self._unsupported(e):
                         return
                     continue
+                if not self.auth.allows(header.api_key):
+                    log.warning("%r: %s request before SASL authentication on listener %s; closing", self,
+                                api_name(header.api_key), self.auth.listener_name)
+                    return
                 response = await self._dispatch(self, header, body)
                 if response is not None and not await self._write_response(header, response):
+                    return
+                if self.close_after_response:
                     return
         except (ConnectionError, OSError) as e:
             log.debug("%r: %s", self, e)
