@@ -26,6 +26,8 @@ def _add_bootstrap(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from spark_coord.security.cli import add_client_options, add_parsers as add_security_parsers
+
     parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected consumer-group coordinator, and tools to drive them.")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="logging level (default: %(default)s)")
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("topics", help="create, list, describe and delete topics",
                        description="Topic administration over the Kafka protocol (CreateTopics, Metadata, DeleteTopics).")
     _add_bootstrap(p)
+    add_client_options(p)
     tsub = p.add_subparsers(dest="action", metavar="ACTION")
     tsub.required = True
     c = tsub.add_parser("create", help="create a topic")
@@ -71,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="produce lines from stdin or a file to a topic",
                        description="Produce one record per input line.")
     _add_bootstrap(p)
+    add_client_options(p)
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--file", "-f", default="-", help="input file (default: stdin)")
     p.add_argument("--key-separator", "-K", metavar="SEP", default=None,
@@ -84,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tail", help="read partitions by offset, with no group",
                        description="Print records of a topic's partitions, one per line, from an offset.")
     _add_bootstrap(p)
+    add_client_options(p)
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--partition", "-p", type=int, action="append", help="partition(s) to read (default: all)")
     p.add_argument("--offset", "-o", default="earliest", help="earliest, latest, or a number (default: %(default)s)")
@@ -118,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func="spark_coord.consumer.cli:groups")
+
+    add_security_parsers(sub, _add_config_args)
 
     p = sub.add_parser("demo", help="local-cluster demo: start ZooKeeper and a broker, produce, read back, stop",
                        description="Start an embedded ZooKeeper and a broker on free ports, create a topic, produce "

@@ -98,9 +98,8 @@ class Broker:
         try:
             self.logs = await loop.run_in_executor(
                 None, LogManager, Path(cfg["log.dirs"]), LogConfig.from_broker_config(cfg))
-            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect(
-                cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
-                cfg["zookeeper.connection.timeout.ms"], create_chroot=True))
+            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
+            await loop.run_in_executor(None, self.security.start, self.zk)
             self.view = ClusterView(self.zk, loop)
             self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
@@ -195,6 +194,7 @@ class Broker:
             await self.server.stop()
         if self.view is not None:
             self.view.stop()
+        self.security.stop()
         if self.logs is not None:
             logs, self.logs = self.logs, None
             await loop.run_in_executor(self._maintenance, logs.close)

@@ -131,6 +131,10 @@ class Connection:
                     return
                 if frame is None:
                     return
+                if self.auth.expects_raw_token:
+                    if not await self._raw_sasl_token(frame):
+                        return
+                    continue
                 if self._pending and self._take_response(frame):
                     continue
                 try:
@@ -159,6 +163,18 @@ class Connection:
             log.exception("%r: unexpected error; closing this connection", self)
         finally:
             await self.close()
+
+    async def _raw_sasl_token(self, frame: bytes) -> bool:
+        """One SASL token framed raw (after SaslHandshake v0): answer with the server's token,
+        also size-prefixed; a failure closes the connection unanswered, as Kafka does."""
+        step = await self.auth.sasl.authenticate(bytes(frame))
+        if step.error_code:
+            return False
+        if step.principal is not None:
+            self.auth.authenticated_as(step.principal)
+            log.info("%r: authenticated as %s (%s, SaslHandshake v0, on %s)", self, step.principal,
+                     self.auth.sasl.mechanism, self.auth.listener_name)
+        return await self.write_parts([_SIZE.pack(len(step.token)), step.token])
 
     async def _unsupported(self, e: Exception) -> bool:
         """ApiVersions at an unknown version gets Kafka's v0 fallback answer (KIP-511);

@@ -74,6 +74,11 @@ class ConnectionAuth:
         """Whether a request with ``api_key`` may be served now."""
         return self.authenticated or api_key in PRE_AUTH_APIS
 
+    @property
+    def expects_raw_token(self) -> bool:
+        """Whether the next frame is a raw SASL token (after a SaslHandshake v0), not a request."""
+        return not self.authenticated and self.sasl is not None and self.sasl.raw_tokens
+
     def frame_limit(self, max_request_bytes: int) -> int:
         """The largest frame accepted now: ``sasl.server.max.receive.size`` until authenticated."""
         return max_request_bytes if self.authenticated else min(max_request_bytes, self.max_unauthenticated_bytes)

@@ -76,6 +76,7 @@ class SaslServer:
         self.peer = peer
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
+        self.raw_tokens = False  # after a SaslHandshake v0: tokens come as raw frames
         self._scram = None
         self._scram_user: str | None = None
 
@@ -158,15 +159,34 @@ class SaslServer:
             try:
                 self._scram.set_client_first(token.decode("utf-8"))
                 return SaslStep(ErrorCode.NONE, token=self._scram.get_server_first().encode("utf-8"))
-            except scramp.ScramException:
+            except scramp.ScramException as e:
+                log.debug("%s: SCRAM client-first refused: %s", self.peer, e)
                 return self._fail(self._scram_user)
         try:
-            self._scram.set_client_final(token.decode("utf-8"))
+            final_text = token.decode("utf-8")
+            self._accept_kafka_nonce(final_text)
+            self._scram.set_client_final(final_text)
             final = self._scram.get_server_final()
-        except scramp.ScramException:
+        except scramp.ScramException as e:
+            log.debug("%s: SCRAM client-final refused: %s", self.peer, e)
             return self._fail(self._scram_user)
         step = self._done(self._scram_user)
         return SaslStep(step.error_code, token=final.encode("utf-8"), principal=step.principal)
+
+
+    def _accept_kafka_nonce(self, client_final: str) -> None:
+        """Take the client-final nonce as Kafka's broker does: it must start with the client's
+        nonce and end with ours (``ScramSaslServer`` checks only the end).  librdkafka 2.0.0-2.0.1
+        send the client nonce twice in front; the proof still covers exactly what was sent, so
+        scramp verifies it as usual once it expects that nonce."""
+        from scramp.core import Nonce
+
+        sent = next((p[2:] for p in client_final.split(",") if p.startswith("r=")), None)
+        expected = str(self._scram.nonce)
+        ours = str(self._scram.s_nonce)
+        client = expected[:-len(ours)]
+        if sent and sent != expected and sent.endswith(ours) and sent.startswith(client):
+            self._scram.nonce = Nonce(sent)
 
 
 # ---------------------------------------------------------------------- client side

@@ -1,10 +1,10 @@
 """SaslHandshake (key 17): the client names its SASL mechanism; the answer lists the enabled ones.
 
-Served: v1 only.  v1 (KIP-152) says the SASL tokens that follow travel in
-SaslAuthenticate requests.  v0 would make them raw size-prefixed tokens outside
-Kafka's request framing, which no client we know still needs when the broker
-offers v1 (librdkafka, kafka-python and the Java client all negotiate v1 through
-ApiVersions), so it is declared but not served.
+Served: v0-1.  v1 (KIP-152) says the SASL tokens that follow travel in
+SaslAuthenticate requests.  After a v0 handshake they are raw size-prefixed
+tokens outside Kafka's request framing (``broker.connection`` reads them); clients
+pick v1 when offered, but librdkafka only believes a broker does SASL at all when
+its ApiVersions range of SaslHandshake includes v0.
 """
 
 from __future__ import annotations
@@ -21,4 +21,4 @@ RESPONSE = Message("SaslHandshakeResponse", valid="0-1", flexible="none", fields
     Field("Mechanisms", "[]string", "0+"),
 ])
 
-register(ApiKey.SASL_HANDSHAKE, "SaslHandshake", REQUEST, RESPONSE, (1, 1))
+register(ApiKey.SASL_HANDSHAKE, "SaslHandshake", REQUEST, RESPONSE, (0, 1))

@@ -16,8 +16,3 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server_cert(pki):
     return pki.server()
-
-
-def tls_overrides(server_cert, listeners: str = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", **extra) -> dict:
-    """Broker settings for ``listeners`` with the test broker certificate."""
-    return {"listeners": listeners, "ssl.keystore.location": str(server_cert.keystore), **extra}

@@ -13,7 +13,7 @@ import threading
 import uuid
 
 import pytest
-from conftest import tls_overrides
+from security_support import tls_overrides
 from helpers import wait_until
 
 from spark_coord.client.admin import EARLIEST, AdminClient
