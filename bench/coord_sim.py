@@ -141,8 +141,9 @@ class SimMember:
         return 0
 
     def _next_corr(self) -> int:
+        """A member's correlation ids are negative (see ``wire.coordinator``)."""
         self._corr += 1
-        return self._corr
+        return api.correlation_id(self._corr)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rate: float) -> None:
         """Answer the coordinator until the connection ends."""

@@ -5,9 +5,11 @@ Starts the embedded ZooKeeper and a broker in a temporary directory (unless
 a background thread, and runs a streaming aggregation with a processing-time
 trigger, printing each batch's windows as they arrive.  The query reads as a
 member of the consumer group ``--group``: the coordinator assigns it the topic's
-partitions and commits its micro-batches' offsets to ZooKeeper.  After
-``--batches`` non-empty batches (or ``--seconds``) it prints the group's members,
-committed offsets and lag, and shuts everything down.
+partitions and its micro-batches' offsets are committed to ZooKeeper as Spark
+confirms them.  After ``--batches`` non-empty batches (or ``--seconds``) it ends
+cleanly: the producer stops, the query reads what is left and goes idle (no batch
+is interrupted), the group's committed offsets reach the log end, the query stops
+(its members leave the group), and the group is printed with lag 0.
 
     ./spark-submit.sh jobs/quickstart.py
     ./spark-submit.sh jobs/quickstart.py --bootstrap 127.0.0.1:9092 --topic clicks --seconds 60
@@ -29,11 +31,29 @@ from clicks import ClickProducer, cluster_or, ensure_topic, parsed_clicks, parti
 log = logging.getLogger("jobs.quickstart")
 
 
+def group_lag(bootstrap: str, group: str) -> int | None:
+    """The group's total lag (None while some partition has no committed offset yet)."""
+    from spark_coord.consumer.cli import describe_groups
+
+    lags = [o.get("lag") for g in describe_groups(bootstrap, [group], with_lag=True) for o in g["offsets"]]
+    return None if not lags or None in lags else sum(lags)
+
+
+def drain(query, bootstrap: str, group: str, timeout: float = 60.0) -> bool:
+    """After the producer stopped: wait until the query has committed everything (lag 0) and
+    no batch runs, so that stopping it interrupts nothing.  False if that did not happen in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and query.isActive:
+        if group_lag(bootstrap, group) == 0 and not query.status["isTriggerActive"]:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def show_group(bootstrap: str, group: str) -> None:
     """The group as the coordinator sees it: members, committed offsets, log end and lag."""
     from spark_coord.consumer.cli import describe_groups, format_group
 
-    time.sleep(2.5)  # let the last batch's offsets travel: next ping answer, then the committer
     for g in describe_groups(bootstrap, [group], with_lag=True):
         print(format_group(g))
 
@@ -84,18 +104,22 @@ def main(argv=None) -> int:
             try:
                 while len(seen) < args.batches and time.monotonic() < deadline and query.isActive:
                     query.awaitTermination(1)
-                show_group(bootstrap, args.group)
+                producer.stop()  # no new clicks: the query reads what is left, then goes idle
+                log.info("producer stopped after %d clicks; waiting for the query to commit the rest", producer.sent)
+                if not drain(query, bootstrap, args.group):
+                    log.warning("the query did not reach lag 0 in time; stopping it anyway")
             finally:
-                query.stop()
                 producer.stop()
+                query.stop()  # between batches: its members leave the group with their final offsets
             if query.exception() is not None:
                 raise RuntimeError(f"query failed: {query.exception()}")
-            print(f"produced {producer.sent} clicks; partition offsets of {args.topic!r}:")
-            for row in partition_offsets(bootstrap, args.topic):
-                print(f"  partition {row['partition']}: earliest {row['earliest']}, latest {row['latest']}")
             progress = query.lastProgress
             if progress:
                 print("last batch's source end offsets:", progress["sources"][0]["endOffset"])
+            print(f"produced {producer.sent} clicks; partition offsets of {args.topic!r}:")
+            for row in partition_offsets(bootstrap, args.topic):
+                print(f"  partition {row['partition']}: earliest {row['earliest']}, latest {row['latest']}")
+            show_group(bootstrap, args.group)
         spark.stop()
     return 0
 

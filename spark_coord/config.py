@@ -435,9 +435,14 @@ CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord c
         "Brokers tried round-robin to discover the cluster and its coordinator, host:port[,host:port...]."),
     Key("group.id", "str", None, "Consumer group to join (required)."),
     Key("consumer.id", "str", None, "Member id within the group; empty generates <host>-<pid>-<random>."),
-    Key("session.timeout.ms", "int", 10000,
-        "The coordinator pings every third of this; a member silent this long is failed, and a member\n"
-        "that hears nothing from the coordinator this long reconnects.", minimum=100),
+    Key("session.timeout.ms", "int", 30000,
+        "The member's lease. The coordinator pings every third of it; a member whose pings go unanswered\n"
+        "is failed, and its partitions move to others once this long has passed since the last ping sent\n"
+        "to it (at once when it leaves cleanly). A member that loses its coordinator keeps consuming while\n"
+        "it finds the next one, for at most this long since a coordinator last spoke to it. The default\n"
+        "outlasts a coordinator failover (the brokers' zookeeper.session.timeout.ms, 18 s by default, plus\n"
+        "an election), so consumption does not stop when the coordinator's broker dies; shorter values\n"
+        "detect dead members sooner but stop consumption during a slow failover.", minimum=100),
     Key("auto.commit.enable", "bool", True, "Report consumed offsets in ping answers so the coordinator commits them."),
     Key("auto.offset.reset", "str", "largest",
         "Where to start when the group has no committed offset or it is out of range: smallest or largest."),

@@ -93,10 +93,12 @@ class ErrorCode(IntEnum):
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     PREFERRED_LEADER_NOT_AVAILABLE = 80
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = 81
-    ELECTION_NOT_NEEDED = 82
-    NO_REASSIGNMENT_IN_PROGRESS = 83
-    GROUP_SUBSCRIBED_TO_TOPIC = 84
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
@@ -112,6 +114,12 @@ class ErrorCode(IntEnum):
     STALE_COORDINATOR_EPOCH = 1005
     PARTITION_NOT_OWNED = 1006
     INVALID_SUBSCRIPTION = 1007
+    OFFSET_BACKWARDS = 1008  # below the offset already committed for the partition in this generation
+
+    @property
+    def retriable(self) -> bool:
+        """Whether a client may retry the request that got this code (see ``RETRIABLE``)."""
+        return self in RETRIABLE
 
     @classmethod
     def name_of(cls, code: int) -> str:
@@ -120,6 +128,47 @@ class ErrorCode(IntEnum):
             return cls(code).name
         except ValueError:
             return f"UNKNOWN_ERROR_{code}"
+
+
+#: The codes whose exceptions are ``RetriableException``s in Kafka's Java client
+#: (``org.apache.kafka.common.errors``: directly, or through ``InvalidMetadataException``
+#: or ``TimeoutException``): the same request may succeed if sent again, usually after
+#: refreshing metadata.  Every client here decides retries with this one table.
+RETRIABLE: frozenset[ErrorCode] = frozenset({
+    ErrorCode.CORRUPT_MESSAGE,                  # CorruptRecordException: may be corruption in transit
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,       # InvalidMetadataException
+    ErrorCode.LEADER_NOT_AVAILABLE,             # InvalidMetadataException
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,           # InvalidMetadataException
+    ErrorCode.REQUEST_TIMED_OUT,                # TimeoutException
+    ErrorCode.REPLICA_NOT_AVAILABLE,            # InvalidMetadataException
+    ErrorCode.NETWORK_EXCEPTION,                # InvalidMetadataException
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.NOT_CONTROLLER,
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.KAFKA_STORAGE_ERROR,              # InvalidMetadataException
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+    ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+    ErrorCode.LISTENER_NOT_FOUND,               # InvalidMetadataException
+    ErrorCode.FENCED_LEADER_EPOCH,              # InvalidMetadataException
+    ErrorCode.UNKNOWN_LEADER_EPOCH,             # InvalidMetadataException
+    ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,   # InvalidMetadataException
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,   # InvalidMetadataException
+    ErrorCode.ELECTION_NOT_NEEDED,              # InvalidMetadataException
+    ErrorCode.UNSTABLE_OFFSET_COMMIT,
+    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+    ErrorCode.UNKNOWN_TOPIC_ID,                 # InvalidMetadataException
+    ErrorCode.INCONSISTENT_TOPIC_ID,            # InvalidMetadataException
+})
+
+
+def is_retriable(code: int) -> bool:
+    """``RETRIABLE`` for a raw code from a response (codes this table does not know are not)."""
+    return code in RETRIABLE
 
 
 class KafkaError(Exception):

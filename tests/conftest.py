@@ -6,10 +6,9 @@ Keep this file light: heavy imports go inside the fixtures.
 
 from __future__ import annotations
 
-import re
-import uuid
-
 import pytest
+
+from helpers import fresh_chroot
 
 #: Session timeout for test clients: short, so expiry tests are fast, but above the
 #: server's minSessionTimeout (1000 ms) and comfortably above GC/CI hiccups.
@@ -38,12 +37,7 @@ def zookeeper(tmp_path_factory):
 @pytest.fixture
 def zk_connect(zookeeper, request) -> str:
     """A connect string ``host:port/<unique chroot>`` (the chroot exists), so tests never see each other's znodes."""
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
-    connect = f"{zookeeper.connect_string}/t-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    return connect
+    return fresh_chroot(zookeeper, "t-" + request.node.name[:60])
 
 
 @pytest.fixture

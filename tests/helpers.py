@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
+import uuid
 from typing import Callable, TypeVar
+
+from spark_coord.zk.embedded import free_port  # noqa: F401  (the one free-port helper of the tests)
 
 T = TypeVar("T")
 
@@ -29,17 +33,37 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-def local_cluster(zookeeper, data_dir, n_brokers: int, name: str, overrides: dict | None = None):
-    """A ``LocalCluster`` of ``n_brokers`` broker processes on a fresh chroot of the session's
-    ZooKeeper, so modules sharing that ZooKeeper never see each other's topics or groups."""
-    import uuid
-
-    from spark_coord.cluster import LocalCluster
+def fresh_chroot(zookeeper, name: str) -> str:
+    """A connect string ``host:port/<name>-<random>`` on the session's ZooKeeper whose chroot
+    exists and is empty, so tests and modules sharing that ZooKeeper never see each other's
+    znodes.  ``name`` (a test or module name) is made znode-safe and shortened."""
     from spark_coord.zk.client import ensure_chroot
 
-    connect = f"{zookeeper.connect_string}/{name}-{uuid.uuid4().hex[:8]}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[-60:]
+    connect = f"{zookeeper.connect_string}/{safe}-{uuid.uuid4().hex[:8]}"
     ensure_chroot(connect, connection_timeout_ms=10000)
-    return LocalCluster(n_brokers, data_dir, zk_connect=connect, overrides=overrides)
+    return connect
+
+
+def local_cluster(zookeeper, data_dir, n_brokers: int, name: str, overrides: dict | None = None):
+    """A ``LocalCluster`` of ``n_brokers`` broker processes on a fresh chroot of the session's
+    ZooKeeper (``fresh_chroot``); use it as a context manager, or ``start()``/``stop()``."""
+    from spark_coord.cluster import LocalCluster
+
+    return LocalCluster(n_brokers, data_dir, zk_connect=fresh_chroot(zookeeper, name), overrides=overrides)
+
+
+def group_offsets(zk_connect: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of ``topic`` in ZooKeeper (Kafka's 0.8 layout), by partition."""
+    from spark_coord.zk import paths
+    from spark_coord.zk.client import close, connect
+
+    zk = connect(zk_connect)
+    try:
+        base = paths.topic_offsets(group, topic)
+        return {int(p): int(zk.get(f"{base}/{p}")[0]) for p in (zk.get_children(base) if zk.exists(base) else [])}
+    finally:
+        close(zk)
 
 
 def read_exactly(conn, n: int) -> bytes:

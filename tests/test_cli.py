@@ -31,3 +31,68 @@ def test_bad_override_is_reported_not_raised(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "no.such" in out.stderr
+
+
+# ------------------------------------------------- options anywhere after the subcommand
+B = "10.0.0.1:9093"
+
+#: Each command as a user might type it, with the options that can come before or after the action.
+#: (command words, action words, options); the action words include the action's own arguments.
+ACTION_COMMANDS = [
+    (["topics"], ["create", "t1", "--partitions", "3"], ["-b", B]),
+    (["topics"], ["list"], ["-b", B]),
+    (["topics"], ["describe", "t1", "t2"], ["--bootstrap", B]),
+    (["topics"], ["delete", "t1"], ["-b", B]),
+    (["groups"], ["list"], ["-b", B, "--json"]),
+    (["groups"], ["describe", "g1"], ["-b", B, "--json"]),
+    (["groups"], ["describe"], ["--json"]),
+]
+
+
+def _parse(argv: list[str]) -> dict:
+    return vars(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("command, action, options", ACTION_COMMANDS, ids=lambda v: " ".join(v))
+def test_options_before_or_after_the_action_mean_the_same(command, action, options):
+    before = _parse(command + options + action)
+    after = _parse(command + action + options)
+    split = _parse(command + options[:2] + action + options[2:])
+    assert before == after == split
+    if "-b" in options or "--bootstrap" in options:
+        assert before["bootstrap"] == B
+    assert before["json"] is True if "--json" in options else before.get("json") in (None, False)
+
+
+@pytest.mark.parametrize("action", [["list"], ["describe", "g1"]], ids=" ".join)
+def test_defaults_hold_when_options_are_left_out(action):
+    args = _parse(["groups"] + action)
+    assert args["bootstrap"] == "127.0.0.1:9092" and args["json"] is False and args["log_level"] == "INFO"
+
+
+@pytest.mark.parametrize("argv", [
+    ["produce", "-t", "x", "-b", B], ["produce", "-b", B, "-t", "x", "--partition", "2"],
+    ["tail", "-t", "x", "--offset", "latest", "-b", B], ["consume", "--group", "g", "--topic", "x", "-b", B],
+], ids=" ".join)
+def test_bootstrap_anywhere_after_other_subcommands(argv):
+    assert _parse(argv)["bootstrap"] == B
+
+
+@pytest.mark.parametrize("argv", [["topics", "list"], ["groups", "describe", "g1"], ["produce", "-t", "x"],
+                                  ["broker"], ["up", "--brokers", "2"], ["demo"]], ids=" ".join)
+def test_log_level_before_or_after_the_subcommand(argv):
+    assert _parse(["--log-level", "ERROR"] + argv)["log_level"] == "ERROR"
+    assert _parse(argv + ["--log-level", "DEBUG"])["log_level"] == "DEBUG"
+    assert _parse(argv)["log_level"] == "INFO"
+
+
+def test_an_option_given_twice_keeps_the_last():
+    assert _parse(["topics", "-b", "a:1", "list", "-b", B])["bootstrap"] == B
+
+
+def test_produce_compression_choices_are_the_codecs():
+    from spark_coord.records.compression import CODEC_IDS
+    for name in CODEC_IDS:
+        assert _parse(["produce", "-t", "x", "--compression", name])["compression"] == name
+    with pytest.raises(SystemExit):
+        _parse(["produce", "-t", "x", "--compression", "brotli"])

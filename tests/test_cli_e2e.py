@@ -104,6 +104,17 @@ def test_produce_file_then_tail_prints_exactly_what_was_produced(cluster, tmp_pa
     assert ok("tail", *b, "--topic", topic, "--offset", "latest") == b""
 
 
+def test_bootstrap_after_the_action_as_the_readme_types_it(cluster):
+    b = ["-b", cluster.bootstrap]
+    ok("topics", "create", "cli-after", "--partitions", "2", *b)
+    assert "cli-after" in ok("topics", "list", *b).decode().split()
+    described = ok("topics", "describe", "cli-after", *b).decode().splitlines()
+    assert [line.split()[:2] for line in described[2:]] == [["cli-after", "0"], ["cli-after", "1"]]
+    ok("topics", "delete", "cli-after", *b)
+    wait_until(lambda: "cli-after" not in ok("topics", "list", *b).decode().split(), 20,
+               message="deleted topic gone from the listing")
+
+
 def test_produce_from_stdin_and_tail_empty_values(cluster):
     b = ["--bootstrap", cluster.bootstrap]
     ok("topics", *b, "create", "cli-stdin", "--partitions", "1")

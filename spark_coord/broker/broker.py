@@ -21,7 +21,7 @@ from kazoo.exceptions import NodeExistsError
 
 from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
-from spark_coord.broker.handlers import Handler, data_handlers
+from spark_coord.broker.handlers import data_handlers
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
@@ -32,23 +32,21 @@ from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
 
-#: Kafka keeps the cluster id at /cluster/id as {"version":"1","id":"<22-char base64 uuid>"}.
-
 
 def _new_cluster_id() -> str:
+    """Kafka's form of a cluster id: a 22-character url-safe base64 uuid."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class Broker:
     """A broker: ``await start()``, serve, ``await stop()``; ``bound_port`` once started."""
 
-    def __init__(self, config: Config, extra_handlers: list[Handler] = ()):
+    def __init__(self, config: Config):
         self.config = config
         self.broker_id: int = config["broker.id"]
         self.security = BrokerSecurity(config)  # listeners and TLS contexts: a bad setting fails here
         first = self.security.listener_config.listeners[0]
         self.host, self.port = first.host, first.port
-        self._extra_handlers = list(extra_handlers)
         self.zk = None
         self.logs = None
         self.view: ClusterView | None = None
@@ -107,7 +105,7 @@ class Broker:
                                        connection_auth=self.security.connection_auth)
             self.ctx.server = self.server
             self.coordination = CoordinationService(self)
-            for handler in data_handlers() + self.coordination.handlers() + self._extra_handlers:
+            for handler in data_handlers() + self.coordination.handlers():
                 self.server.add_handler(handler)
             self.ctx.cluster_id = await loop.run_in_executor(None, self._cluster_id)
             await self.view.start()
@@ -137,7 +135,8 @@ class Broker:
                  self.ctx.cluster_id, cfg["zookeeper.connect"])
 
     def _cluster_id(self) -> str:
-        """Read ``/cluster/id``, creating it once for a new cluster (blocking)."""
+        """Read ``/cluster/id``, creating it once for a new cluster (blocking); Kafka keeps it
+        there as ``{"version":"1","id":"<cluster id>"}``."""
         data = json.dumps({"version": "1", "id": _new_cluster_id()}, separators=(",", ":")).encode()
         try:
             self.zk.create(paths.CLUSTER_ID, data, makepath=True)

@@ -12,10 +12,16 @@ the segment file, so the bytes go from the page cache to the socket.
 
 Server-initiated requests (the seam for a coordinator that pushes Ping /
 StopFetcher / StartFetcher to a connected member): ``send_request()`` writes a
-request frame with a correlation id of the broker's own and returns a future;
-an incoming frame whose correlation id matches a pending server-initiated
-request is decoded as that request's RESPONSE instead of as a new request.
-Every pending future fails when the connection closes.
+request frame with a negative correlation id of the broker's own and returns a
+future.  An incoming frame whose first int32 is negative is a RESPONSE (a request
+starts with ``api_key << 16 | api_version``, never negative; see
+``wire.coordinator``): it resolves the pending request with that id, or is
+dropped with a log line when nothing waits for it.  Every pending future fails
+when the connection closes.
+
+A handler may answer later: it returns ``DEFERRED`` and writes its response itself
+with ``write_response`` (the coordinator's CommitOffsets answers once ZooKeeper has
+the offsets, while the member's ping answers keep being read).
 
 Authentication (``auth``, a ``security.principal.ConnectionAuth``): on a SASL listener
 nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served until the
@@ -32,20 +38,24 @@ import itertools
 import logging
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from spark_coord.records.region import FileRegion
 from spark_coord.security.principal import ConnectionAuth
-
-if TYPE_CHECKING:  # pragma: no cover
-    from spark_coord.wire.protocol import RequestHeader
+from spark_coord.wire.protocol import (ProtocolError, RequestHeader, UnsupportedRequest, decode_request,
+                                       decode_response, encode_api_versions_fallback, encode_request,
+                                       encode_response, peek_correlation_id)
+from spark_coord.wire.coordinator import correlation_id as nth_correlation_id
+from spark_coord.wire.registry import ApiKey, api_name
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 
 #: ``dispatch(connection, header, body) -> response body | None`` (None: no response, e.g. acks=0).
-Dispatch = Callable[["Connection", "RequestHeader", dict], Awaitable["dict | None"]]
+Dispatch = Callable[["Connection", RequestHeader, dict], Awaitable["dict | None"]]
+#: A handler's "no response now": it writes its answer later with ``Connection.write_response``.
+DEFERRED = None
 
 
 class ConnectionClosed(ConnectionError):
@@ -82,9 +92,8 @@ class Connection:
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
-        self._next_correlation = itertools.count(1)
+        self._next_correlation = itertools.count(0)
         self._on_close: list[Callable[["Connection"], Any]] = []
-        self.attributes: dict[str, Any] = {}  # per-connection state for higher layers (e.g. a registered member)
 
     def __repr__(self) -> str:
         return f"Connection#{self.id}({self.peer})"
@@ -119,9 +128,6 @@ class Connection:
 
     async def run(self) -> None:
         """Serve the connection until the peer closes, misbehaves or goes idle."""
-        from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest, decode_request
-        from spark_coord.wire.registry import api_name
-
         try:
             while not self.closed:
                 try:
@@ -135,7 +141,8 @@ class Connection:
                     if not await self._raw_sasl_token(frame):
                         return
                     continue
-                if self._pending and self._take_response(frame):
+                if len(frame) >= 1 and frame[0] >= 0x80:  # a negative first int32: a response
+                    self._take_response(frame)
                     continue
                 try:
                     header, body = decode_request(frame)
@@ -179,10 +186,8 @@ class Connection:
     async def _unsupported(self, e: Exception) -> bool:
         """ApiVersions at an unknown version gets Kafka's v0 fallback answer (KIP-511);
         any other unsupported (api_key, version) closes the connection, as Kafka does."""
-        from spark_coord.wire.protocol import encode_api_versions_fallback
-
         header = e.header
-        if header.api_key == 18:  # ApiVersions
+        if header.api_key == ApiKey.API_VERSIONS:
             log.info("%r: ApiVersions v%d not served; answering with the v0 fallback", self, header.api_version)
             advertised = self._advertised() if self._advertised is not None else None
             return await self.write_parts(encode_api_versions_fallback(header.correlation_id, advertised))
@@ -191,10 +196,12 @@ class Connection:
         return False
 
     # ------------------------------------------------------------------ writing
-    async def _write_response(self, header: "RequestHeader", body: dict) -> bool:
-        from spark_coord.wire.protocol import encode_response
-
+    async def _write_response(self, header: RequestHeader, body: dict) -> bool:
         return await self.write_parts(encode_response(header, body))
+
+    async def write_response(self, header: "RequestHeader", body: dict) -> bool:
+        """Answer a request whose handler returned ``DEFERRED`` (False if the connection is gone)."""
+        return await self._write_response(header, body)
 
     async def write_parts(self, parts: list) -> bool:
         """Write one whole frame (bytes and FileRegion parts) atomically w.r.t. other frames.
@@ -242,14 +249,12 @@ class Connection:
         """Send a request TO the client on this connection; the returned future resolves to
         the decoded response body (or fails with ``ConnectionClosed``).  The caller owns the
         timeout (``asyncio.wait_for``); a cancelled future's late answer is dropped."""
-        from spark_coord.wire.protocol import encode_request
-
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         if self.closed:
             fut.set_exception(ConnectionClosed(f"{self!r} is closed"))
             return fut
-        correlation_id = next(self._next_correlation) & 0x7FFFFFFF
+        correlation_id = nth_correlation_id(next(self._next_correlation))
         self._pending[correlation_id] = (api_key, api_version, fut)
         frame = encode_request(api_key, api_version, correlation_id, client_id, body)
 
@@ -261,15 +266,14 @@ class Connection:
         return fut
 
     def _take_response(self, frame: bytes) -> bool:
-        """If ``frame`` answers a pending server-initiated request, resolve it and return True."""
-        from spark_coord.wire.protocol import ProtocolError, decode_response, peek_correlation_id
-
+        """Resolve the pending server-initiated request ``frame`` answers; False (logged) if none waits."""
         try:
             cid = peek_correlation_id(frame)
         except ProtocolError:
             return False
         entry = self._pending.pop(cid, None)
         if entry is None:
+            log.info("%r: response with correlation id %d answers nothing pending; dropped", self, cid)
             return False
         api_key, api_version, fut = entry
         if fut.done():

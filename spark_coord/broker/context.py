@@ -1,4 +1,5 @@
-"""What request handlers can reach: configuration, logs, the cluster view, ZooKeeper."""
+"""What request handlers can reach: configuration, logs, the cluster view, ZooKeeper,
+the waiters of long-polling fetches and the idempotent producers' state."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from spark_coord.broker.producer_state import BrokerProducers
 from spark_coord.broker.waiters import AppendWaiters
 from spark_coord.config import Config
 from spark_coord.errors import ErrorCode
@@ -31,6 +33,11 @@ class BrokerContext:
     cluster_id: str = ""
     server: "BrokerServer | None" = None
     appends: AppendWaiters = field(default_factory=AppendWaiters)
+    #: Producer ids (claimed in blocks from ZooKeeper) and sequence state (InitProducerId, Produce).
+    producers: BrokerProducers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.producers = BrokerProducers.create(self.zk_call, self.zk, self.broker_id)
 
     async def zk_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking kazoo call off the event loop thread (with kazoo's command retry)."""

@@ -6,7 +6,13 @@ groups from ZooKeeper), the others stay inert and answer ``ClusterMetadata`` wit
 the winner's id, so members find it.  The broker's connection objects become the
 coordinator's ``MemberChannel``\\ s: after RegisterConsumer the coordinator pushes
 Ping / StopFetcher / StartFetcher down the member's own connection, and the
-member's answers come back through ``Connection.send_request`` futures.
+member's answers come back through ``Connection.send_request`` futures, each to
+the callback of the request it answers.  The member's own CommitOffsets requests
+arrive on the same connection; each is answered once ZooKeeper has the offsets,
+from a task of its own, so the connection keeps reading ping answers meanwhile.
+
+A broker that stops while it is the coordinator commits the offsets it holds
+before it gives the role up (``Coordinator.shutdown``).
 
 Topic changes seen by the broker's ZooKeeper view (new topics, more partitions)
 are handed to the active coordinator, which rebalances the interested groups.
@@ -20,8 +26,9 @@ from typing import Any
 
 from kazoo.recipe.watchers import DataWatch
 
+from spark_coord.broker.connection import DEFERRED, Connection
 from spark_coord.broker.handlers import Handler
-from spark_coord.coordinator.channel import ChannelClosed
+from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.clock import LoopTimer, SystemClock
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.coordinator import Coordinator
@@ -38,23 +45,25 @@ log = logging.getLogger(__name__)
 class BrokerMemberChannel:
     """A registered member's broker connection, as the coordinator's ``MemberChannel``."""
 
-    def __init__(self, conn, service: "CoordinationService"):
+    def __init__(self, conn: Connection, service: "CoordinationService"):
         self.conn = conn
         self.service = service
         self.peer = conn.peer
+        #: The close callback that reports this member gone is installed (once per connection).
+        self.close_hooked = False
 
-    def send(self, api_key: int, body: dict) -> None:
+    def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
         if self.conn.closed:
             raise ChannelClosed(f"{self.peer}: connection closed")
         fut = self.conn.send_request(api_key, api.VERSION, body)
-        fut.add_done_callback(lambda f: self._answered(api_key, f))
+        fut.add_done_callback(lambda f: self._answered(f, on_answer))
 
-    def _answered(self, api_key: int, fut: asyncio.Future) -> None:
+    def _answered(self, fut: asyncio.Future, on_answer: OnAnswer) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return  # a closed connection is reported through on_channel_closed
         coordinator = self.service.coordinator
         if coordinator is not None and coordinator.active:
-            coordinator.on_response(self, api_key, fut.result())
+            on_answer(fut.result())
 
     def close(self) -> None:
         if not self.conn.closed:
@@ -75,6 +84,9 @@ class CoordinationService:
         self.coordinator_id = -1
         self.coordinator_epoch = -1
         self._watch: DataWatch | None = None
+        #: Connection id -> the member channel made for it at its first RegisterConsumer.
+        self._member_channels: dict[int, BrokerMemberChannel] = {}
+        self._answers: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ life cycle
     def handlers(self) -> list[Handler]:
@@ -84,6 +96,8 @@ class CoordinationService:
             Handler(api.REGISTER_CONSUMER, "RegisterConsumer", self._register,
                     lambda body, code: {"error_code": code}),
             Handler(api.DESCRIBE_GROUPS, "CoordinatorDescribeGroups", self._describe,
+                    lambda body, code: {"error_code": code}),
+            Handler(api.COMMIT_OFFSETS, "CommitOffsets", self._commit_offsets,
                     lambda body, code: {"error_code": code}),
         ]
 
@@ -102,10 +116,14 @@ class CoordinationService:
         await self.elector.start()
 
     async def stop(self) -> None:
+        if self.coordinator is not None:
+            await self.coordinator.shutdown()  # commit what it holds while still elected
         if self.elector is not None:
             await self.elector.stop()
         if self.coordinator is not None:
             await self.coordinator.deactivate()
+        for task in list(self._answers):
+            task.cancel()
         self._watch = None
 
     def _epoch_check(self):
@@ -155,18 +173,40 @@ class CoordinationService:
             return {"error_code": ErrorCode.NOT_COORDINATOR,
                     "error_message": f"broker {self.broker.broker_id} is not the coordinator "
                                      f"(the coordinator is broker {self.coordinator_id})"}
-        channel = conn.attributes.get("member_channel")
+        channel = self._member_channels.get(conn.id)
         if channel is None:
-            channel = conn.attributes["member_channel"] = BrokerMemberChannel(conn, self)
+            channel = self._member_channels[conn.id] = BrokerMemberChannel(conn, self)
+            conn.add_close_callback(lambda c: self._member_channels.pop(c.id, None))
         answer = coordinator.register(channel, body)
-        if answer.get("error_code") == ErrorCode.NONE and not conn.attributes.get("close_hooked"):
-            conn.attributes["close_hooked"] = True
+        if answer.get("error_code") == ErrorCode.NONE and not channel.close_hooked:
+            channel.close_hooked = True
             conn.add_close_callback(lambda _c: self._member_gone(channel))
         return answer
 
     def _member_gone(self, channel: BrokerMemberChannel) -> None:
         if self.coordinator is not None and self.coordinator.active:
             self.coordinator.on_channel_closed(channel)
+
+    async def _commit_offsets(self, ctx, conn, header, body) -> dict | None:
+        """CommitOffsets: answered by a task of its own once the offsets are in ZooKeeper."""
+        coordinator = self.coordinator
+        channel = self._member_channels.get(conn.id)
+        if coordinator is None or not coordinator.active or channel is None:
+            return {"error_code": ErrorCode.NOT_COORDINATOR if coordinator is None or not coordinator.active
+                    else ErrorCode.UNKNOWN_CONSUMER, "error_message": "no consumer is registered on this connection"}
+
+        async def answer() -> None:
+            try:
+                response = await coordinator.handle_commit(channel, body)
+            except Exception:
+                log.exception("CommitOffsets from %s failed", conn.peer)
+                response = {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR}
+            await conn.write_response(header, response)
+
+        task = asyncio.get_running_loop().create_task(answer(), name=f"commit-offsets-{conn.id}")
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+        return DEFERRED
 
     async def _describe(self, ctx, conn, header, body) -> dict:
         coordinator = self.coordinator

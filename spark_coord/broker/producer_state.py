@@ -278,21 +278,19 @@ class ProducerStateTable:
 
 @dataclass
 class BrokerProducers:
-    """A broker's producer machinery: the id allocator and the sequence table."""
+    """A broker's producer machinery: the id allocator and the sequence table
+    (``BrokerContext.producers``)."""
 
     ids: ProducerIdAllocator
     sequences: ProducerStateTable
 
-
-_ATTRIBUTE = "producers"
+    @classmethod
+    def create(cls, zk_call: Callable[..., Awaitable], zk: "KazooClient", broker_id: int) -> "BrokerProducers":
+        """Ids claimed from ZooKeeper in blocks through ``zk_call`` (off the event loop)."""
+        return cls(ids=ProducerIdAllocator(lambda: zk_call(claim_block, zk, broker_id)),
+                   sequences=ProducerStateTable())
 
 
 def for_broker(ctx: "BrokerContext") -> BrokerProducers:
-    """The broker's ``BrokerProducers``, created on first use and kept on the context."""
-    found = getattr(ctx, _ATTRIBUTE, None)
-    if found is None:
-        found = BrokerProducers(
-            ids=ProducerIdAllocator(lambda: ctx.zk_call(claim_block, ctx.zk, ctx.broker_id)),
-            sequences=ProducerStateTable())
-        setattr(ctx, _ATTRIBUTE, found)
-    return found
+    """The broker's ``BrokerProducers``: ``ctx.producers``, created with the context."""
+    return ctx.producers

@@ -10,7 +10,7 @@ import asyncio
 from collections import defaultdict
 from typing import Iterable
 
-TopicPartition = tuple[str, int]
+from spark_coord.common import TopicPartition
 
 
 class AppendWaiters:

@@ -6,13 +6,11 @@ import logging
 from collections import defaultdict
 
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.common import EARLIEST, LATEST
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
-
-EARLIEST = -2
-LATEST = -1
 
 
 class AdminClient:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import sys
 import time
@@ -12,10 +11,10 @@ from typing import Callable
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnectionError
-from spark_coord.client.fetcher import fetch, is_retriable
+from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.errors import KafkaError, is_retriable
 from spark_coord.records.reader import iter_records
 from spark_coord.security.cli import client_security
 from spark_coord.table import format_table

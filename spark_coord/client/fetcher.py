@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass, field
 
 from spark_coord.client.connection import BrokerConnection, PendingResponse
-from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,3 @@ def send_fetch(conn: BrokerConnection, offsets: dict[tuple[str, int], int], max_
     return PendingFetch(conn.send(ApiKey.FETCH, body, timeout=conn.timeout + max_wait_ms / 1000, into=into),
                         dict(offsets))
 
-
-def is_retriable(code: int) -> bool:
-    return code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT)

@@ -35,6 +35,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from spark_coord.client.connection import BrokerConnection, BrokerConnectionError
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.common import TopicPartition
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import consumer_protocol
 from spark_coord.wire.find_coordinator import BATCHED_VERSION, KEY_TYPE_GROUP
@@ -53,8 +54,6 @@ T = TypeVar("T")
 #: Errors that mean "ask again where the group's coordinator is".
 COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,28 @@
 
 Used by ``spark-coord produce``, the demo, tests and benchmarks, and by the Spark
 sink.  Keys are partitioned with Kafka's murmur2 rule (as the Java client does), so
-records with the same key land where other Kafka producers would put them; records
-without a key go round-robin, one batch at a time.
+records with the same key land where other Kafka producers would put them.  Records
+without a key are partitioned as Kafka's sticky partitioner does (KIP-480): they all
+go to one partition until its batch is sent, then to another one; the first partition
+of a topic is chosen at random, so short runs of a producer (one ``spark-coord
+produce`` per file) spread over the partitions instead of all filling the first.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import defaultdict
 from typing import Iterable, Sequence
 
 from spark_coord.client.metadata import ClusterClient
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.records.builder import BatchBuilder
+from spark_coord.records.compression import codec_id
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
-
-CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION}
 
 
 def murmur2(data: bytes) -> int:
@@ -65,23 +66,25 @@ class Producer:
     compression : "none", "gzip", "snappy", "lz4" or "zstd"
     batch_size : bytes per record batch before it is sent
     retries : attempts per batch on retriable errors (leader moved, topic not yet known)
+    rng : where the sticky partitioner draws partitions for records without a key
     """
 
     def __init__(self, cluster: ClusterClient, acks: int = 1, compression: str = "none",
-                 batch_size: int = 16384, retries: int = 5, timeout_ms: int = 30000):
+                 batch_size: int = 16384, retries: int = 5, timeout_ms: int = 30000,
+                 rng: random.Random | None = None):
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1, 0 or 1, not {acks!r}")
-        if compression not in CODECS:
-            raise ValueError(f"compression must be one of {', '.join(CODECS)}, not {compression!r}")
         self.cluster = cluster
         self.acks = acks
-        self.codec = CODECS[compression]
+        self.codec = codec_id(compression)  # ValueError naming the known codecs
         self.batch_size = batch_size
         self.retries = retries
         self.timeout_ms = timeout_ms
         self._builders: dict[tuple[str, int], BatchBuilder] = {}
         self._counts: dict[tuple[str, int], int] = defaultdict(int)
-        self._round_robin: dict[str, int] = defaultdict(int)
+        self._rng = rng or random.Random()
+        self._sticky: dict[str, int] = {}       # topic -> partition of the keyless records' open batch
+        self._last_sticky: dict[str, int] = {}  # topic -> the sticky partition before it
         self.sent_records = 0
         self.sent_bytes = 0
 
@@ -91,10 +94,9 @@ class Producer:
     def send(self, topic: str, value: bytes | None, key: bytes | None = None,
              headers: Sequence[tuple[str, bytes | None]] = (), partition: int | None = None,
              timestamp_ms: int | None = None) -> None:
-        sticky = partition is None and key is None
         if partition is None:
             n = self.partition_count(topic)
-            partition = partition_for_key(key, n) if key is not None else self._round_robin[topic] % n
+            partition = partition_for_key(key, n) if key is not None else self._sticky_partition(topic, n)
         tp = (topic, partition)
         builder = self._builders.get(tp)
         if builder is None:
@@ -103,11 +105,25 @@ class Producer:
                        timestamp_ms=timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         self._counts[tp] += 1
         if builder.size_estimate >= self.batch_size:
-            if sticky:
-                self._round_robin[topic] += 1  # the next keyless batch goes to the next partition
             self._send({tp: self._take(tp)})
 
+    def _sticky_partition(self, topic: str, n: int) -> int:
+        """The partition keyless records of ``topic`` go to now: chosen at random when the
+        previous one's batch was sent (never the same one twice in a row when n > 1)."""
+        partition = self._sticky.get(topic)
+        if partition is None or partition >= n:
+            last = self._last_sticky.get(topic)
+            partition = self._rng.randrange(n - 1 if last is not None and n > 1 else n)
+            if last is not None and n > 1 and partition >= last:
+                partition += 1  # skip the previous sticky partition
+            self._sticky[topic] = partition
+        return partition
+
     def _take(self, tp) -> tuple[bytes, int]:
+        """Close the batch of ``tp`` for sending; keyless records then move on to another partition."""
+        topic, partition = tp
+        if self._sticky.get(topic) == partition:
+            self._last_sticky[topic] = self._sticky.pop(topic)
         builder = self._builders.pop(tp)
         return builder.build(), self._counts.pop(tp)
 
@@ -130,7 +146,7 @@ class Producer:
             for leader, group in by_leader.items():
                 errors = self._produce(leader, group)
                 for tp, code in errors.items():
-                    if code in RETRIABLE:
+                    if is_retriable(code):
                         failed[tp] = group[tp]
                         last_error = code
                     else:

@@ -12,19 +12,23 @@ never disagree:
   a *token*; fetchers put batches with the token they were started under, so a
   late batch of a revoked partition is dropped instead of delivered;
 - taking a batch and advancing its position happen under one lock, so a
-  StopFetcher answer never misses a batch the application already has.
+  StopFetcher answer never misses a batch the application already has;
+- nothing is handed out after the member's lease ran out (``set_lease``): a member
+  that was paused past its session timeout delivers nothing more when it resumes,
+  even before its connector notices and stops the fetchers.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PartitionBuffer", "Item"]
+from spark_coord.common import TopicPartition
 
-TopicPartition = tuple[str, int]
+__all__ = ["PartitionBuffer", "Item"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class PartitionBuffer:
         self._consumed: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
         self._closed = False
+        self._lease_until = float("inf")
 
     # ------------------------------------------------------------------ assignment
     @property
@@ -98,6 +103,12 @@ class PartitionBuffer:
             self._consumed[tp] = offset
             return True
 
+    def set_lease(self, until: float) -> None:
+        """Hand out batches only until ``until`` (``time.monotonic()``), unless renewed."""
+        with self._cond:
+            self._lease_until = until
+            self._cond.notify_all()
+
     # --------------------------------------------------------------------- queue
     def put(self, item: Item, stop: threading.Event) -> bool:
         """Queue ``item``, waiting while the buffer is full; False if it was dropped because its
@@ -116,9 +127,10 @@ class PartitionBuffer:
         """The oldest batch, waiting up to ``timeout`` (None: forever); None on timeout or close.
         With ``mark`` the partition's consumed position moves past the whole batch."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._items or self._closed, timeout):
+            if not self._cond.wait_for(lambda: (self._items and time.monotonic() < self._lease_until)
+                                       or self._closed, timeout):
                 return None
-            if not self._items:
+            if not self._items or time.monotonic() >= self._lease_until:
                 return None
             item = self._items.popleft()
             if mark:

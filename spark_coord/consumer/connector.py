@@ -1,30 +1,45 @@
 """``ConsumerCoordinatorConnector``: the thread that owns a member's coordinator channel.
 
 The algorithm of seeds 001 (Consumer.onStartup / onLostConnection / Connector.*)
-and 003 sections 7, 8 and 11:
+and 003 sections 7, 8 and 11, with the consumer states of seeds 004:
 
 1. Discovery: ClusterMetadata round-robin over the brokers (``Discovery``),
    retrying with exponential backoff until closed.
-2. Connect to the coordinator and send RegisterConsumer.  An error code is logged,
-   the channel closed, and after a backoff discovery starts again
-   (CONSUMER_ID_ALREADY_REGISTERED is expected for a moment after a reconnect,
-   until the coordinator has failed our old session).
+2. Connect to the coordinator and send RegisterConsumer (v1).  A member that
+   still holds an assignment claims it (generation, partitions per thread, its
+   positions); the answer says whether it is back in that generation.  An error
+   code is logged, the channel closed, and after a backoff discovery starts
+   again (CONSUMER_ID_ALREADY_REGISTERED is expected for a moment after a
+   reconnect, until the coordinator has noticed our old connection closed).
 3. Serve the channel: read requests FROM the coordinator and answer each with the
    same correlation id -- Ping (offsets when there are any to report), StopFetcher
    (stop the fetchers, then answer with the offsets), StartFetcher (adopt the
    generation, assignment and start offsets, start the fetchers, answer).
    A request stamped with a coordinator epoch older than the newest one seen is
    refused with STALE_COORDINATOR_EPOCH (a deposed coordinator, DESIGN 6).
-4. Lost connection, a protocol violation, or silence for a whole session timeout:
-   stop the fetchers and go back to 1.
+   ``commit()`` (any thread) sends CommitOffsets on the same channel; its answer
+   arrives between the coordinator's requests.
+4. Lost connection, a protocol violation, or silence: go back to 1 *without
+   stopping* (seeds 004, "re-discover co-ord": the member does not stop
+   consumption).
 
-``close()`` makes sure the final offsets reach the coordinator (003 section 11,
-handlePingRequest 1.2): answer a Ping (or StopFetcher) with the final offsets,
-then wait for the coordinator's next request -- proof that the answer arrived --
-each wait bounded by the session timeout; then close.
+The lease (DESIGN 9, invariant 1): a member may fetch its assignment only until
+its session timeout has passed since it last heard a request from a coordinator
+(``Member.renew_lease`` tells the fetchers and the delivery, which check it
+themselves).  A watchdog thread calls ``Member.connection_lost`` when the lease
+ends without a renewal; the assignment is kept, dormant, and claimed at the next
+registration: if the coordinator takes the member back, fetching resumes where it
+stopped (``Member.resume_fetchers``); if it refuses the claim, the assignment is
+dropped and the member joins as a new one.
+
+``close()`` makes sure the final offsets reach ZooKeeper (003 section 11, done
+with the active commit of section 13): the connector thread sends CommitOffsets
+with the final offsets and ``leave`` set and waits for the answer, which comes
+once the offsets are written; the coordinator then rebalances the others at once.
+The whole close is bounded by the session timeout, whatever the cluster does.
 
 The connector knows nothing about fetching: it drives a ``Member`` (the
-``Consumer``, or a test double) through four calls.
+``Consumer``, the Spark source's members, or a test double).
 """
 
 from __future__ import annotations
@@ -34,12 +49,12 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Protocol
 
+from spark_coord.common import TopicPartition
 from spark_coord.consumer.channel import ChannelClosed, CoordinatorChannel
 from spark_coord.consumer.discovery import ClusterView, Discovery
-from spark_coord.errors import ErrorCode
+from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import coordinator as api
 from spark_coord.wire.protocol import RequestHeader
 from spark_coord.wire.registry import api_name
@@ -47,13 +62,12 @@ from spark_coord.wire.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumerCoordinatorConnector", "Member", "Registration", "TopicPartition"]
-
-TopicPartition = tuple[str, int]
+__all__ = ["CommitFailed", "ConsumerCoordinatorConnector", "Member", "Registration", "TopicPartition"]
 
 
 class Member(Protocol):
-    """What the connector asks of the consumer it serves (all called on the connector's thread)."""
+    """What the connector asks of the consumer it serves (called on the connector's threads,
+    never two at once)."""
 
     def report_offsets(self) -> list[dict]:
         """``[{topic, partition, offset}]`` to put in a Ping/StopFetcher answer (may be empty)."""
@@ -66,7 +80,20 @@ class Member(Protocol):
         """Adopt a new assignment (start offset -1: apply auto.offset.reset) and fetch it."""
 
     def connection_lost(self) -> None:
-        """The coordinator is gone: fetchers must be stopped until a new StartFetcher."""
+        """The assignment is no longer confirmed by a coordinator (lease over, or a claim refused):
+        stop fetching until started or resumed again; positions are kept."""
+
+    def resume_fetchers(self) -> None:
+        """A coordinator took the member back into its generation after ``connection_lost``:
+        fetch the same assignment again from the kept positions."""
+
+    def renew_lease(self, until: float) -> None:
+        """The assignment may be fetched and delivered until ``until`` (``time.monotonic()``)."""
+
+
+class CommitFailed(KafkaError):
+    """An active commit did not reach ZooKeeper (the offsets are still reported with the next
+    Ping answer or claim)."""
 
 
 @dataclass
@@ -80,20 +107,13 @@ class Registration:
     pattern_streams: int = 1
     auto_commit: bool = True
     auto_offset_reset: str = "largest"
-    session_timeout_ms: int = 10000
+    session_timeout_ms: int = 30000
 
     def body(self) -> dict:
         return {"group_id": self.group_id, "consumer_id": self.consumer_id,
                 "topics": [{"topic": t, "streams": n} for t, n in sorted(self.topics.items())],
                 "pattern": self.pattern, "pattern_streams": self.pattern_streams, "auto_commit": self.auto_commit,
                 "auto_offset_reset": self.auto_offset_reset, "session_timeout_ms": self.session_timeout_ms}
-
-
-class _Shutdown(Enum):
-    RUNNING = 0
-    REQUESTED = 1      # close() called: the next Ping/StopFetcher answer carries the final offsets
-    FINAL_SENT = 2     # final offsets sent: the next request from the coordinator proves they arrived
-    DONE = 3
 
 
 class ConsumerCoordinatorConnector(threading.Thread):
@@ -115,45 +135,71 @@ class ConsumerCoordinatorConnector(threading.Thread):
         self.max_backoff = max(max_backoff_ms, backoff_ms) / 1000
         self.discovery = Discovery(bootstrap, client_id, self.socket_timeout)
         self.coordinator_epoch = -1            # the newest epoch seen (fencing)
-        self.generation_id = -1
+        self.generation_id = api.NO_GENERATION  # generation of the assignment held (-1: none)
         self.coordinator: ClusterView | None = None
         self.registered = threading.Event()    # set while registered with a coordinator
         self.registrations = 0                 # successful registrations so far (tests, metrics)
         self.last_error: int | None = None     # last RegisterConsumer error code
         self._closing = threading.Event()
-        self._state_lock = threading.Lock()
-        self._shutdown = _Shutdown.RUNNING
         self._channel: CoordinatorChannel | None = None
         self._failures = 0
+        #: The held assignment per partition -> thread (claimed on re-registration); empty with none.
+        self._threads: dict[TopicPartition, str] = {}
+        self._member_lock = threading.RLock()  # member calls: the connector thread vs the lease watchdog
+        self._lease_until = 0.0
+        self._suspended = False                # lease ran out: fetchers stopped, assignment dormant
+        self._lease_cond = threading.Condition(self._member_lock)
+        self._watchdog = threading.Thread(target=self._watch_lease, name=f"lease-{registration.consumer_id}",
+                                          daemon=True)
+        self._left = threading.Event()         # the final commit (leave) was answered
 
     # ------------------------------------------------------------------- lifecycle
     @property
     def closing(self) -> bool:
-        """True once ``close()`` was called (the final-offsets handshake may still be running)."""
+        """True once ``close()`` was called (the final commit may still be under way)."""
         return self._closing.is_set()
 
+    def start(self) -> None:
+        super().start()
+        self._watchdog.start()
+
     def close(self, timeout: float | None = None) -> None:
-        """Stop after the final offsets reached the coordinator (bounded by about two session
-        timeouts), then close the channel and join the thread."""
-        with self._state_lock:
-            if self._shutdown is _Shutdown.RUNNING:
-                self._shutdown = _Shutdown.REQUESTED
+        """Leave the group: the final offsets are committed (CommitOffsets with ``leave``) if a
+        coordinator answers in time; returns within ``timeout`` (default: the session timeout)."""
         self._closing.set()
+        with self._lease_cond:
+            self._lease_cond.notify_all()
         channel = self._channel
         if channel is not None:
             channel.wake()
         if self.is_alive():
-            self.join(timeout if timeout is not None else 2 * self.session_timeout + 2 * self.socket_timeout)
+            self.join(self.session_timeout if timeout is None else timeout)
         if self.is_alive():
-            log.warning("%s: did not stop in time; closing its channel", self.name)
-            if self._channel is not None:
-                self._channel.close()
+            log.warning("%s: no coordinator confirmed the final offsets in time; leaving without", self.name)
+            channel = self._channel
+            if channel is not None:
+                channel.close()
+
+    @property
+    def left_cleanly(self) -> bool:
+        """True once the coordinator confirmed the final commit of ``close()``."""
+        return self._left.is_set()
 
     def run(self) -> None:
+        deadline: float | None = None
         try:
-            while not self._closing.is_set():
-                view = self._discover()
+            while True:
+                if self._closing.is_set():
+                    if deadline is None:
+                        deadline = time.monotonic() + self.session_timeout
+                    if not self._threads and self.generation_id == api.NO_GENERATION and not self.registered.is_set():
+                        break  # nothing to hand over and nobody to tell
+                    if time.monotonic() >= deadline:
+                        break
+                view = self._discover(deadline)
                 if view is None:
+                    if self._closing.is_set():
+                        continue
                     break
                 channel = self._register(view)
                 if channel is None:
@@ -165,24 +211,59 @@ class ConsumerCoordinatorConnector(threading.Thread):
                     self.registered.clear()
                     self._channel = None
                     channel.close()
-                    self.member.connection_lost()
+                if self._left.is_set():
+                    break
                 if not self._closing.is_set():
                     self._wait_backoff()
         except Exception:  # never die silently: the member would hang unassigned
             log.exception("%s: unexpected failure", self.name)
-            self.registered.clear()
-            self.member.connection_lost()
         finally:
+            self.registered.clear()
+            with self._member_lock:
+                if self._threads or self.generation_id != api.NO_GENERATION:
+                    if not self._suspended:
+                        self.member.connection_lost()
+                    self._suspended = True
+                self._lease_until = 0.0
+                self._lease_cond.notify_all()
             log.info("%s: stopped", self.name)
 
     def _wait_backoff(self) -> None:
         self._failures += 1
-        delay = min(self.max_backoff, self.backoff * 2 ** min(self._failures - 1, 16))
+        cap = self.max_backoff
+        if self.generation_id != api.NO_GENERATION:
+            # holding an assignment on a lease: find the next coordinator well before it runs out
+            cap = min(cap, max(self.backoff, self.session_timeout / 10))
+        delay = min(cap, self.backoff * 2 ** min(self._failures - 1, 16))
         self._closing.wait(delay * (0.8 + 0.4 * random.random()))
 
+    # ------------------------------------------------------------------------ lease
+    def _renew_lease(self) -> None:
+        with self._member_lock:
+            self._lease_until = time.monotonic() + self.session_timeout
+            self.member.renew_lease(self._lease_until)
+            self._lease_cond.notify_all()
+
+    def _watch_lease(self) -> None:
+        """Stop the member's fetching when its lease runs out without a renewal."""
+        with self._lease_cond:
+            while self.is_alive() or not self._closing.is_set():
+                if not self._threads and self.generation_id == api.NO_GENERATION or self._suspended:
+                    self._lease_cond.wait(1.0)
+                    continue
+                left = self._lease_until - time.monotonic()
+                if left > 0:
+                    self._lease_cond.wait(left)
+                    continue
+                log.warning("%s: no coordinator confirmed our assignment for %.1f s (session timeout): stopped "
+                            "fetching generation %d until one does", self.name, self.session_timeout,
+                            self.generation_id)
+                self._suspended = True
+                self.member.connection_lost()
+
     # --------------------------------------------------------------------- discovery
-    def _discover(self) -> ClusterView | None:
-        while not self._closing.is_set():
+    def _discover(self, deadline: float | None = None) -> ClusterView | None:
+        while not self._closing.is_set() or (deadline is not None and time.monotonic() < deadline):
             view = self.discovery.one_round()
             if view is not None:
                 if view.coordinator_epoch >= 0 and view.coordinator_epoch < self.coordinator_epoch:
@@ -191,8 +272,24 @@ class ConsumerCoordinatorConnector(threading.Thread):
                 else:
                     self.coordinator_epoch = max(self.coordinator_epoch, view.coordinator_epoch)
                     return view
-            self._wait_backoff()
+            if self._closing.is_set():
+                time.sleep(min(self.backoff, max(0.0, (deadline or 0) - time.monotonic())))
+            else:
+                self._wait_backoff()
         return None
+
+    def _claim(self) -> dict:
+        """RegisterConsumer v1's claim: the held generation, partitions per thread, positions."""
+        with self._member_lock:
+            if self.generation_id == api.NO_GENERATION:
+                return {"generation_id": api.NO_GENERATION, "owned": []}
+            positions = {(o["topic"], o["partition"]): o["offset"] for o in self.member.report_offsets()}
+            owned: dict[str, list[dict]] = {}
+            for (t, p), thread in sorted(self._threads.items()):
+                owned.setdefault(thread, []).append({"topic": t, "partition": p,
+                                                     "offset": positions.get((t, p), api.NO_OFFSET)})
+            return {"generation_id": self.generation_id,
+                    "owned": [{"consumer_thread_id": th, "partitions": ps} for th, ps in sorted(owned.items())]}
 
     def _register(self, view: ClusterView) -> CoordinatorChannel | None:
         host, port = view.coordinator_address  # type: ignore[misc]
@@ -202,8 +299,9 @@ class ConsumerCoordinatorConnector(threading.Thread):
         except ChannelClosed as e:
             log.info("cannot connect to coordinator %d: %s", view.coordinator_id, e)
             return None
+        claim = self._claim()
         try:
-            resp = channel.request(api.REGISTER_CONSUMER, reg.body())
+            resp = channel.request(api.REGISTER_CONSUMER, dict(reg.body(), **claim), version=api.REGISTER_VERSION)
         except (ChannelClosed, ProtocolError) as e:
             log.info("RegisterConsumer to coordinator %d at %s:%d failed: %s", view.coordinator_id, host, port, e)
             channel.close()
@@ -224,6 +322,18 @@ class ConsumerCoordinatorConnector(threading.Thread):
             channel.close()
             return None
         self.coordinator_epoch = max(self.coordinator_epoch, epoch)
+        claimed = claim["generation_id"]
+        with self._member_lock:
+            if claimed != api.NO_GENERATION and resp["generation_id"] == claimed:
+                log.info("back in generation %d with %d partition(s)", claimed, len(self._threads))
+                self._renew_lease()
+                if self._suspended:
+                    self._suspended = False
+                    self.member.resume_fetchers()
+            elif claimed != api.NO_GENERATION:
+                log.info("coordinator %d did not take back generation %d: dropping its %d partition(s)",
+                         view.coordinator_id, claimed, len(self._threads))
+                self._drop_assignment()
         self.coordinator = view
         self._channel = channel
         self._failures = 0
@@ -233,33 +343,29 @@ class ConsumerCoordinatorConnector(threading.Thread):
                  reg.group_id, view.coordinator_id, self.coordinator_epoch, host, port)
         return channel
 
+    def _drop_assignment(self) -> None:
+        """The assignment is over (claim refused): stop fetching it and claim nothing any more."""
+        if not self._suspended:
+            self.member.connection_lost()
+        self._suspended = False
+        self._threads = {}
+        self.generation_id = api.NO_GENERATION
+
     # ------------------------------------------------------------------------- serve
     def _serve(self, channel: CoordinatorChannel) -> None:
-        """Answer the coordinator until the channel is lost, silent, or shutdown completes."""
+        """Answer the coordinator until the channel is lost, silent, or the member left."""
         last_heard = time.monotonic()
-        shutdown_since: float | None = None
         while True:
-            now = time.monotonic()
-            if self._shutdown_state() is not _Shutdown.RUNNING:
-                if shutdown_since is None:
-                    shutdown_since = now
-                    if not self.member.report_offsets():
-                        self._set_shutdown(_Shutdown.DONE)  # nothing to hand over: leave at once
-                if self._shutdown_state() is _Shutdown.DONE:
-                    return
-                if now - shutdown_since >= self.session_timeout:
-                    log.warning("%s: no request from the coordinator within %.1f s of close(); the last "
-                                "offsets may not have been committed", self.name, self.session_timeout)
-                    return
-                wait = shutdown_since + self.session_timeout - now
-            else:
-                silent = now - last_heard
-                if silent >= self.session_timeout:
-                    log.warning("no request from coordinator for %.1f s (session timeout): reconnecting", silent)
-                    return
-                wait = self.session_timeout - silent
+            if self._closing.is_set():
+                if self.generation_id != api.NO_GENERATION:
+                    self._leave(channel)
+                return  # holding nothing: closing the connection is leaving (nothing to wait for)
+            silent = time.monotonic() - last_heard
+            if silent >= self.session_timeout:
+                log.warning("no request from coordinator for %.1f s (session timeout): reconnecting", silent)
+                return
             try:
-                got = channel.receive_request(wait)
+                got = channel.receive_request(self.session_timeout - silent)
             except (ChannelClosed, ProtocolError) as e:
                 log.warning("coordinator channel lost: %s", e)
                 return
@@ -272,16 +378,42 @@ class ConsumerCoordinatorConnector(threading.Thread):
             except ChannelClosed as e:
                 log.warning("coordinator channel lost while answering: %s", e)
                 return
-            if self._shutdown_state() is not _Shutdown.RUNNING:
-                shutdown_since = time.monotonic()  # each wait of the close handshake gets a full session timeout
 
-    def _shutdown_state(self) -> _Shutdown:
-        with self._state_lock:
-            return self._shutdown
-
-    def _set_shutdown(self, state: _Shutdown) -> None:
-        with self._state_lock:
-            self._shutdown = state
+    def _leave(self, channel: CoordinatorChannel) -> None:
+        """The final commit: CommitOffsets with the final offsets and ``leave``, answered once they
+        are in ZooKeeper.  Requests arriving meanwhile are answered (a StopFetcher too)."""
+        with self._member_lock:
+            offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
+        fut = channel.send_request(api.COMMIT_OFFSETS, {
+            "group_id": self.registration.group_id, "consumer_id": self.registration.consumer_id,
+            "generation_id": self.generation_id, "leave": True, "offsets": offsets})
+        deadline = time.monotonic() + self.session_timeout
+        while not fut.done() and time.monotonic() < deadline:
+            try:
+                got = channel.receive_request(max(0.0, min(0.5, deadline - time.monotonic())))
+                if got is not None:
+                    self._handle(channel, *got)
+            except (ChannelClosed, ProtocolError) as e:
+                log.warning("coordinator channel lost while leaving: %s", e)
+                return
+        if not fut.done():
+            log.warning("%s: the coordinator did not confirm the final offsets in time", self.name)
+            return
+        try:
+            answer = fut.result()
+        except (ChannelClosed, ProtocolError) as e:
+            log.warning("%s: final commit failed: %s", self.name, e)
+            return
+        bad = {(p["topic"], p["partition"]): ErrorCode.name_of(p["error_code"]) for p in answer["partitions"]
+               if p["error_code"]}
+        if answer["error_code"] or bad:
+            log.warning("%s: final commit refused: %s %s", self.name, ErrorCode.name_of(answer["error_code"]), bad)
+        else:
+            log.info("%s: final offsets committed (%d partitions); left the group", self.name, len(offsets))
+        with self._member_lock:
+            self._threads = {}
+            self.generation_id = api.NO_GENERATION
+        self._left.set()
 
     def _handle(self, channel: CoordinatorChannel, header: RequestHeader, body: dict) -> None:
         key = header.api_key
@@ -300,29 +432,28 @@ class ConsumerCoordinatorConnector(threading.Thread):
                         self.registration.consumer_id)
             channel.respond(header, dict(answer, error_code=ErrorCode.UNKNOWN_CONSUMER))
             return
-        state = self._shutdown_state()
-        if state is _Shutdown.FINAL_SENT:
-            # the coordinator spoke again after our final answer: that answer arrived
-            self._set_shutdown(_Shutdown.DONE)
-        if key == api.PING:
-            log.debug("ping #%d (generation %d)", body["num_retries"], body["generation_id"])
-            channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=self.member.report_offsets()))
-        elif key == api.STOP_FETCHER:
-            log.info("StopFetcher (generation %d)", body["generation_id"])
-            self.member.stop_fetchers()
-            channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=self.member.report_offsets()))
-        else:
-            code = ErrorCode.NONE
-            if state is _Shutdown.RUNNING:
-                code = self._start_fetchers(body)
+        with self._member_lock:
+            self._renew_lease()
+            if key == api.PING:
+                log.debug("ping #%d (generation %d)", body["num_retries"], body["generation_id"])
+                offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
+                channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=offsets))
+            elif key == api.STOP_FETCHER:
+                log.info("StopFetcher (generation %d)", body["generation_id"])
+                self.member.stop_fetchers()
+                offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
+                self._threads = {}
+                self.generation_id = api.NO_GENERATION
+                self._suspended = False
+                channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=offsets))
             else:
-                log.info("StartFetcher during close: not starting fetchers")
-            self.generation_id = body["generation_id"] if code == ErrorCode.NONE else self.generation_id
-            channel.respond(header, {"error_code": code, "consumer_id": self.registration.consumer_id,
-                                     "generation_id": self.generation_id})
-            return
-        if state is _Shutdown.REQUESTED:
-            self._set_shutdown(_Shutdown.FINAL_SENT)
+                code = ErrorCode.NONE
+                if not self._closing.is_set():
+                    code = self._start_fetchers(body)
+                else:
+                    log.info("StartFetcher during close: not starting fetchers")
+                channel.respond(header, {"error_code": code, "consumer_id": self.registration.consumer_id,
+                                         "generation_id": self.generation_id})
 
     def _start_fetchers(self, body: dict) -> int:
         assignment: dict[TopicPartition, int] = {}
@@ -342,4 +473,28 @@ class ConsumerCoordinatorConnector(threading.Thread):
         except Exception:
             log.exception("starting fetchers failed")
             return ErrorCode.UNKNOWN_SERVER_ERROR
+        self._threads = threads
+        self.generation_id = body["generation_id"]
+        self._suspended = False
         return ErrorCode.NONE
+
+    # ---------------------------------------------------------------------- commit
+    def commit(self, offsets: list[dict], timeout: float | None = None) -> dict[TopicPartition, int]:
+        """Commit ``offsets`` now (CommitOffsets; any thread): returns once they are in ZooKeeper,
+        with an error code per partition (0: committed).  Raises ``CommitFailed`` when no
+        coordinator is registered right now or the request as a whole failed."""
+        channel = self._channel
+        if channel is None or not self.registered.is_set() or self._closing.is_set():
+            raise CommitFailed(ErrorCode.COORDINATOR_NOT_AVAILABLE, "not registered with a coordinator right now")
+        fut = channel.send_request(api.COMMIT_OFFSETS, {
+            "group_id": self.registration.group_id, "consumer_id": self.registration.consumer_id,
+            "generation_id": self.generation_id, "leave": False, "offsets": offsets})
+        try:
+            answer = fut.result(self.session_timeout if timeout is None else timeout)
+        except (ChannelClosed, ProtocolError) as e:
+            raise CommitFailed(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from None
+        except TimeoutError:
+            raise CommitFailed(ErrorCode.REQUEST_TIMED_OUT, "no answer from the coordinator in time") from None
+        if answer["error_code"]:
+            raise CommitFailed(answer["error_code"], answer.get("error_message") or "")
+        return {(p["topic"], p["partition"]): p["error_code"] for p in answer["partitions"]}

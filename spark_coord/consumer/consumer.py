@@ -12,8 +12,14 @@ Offsets reported to the coordinator (in Ping and StopFetcher answers) are the
 next offset after what the application has *taken* from ``batches()`` or
 ``messages()`` -- never what the fetchers read ahead -- so delivery is
 at-least-once.  With ``auto_commit=False`` only what ``commit()`` stored is
-reported.  When the assignment changes, buffered data of the old assignment is
-dropped.
+reported.  ``commit()`` also sends the offsets to the coordinator at once
+(CommitOffsets) and returns when they are in ZooKeeper; ``close()`` commits the
+final offsets the same way before it leaves the group.  When the assignment
+changes, buffered data of the old assignment is dropped.
+
+When the coordinator goes away the consumer keeps fetching while it finds the
+next one, for up to its session timeout; a coordinator that takes it back into
+its generation (its claim matches) lets it go on without a stop.
 """
 
 from __future__ import annotations
@@ -23,21 +29,20 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from spark_coord.client.metadata import ClusterClient, parse_bootstrap
+from spark_coord.common import LARGEST, TopicPartition, normalize_offset_reset
 from spark_coord.consumer.buffer import PartitionBuffer
-from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
+from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.consumer.fetcher import FetcherManager, FetchSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Consumer", "Record", "default_consumer_id"]
-
-TopicPartition = tuple[str, int]
-_RESET_ALIASES = {"smallest": "smallest", "earliest": "smallest", "largest": "largest", "latest": "largest"}
+__all__ = ["CommitFailed", "Consumer", "Record", "default_consumer_id"]
 
 
 class Record(NamedTuple):
@@ -99,16 +104,14 @@ class Consumer:
     """
 
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
-                 consumer_id: str | None = None, session_timeout_ms: int = 10000, auto_commit: bool = True,
-                 auto_offset_reset: str = "largest", streams: int = 1, config: Mapping[str, Any] | None = None,
+                 consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
+                 auto_offset_reset: str = LARGEST, streams: int = 1, config: Mapping[str, Any] | None = None,
                  include_headers: bool = False, queued_batches: int = 16):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
             raise ValueError(f"group must be a non-empty string, got {group!r}")
-        reset = _RESET_ALIASES.get(str(auto_offset_reset).lower())
-        if reset is None:
-            raise ValueError(f"auto_offset_reset must be smallest/earliest or largest/latest, got {auto_offset_reset!r}")
+        reset = normalize_offset_reset(str(auto_offset_reset).lower())
         if session_timeout_ms < 100:
             raise ValueError(f"session_timeout_ms must be at least 100, got {session_timeout_ms}")
         static, pattern = _subscription(topics, pattern, streams)
@@ -132,6 +135,8 @@ class Consumer:
         self._committed: dict[TopicPartition, int] = {}
         self._generation = -1
         self._threads: dict[TopicPartition, str] = {}
+        self._start_offsets: dict[TopicPartition, int] = {}
+        self._lease_until = 0.0
         self._closed = False
         self._pending: tuple | None = None  # (item, rows, next index) of a batch messages() is walking
         registration = Registration(group_id=group, consumer_id=self.consumer_id, topics=static, pattern=pattern,
@@ -179,15 +184,26 @@ class Consumer:
             self._buffer.mark(item, rows[i][0] + 1)
             yield Record(item.topic, item.partition, *rows[i])
 
-    def commit(self, offsets: Mapping[TopicPartition, int] | list[dict]) -> None:
-        """Store offsets (next offset to consume) to report in the next Ping/StopFetcher answer."""
+    def commit(self, offsets: Mapping[TopicPartition, int] | list[dict], timeout: float | None = None
+               ) -> dict[TopicPartition, int]:
+        """Commit offsets (next offset to consume): returns once the coordinator wrote them to
+        ZooKeeper, with an error code per partition (0: committed; e.g. PARTITION_NOT_OWNED for a
+        partition this member no longer owns).
+
+        The offsets are also kept and reported in Ping answers, a re-registration and the final
+        commit of ``close()``; so when no coordinator is reachable right now ``CommitFailed`` is
+        raised at once (nothing waits for a failover) and nothing is lost."""
         items = (((o["topic"], o["partition"]), o["offset"]) for o in offsets) if isinstance(offsets, list) \
             else offsets.items()
+        stored = {}
+        for (topic, partition), offset in items:
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise ValueError(f"commit: offset for {topic}-{partition} must be an int >= 0, got {offset!r}")
+            stored[(topic, int(partition))] = offset
         with self._lock:
-            for (topic, partition), offset in items:
-                if not isinstance(offset, int) or offset < 0:
-                    raise ValueError(f"commit: offset for {topic}-{partition} must be an int >= 0, got {offset!r}")
-                self._committed[(topic, int(partition))] = offset
+            self._committed.update(stored)
+        return self.connector.commit([{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(stored.items())],
+                                     timeout)
 
     def assignment(self) -> list[TopicPartition]:
         """The partitions assigned by the last StartFetcher (empty while unassigned)."""
@@ -203,15 +219,20 @@ class Consumer:
         return self._buffer.positions()
 
     def close(self, timeout: float | None = None) -> None:
-        """Leave the group cleanly: stop delivering and fetching, make sure the last offsets
-        reached the coordinator (waits up to about two session timeouts), close sockets."""
+        """Leave the group cleanly: stop delivering and fetching, commit the final offsets
+        (CommitOffsets, confirmed once in ZooKeeper) and leave, so the others take over at once.
+        Returns within ``timeout`` (default: the session timeout) whatever the cluster does."""
         if self._closed:
             return
         self._closed = True
-        self._buffer.close()      # wake the application's iterator; positions stay for the final answer
-        self._fetchers.stop()
-        self.connector.close(timeout)
-        self._cluster.close()
+        deadline = time.monotonic() + (self.connector.session_timeout if timeout is None else timeout)
+        self._buffer.close()      # wake the application's iterator; positions stay for the final commit
+        self._fetchers.stop()     # bounded: a fetch stuck on a hung broker is left behind
+        self.connector.close(max(0.0, deadline - time.monotonic()))
+        # closing the broker connections waits for a thread left behind inside one; never past the deadline
+        closer = threading.Thread(target=self._cluster.close, name="close-connections", daemon=True)
+        closer.start()
+        closer.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> "Consumer":
         return self
@@ -248,8 +269,31 @@ class Consumer:
                                if tp in assignment and tp in previous and o >= assignment[tp]}
             self._generation = generation_id
             self._threads = dict(threads)
+            self._start_offsets = dict(assignment)
         if assignment:
             self._fetchers.start(assignment, token)
 
     def connection_lost(self) -> None:
+        """No coordinator confirms the assignment any more: stop fetching (positions kept)."""
         self._fetchers.stop()
+
+    def resume_fetchers(self) -> None:
+        """Taken back into the same generation: fetch the same partitions from where we were."""
+        self._fetchers.stop()
+        if self._closed:
+            return
+        positions = self._buffer.positions()
+        with self._lock:
+            resume = {tp: positions.get(tp, start) for tp, start in self._start_offsets.items()}
+        token = self._buffer.clear()
+        if resume:
+            self._fetchers.start(resume, token)
+
+    def renew_lease(self, until: float) -> None:
+        self._lease_until = until
+        self._buffer.set_lease(until)
+        self._fetchers.set_lease(until)
+
+    def lease_end(self) -> float:
+        """When (``time.time()``) the current lease ends or ended: no delivery after it unless renewed."""
+        return time.time() + (self._lease_until - time.monotonic())

@@ -11,7 +11,21 @@ RecordBatch (``records.arrow.decode_to_arrow``) and puts it into the
 - OFFSET_OUT_OF_RANGE: auto offset reset (smallest -> earliest, largest -> latest);
 - NOT_LEADER_OR_FOLLOWER and other retriable errors, a broken connection, or a
   record set that fails to decode: the partition goes back to the leader finder,
-  which refreshes metadata (with backoff) and hands it to the right leader.
+  which refreshes metadata and hands it to the right leader.  While a leader
+  stays unreachable its fetcher waits longer and longer before it gives its
+  partitions back (``retry_backoff_ms`` doubling up to ``MAX_RETRY_BACKOFF``; the
+  first retry comes at once, for a stale pooled connection) and logs one warning
+  per outage, not one per attempt.
+
+No partition is ever dropped on the way (DESIGN 9, invariant 8): the finder takes
+its orphans out of the shared table before placing them and puts back only those
+it could not place, so a fetcher that fails at once and hands a partition back
+while the finder is still placing cannot lose it; and an audit every
+``AUDIT_INTERVAL`` seconds re-places any assigned partition that no fetcher and no
+finder holds (logged as an error: it would be a bug).
+
+The lease (see ``connector``): fetchers fetch only while the member's lease is
+valid (``set_lease``); the connector stops them when it runs out.
 
 ``stop()`` stops every thread and joins it for at most ``STOP_JOIN_TIMEOUT``
 seconds: a fetch blocked on a hung leader (a paused broker still accepts TCP) must
@@ -30,31 +44,35 @@ from collections import defaultdict
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnectionError
-from spark_coord.client.fetcher import fetch, is_retriable
+from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.common import LARGEST, OFFSET_RESETS, SMALLEST, TopicPartition
 from spark_coord.consumer.buffer import Item, PartitionBuffer
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.records.header import InvalidBatch
-from spark_coord.records.reader import iter_batches
+from spark_coord.records.reader import next_offset
 from spark_coord.wire.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FetchSettings", "FetcherManager", "FetcherThread"]
 
-TopicPartition = tuple[str, int]
 _NETWORK_ERRORS = (BrokerConnectionError, ProtocolError, OSError, KafkaError)
 #: Longest ``FetcherManager.stop()`` waits for its threads (seconds).
 STOP_JOIN_TIMEOUT = 1.0
+#: Longest wait between two placements of a partition whose leader keeps failing (seconds).
+MAX_RETRY_BACKOFF = 2.0
+#: How often the leader finder checks that every assigned partition is held by someone (seconds).
+AUDIT_INTERVAL = 1.0
 
 
 class FetchSettings:
     """Fetch sizes and waits (the consumer's fetch.* keys) and the reset policy."""
 
-    def __init__(self, auto_offset_reset: str = "largest", max_wait_ms: int = 500, min_bytes: int = 1,
+    def __init__(self, auto_offset_reset: str = LARGEST, max_wait_ms: int = 500, min_bytes: int = 1,
                  max_bytes: int = 52428800, partition_max_bytes: int = 1048576, include_headers: bool = False,
                  retry_backoff_ms: int = 200):
-        if auto_offset_reset not in ("smallest", "largest"):
+        if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', got {auto_offset_reset!r}")
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
@@ -63,14 +81,6 @@ class FetchSettings:
         self.partition_max_bytes = partition_max_bytes
         self.include_headers = include_headers
         self.retry_backoff = retry_backoff_ms / 1000
-
-
-def _next_offset_of(records) -> int | None:
-    """The offset after the last complete batch of a record set (None if it has none)."""
-    last = None
-    for header, _ in iter_batches(records):
-        last = header.next_offset
-    return last
 
 
 class FetcherThread(threading.Thread):
@@ -110,6 +120,9 @@ class FetcherThread(threading.Thread):
                 offsets = dict(self._positions)
             if self._halt.is_set():
                 break
+            if not m.lease_valid():  # no coordinator confirmed the assignment lately: do not fetch
+                self._halt.wait(0.05)
+                continue
             try:
                 conn = m.cluster.connection(self.leader)
                 answer = fetch(conn, offsets, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
@@ -117,10 +130,13 @@ class FetcherThread(threading.Thread):
             except _NETWORK_ERRORS as e:
                 if self._halt.is_set():
                     break
-                log.warning("fetch from broker %d failed: %s", self.leader, e)
+                failures = m.leader_failed(self.leader, e)
                 m.cluster.drop_connection(self.leader)
+                if self._halt.wait(m.retry_delay(failures)):  # a dead leader is not hammered
+                    break
                 m.orphan(self.take_all(), run=self.run_halt)
                 continue
+            m.leader_ok(self.leader)
             for pd in answer:
                 if self._halt.is_set():
                     break
@@ -152,7 +168,7 @@ class FetcherThread(threading.Thread):
                 return
             try:
                 batch = m.decode(records, pd.topic, pd.partition, offset)
-                after = _next_offset_of(records)
+                after = next_offset(records)
             except (InvalidBatch, ValueError) as e:
                 log.error("bad record set for %s-%d at offset %d from broker %d: %s", pd.topic, pd.partition,
                           offset, self.leader, e)
@@ -203,6 +219,42 @@ class FetcherManager:
         self._halt = threading.Event()
         self._token = -1
         self._backoff_pending = False
+        self._assigned: dict[TopicPartition, int] = {}
+        self._lease_until = float("inf")
+        self._leader_failures: dict[int, int] = {}
+
+    # ---------------------------------------------------------------------- lease
+    def set_lease(self, until: float) -> None:
+        """Fetch only until ``until`` (``time.monotonic()``), unless renewed."""
+        self._lease_until = until
+
+    def lease_valid(self) -> bool:
+        return time.monotonic() < self._lease_until
+
+    def leader_failed(self, leader: int, error: Exception) -> int:
+        """A fetch from ``leader`` failed: warn once per outage, then quietly; returns the failures
+        in a row."""
+        with self._lock:
+            n = self._leader_failures[leader] = self._leader_failures.get(leader, 0) + 1
+        if n == 1:
+            log.warning("fetch from broker %d failed: %s (retrying with backoff)", leader, error)
+        else:
+            log.debug("fetch from broker %d failed again (%d in a row): %s", leader, n, error)
+        return n
+
+    def retry_delay(self, failures: int) -> float:
+        """Wait before retrying after ``failures`` in a row: ``retry_backoff_ms`` doubling, at most
+        ``MAX_RETRY_BACKOFF`` (the first retry comes at once: a stale pooled connection)."""
+        if failures <= 1:
+            return 0.0
+        return min(MAX_RETRY_BACKOFF, self.settings.retry_backoff * 2 ** min(failures - 2, 8))
+
+    def leader_ok(self, leader: int) -> None:
+        if self._leader_failures.get(leader):
+            with self._lock:
+                n = self._leader_failures.pop(leader, 0)
+            if n > 1:
+                log.info("broker %d answers fetches again (after %d failures)", leader, n)
 
     # ------------------------------------------------------------------- decoding
     def decode(self, records, topic: str, partition: int, offset: int):
@@ -227,6 +279,7 @@ class FetcherManager:
         self._token = token
         with self._lock:
             self._orphans = dict(assignment)
+            self._assigned = dict(assignment)
         self._finder = threading.Thread(target=self._find_leaders, args=(self._halt, token), name="leader-finder",
                                         daemon=True)
         self._finder.start()
@@ -265,27 +318,53 @@ class FetcherManager:
             self._lock.notify_all()
 
     def _find_leaders(self, stop: threading.Event, token: int) -> None:
+        failed_rounds = 0  # rounds in a row that could not place everything
+        missing: set[TopicPartition] = set()
         while not stop.is_set():
             with self._lock:
-                self._lock.wait_for(lambda: self._orphans or stop.is_set())
+                self._lock.wait_for(lambda: self._orphans or stop.is_set(), AUDIT_INTERVAL)
                 if stop.is_set():
                     break
+                if not self._orphans:
+                    missing = self._audit(missing, token)
+                    continue
                 if self._backoff_pending:
                     self._backoff_pending = False
                     self._lock.wait(self.settings.retry_backoff)
                     if stop.is_set():
                         break
-                orphans = dict(self._orphans)
-            placed = self._place(orphans, stop, token)
+                # take them out: a fetcher that fails at once hands its partition back to the
+                # (now empty) table while we are still placing, and it must stay there
+                orphans, self._orphans = self._orphans, {}
+            placed = set(self._place(orphans, stop, token))
             with self._lock:
                 if stop.is_set():  # a finished run: the orphans belong to the next one now
                     break
-                for tp in placed:
-                    if self._orphans.get(tp) == orphans[tp]:
-                        del self._orphans[tp]
+                for tp, offset in orphans.items():
+                    if tp not in placed:
+                        self._orphans.setdefault(tp, offset)
+                failed_rounds = failed_rounds + 1 if len(placed) < len(orphans) else 0
                 if self._orphans and not stop.is_set():
-                    self._lock.wait(self.settings.retry_backoff)
+                    self._lock.wait(self.retry_delay(failed_rounds + 1))
         log.debug("leader finder stopped")
+
+    def _audit(self, missing: set[TopicPartition], token: int) -> set[TopicPartition]:
+        """(Lock held.)  Assigned partitions that no fetcher and no orphan entry holds; those
+        missing twice in a row are placed again (from the consumed position)."""
+        held = set(self._orphans)
+        for f in self._fetchers.values():
+            with f._cond:
+                held.update(f._positions)
+        now_missing = set(self._assigned) - held
+        lost = now_missing & missing
+        if lost:
+            positions = self.buffer.positions()
+            for tp in sorted(lost):
+                log.error("%s-%d is assigned but no fetcher holds it; fetching it again from %s", tp[0], tp[1],
+                          positions.get(tp, self._assigned[tp]))
+                self._orphans[tp] = positions.get(tp, self._assigned[tp])
+            self._lock.notify_all()
+        return now_missing - lost
 
     def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event, token: int) -> list[TopicPartition]:
         """Hand each orphan to its leader's fetcher; returns the partitions placed."""
@@ -329,7 +408,7 @@ class FetcherManager:
 
     def reset_offset(self, tp: TopicPartition) -> int | None:
         """auto.offset.reset for ``tp`` via ListOffsets (None if the leader could not answer)."""
-        when = EARLIEST if self.settings.auto_offset_reset == "smallest" else LATEST
+        when = EARLIEST if self.settings.auto_offset_reset == SMALLEST else LATEST
         try:
             return self.admin.list_offsets(tp[0], [tp[1]], when)[tp[1]]
         except (*_NETWORK_ERRORS, KeyError) as e:

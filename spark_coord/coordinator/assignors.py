@@ -78,7 +78,12 @@ def get_assignor(name: str) -> Assignor:
         raise ValueError(f"unknown partition assignment strategy {name!r} (known: {', '.join(ASSIGNORS)})") from None
 
 
-def by_consumer(owners: Assignment, thread_owner: Callable[[str], str]) -> dict[str, dict[str, list[tuple[str, int]]]]:
+def thread_owner(thread_id: str) -> str:
+    """The consumer id of a consumer thread id ``<consumer_id>-<i>``."""
+    return thread_id.rsplit("-", 1)[0]
+
+
+def by_consumer(owners: Assignment) -> dict[str, dict[str, list[tuple[str, int]]]]:
     """``{consumer_id: {thread_id: [(topic, partition), ...]}}`` from an assignment."""
     out: dict[str, dict[str, list[tuple[str, int]]]] = {}
     for tp in sorted(owners):

@@ -3,11 +3,18 @@
 The broker's networking implements ``MemberChannel``; the coordinator never
 touches sockets.  ``send`` must not block: it queues the request for the
 connection and raises ``ChannelClosed`` when the connection is already gone.
+The member's answer to that one request is handed to the ``on_answer`` given
+with it, so an answer can never be taken for the answer to another request
+(a late answer to an expired ping stays a late answer).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+#: Called on the loop thread with the decoded answer body; never called when the
+#: connection closes first (that is reported through ``Coordinator.on_channel_closed``).
+OnAnswer = Callable[[Mapping[str, Any]], None]
 
 
 class ChannelClosed(ConnectionError):
@@ -21,7 +28,7 @@ class MemberChannel(Protocol):
     #: ``host:port`` of the member, for logs and ``describe_group``.
     peer: str
 
-    def send(self, api_key: int, body: dict) -> None:
+    def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
         """Queue a coordinator request (Ping/StopFetcher/StartFetcher) to the member.
 
         Raises ``ChannelClosed`` when the connection is closed."""

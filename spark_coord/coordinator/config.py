@@ -34,12 +34,16 @@ class CoordinatorConfig:
     rebalance_max_retries: int = 10
     #: range | roundrobin (coordinator.partition.assignment.strategy).
     assignment_strategy: str = "range"
+    #: The broker's ZooKeeper session timeout (zookeeper.session.timeout.ms): the coordinator renews
+    #: members' leases (pings them) only while ZooKeeper confirmed its election less than 2/3 of this
+    #: ago.  0 turns the check off (unit tests of the core).
+    leadership_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries"):
+        for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries", "leadership_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"coordinator setting {name} must be >= 0, got {getattr(self, name)}")
         get_assignor(self.assignment_strategy)
@@ -57,4 +61,5 @@ class CoordinatorConfig:
             rebalance_backoff_ms=int(_get(cfg, "coordinator.rebalance.backoff.ms", d.rebalance_backoff_ms)),
             rebalance_max_retries=int(_get(cfg, "coordinator.rebalance.max.retries", d.rebalance_max_retries)),
             assignment_strategy=str(_get(cfg, "coordinator.partition.assignment.strategy", d.assignment_strategy)),
+            leadership_timeout_ms=int(_get(cfg, "zookeeper.session.timeout.ms", d.leadership_timeout_ms)),
         )

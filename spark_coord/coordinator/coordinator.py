@@ -1,12 +1,36 @@
 """The consumer-group coordinator (seeds 003 sections 5-11; fencing from DESIGN section 6).
 
-Everything here runs on the event loop thread: the broker glue calls
-``register`` / ``on_response`` / ``on_channel_closed``, the topic watcher calls
-``on_topics_changed``, the elector calls ``activate`` / ``deactivate``.  Timer
-callbacks (ping schedule, ping expiry, committer, restore deadline) only
-*post* coordinator methods with ``loop.call_soon``; rebalances run in the
-``RebalancerPool`` workers.  A store write that raises ``Fenced`` means another
-broker is coordinator now: the coordinator drops everything (``deactivate``).
+The ``Coordinator`` holds the groups and ties the seeds' parts together: the
+``PingScheduler`` (failure detection), the ``OffsetCommitter`` (offsets in,
+ZooKeeper out), the ``Rebalancer`` (one task per group that needs a new
+assignment) and the registration checks (``registration``).
+
+Everything runs on the event loop thread: the broker glue calls ``register`` /
+``on_channel_closed`` / ``handle_commit``, member answers arrive through the
+callback given with each request, the topic watcher calls
+``on_topics_changed``, the elector calls ``activate`` / ``deactivate``, the
+broker's shutdown ``shutdown``.  A coordinator pings only while ZooKeeper
+confirmed its election recently (``LeadershipLease``), so a deposed one that
+resumes from a pause renews nobody's lease.  Timer callbacks only *post* coordinator
+methods (``post``).  A store write that raises ``Fenced`` means another broker
+is coordinator now: the coordinator drops everything (``deactivate``).
+
+One owner per partition (DESIGN 9, invariant 1) across lost connections and
+failovers.  A member keeps fetching while it rediscovers a lost coordinator,
+but only until its own session timeout has passed since it last heard from a
+coordinator; then it stops (its fetch loop and its delivery check that lease
+themselves, so a paused member that resumes does not deliver first).  The
+coordinator gives a partition to a new owner only after the old owner answered
+StopFetcher, left (CommitOffsets with ``leave``), or can no longer be fetching:
+a member holding an assignment that goes absent (connection closed, failed by
+pings, or restored from ZooKeeper by a newly elected coordinator) keeps its
+partitions until its session timeout plus ``group.LEASE_MARGIN_MS`` has passed
+since the last request sent to it -- for a restored member, since this
+coordinator was elected, which is after anything the old coordinator sent.
+Rebalances of its group wait until then.  If the member comes back first with a
+claim that matches (``registration.claim_matches``: same generation, same
+partitions), it is back in its generation and nothing is stopped; if not, it
+has stopped (it does on any refused claim) and joins as a new member.
 """
 
 from __future__ import annotations
@@ -16,31 +40,25 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.assignors import get_assignor
-from spark_coord.coordinator.channel import ChannelClosed, MemberChannel
-from spark_coord.coordinator.clock import Clock, Timer, TimerHandle
+from spark_coord.coordinator.channel import ChannelClosed, MemberChannel, OnAnswer
+from spark_coord.coordinator.clock import Clock, Timer
 from spark_coord.coordinator.config import CoordinatorConfig
-from spark_coord.coordinator.delayed import DelayedPing, RoundKind
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState
-from spark_coord.coordinator.purgatory import GroupKey, MemberKey, Purgatory
-from spark_coord.coordinator.rebalancer import RebalancerPool
+from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.leadership import LeadershipLease
+from spark_coord.coordinator.offsets import OffsetCommitter
+from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
+from spark_coord.coordinator.rebalancer import Rebalancer
+from spark_coord.coordinator.registration import Refusal, Registration, claim_matches, is_int, parse_registration
 from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
-from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
-from spark_coord.zk import paths
+from spark_coord.wire.coordinator import NO_GENERATION
 
 log = logging.getLogger(__name__)
 
 ClusterView = Callable[[], Iterable[tuple[int, str, int]]]
-OFFSET_RESETS = ("smallest", "largest")
-#: A member's first ping comes up to this fraction of the ping interval early, at random, so that
-#: members registering together (a failover, a restarted job) are not pinged in one burst ever after.
-FIRST_PING_JITTER = 0.25
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+__all__ = ["Coordinator", "FIRST_PING_JITTER"]
 
 
 class Coordinator:
@@ -55,26 +73,24 @@ class Coordinator:
         self.clock = clock
         self.cluster_view = cluster_view
         self.on_fenced = on_fenced
-        self.first_ping_jitter = first_ping_jitter
-        self._rng = rng or random.Random()
         self.assignor = get_assignor(config.assignment_strategy)
         self.epoch: int | None = None
         self.active = False
         self.groups: dict[str, GroupRegistry] = {}
         self.topics: dict[str, int] = {}
-        self.ping_purgatory = Purgatory(timer, "ping")
-        self.round_purgatory = Purgatory(timer, "fetcher-round")
-        self.rebalancer = RebalancerPool(self)
+        self.pings = PingScheduler(self, first_ping_jitter, rng)
+        self.offsets = OffsetCommitter(self)
+        self.rebalancer = Rebalancer(self)
+        self.leadership = LeadershipLease(self)
         self._channels: dict[int, tuple[MemberChannel, str, str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._commit_handle: TimerHandle | None = None
         self._incarnation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------ life cycle
 
     async def activate(self, epoch: int) -> None:
-        """Elected: restore the groups from the store, start the workers, the committer and the pings."""
+        """Elected: restore the groups from the store, start the committer and the pings."""
         if self.active or self.epoch is not None:
             await self.deactivate()
         self._loop = asyncio.get_running_loop()
@@ -87,11 +103,22 @@ class Coordinator:
             return
         self.topics = dict(topics)
         self.active = True
-        self.rebalancer.start(self.config.rebalance_threads)
+        self.rebalancer.start()
         for sg in stored.values():
             self._restore_group(sg)
-        self._schedule_commit()
+        self.offsets.start()
+        self.leadership.start()
         log.info("coordinator active (epoch %d): %d groups restored, %d topics", epoch, len(stored), len(topics))
+
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """A clean stop while still elected: commit the offsets held (for at most ``timeout``
+        seconds: a broker whose ZooKeeper is unreachable must still stop), then drop everything."""
+        if self.active:
+            try:
+                await asyncio.wait_for(self.offsets.commit_all(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("could not commit the offsets held within %.0f s; stopping without", timeout)
+        await self.deactivate()
 
     async def deactivate(self) -> None:
         """Resigned or fenced: drop ALL in-memory state, cancel timers, close member channels."""
@@ -99,9 +126,8 @@ class Coordinator:
         self.active = False
         self.epoch = None
         self._incarnation += 1
-        if self._commit_handle is not None:
-            self._commit_handle.cancel()
-            self._commit_handle = None
+        self.offsets.stop()
+        self.leadership.stop()
         await self.rebalancer.stop()
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current]
@@ -109,13 +135,11 @@ class Coordinator:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
-        self.ping_purgatory.cancel_all()
-        self.round_purgatory.cancel_all()
+        self.pings.cancel_all()
         for group in self.groups.values():
-            if group.restore_handle is not None:
-                group.restore_handle.cancel()
             for m in group.members.values():
-                self._stop_pinging(m)
+                self.pings.stop(m)
+                _cancel_absence(m)
                 _close(m.channel)
                 m.channel = None
             if group.state != GroupState.DEAD:
@@ -141,7 +165,7 @@ class Coordinator:
 
     # ------------------------------------------------------------ plumbing
 
-    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop soon, unless the coordinator resigned meanwhile."""
         incarnation = self._incarnation
 
@@ -152,7 +176,8 @@ class Coordinator:
         assert self._loop is not None
         self._loop.call_soon(run)
 
-    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+    def spawn(self, coro: Awaitable[Any], what: str) -> "asyncio.Task[Any]":
+        """Run ``coro`` as a task of this incarnation (cancelled on deactivate); Fenced deactivates."""
         async def guarded() -> None:
             try:
                 await coro
@@ -167,6 +192,39 @@ class Coordinator:
         task = self._loop.create_task(guarded(), name=what)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def send(self, group: GroupRegistry, member: ConsumerRegistry, api_key: int, body: dict,
+             on_answer: OnAnswer) -> bool:
+        """Send a request to a member (its lease runs from now); False if its connection is gone."""
+        channel = member.channel
+        if channel is None:
+            return False
+        try:
+            channel.send(api_key, body, on_answer)
+        except ChannelClosed:
+            self.post(self._channel_gone, group, member, channel, "connection closed")
+            return False
+        member.last_sent_ms = self.clock.now_ms()
+        return True
+
+    def current_group(self, member: ConsumerRegistry) -> GroupRegistry | None:
+        """The member's group if the member is still registered there with a live channel."""
+        group = self.groups.get(member.group_id)
+        if group is None or group.members.get(member.consumer_id) is not member or member.channel is None:
+            return None
+        return group
+
+    def member_of(self, channel: MemberChannel) -> tuple[GroupRegistry, ConsumerRegistry] | None:
+        """The group and member registered on ``channel``, if any."""
+        entry = self._channels.get(id(channel))
+        if entry is None or entry[0] is not channel:
+            return None
+        group = self.groups.get(entry[1])
+        member = group.members.get(entry[2]) if group is not None else None
+        if group is None or member is None or member.channel is not channel:
+            return None
+        return group, member
 
     async def _write_member(self, group: GroupRegistry, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         async with group.store_lock:
@@ -178,82 +236,79 @@ class Coordinator:
         group = GroupRegistry(sg.group_id, state=GroupState.RESTORING, generation_id=sg.generation_id,
                               offsets=dict(sg.offsets), owners=dict(sg.owners))
         group.offset_generation = {tp: sg.generation_id for tp in sg.offsets}
-        for cid, sm in sg.members.items():
-            group.members[cid] = ConsumerRegistry(sg.group_id, cid, sm.topic_count, sm.auto_commit,
-                                                  sm.auto_offset_reset, sm.session_timeout_ms)
         self.groups[sg.group_id] = group
+        for topic in sorted({t for t, _ in set(sg.offsets) | set(sg.owners) if t not in self.topics}):
+            self._forget_topic(group, topic)
+        now = self.clock.now_ms()
+        for cid, sm in sg.members.items():
+            m = ConsumerRegistry(sg.group_id, cid, sm.topic_count, sm.auto_commit, sm.auto_offset_reset, sm.session_timeout_ms)
+            # it may still be fetching what the owners give it, until its lease (counted from now) ends
+            m.generation_id = sg.generation_id
+            m.assignment = group.owned_by(cid)
+            m.last_sent_ms = now
+            group.members[cid] = m
+            self._await_return(group, m)
         if not group.members:
             group.transition_to(GroupState.EMPTY)
             return
-        group.awaiting = set(group.members)
-        wait = group.max_session_timeout_ms()
-        group.restore_handle = self.timer.call_later(wait, lambda: self._post(self._finish_restore, sg.group_id, True))
         log.info("group %s restored (generation %d, %d members); waiting up to %d ms for them to re-register",
-                 sg.group_id, sg.generation_id, len(group.members), wait)
+                 sg.group_id, sg.generation_id, len(group.members), group.max_session_timeout_ms() + LEASE_MARGIN_MS)
 
-    def _finish_restore(self, group_id: str, timed_out: bool = False) -> None:
-        group = self.groups.get(group_id)
-        if group is None or group.state != GroupState.RESTORING:
+    def _maybe_finish_restore(self, group: GroupRegistry) -> None:
+        """RESTORING -> PREPARING_REBALANCE (or EMPTY) once no restored member is still awaited."""
+        if group.state != GroupState.RESTORING or group.absent_members():
             return
-        if group.restore_handle is not None:
-            group.restore_handle.cancel()
-            group.restore_handle = None
-        for cid in sorted(group.awaiting):
-            log.info("group %s: restored member %s did not re-register; dropping it", group_id, cid)
-            del group.members[cid]
-            self._spawn(self._write_member(group, self.store.remove_member, group_id, cid), f"remove {group_id}/{cid}")
-        group.awaiting.clear()
+        if not group.members:
+            group.transition_to(GroupState.EMPTY)
+            self.spawn(self._clear_owners(group), f"clear owners of {group.group_id}")
+            return
         group.transition_to(GroupState.PREPARING_REBALANCE)
-        self.rebalancer.add_rebalance_request(group)
+        self.rebalancer.kick(group)
+
+    async def _clear_owners(self, group: GroupRegistry) -> None:
+        if group.owners:
+            async with group.store_lock:
+                await self.store.write_owners(group.group_id, {})
+            group.owners = {}
 
     # ------------------------------------------------------------ registration
 
     def register(self, channel: MemberChannel, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Answer a RegisterConsumer request; on success the member joins its group."""
-        def answer(code: ErrorCode, message: str = "") -> dict[str, Any]:
+        """Answer a RegisterConsumer request (any version); on success the member joins its group."""
+        def answer(code: ErrorCode, message: str = "", generation: int = NO_GENERATION) -> dict[str, Any]:
             if code != ErrorCode.NONE:
                 log.info("RegisterConsumer from %s refused: %s %s", getattr(channel, "peer", "?"), code.name, message)
             return {"error_code": int(code), "error_message": message or None,
-                    "coordinator_epoch": self.epoch if self.epoch is not None else -1}
+                    "coordinator_epoch": self.epoch if self.epoch is not None else -1, "generation_id": generation}
 
         if not self.active:
             return answer(ErrorCode.NOT_COORDINATOR, "this broker is not the coordinator")
-        if not isinstance(body, Mapping):
-            return answer(ErrorCode.INVALID_REQUEST, "request body is not a struct")
-        try:
-            group_id = paths.validate_group(body.get("group_id"))
-        except ValueError as e:
-            return answer(ErrorCode.INVALID_GROUP_ID, str(e))
-        try:
-            consumer_id = paths.validate_consumer_id(body.get("consumer_id"))
-        except ValueError as e:
-            return answer(ErrorCode.INVALID_REQUEST, str(e))
-        session = body.get("session_timeout_ms")
-        if not _is_int(session) or session <= 0:
-            return answer(ErrorCode.INVALID_REQUEST, f"session_timeout_ms {session!r} is not a positive integer")
-        if session < self.config.min_session_timeout_ms:
-            return answer(ErrorCode.SESSION_TIMEOUT_TOO_SMALL,
-                          f"session timeout {session} ms is below the minimum {self.config.min_session_timeout_ms} ms")
-        reset = body.get("auto_offset_reset", "largest")
-        if reset not in OFFSET_RESETS:
-            return answer(ErrorCode.INVALID_REQUEST, f"auto_offset_reset {reset!r} is not smallest|largest")
-        auto_commit = body.get("auto_commit", True)
-        if not isinstance(auto_commit, bool):
-            return answer(ErrorCode.INVALID_REQUEST, f"auto_commit {auto_commit!r} is not a boolean")
-        try:
-            topic_count = TopicCount.from_request(body.get("topics"), body.get("pattern"),
-                                                  body.get("pattern_streams", 1))
-        except ValueError as e:
-            return answer(ErrorCode.INVALID_SUBSCRIPTION, str(e))
+        reg = parse_registration(body, self.config.min_session_timeout_ms)
+        if isinstance(reg, Refusal):
+            return answer(reg.code, reg.message)
         if id(channel) in self._channels:
             return answer(ErrorCode.INVALID_REQUEST, "this connection already registered a consumer")
-
-        group = self.groups.get(group_id) or self._handle_new_group(group_id)
-        existing = group.members.get(consumer_id)
+        group = self.groups.get(reg.group_id) or self._handle_new_group(reg.group_id)
+        existing = group.members.get(reg.consumer_id)
         if existing is not None and existing.channel is not None:
             return answer(ErrorCode.CONSUMER_ID_ALREADY_REGISTERED,
-                          f"consumer {consumer_id!r} is already registered in group {group_id!r}")
-        member = ConsumerRegistry(group_id, consumer_id, topic_count, auto_commit, reset, session, channel=channel)
+                          f"consumer {reg.consumer_id!r} is already registered in group {reg.group_id!r}")
+        if existing is not None and reg.claim is not None:
+            refused = claim_matches(reg.claim, group.generation_id, existing.assignment)
+            if refused is None and existing.topic_count != reg.topic_count:
+                refused = "its subscription changed"
+            if refused is None:
+                self._rejoin(group, existing, channel, reg)
+                return answer(ErrorCode.NONE, generation=group.generation_id)
+            log.info("group %s: consumer %s's claim refused (%s); it joins as a new member", group.group_id,
+                     reg.consumer_id, refused)
+        elif reg.claim is not None:
+            log.info("group %s: consumer %s claims generation %d but is not a member; it joins as a new member",
+                     group.group_id, reg.consumer_id, reg.claim.generation_id)
+        if existing is not None:  # absent and not taken back: it has stopped (refused claim) or never started
+            self._drop(group, existing)
+        member = ConsumerRegistry(reg.group_id, reg.consumer_id, reg.topic_count, reg.auto_commit,
+                                  reg.auto_offset_reset, reg.session_timeout_ms, channel=channel)
         self._handle_added_consumer(group, member)
         return answer(ErrorCode.NONE)
 
@@ -264,269 +319,180 @@ class Coordinator:
         log.info("new group %s", group_id)
         return group
 
+    def _attach(self, group: GroupRegistry, member: ConsumerRegistry, channel: MemberChannel) -> None:
+        member.channel = channel
+        member.failed_pings = 0
+        member.last_sent_ms = self.clock.now_ms()
+        self._channels[id(channel)] = (channel, group.group_id, member.consumer_id)
+        self.pings.start(member)
+
     def _handle_added_consumer(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
         """handleAddedConsumer: schedule pings, add to the group, persist, rebalance."""
         assert member.channel is not None
         group.members[member.consumer_id] = member
-        self._channels[id(member.channel)] = (member.channel, group.group_id, member.consumer_id)
-        self._schedule_ping(member, first=True)
-        self._spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
-                    f"save member {group.group_id}/{member.consumer_id}")
+        self._attach(group, member, member.channel)
+        self.spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
+                   f"save member {group.group_id}/{member.consumer_id}")
         log.info("group %s: consumer %s registered from %s (%s, session %d ms)", group.group_id,
                  member.consumer_id, member.peer, member.topic_count.describe(), member.session_timeout_ms)
         if group.state == GroupState.RESTORING:
-            group.awaiting.discard(member.consumer_id)
-            if not group.awaiting:
-                self._finish_restore(group.group_id)
+            self._maybe_finish_restore(group)
             return
         self.request_rebalance(group, f"consumer {member.consumer_id} joined")
 
+    def _rejoin(self, group: GroupRegistry, member: ConsumerRegistry, channel: MemberChannel,
+                reg: Registration) -> None:
+        """An absent member is back with a matching claim: into its generation, nothing stopped."""
+        assert reg.claim is not None
+        _cancel_absence(member)
+        member.auto_commit, member.auto_offset_reset = reg.auto_commit, reg.auto_offset_reset
+        if member.session_timeout_ms != reg.session_timeout_ms:
+            member.session_timeout_ms = reg.session_timeout_ms
+            self.spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
+                       f"save member {group.group_id}/{member.consumer_id}")
+        member.generation_id = group.generation_id
+        self._attach(group, member, channel)
+        log.info("group %s: consumer %s is back from %s, in generation %d with %d partition(s)", group.group_id,
+                 member.consumer_id, member.peer, group.generation_id, len(member.owned()))
+        self.offsets.accept(group, member, reg.claim.offsets, reg.claim.generation_id)
+        if group.state == GroupState.RESTORING:
+            self._maybe_finish_restore(group)
+        elif group.state == GroupState.PREPARING_REBALANCE:
+            self.rebalancer.kick(group)  # a rebalance waiting for this member can go on
+
     def request_rebalance(self, group: GroupRegistry, reason: str) -> None:
-        """Fail any rebalance in flight and queue a new one (no-op while RESTORING)."""
-        if not self.active or group.state in (GroupState.RESTORING, GroupState.DEAD):
+        """The group needs a new assignment (no-op while RESTORING: finishing the restore rebalances)."""
+        self.rebalancer.request(group, reason)
+
+    # ------------------------------------------------------------ absence and failure
+
+    def on_channel_closed(self, channel: MemberChannel) -> None:
+        """A member's connection went away."""
+        entry = self._channels.pop(id(channel), None)
+        if entry is None or entry[0] is not channel:
             return
-        self._fail_round(group, reason)
-        if group.state != GroupState.PREPARING_REBALANCE:
-            group.transition_to(GroupState.PREPARING_REBALANCE)
-        self.rebalancer.add_rebalance_request(group)
-
-    def _fail_round(self, group: GroupRegistry, reason: str) -> None:
-        if group.rebalancing:
-            group.rebalance_failed = True
-            group.last_error = reason
-        rnd = group.current_round
-        if rnd is not None and not rnd.is_completed:
-            log.info("group %s: failing the %s round: %s", group.group_id, rnd.kind.value, reason)
-            rnd.fail(reason)
-
-    # ------------------------------------------------------------ failure detection
-
-    def _schedule_ping(self, member: ConsumerRegistry, first: bool = False) -> None:
-        interval = max(1, member.session_timeout_ms // 3)
-        if first and self.first_ping_jitter > 0:  # early, never late: failure detection is not delayed
-            interval = max(1, round(interval * (1 - self.first_ping_jitter * self._rng.random())))
-        member.ping_handle = self.timer.call_later(interval, lambda: self._post(self._ping_due, member))
-
-    def _stop_pinging(self, member: ConsumerRegistry) -> None:
-        if member.ping_handle is not None:
-            member.ping_handle.cancel()
-            member.ping_handle = None
-        if member.ping is not None:
-            member.ping.force_complete()
-            member.ping = None
-
-    def _current(self, member: ConsumerRegistry) -> GroupRegistry | None:
-        group = self.groups.get(member.group_id)
-        if group is None or group.members.get(member.consumer_id) is not member or member.channel is None:
-            return None
-        return group
-
-    def _ping_due(self, member: ConsumerRegistry) -> None:
-        group = self._current(member)
-        if group is None:
+        group = self.groups.get(entry[1])
+        member = group.members.get(entry[2]) if group is not None else None
+        if group is None or member is None or member.channel is not channel:
             return
-        self._schedule_ping(member)
-        if member.ping is not None and (not member.ping.is_completed or member.ping.expired):
-            return  # the previous ping is still out, or its expiry (posted) is not counted yet
-        op = DelayedPing(group.group_id, member.consumer_id, member.session_timeout_ms,
-                         on_expired=lambda expired: self._post(self._ping_expired, member, expired))
-        member.ping = op
-        self.ping_purgatory.try_complete_else_watch(op, [MemberKey(group.group_id, member.consumer_id)])
-        try:
-            assert member.channel is not None
-            member.channel.send(CoordinatorApi.PING, {
-                "coordinator_epoch": self.epoch, "generation_id": group.generation_id,
-                "consumer_id": member.consumer_id, "num_retries": member.failed_pings})
-        except ChannelClosed:
-            self.handle_consumer_failure(group, member, "connection closed")
+        self._channel_gone(group, member, channel, "connection closed")
 
-    def _ping_expired(self, member: ConsumerRegistry, op: DelayedPing) -> None:
-        group = self._current(member)
-        if group is None or member.ping is not op:
+    def _channel_gone(self, group: GroupRegistry, member: ConsumerRegistry, channel: MemberChannel,
+                      reason: str) -> None:
+        if member.channel is not channel or group.members.get(member.consumer_id) is not member:
             return
-        member.ping = None
-        member.failed_pings += 1
-        log.warning("group %s: consumer %s did not answer ping (%d unanswered in a row)",
-                    group.group_id, member.consumer_id, member.failed_pings)
-        if member.failed_pings > self.config.max_ping_retries:
-            self.handle_consumer_failure(group, member, f"{member.failed_pings} pings unanswered")
+        self._channels.pop(id(channel), None)
+        self._go_absent(group, member, reason)
 
     def handle_consumer_failure(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
-        """handleConsumerFailure: stop pinging, close, remove, fail the round in flight, rebalance."""
+        """handleConsumerFailure: stop pinging, close its connection; it is removed once it can no
+        longer be fetching (at once when it holds no assignment)."""
         if group.members.get(member.consumer_id) is not member:
             return
         log.warning("group %s: consumer %s failed: %s", group.group_id, member.consumer_id, reason)
-        self._stop_pinging(member)                                  # 1
-        if member.channel is not None:                              # 2
-            self._channels.pop(id(member.channel), None)
-            _close(member.channel)
-            member.channel = None
-        del group.members[member.consumer_id]                       # 3
-        self._spawn(self._write_member(group, self.store.remove_member, group.group_id, member.consumer_id),
-                    f"remove member {group.group_id}/{member.consumer_id}")
-        reason = f"consumer {member.consumer_id} failed ({reason})"
-        self._fail_round(group, reason)                             # 4
-        self.request_rebalance(group, reason)                       # 5 (also when empty: clears owners)
-
-    # ------------------------------------------------------------ member answers
-
-    def on_channel_closed(self, channel: MemberChannel) -> None:
-        """A member's connection went away: fail it at once."""
-        entry = self._channels.get(id(channel))
-        if entry is None or entry[0] is not channel:
-            return
-        _, group_id, consumer_id = entry
-        group = self.groups.get(group_id)
-        member = group.members.get(consumer_id) if group else None
-        if group is None or member is None:
+        channel = member.channel
+        if channel is not None:
             self._channels.pop(id(channel), None)
-            return
-        self.handle_consumer_failure(group, member, "connection closed")
+            _close(channel)
+        self._go_absent(group, member, reason)
 
-    def on_response(self, channel: MemberChannel, api_key: int, body: Mapping[str, Any]) -> None:
-        """A member answered a Ping, StopFetcher or StartFetcher request."""
-        entry = self._channels.get(id(channel))
-        if not self.active or entry is None or entry[0] is not channel:
-            log.debug("answer (api %s) on an unregistered channel ignored", api_key)
+    def _go_absent(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
+        self.pings.stop(member)
+        member.channel = None
+        if not member.holds_assignment:
+            self._remove(group, member, reason)
             return
-        _, group_id, consumer_id = entry
-        group = self.groups.get(group_id)
-        member = group.members.get(consumer_id) if group else None
-        if group is None or member is None:
+        self._await_return(group, member)
+        log.info("group %s: consumer %s is gone (%s); its partitions wait for it until its lease ends in %d ms",
+                 group.group_id, member.consumer_id, reason, (member.absent_until_ms or 0) - self.clock.now_ms())
+        if group.state not in (GroupState.STABLE, GroupState.RESTORING):
+            # a rebalance under way counted on it: start over (the next attempt waits for it)
+            self.request_rebalance(group, f"consumer {member.consumer_id} is gone ({reason})")
+
+    def _await_return(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
+        """Keep the absent ``member`` (and what it holds) until its lease has surely ended."""
+        _cancel_absence(member)
+        until = member.lease_bound_ms()
+        member.absent_until_ms = until
+        member.absent_handle = self.timer.call_later(max(0, until - self.clock.now_ms()),
+                                                     lambda: self.post(self._absence_over, group, member))
+
+    def _absence_over(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
+        if self.groups.get(group.group_id) is not group or group.members.get(member.consumer_id) is not member \
+                or member.channel is not None:
             return
-        if not isinstance(body, Mapping) or body.get("consumer_id", consumer_id) != consumer_id:
-            log.warning("group %s: consumer %s sent a malformed or misaddressed answer (api %s); ignored",
-                        group_id, consumer_id, api_key)
+        member.absent_handle = None
+        self._remove(group, member, f"did not come back within its session timeout ({member.session_timeout_ms} ms)")
+
+    def member_left(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
+        """The member stopped fetching and leaves (CommitOffsets with ``leave``): rebalance at once."""
+        if group.members.get(member.consumer_id) is not member:
             return
-        code = body.get("error_code", 0)
-        if api_key == CoordinatorApi.PING:
-            member.failed_pings = 0
-            if member.ping is not None:
-                member.ping.answered = True
-                self.ping_purgatory.check_and_complete(MemberKey(group_id, consumer_id))
-                member.ping = None
-            if code == ErrorCode.NONE:
-                self.accept_offsets(group, member, body)
-            else:
-                log.warning("group %s: consumer %s answered ping with %s", group_id, consumer_id,
-                            ErrorCode.name_of(code) if _is_int(code) else code)
-        elif api_key in (CoordinatorApi.STOP_FETCHER, CoordinatorApi.START_FETCHER):
-            kind = RoundKind.STOP_FETCHER if api_key == CoordinatorApi.STOP_FETCHER else RoundKind.START_FETCHER
-            if code == ErrorCode.NONE and kind == RoundKind.STOP_FETCHER:
-                self.accept_offsets(group, member, body)
-            rnd = group.current_round
-            if rnd is None or rnd.is_completed or rnd.kind != kind or consumer_id not in rnd.members:
-                log.debug("group %s: late %s answer from %s ignored", group_id, kind.value, consumer_id)
-                return
-            if kind == RoundKind.START_FETCHER and body.get("generation_id") != rnd.generation_id:
-                rnd.fail(f"consumer {consumer_id} answered StartFetcher for generation "
-                         f"{body.get('generation_id')!r}, not {rnd.generation_id}")
-                return
-            if code != ErrorCode.NONE:
-                rnd.fail(f"consumer {consumer_id} answered {kind.value} with "
-                         f"{ErrorCode.name_of(code) if _is_int(code) else code!r}")
-                return
-            if rnd.answered(consumer_id) and kind == RoundKind.START_FETCHER:
-                member.generation_id = rnd.generation_id
-                member.assignment = {t: list(tps) for t, tps in rnd.planned.get(consumer_id, {}).items()}
-            self.round_purgatory.check_and_complete(GroupKey(group_id))
+        if member.channel is not None:
+            self._channels.pop(id(member.channel), None)
+        member.assignment = None
+        self._remove(group, member, "left the group")
+
+    def _drop(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
+        """Forget a member entry without a rebalance of its own (it is replaced at once)."""
+        self.pings.stop(member)
+        _cancel_absence(member)
+        if member.channel is not None:
+            self._channels.pop(id(member.channel), None)
+        group.members.pop(member.consumer_id, None)
+
+    def _remove(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
+        """Remove the member from its group and the store; rebalance (or finish a restore)."""
+        if group.members.get(member.consumer_id) is not member:
+            return
+        log.info("group %s: consumer %s removed: %s", group.group_id, member.consumer_id, reason)
+        self._drop(group, member)
+        self.spawn(self._write_member(group, self.store.remove_member, group.group_id, member.consumer_id),
+                   f"remove member {group.group_id}/{member.consumer_id}")
+        if group.state == GroupState.RESTORING:
+            self._maybe_finish_restore(group)
         else:
-            log.warning("group %s: consumer %s sent an answer for unknown api %s; ignored", group_id, consumer_id,
-                        api_key)
+            self.request_rebalance(group, f"consumer {member.consumer_id} {reason}")  # also when empty: clears owners
 
-    def accept_offsets(self, group: GroupRegistry, member: ConsumerRegistry, body: Mapping[str, Any]) -> ErrorCode:
-        """Record the offsets a Ping/StopFetcher answer carries.
+    # ------------------------------------------------------------ offsets
 
-        Only a member of the current generation may report (STALE_GENERATION
-        otherwise), only for partitions it owns (PARTITION_NOT_OWNED, per
-        partition), and an offset never moves backwards within a generation.
-        Refusals are logged and ignored; returns the first refusal or NONE."""
-        offsets = body.get("offsets") or []
-        if not offsets:
-            return ErrorCode.NONE
-        if not isinstance(offsets, list):
-            log.warning("group %s: consumer %s sent offsets that are not a list", group.group_id, member.consumer_id)
-            return ErrorCode.INVALID_REQUEST
-        generation = body.get("generation_id")
-        if generation != group.generation_id or member.generation_id != group.generation_id:
-            log.warning("group %s: STALE_GENERATION: offsets from consumer %s for generation %r refused "
-                        "(group generation %d, member started in %r)", group.group_id, member.consumer_id,
-                        generation, group.generation_id, member.generation_id)
-            return ErrorCode.STALE_GENERATION
-        owned = member.owned()
-        result = ErrorCode.NONE
-        for entry in offsets:
-            t = entry.get("topic") if isinstance(entry, Mapping) else None
-            p = entry.get("partition") if isinstance(entry, Mapping) else None
-            o = entry.get("offset") if isinstance(entry, Mapping) else None
-            if not isinstance(t, str) or not _is_int(p) or not _is_int(o) or p < 0 or o < 0:
-                log.warning("group %s: consumer %s sent a malformed offset %r; ignored",
-                            group.group_id, member.consumer_id, entry)
-                result = result or ErrorCode.INVALID_REQUEST
-                continue
-            if (t, p) not in owned:
-                log.warning("group %s: PARTITION_NOT_OWNED: consumer %s reported an offset for %s-%d it does not own",
-                            group.group_id, member.consumer_id, t, p)
-                result = result or ErrorCode.PARTITION_NOT_OWNED
-                continue
-            member.last_offsets[(t, p)] = o
-            group.record_offset((t, p), o)
-        return result
+    async def handle_commit(self, channel: MemberChannel, body: Any) -> dict[str, Any]:
+        """Answer a member's CommitOffsets request once its offsets are in the store."""
+        return await self.offsets.handle_commit(channel, body)
 
     # ------------------------------------------------------------ topics
 
     def on_topics_changed(self, topics: Mapping[str, int], *, complete: bool = False) -> None:
         """New topics or partition counts (``complete``: ``topics`` is the whole cluster, so
-        absent ones were deleted).  Rebalances every group interested in a changed topic."""
+        absent ones were deleted: their offsets and owners are dropped, here and in the store,
+        so a topic created again under the same name starts from scratch).  Rebalances every
+        group interested in a changed topic."""
         changed: set[str] = set()
         for topic, n in topics.items():
-            if not isinstance(topic, str) or not _is_int(n) or n < 0:
+            if not isinstance(topic, str) or not is_int(n) or n < 0:
                 log.warning("ignoring topic update %r: %r", topic, n)
                 continue
             if self.topics.get(topic) != n:
                 changed.add(topic)
                 self.topics[topic] = n
-        if complete:
-            for topic in [t for t in self.topics if t not in topics]:
-                del self.topics[topic]
-                changed.add(topic)
+        deleted = [t for t in self.topics if t not in topics] if complete else []
+        for topic in deleted:
+            del self.topics[topic]
+            changed.add(topic)
         if not changed or not self.active:
             return
         for group in self.groups.values():
+            for topic in deleted:
+                self._forget_topic(group, topic)
             hit = sorted(t for t in changed if group.interested_in(t))
             if hit:
                 self.request_rebalance(group, f"topics changed: {', '.join(hit)}")
 
-    # ------------------------------------------------------------ offsets committer
-
-    def _schedule_commit(self) -> None:
-        self._commit_handle = self.timer.call_later(self.config.offsets_commit_interval_ms,
-                                                    lambda: self._post(self._commit_tick))
-
-    def _commit_tick(self) -> None:
-        self._schedule_commit()
-        for group in list(self.groups.values()):
-            if group.is_dirty:
-                self._spawn(self.commit_group(group), f"commit offsets of {group.group_id}")
-
-    async def commit_group(self, group: GroupRegistry) -> bool:
-        """Write the group's dirty offsets; False (still dirty) on a store error; raises Fenced."""
-        async with group.store_lock:
-            if not group.dirty:
-                return True
-            batch = {tp: group.offsets[tp] for tp in group.dirty}
-            group.dirty.clear()
-            try:
-                await self.store.commit_offsets(group.group_id, batch)
-            except Fenced:
-                self.fenced(f"commit offsets of {group.group_id}")
-                raise
-            except Exception as e:
-                group.dirty.update(batch)
-                log.warning("group %s: committing %d offsets failed: %s", group.group_id, len(batch), e)
-                return False
-        log.debug("group %s: committed %d offsets", group.group_id, len(batch))
-        return True
+    def _forget_topic(self, group: GroupRegistry, topic: str) -> None:
+        if group.forget_topic(topic):
+            log.info("group %s: topic %s was deleted; dropping its offsets and owners", group.group_id, topic)
+            self.spawn(self._write_member(group, self.store.delete_topic, group.group_id, topic),
+                       f"drop offsets of {group.group_id}/{topic}")
 
     # ------------------------------------------------------------ admin
 
@@ -553,6 +519,13 @@ class Coordinator:
         """A summary line per group."""
         return [{"group_id": g.group_id, "state": g.state.value, "generation_id": g.generation_id,
                  "members": len(g.members)} for g in sorted(self.groups.values(), key=lambda g: g.group_id)]
+
+
+def _cancel_absence(member: ConsumerRegistry) -> None:
+    if member.absent_handle is not None:
+        member.absent_handle.cancel()
+        member.absent_handle = None
+    member.absent_until_ms = None
 
 
 def _close(channel: MemberChannel | None) -> None:

@@ -66,6 +66,8 @@ class DelayedFetcherRound(DelayedOperation):
         self.members = frozenset(consumer_ids)
         self.pending = set(self.members)
         self.failure: str | None = None
+        #: Members whose answer made the round fail (an error code, a wrong generation).
+        self.blamed: set[str] = set()
         self.future = future
         #: StartFetcher rounds: ``{consumer_id: {thread_id: [(topic, partition)]}}`` being handed out.
         self.planned: dict[str, dict[str, list[tuple[str, int]]]] = {}
@@ -83,6 +85,13 @@ class DelayedFetcherRound(DelayedOperation):
             return False
         self.failure = reason
         return self.force_complete()
+
+    def blame(self, consumer_id: str, reason: str) -> bool:
+        """Fail the round because of ``consumer_id``'s answer."""
+        if self.is_completed:
+            return False
+        self.blamed.add(consumer_id)
+        return self.fail(reason)
 
     def try_complete(self) -> bool:
         if self.failure is not None or not self.pending:

@@ -1,8 +1,26 @@
 """A group's state machine and registries (seeds 003 section 12.1: GroupRegistry, ConsumerRegistry).
 
 Ownership rule: everything here is changed only on the event loop thread, by
-the coordinator's methods or by the rebalancer worker the group is currently
-assigned to; timer callbacks post work instead of changing it.
+the coordinator's parts (``Coordinator``, ``PingScheduler``, ``OffsetCommitter``)
+or by the group's own rebalance task; timer callbacks post work instead of
+changing it.  A group has at most one rebalance task at a time
+(``GroupRegistry.rebalance_task``), so it is never rebalanced twice at once.
+
+Members and their leases (DESIGN 9, invariant 1).  A member holds an assignment
+(``ConsumerRegistry.assignment``) from the StartFetcher it answered until it
+answers StopFetcher, leaves, or the coordinator has provably outlived its lease.
+A connected member's lease is renewed by every request the coordinator sends it;
+a member that lost its coordinator keeps fetching until its own session timeout
+has passed since it last heard from a coordinator, then stops.  So when a member
+holding an assignment is *absent* -- its connection closed or was closed, or it
+was restored from ZooKeeper by a newly elected coordinator -- the coordinator
+keeps its partitions away from everyone else until ``absent_until_ms``: its
+session timeout plus ``LEASE_MARGIN_MS`` after the last request sent to it (after
+the election, for a restored member; every request of the old coordinator was
+sent before that).  Until then the member may come back with a claim
+(RegisterConsumer v1: the generation and partitions it still holds); a claim
+that matches what the coordinator knows puts it back into its generation with
+nothing stopped.
 """
 
 from __future__ import annotations
@@ -13,6 +31,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spark_coord.common import TopicPartition
+from spark_coord.coordinator.assignors import thread_owner
 from spark_coord.coordinator.store import StoredMember
 from spark_coord.coordinator.subscription import TopicCount
 
@@ -23,7 +43,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
+#: ``{thread_id: [(topic, partition)]}``
+Assignment = dict[str, list[TopicPartition]]
+
+#: Added to a member's session timeout before an absent member's partitions may go to
+#: someone else: covers the transit of the last request and the member's own lateness
+#: in noticing its lease ended (its fetch loop and delivery check the lease directly).
+LEASE_MARGIN_MS = 500
 
 
 class IllegalStateTransition(RuntimeError):
@@ -39,28 +65,34 @@ class GroupState(enum.Enum):
     RESTORING = "Restoring"
     """Restored from ZooKeeper by a newly elected coordinator; waiting for the
     restored members to re-register.  RegisterConsumer is accepted (a restored id
-    takes its place back); pings and rebalances wait.  When every restored member
-    is back, or the largest restored session timeout passed (missing members are
-    dropped) -> PREPARING_REBALANCE, or EMPTY when nobody came back."""
+    takes its place back, into its generation when its claim matches the restored
+    owners); pings and offsets of members back in the generation are accepted;
+    rebalances wait.  When every restored member is back, or the absent ones'
+    leases ran out (they are dropped) -> PREPARING_REBALANCE, which confirms the
+    assignment without a round when nothing changed, or EMPTY when nobody came
+    back."""
 
     STABLE = "Stable"
-    """Every member runs the current generation's assignment.  Ping answers with
-    offsets are accepted; RegisterConsumer, a member failure or a topic change ->
-    PREPARING_REBALANCE."""
+    """Every member runs the current generation's assignment.  Ping answers and
+    CommitOffsets are accepted; RegisterConsumer, a member failure or a topic
+    change -> PREPARING_REBALANCE.  A member that lost its connection stays (absent)
+    until it re-registers or its lease runs out."""
 
     PREPARING_REBALANCE = "PreparingRebalance"
-    """A rebalance is queued or backing off.  Everything is accepted; the
-    rebalancer moves on to STOPPING_FETCHERS (or STABLE when nothing changed,
-    EMPTY when no member is left)."""
+    """A rebalance is wanted and the group's rebalance task works on it (computing,
+    waiting for absent members, backing off).  Everything is accepted; the task
+    moves on to STOPPING_FETCHERS (or STABLE when nothing changed, EMPTY when no
+    member is left)."""
 
     STOPPING_FETCHERS = "StoppingFetchers"
     """A StopFetcher round is out.  StopFetcher answers (with offsets) complete
-    it; RegisterConsumer or a member failure fail it -> PREPARING_REBALANCE."""
+    it; RegisterConsumer, a member failure or a topic change fail it ->
+    PREPARING_REBALANCE."""
 
     STARTING_FETCHERS = "StartingFetchers"
     """The generation was bumped and a StartFetcher round is out.  StartFetcher
-    answers complete it -> STABLE; RegisterConsumer or a member failure fail
-    it -> PREPARING_REBALANCE."""
+    answers complete it -> STABLE; RegisterConsumer, a member failure or a topic
+    change fail it -> PREPARING_REBALANCE."""
 
     DEAD = "Dead"
     """The coordinator resigned; the registry is being dropped.  Accepts nothing."""
@@ -93,21 +125,31 @@ class ConsumerRegistry:
     auto_commit: bool = True
     auto_offset_reset: str = "largest"
     session_timeout_ms: int = 10000
-    #: The live connection; None for a member restored from ZooKeeper that has not re-registered.
+    #: The live connection; None while the member is absent (restored, or its connection closed).
     channel: "MemberChannel | None" = None
     #: The ping awaiting its answer, if any.
     ping: "DelayedPing | None" = None
     #: Consecutive pings that expired unanswered.
     failed_pings: int = 0
+    #: Consecutive rebalance rounds this member made fail (timed out or answered an error).
+    failed_rounds: int = 0
     #: The scheduler's next ping for this member.
     ping_handle: "TimerHandle | None" = None
-    #: Generation whose StartFetcher this member answered; None until it did.
+    #: Generation whose StartFetcher this member answered (or whose claim was accepted); None until then.
     generation_id: int | None = None
     #: ``{thread_id: [(topic, partition)]}`` the member was started with; None: never started
     #: (or stopped since), so it needs a rebalance round.
-    assignment: dict[str, list[TopicPartition]] | None = None
+    assignment: Assignment | None = None
     #: The offsets the member reported last, per partition.
     last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    #: When the coordinator last sent this member a request (its clock, ms): the member's lease
+    #: runs from when it received one.
+    last_sent_ms: int = 0
+    #: While absent with an assignment: until when (coordinator clock, ms) the member may still be
+    #: fetching it; its partitions go to nobody else before.
+    absent_until_ms: int | None = None
+    #: Fails the absent member when its lease has run out.
+    absent_handle: "TimerHandle | None" = None
 
     def owned(self) -> set[TopicPartition]:
         """Partitions this member owns in its generation."""
@@ -116,6 +158,15 @@ class ConsumerRegistry:
     @property
     def connected(self) -> bool:
         return self.channel is not None
+
+    @property
+    def holds_assignment(self) -> bool:
+        """Started (or claimed) and not stopped since: it may be fetching."""
+        return self.assignment is not None
+
+    def lease_bound_ms(self) -> int:
+        """The latest time this member can still be fetching, judged from the requests sent to it."""
+        return self.last_sent_ms + self.session_timeout_ms + LEASE_MARGIN_MS
 
     def to_stored(self) -> StoredMember:
         """What the store keeps about the member, to restore it after a failover."""
@@ -129,7 +180,7 @@ class ConsumerRegistry:
 
 @dataclass
 class GroupRegistry:
-    """One group: members, generation, offsets, owners and the rebalance bookkeeping."""
+    """One group: members, generation, offsets, owners and its rebalance task."""
 
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -143,19 +194,14 @@ class GroupRegistry:
     dirty: set[TopicPartition] = field(default_factory=set)
     #: Owners as written to ZooKeeper at the end of the last successful rebalance.
     owners: dict[TopicPartition, str] = field(default_factory=dict)
-    #: A rebalance is queued at a worker and not yet picked up (seed: rebalanceInitiated).
-    rebalance_requested: bool = False
-    #: Index of the worker this group sticks to while a rebalance is queued or running.
-    current_rebalancer: int | None = None
-    #: The current rebalance attempt failed (round expired, member failed or joined).
-    rebalance_failed: bool = False
+    #: Bumped by every change that needs a new assignment (a member joined, failed or left, topics
+    #: changed): a rebalance attempt that sees it move under its feet gives way to a fresh one.
+    changes: int = 0
+    #: The group's one rebalance task while a rebalance is wanted (seeds: the rebalancer the group
+    #: is assigned to); None when the group is settled.
+    rebalance_task: "asyncio.Task[None] | None" = None
     #: The StopFetcher/StartFetcher round in flight, if any.
     current_round: "DelayedFetcherRound | None" = None
-    #: Restored member ids still expected to re-register (RESTORING only).
-    awaiting: set[str] = field(default_factory=set)
-    restore_handle: "TimerHandle | None" = None
-    #: True while a worker runs a rebalance of this group (checked: never two at once).
-    rebalancing: bool = False
     #: Serialises this group's store writes, so they land in the order they were made.
     store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_error: str | None = None
@@ -172,8 +218,12 @@ class GroupRegistry:
         return bool(self.dirty)
 
     def live_members(self) -> dict[str, ConsumerRegistry]:
-        """Members with a live channel (restored placeholders excluded)."""
+        """Members with a live channel (absent ones excluded)."""
         return {cid: m for cid, m in self.members.items() if m.channel is not None}
+
+    def absent_members(self) -> dict[str, ConsumerRegistry]:
+        """Members without a channel: restored and not back yet, or whose connection closed."""
+        return {cid: m for cid, m in self.members.items() if m.channel is None}
 
     def interested_in(self, topic: str) -> bool:
         """Does any member subscribe to ``topic`` (statically or by pattern)?"""
@@ -184,6 +234,14 @@ class GroupRegistry:
 
     def max_session_timeout_ms(self) -> int:
         return max((m.session_timeout_ms for m in self.members.values()), default=0)
+
+    def owned_by(self, consumer_id: str) -> Assignment:
+        """The ``{thread: [partitions]}`` the group's owners give ``consumer_id``."""
+        out: Assignment = {}
+        for tp, thread in sorted(self.owners.items()):
+            if thread_owner(thread) == consumer_id:
+                out.setdefault(thread, []).append(tp)
+        return out
 
     def record_offset(self, tp: TopicPartition, offset: int) -> bool:
         """Take a reported offset unless it moves backwards within the current generation."""
@@ -197,3 +255,21 @@ class GroupRegistry:
         self.offset_generation[tp] = self.generation_id
         self.dirty.add(tp)
         return True
+
+    def is_behind(self, tp: TopicPartition, offset: int) -> bool:
+        """Would ``offset`` move ``tp`` backwards within the current generation?"""
+        current = self.offsets.get(tp)
+        return current is not None and offset < current and self.offset_generation.get(tp) == self.generation_id
+
+    def forget_topic(self, topic: str) -> bool:
+        """Drop every offset and owner of a deleted topic; True if there was any."""
+        gone = [tp for tp in set(self.offsets) | set(self.owners) if tp[0] == topic]
+        for tp in gone:
+            self.offsets.pop(tp, None)
+            self.offset_generation.pop(tp, None)
+            self.dirty.discard(tp)
+            self.owners.pop(tp, None)
+        for m in self.members.values():
+            for tp in [tp for tp in m.last_offsets if tp[0] == topic]:
+                del m.last_offsets[tp]
+        return bool(gone)

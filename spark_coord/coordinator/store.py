@@ -13,9 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
 from spark_coord.coordinator.subscription import TopicCount
-
-TopicPartition = tuple[str, int]
 
 
 class Fenced(Exception):
@@ -33,7 +32,7 @@ class StoredMember:
     consumer_id: str
     topic_count: TopicCount
     auto_commit: bool = True
-    auto_offset_reset: str = "largest"
+    auto_offset_reset: str = LARGEST
     session_timeout_ms: int = 10000
 
     def to_json(self) -> dict[str, Any]:
@@ -47,11 +46,11 @@ class StoredMember:
             raise ValueError(f"member {consumer_id!r}: expected a JSON object")
         tc = TopicCount.from_json(doc)
         auto_commit = doc.get("auto_commit", True)
-        reset = doc.get("auto_offset_reset", "largest")
+        reset = doc.get("auto_offset_reset", LARGEST)
         session = doc.get("session_timeout_ms", 10000)
         if not isinstance(auto_commit, bool):
             raise ValueError(f"member {consumer_id!r}: auto_commit {auto_commit!r} is not a boolean")
-        if reset not in ("smallest", "largest"):
+        if reset not in OFFSET_RESETS:
             raise ValueError(f"member {consumer_id!r}: auto_offset_reset {reset!r} is not smallest|largest")
         if isinstance(session, bool) or not isinstance(session, int) or session <= 0:
             raise ValueError(f"member {consumer_id!r}: session_timeout_ms {session!r} is not a positive integer")
@@ -93,6 +92,10 @@ class GroupStore(ABC):
         """Write these partitions' offsets (others keep theirs)."""
 
     @abstractmethod
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        """Forget the group's offsets and owners of a (deleted) topic."""
+
+    @abstractmethod
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
 
@@ -107,6 +110,11 @@ class GroupStore(ABC):
     @abstractmethod
     async def topics(self) -> dict[str, int]:
         """Every topic of the cluster with its number of partitions."""
+
+    @abstractmethod
+    async def verify(self) -> None:
+        """Change nothing, but raise ``Fenced`` unless this coordinator is still the elected one
+        (``StoreError`` when the store cannot tell right now)."""
 
 
 class MemoryGroupStore(GroupStore):
@@ -149,6 +157,11 @@ class MemoryGroupStore(GroupStore):
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         self._write("commit_offsets", group_id, offsets).offsets.update(offsets)
 
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        g = self._write("delete_topic", group_id, topic)
+        g.offsets = {tp: o for tp, o in g.offsets.items() if tp[0] != topic}
+        g.owners = {tp: o for tp, o in g.owners.items() if tp[0] != topic}
+
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return dict(self.groups[group_id].offsets) if group_id in self.groups else {}
 
@@ -160,3 +173,9 @@ class MemoryGroupStore(GroupStore):
 
     async def topics(self) -> dict[str, int]:
         return dict(self.cluster_topics)
+
+    async def verify(self) -> None:
+        if self.fenced:
+            raise Fenced("verify: fenced")
+        if self.fail_writes:
+            raise StoreError("verify: store unavailable")

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Iterator
 
+from spark_coord.common import TopicPartition
+
 if TYPE_CHECKING:
     from spark_coord.coordinator.zk_fenced import EpochCheck
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 #: Marks a znode known to exist whose content is not tracked (a parent, say).
 UNTRACKED = object()

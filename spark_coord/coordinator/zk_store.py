@@ -115,6 +115,30 @@ class ZkGroupStore(GroupStore):
                          for (t, p), o in sorted(offsets.items())]
         await self.writer.write(f"commit {len(ops)} offsets of {group_id}", ops)
 
+    async def verify(self) -> None:
+        await self.writer.write("verify the election", [])  # just the two checks
+
+    async def delete_topic(self, group_id: str, topic: str) -> None:
+        ops: list[Op] = []
+        try:
+            for parent, leaf in ((paths.topic_offsets(group_id, topic), paths.offset),
+                                 (paths.topic_owners(group_id, topic), paths.owner)):
+                clean = True
+                for node in await zk_async.get_children(self.client, parent):
+                    try:
+                        ops.append(("delete", leaf(group_id, topic, paths.parse_partition_node(node)), None))
+                    except ValueError:
+                        clean = False  # not ours: leave it (and so its parent) alone
+                if clean:
+                    ops.append(("delete", parent, None))
+        except KazooException as e:
+            raise StoreError(f"read offsets of {group_id}/{topic}: {e.__class__.__name__}") from None
+        cache = self.writer.cache()
+        await self.writer.write(f"drop offsets and owners of {group_id}/{topic}", ops, planned_in=cache)
+        owners = cache.owners.get(group_id)
+        if owners is not None:
+            cache.owners[group_id] = {tp: o for tp, o in owners.items() if tp[0] != topic}
+
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()
         current = cache.owners.get(group_id)

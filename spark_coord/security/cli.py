@@ -123,9 +123,11 @@ def add_parsers(sub, add_config_args) -> None:
     p.set_defaults(func="spark_coord.security.cli:users")
 
 
-def add_client_options(p: argparse.ArgumentParser) -> None:
-    """``--command-config FILE`` and ``-X key=value``: Kafka client settings (security.protocol, sasl.*, ssl.*)."""
-    p.add_argument("--command-config", metavar="FILE", default=None,
+def add_client_options(p: argparse.ArgumentParser, suppress: object = None) -> None:
+    """``--command-config FILE`` and ``-X key=value``: Kafka client settings (security.protocol, sasl.*, ssl.*).
+    ``suppress`` (``argparse.SUPPRESS``) on an action's parser, so the options may follow the action."""
+    p.add_argument("--command-config", metavar="FILE", default=suppress,
                    help="client properties file (conf/client.properties): security.protocol, sasl.*, ssl.*")
-    p.add_argument("-X", dest="client_option", metavar="KEY=VALUE", action="append", default=[],
+    p.add_argument("-X", dest="client_option", metavar="KEY=VALUE", action="append",
+                   default=[] if suppress is None else suppress,
                    help="a client setting, as kcat takes it; repeatable (e.g. -X security.protocol=SASL_SSL)")

@@ -14,14 +14,25 @@ The mapping (DESIGN.md section 8):
   partitions currently started are returned by ``assigned()``, so only they are
   planned; the reader applies a handed-out offset once and records it in the
   batch's offset JSON, so replays stay exact.
-- **commit(end)** of a micro-batch records its end offsets; the next **Ping**
-  answer reports them, and the coordinator writes them to ZooKeeper.
+- **Spark confirms a batch** (``commit(end)``, or the start of the next
+  ``latestOffset``, which Spark calls only after the previous batch was
+  committed): its end offsets are committed actively -- a background thread sends
+  CommitOffsets for what changed, answered once in ZooKeeper -- and reported in
+  Ping answers as before.  ``flush()`` waits for that (the end of a
+  Trigger.AvailableNow run does).
 - **StopFetcher**: the member stops offering its partitions at once, waits for
   the batch in flight on them to commit (bounded by half the session timeout),
   then answers with the committed offsets -- so the next owner starts exactly
   where this query stopped.
-- **Coordinator lost** (connection gone or silent): the member's partitions are
-  withdrawn until it is registered and started again.
+- **Coordinator lost** (connection gone or silent): the members keep planning
+  their partitions while they find the next coordinator, until their session
+  timeout passed since a coordinator last confirmed them (the lease); then the
+  partitions are withdrawn until a coordinator takes the member back or starts
+  it again.
+- **stop()**: each member leaves with a final CommitOffsets of what Spark
+  confirmed (``leave``), so the group's offsets equal what the query processed and
+  the others take over at once.  The members close in parallel, so stopping is
+  bounded by one session timeout.
 """
 
 from __future__ import annotations
@@ -35,12 +46,11 @@ import uuid
 
 from spark_coord.client.admin import EARLIEST, LATEST
 from spark_coord.client.metadata import parse_bootstrap
+from spark_coord.common import LARGEST, SMALLEST, TopicPartition
 from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class _QueryMember:
@@ -52,6 +62,12 @@ class _QueryMember:
         self.owned: dict[TopicPartition, int | None] = {}   # started partitions -> handed-out start offset
         self.generation = -1
         self.started = threading.Event()
+        self.lease_until = 0.0      # plan the partitions only until then (time.monotonic())
+        self.suspended = False      # the lease ran out: partitions dormant until taken back
+        self.sent: dict[TopicPartition, int] = {}  # offsets committed actively so far
+
+    def plannable(self) -> bool:
+        return not self.suspended and time.monotonic() < self.lease_until
 
     # -- the connector's Member protocol (called on the connector thread) --------------------
     def report_offsets(self) -> list[dict]:
@@ -76,6 +92,7 @@ class _QueryMember:
                     break
                 src.changed.wait(left)
             self.owned.clear()
+            self.sent.clear()
             src.stopping.difference_update(revoked)
             self.started.clear()
 
@@ -84,17 +101,28 @@ class _QueryMember:
         with self.source.lock:
             self.owned = resolved
             self.generation = generation_id
+            self.suspended = False
+            self.sent = {}
         self.started.set()
         log.info("%s: generation %d, %d partition(s): %s", self.consumer_id, generation_id, len(resolved),
                  ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(resolved.items())))
 
     def connection_lost(self) -> None:
         with self.source.lock:
-            if self.owned:
-                log.info("%s: coordinator lost; planning nothing for %d partition(s) until started again",
+            if self.owned and not self.suspended:
+                log.info("%s: no coordinator confirms our %d partition(s); planning none of them until one does",
                          self.consumer_id, len(self.owned))
-            self.owned.clear()
-        self.started.clear()
+            self.suspended = True
+
+    def resume_fetchers(self) -> None:
+        with self.source.lock:
+            self.suspended = False
+        log.info("%s: taken back into generation %d; planning its partitions again", self.consumer_id,
+                 self.generation)
+
+    def renew_lease(self, until: float) -> None:
+        with self.source.lock:
+            self.lease_until = until
 
 
 class GroupPartitionSource:
@@ -116,13 +144,16 @@ class GroupPartitionSource:
         n = opts.members or 1
         self.members = [_QueryMember(self, f"coordkafka-{host}-{os.getpid()}-{token}-executor-{i}") for i in range(n)]
         self.connectors: list[ConsumerCoordinatorConnector] = []
+        self._commit_wanted = threading.Condition(self.lock)
+        self._committer: threading.Thread | None = None
+        self._stopping = False
 
     # -- PartitionSource ---------------------------------------------------------------------
     def start(self) -> None:
         from spark_coord.spark.offsets import OffsetResolver
 
         self.resolver = OffsetResolver(self.opts)
-        reset = "smallest" if self.opts.starting == "earliest" else "largest"
+        reset = SMALLEST if self.opts.starting == "earliest" else LARGEST
         registration = dict(group_id=self.opts.group_id, auto_commit=True, auto_offset_reset=reset,
                             session_timeout_ms=self.opts.session_timeout_ms)
         if self.opts.subscribe_pattern is not None:
@@ -135,6 +166,8 @@ class GroupPartitionSource:
                                                 client_id=self.opts.client_id)
             conn.start()
             self.connectors.append(conn)
+        self._committer = threading.Thread(target=self._commit_loop, name="coordkafka-committer", daemon=True)
+        self._committer.start()
         # Let the first rebalance finish so the initial offsets see the assignment (bounded).
         deadline = time.monotonic() + max(self.opts.session_timeout_ms / 1000, 5.0)
         for m in self.members:
@@ -147,6 +180,8 @@ class GroupPartitionSource:
         with self.lock:
             out: dict[TopicPartition, int | None] = {}
             for m in self.members:
+                if not m.plannable():
+                    continue
                 for tp, off in m.owned.items():
                     if tp not in self.stopping:
                         out[tp] = off
@@ -158,14 +193,75 @@ class GroupPartitionSource:
 
     def on_batch_committed(self, end: dict[TopicPartition, int]) -> None:
         with self.changed:
+            moved = False
             for tp, off in end.items():
                 if off > self.committed.get(tp, -1):
                     self.committed[tp] = off
+                    moved = True
             self.changed.notify_all()
+            if moved:
+                self._commit_wanted.notify_all()
+
+    def _unsent(self, m: _QueryMember) -> list[dict]:
+        """(lock held) Committed offsets of ``m``'s partitions not yet committed actively."""
+        return [{"topic": t, "partition": p, "offset": self.committed[(t, p)]} for (t, p) in sorted(m.owned)
+                if (t, p) in self.committed and m.sent.get((t, p)) != self.committed[(t, p)]]
+
+    def _commit_now(self, timeout: float | None = None) -> bool:
+        """Commit what Spark confirmed and was not committed yet, member by member; True when
+        nothing is left (or nothing could be: no coordinator right now)."""
+        from spark_coord.consumer.connector import CommitFailed
+
+        done = True
+        for m, conn in zip(self.members, self.connectors):
+            with self.lock:
+                offsets = self._unsent(m)
+            if not offsets:
+                continue
+            try:
+                codes = conn.commit(offsets, timeout)
+            except CommitFailed as e:  # kept: reported with the next ping, claim or the final commit
+                log.debug("%s: commit not confirmed now (%s)", m.consumer_id, e)
+                done = False
+                continue
+            with self.lock:
+                for o in offsets:
+                    if codes.get((o["topic"], o["partition"])) == 0:
+                        m.sent[(o["topic"], o["partition"])] = o["offset"]
+        return done
+
+    def _commit_loop(self) -> None:
+        """Commit what Spark confirms as it is confirmed (coalesced), off Spark's call path."""
+        while True:
+            with self._commit_wanted:
+                self._commit_wanted.wait_for(lambda: self._stopping or any(self._unsent(m) for m in self.members),
+                                             timeout=1.0)
+                if self._stopping:
+                    return
+                if not any(self._unsent(m) for m in self.members):
+                    continue
+            if not self._commit_now():
+                time.sleep(0.2)  # no coordinator right now: do not spin
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Commit everything Spark confirmed so far, now (bounded by ``timeout``, default the
+        session timeout)."""
+        deadline = time.monotonic() + (self.opts.session_timeout_ms / 1000 if timeout is None else timeout)
+        while not self._commit_now(max(0.1, deadline - time.monotonic())) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def stop(self) -> None:
-        for conn in self.connectors:  # close() hands the last committed offsets to the coordinator
-            conn.close(timeout=self.opts.session_timeout_ms / 1000)
+        """Leave the group: each member's final CommitOffsets carries what Spark confirmed."""
+        with self._commit_wanted:
+            self._stopping = True
+            self._commit_wanted.notify_all()
+        timeout = self.opts.session_timeout_ms / 1000
+        closers = [threading.Thread(target=conn.close, args=(timeout,), name=f"close-{conn.name}", daemon=True)
+                   for conn in self.connectors]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join(timeout + 1)
         self.connectors = []
         if self.resolver is not None:
             self.resolver.close()

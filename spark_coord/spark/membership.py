@@ -3,10 +3,10 @@
 The stream reader asks a ``PartitionSource`` on every ``latestOffset`` which
 partitions it may plan now.  ``StaticPartitionSource`` answers from the options
 alone (``assign``, or every partition of the subscribed / matching topics,
-re-listed each time so new topics and partitions are picked up).  A group-backed
-source -- members registered with the coordinator, partitions handed out by
-StartFetcher, committed batches reported in Ping answers -- is
-``spark.group.GroupPartitionSource``, used when ``group.id`` is given.
+re-listed each time so new topics and partitions are picked up).  With
+``group.id`` it is ``spark.group.GroupPartitionSource``: members registered with
+the coordinator, partitions handed out by StartFetcher, batches Spark confirmed
+committed to the group (CommitOffsets) and reported in Ping answers.
 
 Contract (what the reader relies on):
 
@@ -26,9 +26,12 @@ Contract (what the reader relies on):
 - ``on_batch_planned(end)`` (optional) is called when ``latestOffset`` plans a
   batch, with its end offsets: a group source waits for such a batch to commit
   before handing its partitions back on StopFetcher.
-- ``on_batch_committed(end)`` is called from the reader's ``commit(end)`` with
-  the batch's end offsets ``{(topic, partition): next_offset}`` of every
-  partition in that batch: the offsets to report as consumed.
+- ``on_batch_committed(end)`` is called with the end offsets
+  ``{(topic, partition): next_offset}`` of a batch Spark confirmed (from the
+  reader's ``commit(end)``, and from ``latestOffset``, whose ``start`` Spark has
+  confirmed): the offsets to commit as consumed.
+- ``flush()`` (optional) commits everything confirmed so far before it returns
+  (the end of a Trigger.AvailableNow run).
 """
 
 from __future__ import annotations
@@ -36,11 +39,10 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from spark_coord.common import TopicPartition
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class PartitionSource(Protocol):
@@ -85,22 +87,8 @@ class StaticPartitionSource:
         self._resolver = None
 
 
-def group_membership_available() -> bool:
-    """Whether the group-backed PartitionSource is wired in."""
-    return True
-
-
-def check_group_support(opts: SourceOptions) -> None:
-    """Refuse ``group.id`` at load() while group membership is not wired into the source."""
-    if opts.group_id is not None and not group_membership_available():
-        raise ValueError(f"group.id: group membership ({opts.group_id!r}) needs the consumer-group coordinator, "
-                         "which this version of the coordkafka source does not use yet; leave group.id out "
-                         "to read the selected partitions directly")
-
-
 def partition_source_for(opts: SourceOptions, resolver=None) -> PartitionSource:
     """The PartitionSource a stream reader with these options uses."""
-    check_group_support(opts)
     if opts.group_id is not None:
         from spark_coord.spark.group import GroupPartitionSource
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
+from spark_coord.common import TopicPartition
 from spark_coord.spark.options import EARLIEST, LATEST, SourceOptions
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 FROM_KEY = "$from"
 
 

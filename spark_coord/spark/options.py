@@ -16,8 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-EARLIEST = -2
-LATEST = -1
+from spark_coord.common import EARLIEST, LATEST
+
+#: Group members' session timeout: long enough for members to keep consuming through a coordinator
+#: failover (the brokers' zookeeper.session.timeout.ms, 18 s by default, plus an election); the
+#: consumer's session.timeout.ms in spark_coord/config.py explains the choice.
+DEFAULT_SESSION_TIMEOUT_MS = 30000
 
 #: Options Spark itself may put in the dict (``load(path)``, ``save(path)``,
 #: ``option("checkpointLocation", ...)`` on a writer); accepted and ignored.
@@ -64,7 +68,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
     include_headers: bool = False
-    session_timeout_ms: int = 10000
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    #: ``members``: group members the query registers (threads of the driver-side reader
+    #: process, not executors): the query's share of the group's partitions.
     members: int | None = None
     min_partitions: int | None = None
     fetch_max_bytes: int = 52428800
@@ -316,7 +322,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
-        session_timeout_ms=_int(opts, "session.timeout.ms", 10000, 100),
+        session_timeout_ms=_int(opts, "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, 100),
         members=_int(opts, "members", None, 1),
         min_partitions=_int(opts, "minPartitions", None, 1),
         fetch_max_bytes=_int(opts, "fetch.max.bytes", 52428800, 1024),
@@ -329,7 +335,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options."""
-    from spark_coord.client.producer import CODECS
+    from spark_coord.records.compression import CODEC_IDS as CODECS
 
     opts = _lowered(options)
     _reject_unknown(opts, _SINK_NAMES, "coordkafka sink")

@@ -158,8 +158,7 @@ class _RangeReader:
 
     def batches(self):
         from spark_coord.client.connection import BrokerConnectionError
-        from spark_coord.client.fetcher import is_retriable
-        from spark_coord.errors import ErrorCode, KafkaError
+        from spark_coord.errors import ErrorCode, KafkaError, is_retriable
         from spark_coord.records.arrow import decode_to_arrow
         from spark_coord.records.reader import next_offset as next_offset_of
 

@@ -181,8 +181,7 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
     from collections import deque
 
     from spark_coord.client.connection import BrokerConnectionError
-    from spark_coord.client.producer import RETRIABLE
-    from spark_coord.errors import KafkaError
+    from spark_coord.errors import KafkaError, is_retriable
     from spark_coord.wire.registry import ApiKey
 
     if producer.acks == 0:
@@ -204,7 +203,7 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
         for t in resp["responses"]:
             for p in t["partition_responses"]:
                 tp, code = (t["name"], p["index"]), p["error_code"]
-                if code in RETRIABLE:
+                if is_retriable(code):
                     producer.send_batches({tp: group[tp]})
                 elif code:
                     raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")

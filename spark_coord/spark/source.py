@@ -46,8 +46,11 @@ class CoordKafkaDataSource(DataSource):
         in ping answers and land in ZooKeeper as the group's offsets.
         ``startingOffsets`` then applies to partitions the group has no offset for.
     members : int, default 1
-        Group members this query registers: one per Spark executor (set it to the
-        executor count on a cluster; one in local mode).
+        Group members this query registers: threads of the driver-side process
+        that hosts the reader, not executors (executors come and go without the
+        group noticing).  It sets the query's share of the group: the coordinator
+        splits the partitions over all members of the group, so a query with 3
+        members beside a consumer with 1 is assigned about three quarters of them.
     session.timeout.ms : int, default 10000
         The members' session timeout (pings every third of it).
     fetch.max.bytes, max.partition.fetch.bytes, fetch.max.wait.ms, socket.timeout.ms, client.id : tuning.
@@ -86,12 +89,9 @@ class CoordKafkaDataSource(DataSource):
         return "coordkafka"
 
     def _source_options(self, streaming: bool | None):
-        from spark_coord.spark.membership import check_group_support
         from spark_coord.spark.options import parse_source_options
 
-        opts = parse_source_options(self.options, streaming)
-        check_group_support(opts)
-        return opts
+        return parse_source_options(self.options, streaming)
 
     def schema(self) -> str:
         """Called at ``load()``: the options are checked here, so mistakes surface before any query runs."""

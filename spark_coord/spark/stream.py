@@ -13,22 +13,40 @@ spread over partitions in proportion to their lag (largest remainder, so the cap
 holds exactly), ``minOffsetsPerTrigger`` skips a trigger until enough records
 wait or ``maxTriggerDelay`` passed, and ``Trigger.AvailableNow`` pins the end at
 the offsets present when the query started.
+
+Committed offsets with ``group.id`` (DESIGN 9, invariant 6).  What PySpark 4
+does, seen in ``pyspark/sql/streaming/python_streaming_source_runner.py`` and
+in runs: it calls ``commit(end)`` lazily (for batch N when it plans N+2, or
+never), but it calls ``latestOffset(start, limit)`` only after the batch ending
+at ``start`` was written to the commit log -- so ``start`` is confirmed and is
+committed to the group at once (asynchronously).  At the end of an AvailableNow
+run Spark asks ``latestOffset`` once more with the final end as ``start``; the
+reader commits it synchronously right there, before answering.  When a query
+stops, the runner calls ``stop()`` in a ``finally`` -- but Spark ends the
+process with SIGTERM (twice) when the query is stopped or an AvailableNow run
+ends, and Python's default SIGTERM action would skip that ``finally``.  So the
+reader, when it runs as part of a group, turns the first SIGTERM into
+``SystemExit`` in that process (the runner's main thread), which runs the
+``finally``; ``stop()`` then leaves the group with a final commit of what Spark
+confirmed.  Records of a batch that was planned but not confirmed are not
+committed: its successor (this query restarted, or another member) reads them.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
+from spark_coord.common import TopicPartition
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 def allocate(lag: dict[TopicPartition, int], cap: int | None) -> dict[TopicPartition, int]:
@@ -77,6 +95,8 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             source = partition_source_for(self.opts, self._resolver)
             source.start()
             self._source = source
+            if self.opts.group_id is not None:
+                _exit_cleanly_on_sigterm()
 
     # ------------------------------------------------------------- offsets
     def initialOffset(self) -> dict:
@@ -117,6 +137,12 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # arrives, and the group's offsets would lag a whole batch behind the sink.
         if start_offsets:
             self._source.on_batch_committed(start_offsets)
+        if self._target is not None and start_offsets and all(
+                start_offsets.get(tp, -1) >= end for tp, end in self._target.items()):
+            # AvailableNow reached its end: this is Spark's last call before it ends the run
+            flush = getattr(self._source, "flush", None)
+            if flush is not None:
+                flush()
         assigned = self._source.assigned()
         handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
         new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
@@ -239,3 +265,25 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._resolver is not None:
             self._resolver.close()
         self._reset_runtime()
+
+
+_sigterm_installed = False
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """In Spark's source process (this thread is its main thread), make the first SIGTERM raise
+    SystemExit, so the runner's ``finally: reader.stop()`` runs; later ones are ignored, so
+    ``stop()`` is not interrupted.  A handler someone else installed is left alone."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def leave(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log.info("SIGTERM: leaving the consumer group before the source process ends")
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    _sigterm_installed = True

@@ -1,17 +1,26 @@
-"""Checks of DESIGN section 9, invariants 1-3, over member journals and a ZooKeeper history.
+"""Checks of DESIGN section 9 over member journals and a ZooKeeper history.
 
 Each check returns a list of human-readable violations (empty: the invariant
 held), so a test can assert on it and print every violation at once.
 
-1. ``single_owner``: within one generation, no partition is assigned to two members.
+1. ``single_owner``: within one generation, no partition is assigned to two members;
+   ``one_owner_at_a_time``: whatever the generations, no two members own a partition
+   at the same moment (ownership intervals from the journals, ended by a member's
+   death, its StopFetcher, or the end of its lease);
+   ``delivered_outside_ownership``: no member delivered a record of a partition it did
+   not own at that moment.
 2. ``at_least_once``: every offset below the log end of every partition was consumed
    by some member (the topics are fresh, so the log starts at offset 0).
 3. ``offsets_monotonic``: a committed offset in ZooKeeper never moves backwards
    between two samples of the same generation.
+8. ``liveness``: while records wait on a partition a member owns, that member
+   delivers some of them within a bound (leader outages and member pauses excepted).
 
 ``exact_after_clean_close`` is the stronger check for a run in which members only
 joined and left cleanly: every record consumed exactly once and the committed
-offset equal to the number of records consumed, per partition.
+offset equal to the number of records consumed, per partition.  ``duplicates``
+counts extra deliveries (and how many went to a member that had read the record
+already).
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from spark_coord.common import TopicPartition
 from spark_coord.testing.zk_history import Sample
 
-TopicPartition = tuple[str, int]
 Journal = Sequence[Mapping[str, Any]]
 
 
@@ -133,6 +142,146 @@ def exact_after_clean_close(journals: Mapping[str, Journal], committed: Mapping[
         if c != n or n != end:
             bad.append(f"{tp[0]}-{tp[1]}: committed offset {c}, {n} distinct records consumed, log end {end}")
     return bad
+
+
+# ------------------------------------------------------------------ ownership over time
+
+Interval = tuple[float, float]   #: (start, end) in epoch seconds
+Windows = Mapping[str, Sequence[Interval]]
+
+
+def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, float] | None = None,
+                        end_of_run: float = float("inf")) -> dict[TopicPartition, list[tuple[float, float, str]]]:
+    """partition -> [(start, end, member)]: a member owns a partition from an ``assign`` or
+    ``resume`` naming it until its next ``stop``, ``lost`` (at its ``lease_end`` when earlier),
+    ``closed``, another ``assign``, or its death (``deaths``: member -> time of its SIGKILL)."""
+    out: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
+    for member, events in journals.items():
+        open_: dict[TopicPartition, float] = {}
+
+        def close_all(at: float) -> None:
+            for tp, start in open_.items():
+                out[tp].append((start, max(start, at), member))
+            open_.clear()
+
+        for e in events:
+            if e["ev"] in ("assign", "resume"):
+                close_all(e["ts"])
+                open_.update({(t, p): e["ts"] for t, p, _ in e["parts"]})
+            elif e["ev"] in ("stop", "closed"):
+                close_all(e["ts"])
+            elif e["ev"] == "lost":
+                close_all(min(e["ts"], e.get("lease_end", e["ts"])))
+        died = (deaths or {}).get(member)
+        close_all(died if died is not None else end_of_run)
+    return {tp: sorted(v) for tp, v in out.items()}
+
+
+def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]]) -> list[str]:
+    """Invariant 1 over time: no two members own a partition at the same moment."""
+    bad = []
+    for tp, spans in sorted(intervals.items()):
+        for i, (s1, e1, m1) in enumerate(spans):
+            for s2, e2, m2 in spans[i + 1:]:
+                if s2 >= e1:
+                    break
+                if m2 != m1 and min(e1, e2) > s2:
+                    bad.append(f"{tp[0]}-{tp[1]} owned by {m1} ({s1:.3f}-{e1:.3f}) and {m2} ({s2:.3f}-{e2:.3f}) "
+                               f"for {min(e1, e2) - s2:.3f} s at once")
+    return bad
+
+
+def deliveries(journals: Mapping[str, Journal]) -> dict[str, list[tuple[float, str, int, list[int]]]]:
+    """member -> [(ts, topic, partition, offsets)] of its ``recs`` events."""
+    return {m: [(e["ts"], e["t"], e["p"], e["offs"]) for e in events if e["ev"] == "recs"]
+            for m, events in journals.items()}
+
+
+def delivered_outside_ownership(journals: Mapping[str, Journal],
+                                intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]],
+                                slack: float = 0.05) -> list[str]:
+    """No member hands out a record of a partition it does not own at that moment (``slack``
+    seconds of tolerance: the journal line follows the delivery)."""
+    bad = []
+    for member, recs in deliveries(journals).items():
+        for ts, t, p, offs in recs:
+            spans = intervals.get((t, p), ())
+            if not any(m == member and s - slack <= ts <= e + slack for s, e, m in spans):
+                bad.append(f"{member} delivered {t}-{p} offsets {offs[0]}..{offs[-1]} at {ts:.3f} without owning it")
+    return bad
+
+
+def _during(windows: Sequence[Interval], a: float, b: float) -> bool:
+    return any(s < b and e > a for s, e in windows)
+
+
+def _start_offsets(journals: Mapping[str, Journal]) -> dict[tuple[str, float, TopicPartition], int]:
+    """(member, ts of its assign/resume, partition) -> the offset it started from (-1: unknown)."""
+    return {(m, e["ts"], (t, p)): o for m, events in journals.items() for e in events
+            if e["ev"] in ("assign", "resume") for t, p, o in e["parts"]}
+
+
+def liveness(journals: Mapping[str, Journal],
+             intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]],
+             log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]], bound: float,
+             leader_down: Mapping[TopicPartition, Sequence[Interval]] | None = None,
+             member_paused: Windows | None = None, step: float = 1.0, unknown_start: int = -1) -> list[str]:
+    """Invariant 8: while a member owns a partition on which records wait (log end, sampled,
+    above its position: what it delivered in that ownership, or where it started), it delivers
+    some within ``bound`` seconds -- unless the partition's leader was down or the member was
+    paused meanwhile.  ``log_ends``: partition -> [(ts, end)]; ``unknown_start``: the position
+    of a member started with offset -1 (auto.offset.reset: 0 for smallest on a fresh topic)."""
+    recs = deliveries(journals)
+    starts = _start_offsets(journals)
+    bad = []
+    for tp, spans in sorted(intervals.items()):
+        ends = sorted(log_ends.get(tp, ()))
+        if not ends:
+            continue
+        for start, end, member in spans:
+            mine = sorted((ts, max(offs) + 1) for ts, t, p, offs in recs.get(member, ())
+                          if (t, p) == tp and start <= ts <= end)
+            position = starts.get((member, start, tp), -1)
+            position = unknown_start if position < 0 else position
+            x = start + bound
+            while x + bound <= end:
+                sampled = [e for ts, e in ends if ts <= x]
+                at = max([position] + [o for ts, o in mine if ts <= x])
+                if sampled and at >= 0 and sampled[-1] > at and \
+                        not _during((leader_down or {}).get(tp, ()), x - bound, x + bound) and \
+                        not _during((member_paused or {}).get(member, ()), x - bound, x + bound) and \
+                        not any(x < ts <= x + bound for ts, _ in mine):
+                    bad.append(f"{tp[0]}-{tp[1]}: {member} owned it with records waiting (log end {sampled[-1]}, "
+                               f"its position {at}) at {x:.3f} and delivered none within {bound:.0f} s")
+                    break
+                x += step
+    return bad
+
+
+def duplicates(journals: Mapping[str, Journal]) -> dict[str, int]:
+    """``records`` distinct, ``extra`` deliveries beyond the first, ``same_member`` of those extra
+    deliveries that went to a member (incarnation) that had delivered that record already."""
+    seen: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+    extra = same = total = 0
+    for member, events in journals.items():
+        for e in events:
+            if e["ev"] != "recs":
+                continue
+            for o in e["offs"]:
+                key = (e["t"], e["p"], o)
+                total += 1
+                if key in seen:
+                    extra += 1
+                    if member in seen[key]:
+                        same += 1
+                seen[key].add(member)
+    return {"records": len(seen), "deliveries": total, "extra": extra, "same_member": same}
+
+
+def committed_at_log_end(committed: Mapping[TopicPartition, int], log_end: Mapping[TopicPartition, int]) -> list[str]:
+    """Invariant 6: after a clean close the group's committed offsets equal the log end."""
+    return [f"{tp[0]}-{tp[1]}: committed {committed.get(tp)}, log end {end}"
+            for tp, end in sorted(log_end.items()) if committed.get(tp, 0 if end == 0 else None) != end]
 
 
 def check_all(journals: Mapping[str, Journal], samples: Sequence[Sample],

@@ -7,18 +7,29 @@ then closes cleanly -- the final offsets reach the coordinator -- and exits 0.
 The journal is JSON lines, each with ``ts`` (epoch seconds) and ``ev``:
 
 - ``start``: ``id`` (consumer id), ``pid``;
-- ``assign``: a StartFetcher was adopted: ``gen``, ``epoch`` (coordinator epoch),
-  ``parts`` = ``[[topic, partition, start_offset], ...]``;
-- ``stop``: a StopFetcher arrived; ``lost``: the coordinator connection was lost;
+- ``assign``: a StartFetcher is being adopted (written before the fetchers start):
+  ``gen``, ``epoch`` (coordinator epoch), ``parts`` = ``[[topic, partition, start_offset], ...]``;
+- ``stop``: a StopFetcher stopped the fetchers (written after they stopped);
+- ``lost``: no coordinator confirms the assignment any more -- the lease ran out or a
+  claim was refused -- and the fetchers stopped (written after); ``lease_end``: when
+  the lease ran out (earlier than the line when the member was paused meanwhile:
+  nothing is delivered after the lease ends);
+- ``resume``: a coordinator took the member back into its generation after ``lost``
+  (written before the fetchers start again); ``gen``, ``parts`` as for ``assign``;
 - ``recs``: records the application took: ``t``, ``p``, ``offs`` (their offsets), ``gen``;
-- ``closed``: ``close()`` returned (clean shutdown).
+- ``commit``: an active commit was confirmed (``t``, ``p``, ``off``), or ``commit_failed``;
+- ``closed``: ``close()`` returned (clean shutdown), ``left``: whether the coordinator
+  confirmed the final commit.
+
+So a member owns a partition from an ``assign``/``resume`` until the next ``stop``,
+``lost`` or ``closed`` (or its death): ``invariants.ownership_intervals``.
 
 By default every line is flushed to the kernel before the member reports the
-records as consumed (``auto_commit=False`` plus ``commit()`` after the write), so a
-SIGKILL can lose a record's journal line only together with its offset: the
-journal is proof of at-least-once delivery.  ``--auto-commit`` reports what the
-application took instead (exact hand-offs on clean rebalances).  ``MemberProcess`` starts, signals and reads
-such a member from a test.
+records as consumed (``auto_commit=False`` plus ``commit()`` after the write, which
+commits actively), so a SIGKILL can lose a record's journal line only together
+with its offset: the journal is proof of at-least-once delivery.  ``--auto-commit``
+reports what the application took instead (exact hand-offs on clean rebalances).
+``MemberProcess`` starts, signals and reads such a member from a test.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from spark_coord.consumer.consumer import Consumer
+from spark_coord.consumer.consumer import CommitFailed, Consumer
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +79,9 @@ class JournalingConsumer(Consumer):
 
     def start_fetchers(self, generation_id: int, assignment: dict[tuple[str, int], int],
                        threads: dict[tuple[str, int], str], brokers: dict[int, tuple[str, int]]) -> None:
-        super().start_fetchers(generation_id, assignment, threads, brokers)
         self.journal.write("assign", gen=generation_id, epoch=self.connector.coordinator_epoch,
                            parts=[[t, p, o] for (t, p), o in sorted(assignment.items())])
+        super().start_fetchers(generation_id, assignment, threads, brokers)
 
     def stop_fetchers(self) -> None:
         super().stop_fetchers()
@@ -78,7 +89,13 @@ class JournalingConsumer(Consumer):
 
     def connection_lost(self) -> None:
         super().connection_lost()
-        self.journal.write("lost", gen=self.generation)
+        self.journal.write("lost", gen=self.generation, lease_end=self.lease_end())
+
+    def resume_fetchers(self) -> None:
+        positions = self.positions()
+        self.journal.write("resume", gen=self.generation, epoch=self.connector.coordinator_epoch,
+                           parts=[[t, p, positions.get((t, p), -1)] for t, p in self.assignment()])
+        super().resume_fetchers()
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,6 +108,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--consumer-id")
     p.add_argument("--session-timeout-ms", type=int, default=3000)
     p.add_argument("--reset", default="smallest", choices=["smallest", "largest"])
+    p.add_argument("--log-file", help="log to this file instead of stderr")
     p.add_argument("--auto-commit", action="store_true",
                    help="report what the application took (no explicit commit): exact hand-offs on clean "
                         "rebalances, but a SIGKILL may lose journal lines of reported records")
@@ -100,8 +118,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        **({"filename": args.log_file} if args.log_file else {"stream": sys.stderr}))
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
@@ -122,14 +140,25 @@ def main(argv: list[str] | None = None) -> int:
                 offsets = cols["offset"]
                 journal.write("recs", t=topic, p=partition, offs=offsets, gen=consumer.generation)
                 if not args.auto_commit:
-                    consumer.commit({(topic, partition): offsets[-1] + 1})
+                    _commit(consumer, journal, topic, partition, offsets[-1] + 1)
                 if stop.is_set():
                     break
     finally:
         consumer.close()
-        journal.write("closed")
+        journal.write("closed", left=consumer.connector.left_cleanly)
         journal.close()
     return 0
+
+
+def _commit(consumer: Consumer, journal: Journal, topic: str, partition: int, offset: int) -> None:
+    """Commit actively; without a coordinator right now the offset still goes with the next
+    ping answer, claim or final commit."""
+    try:
+        code = consumer.commit({(topic, partition): offset}).get((topic, partition))
+    except CommitFailed as e:
+        journal.write("commit_failed", t=topic, p=partition, off=offset, code=e.code)
+        return
+    journal.write("commit" if code == 0 else "commit_failed", t=topic, p=partition, off=offset, code=code)
 
 
 def read_journal(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -183,10 +212,10 @@ class MemberProcess:
         return [e for e in read_journal(self.journal_path) if ev is None or e["ev"] == ev]
 
     def last_assignment(self) -> dict[str, Any] | None:
-        """The last ``assign`` event, unless a ``stop``/``lost`` came after it."""
+        """The last ``assign`` (or ``resume``) event, unless a ``stop``/``lost`` came after it."""
         last = None
         for e in self.events():
-            if e["ev"] == "assign":
+            if e["ev"] in ("assign", "resume"):
                 last = e
             elif e["ev"] in ("stop", "lost"):
                 last = None

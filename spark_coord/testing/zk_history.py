@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from spark_coord.common import TopicPartition
 from spark_coord.zk import model, paths
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

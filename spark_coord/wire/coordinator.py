@@ -1,22 +1,42 @@
 """The coordinator protocol (seeds 003 sections 7 and 11, generation ids from 004).
 
-Api keys 1000-1005, version 0 each, non-flexible: Kafka 0.8 framing (request
-header v1: api_key, api_version, correlation_id, client_id; response header v0:
-correlation_id).  No Kafka version uses these keys.
+Api keys 1000-1006, non-flexible: Kafka 0.8 framing (request header v1: api_key,
+api_version, correlation_id, client_id; response header v0: correlation_id).  No
+Kafka version uses these keys.  Versions: every API is served at version 0 only,
+except RegisterConsumer, served at 0-1 (v1 adds the member's claim: the generation
+and partitions it still holds, with its positions, and the generation the
+coordinator accepted it into).
 
 Who sends what:
 
 - ClusterMetadata (1000): member -> any broker.  Where the coordinator is, and the
   live brokers.
-- RegisterConsumer (1001): member -> coordinator, on a fresh connection.  After a
-  successful answer the connection *changes direction*:
+- RegisterConsumer (1001): member -> coordinator, on a fresh connection.  A member
+  that lost its coordinator (a failover, a broken connection) registers again with
+  a claim; the coordinator accepts it back into that generation when the claim
+  matches what it knows (restored owners after a failover), so nobody stops.  After
+  a successful answer frames flow BOTH ways on the connection:
 - Ping (1002), StopFetcher (1003), StartFetcher (1004) are SENT BY THE BROKER (the
   coordinator) to the member, on the member's own connection.  The member reads
   them as requests (``protocol.decode_request``) and answers each with a response
   frame carrying the same correlation id (``protocol.encode_response``).  So the
   member needs no server socket, and the coordinator needs no second connection.
+- CommitOffsets (1006): member -> coordinator, on the same connection, any time
+  after registration (seeds 003 section 13, "Active CommitOffset").  Same checks as
+  offsets in a Ping answer (generation, ownership, never backwards); the answer
+  comes once the offsets are in ZooKeeper, with an error code per partition.  With
+  ``leave`` set it is the member's last word: it has stopped fetching and leaves
+  the group, which is rebalanced at once.
 - DescribeGroups (1005): admin tool -> coordinator (``spark-coord groups``): the
   groups, their members and assignments, committed offsets and owners.
+
+Telling requests from responses on a member's connection: **every correlation id
+on it is negative**, in both directions (``correlation_ids()``).  A response frame
+starts with its correlation id, so its first int32 is negative; a request frame
+starts with int16 api_key and int16 api_version, so its first int32,
+``api_key << 16 | api_version``, is never negative (api keys are 0..32767).  Each
+side reads a frame's first four bytes (``is_response_frame``) and knows which it
+is, whatever the other side has outstanding.
 
 Fencing: everything the coordinator sends carries its ``coordinator_epoch`` (the
 election znode's czxid, an int64); a member refuses a request whose epoch is older
@@ -31,13 +51,16 @@ auto.offset.reset".
 
 from __future__ import annotations
 
+import itertools
 from enum import IntEnum
+from typing import Iterator
 
 from spark_coord.wire.registry import register
 from spark_coord.wire.schema import Field, Message
 
 __all__ = ["CoordinatorApiKey", "CLUSTER_METADATA", "REGISTER_CONSUMER", "PING", "STOP_FETCHER", "START_FETCHER",
-           "DESCRIBE_GROUPS", "VERSION", "NO_OFFSET", "MESSAGES"]
+           "DESCRIBE_GROUPS", "COMMIT_OFFSETS", "VERSION", "REGISTER_VERSION", "NO_OFFSET", "NO_GENERATION", "MESSAGES",
+           "correlation_id", "correlation_ids", "is_response_frame"]
 
 
 class CoordinatorApiKey(IntEnum):
@@ -49,6 +72,7 @@ class CoordinatorApiKey(IntEnum):
     STOP_FETCHER = 1003
     START_FETCHER = 1004
     DESCRIBE_GROUPS = 1005
+    COMMIT_OFFSETS = 1006
 
 
 CLUSTER_METADATA = CoordinatorApiKey.CLUSTER_METADATA
@@ -57,11 +81,36 @@ PING = CoordinatorApiKey.PING
 STOP_FETCHER = CoordinatorApiKey.STOP_FETCHER
 START_FETCHER = CoordinatorApiKey.START_FETCHER
 DESCRIBE_GROUPS = CoordinatorApiKey.DESCRIBE_GROUPS
+COMMIT_OFFSETS = CoordinatorApiKey.COMMIT_OFFSETS
 
-#: The only version of every coordinator API.
+#: The version of every coordinator API but RegisterConsumer.
 VERSION = 0
+#: The newest RegisterConsumer version (members send it; 0 is still served).
+REGISTER_VERSION = 1
 #: A StartFetcher start offset meaning "apply auto.offset.reset".
 NO_OFFSET = -1
+#: "No generation": a member that holds no assignment, or a claim that was not accepted.
+NO_GENERATION = -1
+
+_ID_SPACE = 0x7FFFFFFF
+
+
+def correlation_id(n: int) -> int:
+    """The ``n``-th correlation id (from 0) of a member's connection: -1, -2, ... -(2**31 - 1), then -1 again."""
+    return -(n % _ID_SPACE + 1)
+
+
+def correlation_ids() -> Iterator[int]:
+    """Correlation ids for requests on a member's connection (see ``correlation_id``)."""
+    return map(correlation_id, itertools.count())
+
+
+def is_response_frame(frame) -> bool:
+    """On a member's connection: does this frame (after the size prefix) hold a response?
+
+    A response starts with its (negative) correlation id; a request with
+    ``api_key << 16 | api_version``, which is never negative."""
+    return len(frame) >= 1 and frame[0] >= 0x80
 
 
 def _broker_fields() -> list[Field]:
@@ -81,8 +130,15 @@ CLUSTER_METADATA_RESPONSE = Message("ClusterMetadataResponse", valid="0", flexib
     Field("Brokers", "[]Broker", "0+", fields=_broker_fields()),
 ])
 
+def _ownership_fields() -> list[Field]:
+    return [Field("ConsumerThreadId", "string", "0+"),
+            Field("Partitions", "[]AssignedPartition", "0+", fields=_offset_fields())]
+
+
 # ----------------------------------------------------------------- RegisterConsumer
-REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0", flexible="none", fields=[
+# v1: the member's claim (GenerationId, Owned: the partitions it still holds per thread, each
+# with the member's position), and in the answer the generation it was accepted into.
+REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0-1", flexible="none", fields=[
     Field("GroupId", "string", "0+"),
     Field("ConsumerId", "string", "0+"),
     Field("Topics", "[]TopicCount", "0+", fields=[   # static subscription: topic -> streams
@@ -94,11 +150,14 @@ REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0", flexib
     Field("AutoCommit", "bool", "0+", default=True),
     Field("AutoOffsetReset", "string", "0+", default="largest"),      # "smallest" | "largest"
     Field("SessionTimeoutMs", "int32", "0+", default=10000),
+    Field("GenerationId", "int32", "1+", default=NO_GENERATION),   # -1: no claim
+    Field("Owned", "[]Ownership", "1+", fields=_ownership_fields()),
 ])
-REGISTER_CONSUMER_RESPONSE = Message("RegisterConsumerResponse", valid="0", flexible="none", fields=[
+REGISTER_CONSUMER_RESPONSE = Message("RegisterConsumerResponse", valid="0-1", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("ErrorMessage", "string", "0+", nullable="0+", default=None),
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
+    Field("GenerationId", "int32", "1+", default=NO_GENERATION),   # the claim accepted: keep fetching
 ])
 
 # ----------------------------------------------------------------------------- Ping
@@ -133,10 +192,7 @@ START_FETCHER_REQUEST = Message("StartFetcherRequest", valid="0", flexible="none
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
     Field("GenerationId", "int32", "0+", default=-1),
     Field("ConsumerId", "string", "0+"),
-    Field("Ownership", "[]Ownership", "0+", fields=[
-        Field("ConsumerThreadId", "string", "0+"),
-        Field("Partitions", "[]AssignedPartition", "0+", fields=_offset_fields()),  # offset -1: apply the reset
-    ]),
+    Field("Ownership", "[]Ownership", "0+", fields=_ownership_fields()),  # offset -1: apply the reset
     Field("Brokers", "[]Broker", "0+", fields=_broker_fields()),
 ])
 START_FETCHER_RESPONSE = Message("StartFetcherResponse", valid="0", flexible="none", fields=[
@@ -172,6 +228,24 @@ DESCRIBE_GROUPS_RESPONSE = Message("CoordinatorDescribeGroupsResponse", valid="0
     ]),
 ])
 
+# -------------------------------------------------------------------- CommitOffsets
+COMMIT_OFFSETS_REQUEST = Message("CommitOffsetsRequest", valid="0", flexible="none", fields=[
+    Field("GroupId", "string", "0+"),
+    Field("ConsumerId", "string", "0+"),
+    Field("GenerationId", "int32", "0+", default=NO_GENERATION),
+    Field("Leave", "bool", "0+", default=False),   # final commit: stopped fetching, leaving the group
+    Field("Offsets", "[]OffsetInfo", "0+", fields=_offset_fields()),
+])
+COMMIT_OFFSETS_RESPONSE = Message("CommitOffsetsResponse", valid="0", flexible="none", fields=[
+    Field("ErrorCode", "int16", "0+"),
+    Field("ErrorMessage", "string", "0+", nullable="0+", default=None),
+    Field("Partitions", "[]PartitionResult", "0+", fields=[
+        Field("Topic", "string", "0+"),
+        Field("Partition", "int32", "0+"),
+        Field("ErrorCode", "int16", "0+"),
+    ]),
+])
+
 #: api key -> (name, request schema, response schema)
 MESSAGES: dict[int, tuple[str, Message, Message]] = {
     CLUSTER_METADATA: ("ClusterMetadata", CLUSTER_METADATA_REQUEST, CLUSTER_METADATA_RESPONSE),
@@ -180,7 +254,12 @@ MESSAGES: dict[int, tuple[str, Message, Message]] = {
     STOP_FETCHER: ("StopFetcher", STOP_FETCHER_REQUEST, STOP_FETCHER_RESPONSE),
     START_FETCHER: ("StartFetcher", START_FETCHER_REQUEST, START_FETCHER_RESPONSE),
     DESCRIBE_GROUPS: ("CoordinatorDescribeGroups", DESCRIBE_GROUPS_REQUEST, DESCRIBE_GROUPS_RESPONSE),
+    COMMIT_OFFSETS: ("CommitOffsets", COMMIT_OFFSETS_REQUEST, COMMIT_OFFSETS_RESPONSE),
 }
 
+#: api key -> (lowest, highest) version served
+VERSIONS: dict[int, tuple[int, int]] = {key: (VERSION, VERSION) for key in MESSAGES}
+VERSIONS[REGISTER_CONSUMER] = (0, REGISTER_VERSION)
+
 for _key, (_name, _request, _response) in MESSAGES.items():
-    register(_key, _name, _request, _response, (VERSION, VERSION))
+    register(_key, _name, _request, _response, VERSIONS[_key])

@@ -14,10 +14,6 @@ from __future__ import annotations
 from spark_coord.wire.registry import ApiKey, register
 from spark_coord.wire.schema import Field, Message
 
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-
 REQUEST = Message("ListOffsetsRequest", valid="0-10", flexible="6+", fields=[
     Field("ReplicaId", "int32", "0+"),
     Field("IsolationLevel", "int8", "2+"),

@@ -3,10 +3,14 @@ root conftest), and a 3-broker LocalCluster of real processes (module-scoped: it
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import uuid
 
 import pytest
+
+from helpers import local_cluster
 
 
 @pytest.fixture
@@ -19,12 +23,6 @@ def broker(broker_factory):
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory, request):
     """Three broker processes on their own chroot of the session's ZooKeeper."""
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.module.__name__)[-40:]
-    connect = f"{zookeeper.connect_string}/c-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    with LocalCluster(3, tmp_path_factory.mktemp("cluster"), zk_connect=connect,
-                      overrides={"zookeeper.session.timeout.ms": 6000, "num.partitions": 3}) as c:
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("cluster"), 3, "c-" + request.module.__name__,
+                       {"zookeeper.session.timeout.ms": 6000, "num.partitions": 3}) as c:
         yield c

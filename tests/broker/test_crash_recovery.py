@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -19,7 +18,7 @@ from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
 from spark_coord.wire.registry import ApiKey
 
-from helpers import wait_until
+from helpers import local_cluster, wait_until
 
 TOPIC = "crash"
 PARTITIONS = 2
@@ -29,13 +28,8 @@ ACKED_BEFORE_KILL = 150
 @pytest.fixture(scope="module")
 def crash_cluster(zookeeper, tmp_path_factory):
     """One broker process that fsyncs after every message (log.flush.interval.messages=1)."""
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    connect = f"{zookeeper.connect_string}/crash-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    with LocalCluster(1, tmp_path_factory.mktemp("crash"), zk_connect=connect,
-                      overrides={"log.flush.interval.messages": 1, "zookeeper.session.timeout.ms": 6000}) as c:
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("crash"), 1, "crash",
+                       {"log.flush.interval.messages": 1, "zookeeper.session.timeout.ms": 6000}) as c:
         yield c
 
 

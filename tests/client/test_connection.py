@@ -15,7 +15,7 @@ from spark_coord.wire import protocol
 from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest
 from spark_coord.wire.registry import ApiKey
 
-from helpers import read_exactly
+from helpers import free_port, read_exactly
 
 
 class TinyBroker:
@@ -200,12 +200,8 @@ def test_timeout_is_a_connection_error(broker):
 
 
 def test_connect_refused_is_a_connection_error():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
     with pytest.raises(BrokerConnectionError, match="cannot connect"):
-        BrokerConnection("127.0.0.1", port, timeout=2)
+        BrokerConnection("127.0.0.1", free_port(), timeout=2)
 
 
 def test_no_common_version_raises_unsupported_version(broker):

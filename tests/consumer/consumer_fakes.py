@@ -1,11 +1,11 @@
 """An in-test coordinator: a socket server thread speaking the coordinator protocol with
 our wire codec.  It answers ClusterMetadata and RegisterConsumer by itself; after a
 successful registration the connection becomes a ``Session`` the test drives: it
-sends Ping / StopFetcher / StartFetcher and reads the member's answers."""
+sends Ping / StopFetcher / StartFetcher and reads the member's answers, and it reads
+the member's own requests (CommitOffsets) and answers them when the test says so."""
 
 from __future__ import annotations
 
-import itertools
 import queue
 import socket
 import struct
@@ -39,18 +39,47 @@ class Session:
         self.sock = sock
         self.registration = registration
         self.consumer_id = registration["consumer_id"]
-        self._corr = itertools.count(100)
+        self._corr = api.correlation_ids()
+        #: Requests the member sent (CommitOffsets), waiting for the test: (header, body).
+        self.member_requests: "queue.Queue[tuple[RequestHeader, dict]]" = queue.Queue()
 
     def send(self, api_key: int, body: dict) -> int:
         cid = next(self._corr)
         self.sock.sendall(protocol.encode_request(api_key, 0, cid, "coordinator", body))
         return cid
 
-    def answer(self, api_key: int, cid: int, timeout: float = 5.0) -> dict:
+    def _next_frame(self, timeout: float) -> bytes:
         self.sock.settimeout(timeout)
-        got, body = protocol.decode_response(api_key, 0, _read_frame(self.sock))
+        return _read_frame(self.sock)
+
+    def answer(self, api_key: int, cid: int, timeout: float = 5.0) -> dict:
+        """The member's answer to our request ``cid``; its own requests meanwhile are queued."""
+        while True:
+            frame = self._next_frame(timeout)
+            if api.is_response_frame(frame):
+                break
+            self.member_requests.put(protocol.decode_request(frame))
+        got, body = protocol.decode_response(api_key, 0, frame)
         assert got == cid, f"answer carries correlation id {got}, expected {cid}"
         return body
+
+    def member_request(self, timeout: float = 5.0) -> tuple[RequestHeader, dict]:
+        """The member's next own request (reading the connection until one arrives)."""
+        try:
+            return self.member_requests.get_nowait()
+        except queue.Empty:
+            pass
+        frame = self._next_frame(timeout)
+        assert not api.is_response_frame(frame), "expected a request from the member"
+        return protocol.decode_request(frame)
+
+    def reply(self, header: RequestHeader, body: dict) -> None:
+        self.sock.sendall(b"".join(protocol.encode_response(header, body)))
+
+    def commit_answer(self, header: RequestHeader, request: dict, code: int = 0) -> None:
+        """Answer a CommitOffsets: every partition ``code``."""
+        self.reply(header, {"error_code": 0, "partitions": [
+            {"topic": o["topic"], "partition": o["partition"], "error_code": code} for o in request["offsets"]]})
 
     def call(self, api_key: int, body: dict, timeout: float = 5.0) -> dict:
         return self.answer(api_key, self.send(api_key, body), timeout)
@@ -93,6 +122,7 @@ class FakeCoordinator:
         self.epoch = epoch
         self.coordinator_id = coordinator_id
         self.register_errors: list[int] = []          # popped one per RegisterConsumer
+        self.accept_claims = True                     # answer a claim with its generation (taken back)
         self.metadata_requests = 0
         self.registrations: list[dict] = []
         self.groups: list[dict] = []                  # the DescribeGroups answer
@@ -140,8 +170,10 @@ class FakeCoordinator:
                 elif header.api_key == api.REGISTER_CONSUMER:
                     self.registrations.append(body)
                     code = self.register_errors.pop(0) if self.register_errors else ErrorCode.NONE
+                    generation = body["generation_id"] if self.accept_claims else -1
                     self._respond(sock, header, {"error_code": code, "coordinator_epoch": self.epoch,
-                                                 "error_message": "refused by the test" if code else None})
+                                                 "error_message": "refused by the test" if code else None,
+                                                 "generation_id": generation})
                     if code == ErrorCode.NONE:
                         self.sessions.put(Session(sock, body))
                         return  # the test drives this connection from now on (do not close it)
@@ -166,6 +198,7 @@ class RecordingMember:
     def __init__(self, offsets: list[dict] | None = None):
         self.offsets = offsets if offsets is not None else []
         self.events: list[tuple] = []
+        self.lease_until = 0.0
         self.lock = threading.Lock()
 
     def report_offsets(self) -> list[dict]:
@@ -184,6 +217,14 @@ class RecordingMember:
     def connection_lost(self) -> None:
         with self.lock:
             self.events.append(("lost",))
+
+    def resume_fetchers(self) -> None:
+        with self.lock:
+            self.events.append(("resume",))
+
+    def renew_lease(self, until: float) -> None:
+        with self.lock:
+            self.lease_until = until
 
     def names(self) -> list[str]:
         with self.lock:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
 from consumer_fakes import FakeCoordinator, RecordingMember
-from helpers import wait_until
-from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
+from helpers import free_port, wait_until
+from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.errors import ErrorCode
 
 OFFSETS = [{"topic": "t", "partition": 0, "offset": 42}, {"topic": "t", "partition": 1, "offset": 7}]
@@ -47,15 +48,13 @@ def test_registers_with_the_subscription(fake, make_connector):
     session = fake.next_session()
     assert session.registration == {"group_id": "g", "consumer_id": "c1", "topics": [{"topic": "t", "streams": 2}],
                                     "pattern": None, "pattern_streams": 1, "auto_commit": True,
-                                    "auto_offset_reset": "largest", "session_timeout_ms": 3000}
+                                    "auto_offset_reset": "largest", "session_timeout_ms": 3000,
+                                    "generation_id": -1, "owned": []}  # nothing to claim
     assert conn.registered.wait(5) and conn.coordinator_epoch == 7 and conn.coordinator.coordinator_id == 0
 
 
 def test_discovery_skips_dead_brokers_round_robin(fake, make_connector):
-    dead = socket.create_server(("127.0.0.1", 0))
-    dead_port = dead.getsockname()[1]
-    dead.close()  # nothing listens there any more
-    make_connector(bootstrap=[("127.0.0.1", dead_port), fake.address])
+    make_connector(bootstrap=[("127.0.0.1", free_port()), fake.address])  # nothing listens on the first
     assert fake.next_session().consumer_id == "c1"
 
 
@@ -72,17 +71,22 @@ def test_ping_is_answered_with_offsets(fake, make_connector):
     make_connector()
     session = fake.next_session()
     answer = session.ping(epoch=7, generation=3, retries=1)
-    assert answer == {"error_code": 0, "consumer_id": "c1", "generation_id": -1, "offsets": OFFSETS}
+    assert answer == {"error_code": 0, "consumer_id": "c1", "generation_id": -1, "offsets": []}  # holds nothing
+    session.start_fetcher(7, 3, {("t", 0): 1, ("t", 1): 1})
+    answer = session.ping(epoch=7, generation=3, retries=1)
+    assert answer == {"error_code": 0, "consumer_id": "c1", "generation_id": 3, "offsets": OFFSETS}
 
 
 def test_stop_fetcher_stops_before_reporting(fake, make_connector):
     member = RecordingMember(OFFSETS)
     make_connector(member)
     session = fake.next_session()
+    session.start_fetcher(7, 1, {("t", 0): 1})
     answer = session.stop_fetcher(epoch=7, generation=1)
     assert answer["error_code"] == 0 and answer["offsets"] == OFFSETS
     names = member.names()
-    assert names.index("stop") < names.index("report")
+    assert names.index("stop") < names.index("report", names.index("stop") - 1)
+    assert session.ping(7, 1)["offsets"] == []  # stopped: nothing more to report until started again
 
 
 def test_start_fetcher_adopts_generation_and_assignment(fake, make_connector):
@@ -116,23 +120,89 @@ def test_request_for_another_consumer_is_refused(fake, make_connector):
     assert session.ping(epoch=7, consumer_id="someone-else")["error_code"] == ErrorCode.UNKNOWN_CONSUMER
 
 
-def test_silence_for_a_session_timeout_reconnects(fake, make_connector):
+def test_silence_for_a_session_timeout_stops_fetching_then_resumes_when_taken_back(fake, make_connector):
     member = RecordingMember(OFFSETS)
     conn = make_connector(member, session_timeout_ms=600)
     first = fake.next_session()
-    assert first.is_closed_by_peer(timeout=5)  # the member gave up on a silent coordinator
-    second = fake.next_session()
-    assert second.consumer_id == "c1"
+    first.start_fetcher(7, 4, {("t", 0): 40, ("t", 1): 7})
+    assert first.is_closed_by_peer(timeout=5)  # the member gave up on a silent coordinator...
+    second = fake.next_session()               # ...and claims what it holds at the next one
+    assert second.registration["generation_id"] == 4
+    assert second.registration["owned"] == [{"consumer_thread_id": "c1-0", "partitions": OFFSETS}]
     wait_until(lambda: conn.registrations == 2, 5)
-    assert "lost" in member.names()
+    names = member.names()
+    assert "lost" in names and "resume" in names and names.index("lost") < names.index("resume")
+    assert conn.generation_id == 4
 
 
-def test_lost_connection_stops_fetchers_and_rediscovers(fake, make_connector):
+def test_lost_connection_keeps_fetching_and_claims_its_assignment(fake, make_connector):
+    """seeds 004: the member does not stop consumption while it rediscovers the coordinator."""
     member = RecordingMember(OFFSETS)
-    make_connector(member)
-    fake.next_session().close()
-    fake.next_session()
-    assert "lost" in member.names()
+    conn = make_connector(member, session_timeout_ms=3000)
+    first = fake.next_session()
+    first.start_fetcher(7, 2, {("t", 0): 40, ("t", 1): 7})
+    first.close()
+    second = fake.next_session()
+    assert second.registration["generation_id"] == 2
+    wait_until(lambda: conn.registrations == 2, 5)
+    assert "lost" not in member.names() and "stop" not in member.names()
+    assert second.ping(7, 2)["generation_id"] == 2
+
+
+def test_refused_claim_drops_the_assignment(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member)
+    first = fake.next_session()
+    first.start_fetcher(7, 2, {("t", 0): 40})
+    fake.accept_claims = False
+    first.close()
+    second = fake.next_session()
+    assert second.registration["generation_id"] == 2
+    wait_until(lambda: conn.registrations == 2, 5)
+    assert "lost" in member.names() and conn.generation_id == -1
+    assert second.ping(7, 2)["offsets"] == []
+
+
+def test_lease_runs_out_while_no_coordinator_can_be_found(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member, session_timeout_ms=800)
+    session = fake.next_session()
+    session.start_fetcher(7, 2, {("t", 0): 40})
+    started = time.monotonic()
+    fake.close()  # no coordinator any more
+    session.close()
+    wait_until(lambda: "lost" in member.names(), 5)
+    assert 0.6 <= time.monotonic() - started < 2.5  # the session timeout after the StartFetcher
+    assert member.lease_until <= time.monotonic()
+    assert conn.generation_id == 2  # kept, dormant: claimed if a coordinator appears
+
+
+def test_commit_is_answered_on_the_member_connection(fake, make_connector):
+    conn = make_connector()
+    session = fake.next_session()
+    assert conn.registered.wait(5)
+    session.start_fetcher(7, 3, {("t", 0): 1})
+    result = {}
+    committer = threading.Thread(target=lambda: result.update(conn.commit(OFFSETS, timeout=5)))
+    committer.start()
+    header, request = session.member_request()
+    assert header.api_key == 1006 and header.correlation_id < 0
+    assert request == {"group_id": "g", "consumer_id": "c1", "generation_id": 3, "leave": False, "offsets": OFFSETS}
+    assert session.ping(7, 3)["error_code"] == 0  # the coordinator's requests keep being answered meanwhile
+    session.commit_answer(header, request, code=0)
+    committer.join(5)
+    assert result == {("t", 0): 0, ("t", 1): 0}
+
+
+def test_commit_without_a_coordinator_fails_at_once(make_connector):
+    dead = socket.create_server(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    conn = make_connector(bootstrap=[("127.0.0.1", port)])
+    started = time.monotonic()
+    with pytest.raises(CommitFailed) as err:
+        conn.commit(OFFSETS)
+    assert err.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE and time.monotonic() - started < 1
 
 
 @pytest.mark.parametrize("garbage", [
@@ -149,21 +219,32 @@ def test_protocol_violation_reconnects(fake, make_connector, garbage):
     fake.next_session()
 
 
-def test_close_waits_for_the_ping_after_the_final_offsets(fake, make_connector):
+def test_close_commits_the_final_offsets_and_leaves(fake, make_connector):
     conn = make_connector(session_timeout_ms=20000)
     session = fake.next_session()
     assert conn.registered.wait(5)
+    session.start_fetcher(7, 5, {("t", 0): 1, ("t", 1): 1})
     closer = threading.Thread(target=conn.close)
     closer.start()
-    wait_until(lambda: conn.closing, 5, message="close() under way")
-    answer = session.ping(epoch=7)  # the final offsets
-    assert answer["offsets"] == OFFSETS
-    # it must not leave before the coordinator proves it got that answer (it waits up to 20 s)
-    assert closer.is_alive() and conn.is_alive()
-    assert session.ping(epoch=7)["error_code"] == 0  # the next ping: now it may go
+    header, request = session.member_request()
+    assert header.api_key == 1006
+    assert request == {"group_id": "g", "consumer_id": "c1", "generation_id": 5, "leave": True, "offsets": OFFSETS}
+    # it must not leave before the coordinator confirms the offsets are written (it waits up to 20 s)
+    assert session.ping(7, 5)["error_code"] == 0 and closer.is_alive()
+    session.commit_answer(header, request)
     closer.join(5)
-    assert not conn.is_alive()
+    assert not closer.is_alive() and not conn.is_alive() and conn.left_cleanly
     assert session.is_closed_by_peer()
+
+
+def test_close_is_bounded_when_the_coordinator_never_confirms(fake, make_connector):
+    conn = make_connector(session_timeout_ms=1500)
+    session = fake.next_session()
+    session.start_fetcher(7, 5, {("t", 0): 1})
+    started = time.monotonic()
+    conn.close()
+    assert time.monotonic() - started < 1.5 + 0.5 and not conn.left_cleanly
+    assert session.member_request()[0].api_key == 1006  # it tried
 
 
 def test_close_without_offsets_is_immediate(fake, make_connector):
@@ -175,9 +256,6 @@ def test_close_without_offsets_is_immediate(fake, make_connector):
 
 
 def test_close_before_any_coordinator_is_found(make_connector):
-    dead = socket.create_server(("127.0.0.1", 0))
-    port = dead.getsockname()[1]
-    dead.close()
-    conn = make_connector(bootstrap=[("127.0.0.1", port)])
+    conn = make_connector(bootstrap=[("127.0.0.1", free_port())])
     conn.close(timeout=5)
     assert not conn.is_alive()

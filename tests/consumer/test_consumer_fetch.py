@@ -5,12 +5,11 @@ offset (auto.offset.reset), out-of-range reset, revocation, offsets in answers, 
 from __future__ import annotations
 
 import threading
-import uuid
 
 import pytest
 
 from consumer_fakes import FakeCoordinator
-from helpers import wait_until
+from helpers import local_cluster, wait_until
 
 TOPIC = "events"
 EPOCH = 7
@@ -18,13 +17,8 @@ EPOCH = 7
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    connect = f"{zookeeper.connect_string}/consumer-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    c = LocalCluster(1, tmp_path_factory.mktemp("consumer-cluster"), zk_connect=connect,
-                     overrides={"coordinator.enable": False, "num.partitions": 2})
+    c = local_cluster(zookeeper, tmp_path_factory.mktemp("consumer-cluster"), 1, "consumer",
+                      {"coordinator.enable": False, "num.partitions": 2})
     c.start()
     try:
         _produce(c, {0: 30, 1: 20})
@@ -154,7 +148,15 @@ def test_manual_commit_is_what_gets_reported(consumer, fake):
     session.start_fetcher(EPOCH, 1, {(TOPIC, 0): 0})
     _take_until(c, {(TOPIC, 0): 30})
     assert session.ping(EPOCH, 1)["offsets"] == []
-    c.commit({(TOPIC, 0): 12})
+    result = {}
+    committer = threading.Thread(target=lambda: result.update(c.commit({(TOPIC, 0): 12})))
+    committer.start()
+    header, request = session.member_request()  # sent at once, on the member's connection
+    assert request["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 12}] and not request["leave"]
+    assert committer.is_alive()  # commit() returns once the coordinator confirms
+    session.commit_answer(header, request, code=1006)
+    committer.join(5)
+    assert result == {(TOPIC, 0): 1006}
     assert session.ping(EPOCH, 1)["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 12}]
 
 
@@ -165,12 +167,12 @@ def test_close_hands_over_the_final_offsets(consumer, fake):
     _take_until(c, {(TOPIC, 0): 30})
     closer = threading.Thread(target=c.close)
     closer.start()
-    wait_until(lambda: c.connector.closing, 5, message="close() under way")
-    assert session.ping(EPOCH, 1)["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 30}]
+    header, request = session.member_request()
+    assert request["leave"] and request["offsets"] == [{"topic": TOPIC, "partition": 0, "offset": 30}]
     assert closer.is_alive()
-    session.ping(EPOCH, 1)
+    session.commit_answer(header, request)
     closer.join(10)
-    assert not closer.is_alive()
+    assert not closer.is_alive() and c.connector.left_cleanly
     assert session.is_closed_by_peer()
 
 
@@ -189,6 +191,9 @@ def test_cli_consume_prints_records_then_closes(cluster, fake, capsys):
         try:
             while True:  # keep pinging until the member leaves
                 session.ping(EPOCH, 1)
+                if not session.member_requests.empty():
+                    header, request = session.member_requests.get()
+                    session.commit_answer(header, request)
         except (OSError, ConnectionError, AssertionError):
             pass
 

@@ -28,18 +28,19 @@ def async_test(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FakeChannel:
-    """A ``MemberChannel`` that records requests; ``on_send`` lets a member react."""
+    """A ``MemberChannel`` that records requests with their answer callbacks; ``on_send`` lets a
+    member react."""
 
     def __init__(self, peer: str):
         self.peer = peer
-        self.sent: list[tuple[int, dict]] = []
+        self.sent: list[tuple[int, dict, Callable[[Any], None]]] = []
         self.closed = False
         self.on_send: Callable[[int, dict], None] | None = None
 
-    def send(self, api_key: int, body: dict) -> None:
+    def send(self, api_key: int, body: dict, on_answer: Callable[[Any], None]) -> None:
         if self.closed:
             raise ChannelClosed(self.peer)
-        self.sent.append((api_key, body))
+        self.sent.append((api_key, body, on_answer))
         if self.on_send:
             self.on_send(api_key, body)
 
@@ -47,11 +48,17 @@ class FakeChannel:
         self.closed = True
 
     def requests(self, api: int) -> list[dict]:
-        return [b for a, b in self.sent if a == api]
+        return [b for a, b, _ in self.sent if a == api]
 
     def last(self, api: int) -> dict | None:
         found = self.requests(api)
         return found[-1] if found else None
+
+    def reply(self, api: int, answer: Any, index: int = -1) -> None:
+        """Deliver ``answer`` to the callback of the ``index``-th request of ``api`` (default: the last)."""
+        callbacks = [cb for a, _, cb in self.sent if a == api]
+        assert callbacks, f"{self.peer} got no {api!r}"
+        callbacks[index](answer)
 
 
 class Member:
@@ -72,15 +79,17 @@ class Member:
 
     def _on_send(self, api: int, body: dict) -> None:
         if self.auto and not self.muted:
-            asyncio.get_running_loop().call_soon(self.answer, api, body)
+            index = len(self.channel.requests(api)) - 1
+            asyncio.get_running_loop().call_soon(lambda: self.answer(api, index=index))
 
     def offsets(self) -> list[dict]:
         return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())]
 
-    def answer(self, api: int, body: dict | None = None, **override: Any) -> None:
-        """Answer ``body`` (default: the last request of ``api``) as a member would."""
-        body = body if body is not None else self.channel.last(api)
-        assert body is not None, f"{self.consumer_id} got no {api!r}"
+    def answer(self, api: int, index: int = -1, **override: Any) -> None:
+        """Answer the ``index``-th request of ``api`` (default: the last) as a member would."""
+        requests = self.channel.requests(api)
+        assert requests, f"{self.consumer_id} got no {api!r}"
+        body = requests[index]
         if self.channel.closed:
             return
         resp: dict[str, Any] = {"error_code": 0, "consumer_id": self.consumer_id, "generation_id": self.generation}
@@ -97,10 +106,27 @@ class Member:
                               for o in body["ownership"] for p in o["partitions"]}
             self.history.append((self.generation, dict(self.positions)))
         resp.update(override)
-        self.h.coord.on_response(self.channel, api, resp)
+        self.channel.reply(api, resp, index)
 
     def consume(self, n: int) -> None:
         self.positions = {tp: o + n for tp, o in self.positions.items()}
+
+    async def commit(self, offsets: dict[tuple[str, int], int] | None = None, leave: bool = False,
+                     generation: int | None = None, **override: Any) -> dict:
+        """A CommitOffsets request of this member (default: its positions), answered by the coordinator."""
+        offsets = self.positions if offsets is None else offsets
+        body = {"group_id": self.group, "consumer_id": self.consumer_id,
+                "generation_id": self.generation if generation is None else generation, "leave": leave,
+                "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]}
+        body.update(override)
+        return await self.h.coord.handle_commit(self.channel, body)
+
+    def claim(self, generation: int | None = None, offsets: dict[tuple[str, int], int] | None = None) -> dict:
+        """RegisterConsumer v1 fields claiming what this member holds."""
+        positions = self.positions if offsets is None else offsets
+        return {"generation_id": self.generation if generation is None else generation,
+                "owned": [{"consumer_thread_id": f"{self.consumer_id}-0", "partitions": [
+                    {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(positions.items())]}]}
 
 
 class Harness:
@@ -138,8 +164,12 @@ class Harness:
 
     def register(self, consumer_id: str, group: str = "g", topics: dict[str, int] | None = None,
                  pattern: str | None = None, streams: int = 1, session: int = 3000, auto: bool = True,
-                 **extra: Any) -> tuple[Member, dict]:
+                 like: Member | None = None, **extra: Any) -> tuple[Member, dict]:
+        """A member on a new channel; ``like``: the same member process on a new connection
+        (it keeps its generation and positions)."""
         m = Member(self, group, consumer_id, auto=auto)
+        if like is not None:
+            m.generation, m.positions, m.history = like.generation, dict(like.positions), like.history
         body: dict[str, Any] = {
             "group_id": group, "consumer_id": consumer_id,
             "topics": [] if pattern else [{"topic": t, "streams": n} for t, n in (topics or {"t": 1}).items()],

@@ -1,11 +1,15 @@
-"""Failure detection, offsets, the committer, failover restore and fencing."""
+"""Failure detection, absent members and their leases, the committer, fencing."""
 
 from __future__ import annotations
 
 from coord_harness import PING, START, STOP, Harness, async_test
-from spark_coord.coordinator.group import GroupState
-from spark_coord.coordinator.store import StoredGroup, StoredMember
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.group import LEASE_MARGIN_MS, GroupState
+from spark_coord.errors import ErrorCode
+
+
+def _ping_answer(m, generation, offsets=(), **extra) -> dict:
+    return {"error_code": 0, "consumer_id": m.consumer_id, "generation_id": generation,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets], **extra}
 
 
 @async_test
@@ -23,9 +27,17 @@ async def test_ping_every_third_of_session_and_expiry_fails_member_then_survivor
     ms[2].muted = True
     await h.advance(3000)  # first unanswered ping expired, second one out
     assert "c3" in h.group().members and ms[2].channel.last(PING)["num_retries"] == 1
-    await h.advance(3000)  # more than max.ping.retries expiries: failed
+    await h.advance(2000)  # more than max.ping.retries expiries: failed, its connection closed...
     g = h.group()
-    assert "c3" not in g.members and ms[2].channel.closed
+    assert ms[2].channel.closed and g.members["c3"].channel is None
+    # ...but its partitions go to nobody until its lease surely ended: session + margin after the
+    # last request sent to it (the ping at 4000)
+    assert g.members["c3"].absent_until_ms == 4000 + 3000 + LEASE_MARGIN_MS
+    assert g.state == GroupState.STABLE and g.generation_id == 1
+    await h.advance(4000 + 3000 + LEASE_MARGIN_MS - h.timer.clock.now_ms() - 1)
+    assert "c3" in g.members and g.generation_id == 1
+    await h.advance(1)
+    assert "c3" not in g.members
     assert g.state == GroupState.STABLE and g.generation_id == 2
     assert set(g.owners.values()) == {"c1-0", "c2-0"} and len(g.owners) == 12
     assert h.store.groups["g"].owners == g.owners and "c3" not in h.store.groups["g"].members
@@ -46,6 +58,40 @@ async def test_a_ping_still_outstanding_is_not_repeated():
 
 
 @async_test
+async def test_late_ping_answers_do_not_keep_a_member_alive():
+    """A member that answers every ping only after it expired (2/3 of its session) is failed:
+    a late answer neither completes the ping that is out now nor resets the count."""
+    h = await Harness({"t": 2}, max_ping_retries=1).start()
+    m, _ = h.register("c1", session=3000)
+    await h.settle()
+    m.muted = True
+    await h.advance(1000)                 # ping 0 out
+    await h.advance(2000)                 # ping 0 expired at 3000 (1 unanswered); ping 1 out at 3000
+    assert h.group().members["c1"].failed_pings == 1
+    m.channel.reply(PING, _ping_answer(m, 1), index=0)   # the answer to ping 0 arrives late
+    await h.settle()
+    member = h.group().members["c1"]
+    assert member.failed_pings == 1 and member.ping is not None and not member.ping.is_completed
+    await h.advance(2000)                 # ping 1 expires at 5000: failed
+    assert m.channel.closed
+
+
+@async_test
+async def test_error_answers_to_pings_do_not_count():
+    h = await Harness({"t": 2}, max_ping_retries=1).start()
+    m, _ = h.register("c1", session=3000)
+    await h.settle()
+    m.muted = True
+    await h.advance(1000)  # ping 0 out...
+    m.channel.reply(PING, _ping_answer(m, 1, error_code=int(ErrorCode.STALE_COORDINATOR_EPOCH)))
+    await h.advance(2000)  # ...refused, so it expires at 3000; ping 1 out
+    assert h.group().members["c1"].failed_pings == 1
+    m.channel.reply(PING, _ping_answer(m, 1, error_code=int(ErrorCode.UNKNOWN_CONSUMER)))
+    await h.advance(2000)
+    assert m.channel.closed  # refused every ping: failed like a silent member
+
+
+@async_test
 async def test_offsets_from_stale_generation_or_unowned_partitions_are_refused_and_never_go_backwards():
     h = await Harness({"t": 4}).start()
     m1, _ = h.register("c1")
@@ -54,32 +100,35 @@ async def test_offsets_from_stale_generation_or_unowned_partitions_are_refused_a
     g = h.group()
     assert g.generation_id == 1
     owned1 = sorted(m1.positions)  # [("t",0), ("t",1)]
-    send = lambda m, gen, offsets: h.coord.on_response(m.channel, PING, {  # noqa: E731
-        "error_code": 0, "consumer_id": m.consumer_id, "generation_id": gen,
-        "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets]})
-    send(m1, 0, [(owned1[0], 50)])                       # stale generation
+    m1.muted = True
+    await h.advance(1000)  # a ping to answer by hand
+
+    def send(gen, offsets, **extra):
+        m1.channel.reply(PING, _ping_answer(m1, gen, offsets, **extra))
+
+    send(0, [(owned1[0], 50)])                       # stale generation
     assert owned1[0] not in g.offsets
-    send(m1, 1, [(("t", 3), 50)])                        # owned by c2
-    assert ("t", 3) not in g.offsets
-    send(m1, 1, [(owned1[0], 50)])
+    send(1, [(("t", 3), 50)])                        # owned by c2
+    assert g.offsets.get(("t", 3)) != 50
+    send(1, [(owned1[0], 50)])
     assert g.offsets[owned1[0]] == 50 and owned1[0] in g.dirty
-    send(m1, 1, [(owned1[0], 40)])                       # backwards within the generation
+    send(1, [(owned1[0], 40)])                       # backwards within the generation
     assert g.offsets[owned1[0]] == 50
-    h.coord.on_response(m1.channel, PING, {"error_code": 0, "consumer_id": "c1", "generation_id": 1, "offsets": [
+    m1.channel.reply(PING, {"error_code": 0, "consumer_id": "c1", "generation_id": 1, "offsets": [
         {"topic": "t", "partition": owned1[0][1], "offset": 60}, "junk", {"topic": "t", "partition": -1, "offset": 1},
         {"topic": "t", "partition": owned1[1][1], "offset": True}]})  # malformed entries are skipped
     assert g.offsets[owned1[0]] == 60 and owned1[1] not in g.offsets
-    h.coord.on_response(m1.channel, PING, "not a struct")  # hostile answer: logged, ignored
+    m1.channel.reply(PING, "not a struct")  # hostile answer: logged, ignored
     assert g.offsets[owned1[0]] == 60
 
 
 @async_test
 async def test_committer_writes_dirty_offsets_every_interval():
     h = await Harness({"t": 2}, offsets_commit_interval_ms=1000).start()
-    m, _ = h.register("c1", session=30000)
+    m, _ = h.register("c1", session=3000)
     await h.settle()
     m.consume(10)
-    m.answer(PING, {"generation_id": 1})
+    await h.advance(1000)  # the committer's tick, then the ping carrying the offsets
     assert h.group().offsets == {("t", 0): 10, ("t", 1): 10}
     assert h.store.groups["g"].offsets == {}
     await h.advance(1000)
@@ -97,14 +146,12 @@ async def test_offsets_are_committed_before_start_fetcher():
     await h.settle()
     m1.consume(5)
     m1.auto = False
-    h.register("c2", session=30000, auto=False)
+    m2, _ = h.register("c2", session=30000, auto=False)
     await h.settle()
     m1.answer(STOP)  # carries offsets 5, 5
-    h.group().members["c2"].channel.on_send = None
     await h.settle()
     assert h.group().state == GroupState.STOPPING_FETCHERS  # c2 has not answered
-    c2 = h.group().members["c2"].channel
-    h.coord.on_response(c2, STOP, {"error_code": 0, "consumer_id": "c2", "generation_id": None, "offsets": []})
+    m2.answer(STOP)
     await h.settle()
     assert h.group().state == GroupState.STARTING_FETCHERS
     assert h.store.groups["g"].offsets == {("t", 0): 5, ("t", 1): 5}  # forced commit, no interval elapsed
@@ -115,48 +162,14 @@ async def test_offsets_are_committed_before_start_fetcher():
 
 
 @async_test
-async def test_failover_restores_group_and_waits_for_members():
-    h = Harness({"t": 4})
-    tc = TopicCount.static({"t": 1})
-    h.store.groups["g"] = StoredGroup("g", generation_id=5,
-                                      members={"c1": StoredMember("c1", tc, session_timeout_ms=3000),
-                                               "c2": StoredMember("c2", tc, session_timeout_ms=6000)},
-                                      offsets={("t", 0): 11}, owners={("t", 0): "c1-0"})
-    await h.start()
-    g = h.group()
-    assert g.state == GroupState.RESTORING and g.generation_id == 5 and g.offsets == {("t", 0): 11}
-    m1, r = h.register("c1")
-    assert r["error_code"] == 0
-    await h.settle()
-    assert g.state == GroupState.RESTORING and not m1.channel.requests(STOP)
-    await h.advance(6000)  # the largest restored session timeout: c2 is dropped
-    assert "c2" not in g.members and "c2" not in h.store.groups["g"].members
-    assert g.state == GroupState.STABLE and g.generation_id == 6 and len(g.owners) == 4
-    assert m1.channel.last(START)["ownership"][0]["partitions"][0] == {"topic": "t", "partition": 0, "offset": 11}
-
-
-@async_test
-async def test_failover_rebalances_at_once_when_everyone_is_back():
-    h = Harness({"t": 4})
-    tc = TopicCount.static({"t": 1})
-    h.store.groups["g"] = StoredGroup("g", generation_id=2, members={c: StoredMember(c, tc) for c in ("c1", "c2")})
-    await h.start()
-    h.register("c1")
-    h.register("c2")
-    await h.settle()
-    g = h.group()
-    assert g.state == GroupState.STABLE and g.generation_id == 3 and h.timer.clock.now_ms() == 0
-
-
-@async_test
 async def test_fenced_store_write_deactivates_and_drops_everything():
     h = await Harness().start()
     m, _ = h.register("c1")
     await h.settle()
     h.store.fenced = True
     m.consume(3)
-    m.answer(PING, {"generation_id": 1})
-    await h.advance(1000)  # the committer's write is fenced
+    await h.advance(1000)  # the ping answer makes offsets dirty...
+    await h.advance(1000)  # ...and the committer's write is fenced
     assert h.fenced_calls == 1
     assert not h.coord.active and h.coord.groups == {} and m.channel.closed
     assert h.timer.pending() == 0
@@ -173,7 +186,101 @@ async def test_deactivate_then_activate_again():
     assert m.channel.closed and h.coord.groups == {} and h.timer.pending() == 0
     await h.coord.activate(9)
     assert h.group().state == GroupState.RESTORING  # c1 was persisted
-    m2, r = h.register("c1")
+    m2, r = h.register("c1")  # no claim: joins afresh
     assert r["coordinator_epoch"] == 9
     await h.settle()
     assert h.group().state == GroupState.STABLE and m2.channel.last(START)["coordinator_epoch"] == 9
+
+
+@async_test
+async def test_reconnected_member_with_its_claim_keeps_its_generation_and_offsets():
+    """A member whose connection broke comes back on a new one before its lease ran out: its
+    claim matches, so it is back in its generation, its positions (also those consumed since
+    the last ping) are taken, and nobody is stopped."""
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1", session=3000)
+    m2, _ = h.register("c2", session=3000)
+    await h.settle()
+    g = h.group()
+    assert g.generation_id == 1
+    stops = [len(m.channel.requests(STOP)) for m in (m1, m2)]
+    m1.consume(7)
+    h.coord.on_channel_closed(m1.channel)
+    await h.settle()
+    assert g.members["c1"].channel is None and g.state == GroupState.STABLE
+    m1b, r = h.register("c1", like=m1, **m1.claim())
+    assert r["error_code"] == 0 and r["generation_id"] == 1
+    await h.settle()
+    assert g.state == GroupState.STABLE and g.generation_id == 1
+    assert g.offsets == {tp: 7 for tp in m1.positions}  # the claim's positions, accepted
+    assert [len(m.channel.requests(STOP)) for m in (m1, m2)] == stops and not m1b.channel.requests(STOP)
+    assert g.members["c1"].absent_until_ms is None
+    await h.advance(10_000)  # no lease timer left behind
+    assert g.generation_id == 1 and "c1" in g.members and g.members["c1"].channel is m1b.channel
+
+
+@async_test
+async def test_claim_that_does_not_match_joins_afresh():
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1")
+    h.register("c2")
+    await h.settle()
+    h.coord.on_channel_closed(m1.channel)
+    bad = m1.claim(offsets={("t", 3): 5})  # claims a partition c2 owns
+    m1b, r = h.register("c1", **bad)
+    assert r["error_code"] == 0 and r["generation_id"] == -1
+    await h.settle()
+    g = h.group()
+    assert g.generation_id == 2 and m1b.channel.requests(STOP) and g.offsets.get(("t", 3)) != 5
+
+
+@async_test
+async def test_absent_member_holds_up_a_rebalance_until_its_lease_ends():
+    """A member joins while another one's connection is gone: its partitions are not handed out
+    before the absent member's lease surely ended."""
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1", session=3000)
+    await h.settle()
+    h.coord.on_channel_closed(m1.channel)
+    m2, _ = h.register("c2", session=3000)
+    await h.settle()
+    g = h.group()
+    assert not m2.channel.requests(START) and g.state == GroupState.PREPARING_REBALANCE
+    await h.advance(3000 + LEASE_MARGIN_MS)
+    assert "c1" not in g.members and g.state == GroupState.STABLE
+    assert set(g.owners.values()) == {"c2-0"} and len(g.owners) == 4
+
+
+@async_test
+async def test_member_without_an_assignment_is_removed_at_once():
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1", auto=False)
+    await h.settle()
+    m1.answer(STOP)  # stopped, never started
+    await h.settle()
+    h.coord.on_channel_closed(m1.channel)
+    await h.settle()
+    assert h.group().members == {} and h.group().state == GroupState.EMPTY
+
+
+@async_test
+async def test_no_pings_while_zookeeper_does_not_confirm_the_election():
+    """A coordinator renews members' leases only while ZooKeeper confirmed its election less than
+    2/3 of its ZooKeeper session ago (a deposed coordinator resuming from a pause pings nobody)."""
+    h = await Harness({"t": 2}, leadership_timeout_ms=6000).start()
+    m, _ = h.register("c1", session=3000)
+    await h.settle()
+    await h.advance(3000)
+    assert len(m.channel.requests(PING)) == 3
+    h.store.fail_writes = True  # ZooKeeper cannot confirm anything from now on (checks at 4500, 6000...)
+    await h.advance(4000)       # t=7000: the last confirmation was sent at 3000, so pings stopped at 7000
+    pinged = len(m.channel.requests(PING))
+    assert pinged == 6
+    await h.advance(3000)
+    assert len(m.channel.requests(PING)) == pinged
+    h.store.fail_writes = False
+    await h.advance(1500)       # the next check confirms it: pings resume
+    assert len(m.channel.requests(PING)) > pinged
+    h.store.fenced = True
+    await h.advance(1500)       # a check that finds another coordinator elected: everything dropped
+    assert not h.coord.active and m.channel.closed

@@ -65,6 +65,23 @@ def test_zk_store_writes_kafka_layout(zk):
     assert asyncio.run(store.load_groups())["g"].offsets == {("t", 0): 43, ("t", 1): 7}
 
 
+def test_zk_store_drops_a_deleted_topics_offsets_and_owners(zk):
+    check = _elect_by_hand(zk)
+    store = ZkGroupStore(zk, lambda: check)
+
+    async def main():
+        await store.commit_offsets("g", {("t", 0): 42, ("t", 1): 7, ("u", 0): 3})
+        await store.write_owners("g", {("t", 0): "c1-0", ("u", 0): "c1-0"})
+        await store.delete_topic("g", "t")
+        await store.delete_topic("g", "never-there")
+        return await store.read_offsets("g"), await store.read_owners("g")
+
+    offsets, owners = asyncio.run(main())
+    assert offsets == {("u", 0): 3} and owners == {("u", 0): "c1-0"}
+    assert zk.exists("/consumers/g/offsets/t") is None and zk.exists("/consumers/g/owners/t") is None
+    assert zk.get("/consumers/g/offsets/u/0")[0] == b"3"
+
+
 def test_deposed_coordinator_writes_are_fenced(zk, zk_connect):
     other = zkclient.connect(zk_connect, session_timeout_ms=4000, connection_timeout_ms=10000)
     try:
@@ -128,9 +145,11 @@ def test_elector_one_wins_then_the_other_takes_over_after_session_expiry(zk_conn
         await ZkGroupStore(b, eb.current_check).save_generation("g", 1)
         await asyncio.sleep(0.3)
         assert not ea.is_coordinator  # a re-electing with its new session found b in place
+        b_epoch = eb.epoch
         await eb.stop()
+        assert not eb.is_coordinator
         await _wait_for(lambda: ea.is_coordinator, 15, "a to take over after b stepped down")
-        assert ea.epoch > eb.check.epoch if eb.check else True
+        assert ea.epoch > b_epoch > first  # every election has a newer epoch
         await ea.stop()
 
     try:

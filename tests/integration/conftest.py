@@ -10,19 +10,19 @@ from __future__ import annotations
 import logging
 
 import pytest
-from support import BROKER_OVERRIDES, MEMBER_SESSION_MS, chroot_connect
+from support import BROKER_OVERRIDES, MEMBER_SESSION_MS
 
 log = logging.getLogger(__name__)
 
 
 @pytest.fixture
-def cluster(zookeeper, tmp_path, request):
+def cluster(zk_connect, tmp_path, request):
     """Three broker processes on the test's own chroot of the session's ZooKeeper."""
     from spark_coord.cluster import LocalCluster
 
     overrides = dict(BROKER_OVERRIDES)
     overrides.update(getattr(request, "param", None) or {})
-    c = LocalCluster(3, tmp_path / "cluster", zk_connect=chroot_connect(zookeeper, request), overrides=overrides)
+    c = LocalCluster(3, tmp_path / "cluster", zk_connect=zk_connect, overrides=overrides)
     c.start()
     try:
         yield c

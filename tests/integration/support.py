@@ -4,10 +4,8 @@ and waits on the members' journals."""
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-import uuid
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,9 @@ class BackgroundProducer(threading.Thread):
 
     ``allowed`` (a set of partitions, changeable while running) keeps it away from
     partitions whose leader is down.  ``produced_after(ts)`` says which partitions
-    got records after a point in time (for "records produced after the fault
-    reach the consumers")."""
+    got acknowledged records in rounds that started after a point in time (for "records
+    produced after the fault reach the consumers"; rounds run one after another, so
+    once one that started after ``ts`` is acknowledged, every earlier one is too)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, batch: int = 5, interval: float = 0.05):
         super().__init__(name=f"producer-{topic}", daemon=True)
@@ -57,7 +56,7 @@ class BackgroundProducer(threading.Thread):
         self.interval = interval
         self.sent = 0
         self.errors = 0
-        self.rounds: list[tuple[float, frozenset[int]]] = []  # (time after the round was acknowledged, partitions)
+        self.rounds: list[tuple[float, frozenset[int]]] = []  # (time the round started, partitions), once acknowledged
         self._stop_event = threading.Event()
         self._paused = threading.Event()
 
@@ -68,14 +67,14 @@ class BackgroundProducer(threading.Thread):
             if self._paused.is_set():
                 self._stop_event.wait(self.interval)
                 continue
-            parts = frozenset(self.allowed)
+            started, parts = time.time(), frozenset(self.allowed)
             try:
                 for p in sorted(parts):
                     for _ in range(self.batch):
                         self.producer.send(self.topic, f"r{self.sent}".encode(), partition=p)
                         self.sent += 1
                 self.producer.flush()
-                self.rounds.append((time.time(), parts))
+                self.rounds.append((started, parts))
             except (KafkaError, OSError, ValueError) as e:
                 self.errors += 1
                 log.info("background producer: %s", e)
@@ -195,11 +194,3 @@ BROKER_OVERRIDES = {
     "num.partitions": 3,
 }
 
-
-def chroot_connect(zookeeper, request) -> str:
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:50]
-    connect = f"{zookeeper.connect_string}/i-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
-    return connect

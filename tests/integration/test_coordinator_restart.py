@@ -47,7 +47,11 @@ def test_restarted_coordinator_broker_does_not_wait_for_its_old_session(cluster,
     assert took < OLD_SESSION_MS / 1000 / 2, "the election waited for the dead run's session"
     assert winner == victim and new_epoch > epoch
     assert czk.exists(paths.broker(victim)) is not None
-    wait_balanced(ms, parts, above=gen, timeout=30)
+    # the members are taken back into their generation by the new term (nobody restarted)
+    wait_until(lambda: all(any(e["epoch"] == new_epoch for e in m.events() if e["ev"] in ("assign", "resume"))
+                           or m.last_assignment() is not None for m in ms), 30,
+               message="the members fetching again")
+    wait_balanced(ms, parts, above=gen - 1, timeout=30)
     producer = BackgroundProducer(cluster.bootstrap, "rs", 3)
     producer.start()
     wait_until(lambda: producer.sent >= 60, 20, message="records produced after the restart")

@@ -26,8 +26,10 @@ TOPIC_PARTITIONS = 6
 #: first goes out up to 1/3 session after the last answer, the retry at the tick after the first
 #: expired: at most 2 sessions (4 s) with the default of one retry, 3.3-4 s measured, plus the
 #: rebalance among the others.  (Up to 13 s were once seen: an expiry lost to the ping tick that
-#: lands beside it, see tests/coordinator/test_ping_expiry_order.py.)
-DETECT_BOUND_S = MEMBER_SESSION_MS / 1000 + 3.0
+#: lands beside it, see tests/coordinator/test_ping_expiry_order.py.)  Its partitions then wait
+#: until its lease surely ended (a session plus 0.5 s after the last ping sent to it) before they
+#: move: about 2.5 sessions in all.
+DETECT_BOUND_S = 2.5 * MEMBER_SESSION_MS / 1000 + 3.0
 
 
 def _coordinator_id(czk) -> int:

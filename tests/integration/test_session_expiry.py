@@ -1,12 +1,14 @@
 """ZooKeeper trouble at the coordinator's broker (in-process brokers, so the test reaches the
 broker's kazoo client and coordinator; members are processes).
 
-* Session expiry: the coordinator drops its state, re-elects (handleNewSession), and the
-  group consumes again under a new epoch and generation.
+* Session expiry: the coordinator drops its state, re-elects (handleNewSession), the members
+  register again with their claims and are taken back into their generation under the new
+  epoch, and the group consumes again.
 * A cut of the broker's ZooKeeper connection shorter than the session timeout changes
   nothing: same coordinator, same epoch, same generation; offsets committed meanwhile land
   once the connection is back.  A cut longer than the session timeout hands the role to
-  the other broker, and the group consumes again under it.
+  the other broker, which takes the members back into their generation, and the group
+  consumes again under it.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import asyncio
 import threading
 import time
 
-from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, chroot_connect
+from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
 from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.zk_history import read_coordinator
+from spark_coord.zk import paths
 from spark_coord.zk.testing import CuttableProxy, expire_session
 
 
@@ -59,6 +62,17 @@ class InProcessBroker:
             self.thread.join(10)
 
 
+def _coordinating(zk, brokers, group: str, members: int, old_epoch: int):
+    """(broker id, coordinator) once a coordinator of another epoch than ``old_epoch`` has every
+    member of ``group`` registered and the group stable; else None."""
+    c = read_coordinator(zk)
+    coord = brokers[c].coordinator if c is not None else None
+    if coord is None or not coord.active or coord.epoch == old_epoch or group not in coord.groups:
+        return None
+    g = coord.groups[group]
+    return (c, coord) if len(g.live_members()) == members and g.state.value == "Stable" else None
+
+
 def _produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
@@ -71,10 +85,10 @@ def _produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         producer.flush()
 
 
-def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
+def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect
 
-    connect_string = chroot_connect(zookeeper, request)
+    connect_string = zk_connect
     brokers = {i: InProcessBroker(connect_string, tmp_path / f"b{i}", i) for i in range(2)}
     zk = connect(connect_string, session_timeout_ms=10000, connection_timeout_ms=10000)
     ms: list[MemberProcess] = []
@@ -92,16 +106,19 @@ def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
 
         expire_session(brokers[cid].broker.zk)
 
-        # whoever coordinates now does so with a new epoch, and the group got a new generation
-        gen2, _ = wait_balanced(ms, parts, above=gen, timeout=30)
-        new_cid = read_coordinator(zk)
-        new = brokers[new_cid].coordinator
-        assert new.active and new.epoch != old_epoch and new.groups["g-exp"].generation_id == gen2
+        # whoever coordinates now does so with a new epoch, and every member is registered with it
+        new_cid, new = wait_until(lambda: _coordinating(zk, brokers, "g-exp", 2, old_epoch), timeout=30,
+                                  message="the members registered with a coordinator of a new epoch")
+        gen2, _ = wait_balanced(ms, parts, above=gen - 1, timeout=30)
+        assert new.groups["g-exp"].generation_id == gen2
         # the expired broker resigned (dropping its state) whether or not it won the role back
         assert len(brokers[cid].resigned) == 1
         assert old.active == (new_cid == cid)
         if new_cid != cid:
             assert not old.groups and old.epoch is None
+        # the expired broker registers again (with its new session) before its partitions are served
+        wait_until(lambda: all(zk.exists(paths.broker(i)) for i in brokers), timeout=30,
+                   message="both brokers registered")
         _produce(bootstrap, "exp", 4, 20)
         wait_caught_up(zk, "g-exp", log_end(bootstrap, "exp"))
     finally:
@@ -112,11 +129,10 @@ def test_coordinator_session_expiry_recovers(zookeeper, request, tmp_path):
             b.stop()
 
 
-def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_long_one(
-        zookeeper, request, tmp_path):
+def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_long_one(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect, split_chroot
 
-    connect_string = chroot_connect(zookeeper, request)
+    connect_string = zk_connect
     hosts, chroot = split_chroot(connect_string)
     proxy = CuttableProxy.to(hosts)
     # broker 0 (through the proxy) starts first, so it is the coordinator
@@ -127,13 +143,17 @@ def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_
     session_s = BROKER_ZK_SESSION_MS / 1000
     try:
         b0 = brokers[0]
-        assert read_coordinator(zk) == 0 and b0.coordinator.active
+        # elected at start; the coordinator activates once it has read its groups back
+        wait_until(lambda: read_coordinator(zk) == 0 and b0.coordinator.active, message="broker 0 coordinates")
         epoch = b0.coordinator.epoch
         bootstrap = ",".join(f"127.0.0.1:{b.broker.bound_port}" for b in brokers.values())
         create_topic(bootstrap, "cut", 4)
         parts = topic_partitions("cut", 4)
-        ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"], session_timeout_ms=2000)
-              for i in range(2)]
+        # members' sessions outlast the broker's ZooKeeper session: while ZooKeeper cannot confirm the
+        # election the coordinator stops renewing leases (LeadershipLease), and a short cut must not
+        # cost a member its lease
+        ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"],
+                            session_timeout_ms=BROKER_ZK_SESSION_MS + 4000) for i in range(2)]
         gen, _ = wait_balanced(ms, parts)
         assigns = [len(m.events("assign")) for m in ms]
 
@@ -157,7 +177,9 @@ def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_
         wait_until(lambda: brokers[1].coordinator.active, session_s + 10, message="broker 1 to take over")
         wait_until(lambda: b0.resigned, session_s + 5, message="broker 0 to resign")
         assert b0.resigned[0] - t_cut >= session_s * 0.9  # it served on through the first part of the cut
-        gen2, _ = wait_balanced(ms, parts, above=gen, timeout=30)
+        wait_until(lambda: _coordinating(zk, brokers, "g-cut", 2, epoch), timeout=30,
+                   message="the members registered with broker 1")
+        gen2, _ = wait_balanced(ms, parts, above=gen - 1, timeout=30)
         assert brokers[1].coordinator.epoch > epoch and read_coordinator(zk) == 1
         proxy.restore()
         _produce(bootstrap, "cut", 4, 10)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
 from support import BROKER_OVERRIDES, consumed_up_to, create_topic, topic_partitions, wait_balanced
-from helpers import wait_until
+from helpers import fresh_chroot, wait_until
 
 from spark_coord.testing.member import MemberProcess
 from spark_coord.zk import paths
@@ -94,10 +93,9 @@ def ensemble(tmp_path):
 
 def test_brokers_and_coordinator_ride_through_the_loss_of_the_zookeeper_leader(ensemble, tmp_path):
     from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import close, connect, ensure_chroot
+    from spark_coord.zk.client import close, connect
 
-    zk_connect = f"{ensemble.connect_string}/ensemble-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(zk_connect, connection_timeout_ms=10000)
+    zk_connect = fresh_chroot(ensemble, "ensemble")
     cluster = LocalCluster(2, tmp_path / "cluster", zk_connect=zk_connect,
                            overrides={**BROKER_OVERRIDES, "zookeeper.session.timeout.ms": SESSION_MS})
     zk = None

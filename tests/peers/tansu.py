@@ -12,11 +12,12 @@ import importlib.util
 import logging
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import time
 from pathlib import Path
+
+from helpers import free_port
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,6 @@ def tansu_binary(scratch: Path) -> str:
     return str(binary)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class TansuBroker:
     """One Tansu broker process (memory storage) on loopback; ``bootstrap`` is its address."""
 
@@ -68,7 +63,7 @@ class TansuBroker:
 
     def start(self, timeout: float = 30.0) -> "TansuBroker":
         for _ in range(3):  # a free port can be taken before Tansu binds it: try another
-            self.port = _free_port()
+            self.port = free_port()
             url = f"tcp://127.0.0.1:{self.port}"
             with open(self.log_path, "ab") as out:
                 self.proc = subprocess.Popen(

@@ -10,12 +10,12 @@ so the workers import the same ``spark_coord`` and find ``pyspark_coordkafka``
 from __future__ import annotations
 
 import os
-import re
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
+
+from helpers import local_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,15 +51,9 @@ def spark(tmp_path_factory):
 
 
 def _cluster(zookeeper, tmp_path_factory, request, overrides: dict):
-    from spark_coord.cluster import LocalCluster
-    from spark_coord.zk.client import ensure_chroot
-
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.module.__name__)[-40:]
-    connect = f"{zookeeper.connect_string}/s-{name}-{uuid.uuid4().hex[:8]}"
-    ensure_chroot(connect, connection_timeout_ms=10000)
     settings = {"zookeeper.session.timeout.ms": 6000, "num.partitions": 2}
     settings.update(overrides)
-    return LocalCluster(1, tmp_path_factory.mktemp("cluster"), zk_connect=connect, overrides=settings)
+    return local_cluster(zookeeper, tmp_path_factory.mktemp("cluster"), 1, "s-" + request.module.__name__, settings)
 
 
 @pytest.fixture(scope="module")

@@ -113,21 +113,20 @@ def test_two_queries_share_a_group_and_hand_over_partitions(spark, cluster, tmp_
         parts = [{(t, p) for t, p, _, _ in s.rows()} for s in sinks]
         assert parts[0] and parts[1], f"one query got no partitions: {parts}"
         assert not parts[0] & parts[1], f"partitions read by both queries: {parts[0] & parts[1]}"
-        queries[1].stop()
+        # the batches Spark confirmed reach ZooKeeper (committed actively, not a ping later)
+        wait_until(lambda: zk_offsets(cluster, "spark-g2", topic) == {p: 10 for p in range(PARTITIONS)},
+                   timeout=30, message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, 'spark-g2', topic)}")
+        queries[1].stop()  # leaves with a final commit: the survivor takes over at once, from there
         produced |= {(r[2], r[3], r[4]) for r in produce(cluster, topic, 40, partitions=PARTITIONS, start=40,
                                                          headers=False)}
-        # the survivor takes over every partition from the group's committed offsets
         wait_until(lambda: set(union()) >= produced, timeout=90,
                    message="records produced after the hand-over reach the remaining query")
         got = union()
         assert set(got) == produced
-        # Spark stops a query's source process without calling stop(), so the group only knows the
-        # offsets its last ping answer carried: a re-read (at least once) is confined to partitions
-        # the stopped query owned, and to records it had read (an idempotent sink absorbs them)
         twice = {r for r in got if got.count(r) > 1}
-        stopped_query_reads = {(t, p, o) for t, p, o, _ in sinks[1].rows()}
-        assert twice <= stopped_query_reads, f"re-read records the stopped query never had: {twice - stopped_query_reads}"
-        assert all(got.count(r) <= 2 for r in twice)
+        assert not twice, f"records read by both queries across the hand-over: {sorted(twice)[:10]}"
+        wait_until(lambda: zk_offsets(cluster, "spark-g2", topic) == {p: 20 for p in range(PARTITIONS)},
+                   timeout=30, message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, 'spark-g2', topic)}")
     finally:
         for q in queries:
             q.stop()
@@ -169,3 +168,52 @@ def test_plain_consumer_and_query_in_one_group(spark, cluster, tmp_path):
         stop.set()
         t.join(5)
         consumer.close()
+
+
+def _log_end(cluster, topic):
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(cluster.bootstrap) as cc:
+        return AdminClient(cc).list_offsets(topic, None, LATEST)
+
+
+def test_available_now_run_leaves_the_group_offsets_at_the_log_end(spark, cluster, tmp_path):
+    """Spark calls commit() lazily and ends an AvailableNow run's source process with SIGTERM:
+    the group's offsets must still equal the log end when the run is over (lag 0)."""
+    import time
+
+    topic = new_topic(cluster, PARTITIONS)
+    produce(cluster, topic, 2000, partitions=PARTITIONS, headers=False)
+    sink = Collect()
+    query = (group_reader(spark, cluster, topic, "spark-g4", maxOffsetsPerTrigger="300").writeStream
+             .foreachBatch(sink).option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "the AvailableNow run did not end"
+    ended = time.monotonic()
+    ends = _log_end(cluster, topic)
+    assert len(sink.rows()) == 2000 and len(set(sink.rows())) == 2000
+    wait_until(lambda: zk_offsets(cluster, "spark-g4", topic) == ends, timeout=10,
+               message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, 'spark-g4', topic)}, log end {ends}")
+    print(f"\ngroup offsets at the log end {time.monotonic() - ended:.2f} s after the AvailableNow run ended")
+
+
+def test_stopped_query_leaves_the_group_with_its_offsets_at_what_it_processed(spark, cluster, tmp_path):
+    from spark_coord.consumer.cli import describe_groups
+
+    topic = new_topic(cluster, PARTITIONS)
+    produce(cluster, topic, 400, partitions=PARTITIONS, headers=False)
+    sink = Collect()
+    query = (group_reader(spark, cluster, topic, "spark-g5").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: len(sink.rows()) >= 400, timeout=90, message="400 rows")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    ends = _log_end(cluster, topic)
+    wait_until(lambda: zk_offsets(cluster, "spark-g5", topic) == ends, timeout=15,
+               message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, 'spark-g5', topic)}, log end {ends}")
+    # it left: no member waits out a lease
+    wait_until(lambda: not describe_groups(cluster.bootstrap, ["spark-g5"], with_lag=False)[0]["members"],
+               timeout=10, message="the stopped query's members to leave the group")

@@ -132,6 +132,7 @@ def _ends(topic: str, rows: list[tuple]) -> dict[tuple[str, int], int]:
     return ends
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sink,group", [("parquet", False), ("files", True)], ids=["parquet-static", "files-group"])
 def test_sigkill_inside_and_between_batches_keeps_exactly_once(spark, cluster, tmp_path, sink, group):

@@ -1,5 +1,6 @@
-"""The coordinator protocol (api keys 1000-1005): registration, classic headers, round trips
-with every field set, the exact field names both sides use, and hostile input."""
+"""The coordinator protocol (api keys 1000-1006): registration, classic headers, round trips
+with every field set at every served version, the exact field names both sides use, the
+request/response rule of a member's connection, and hostile input."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from spark_coord.wire.protocol import ProtocolError, RequestHeader, UnsupportedR
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = sorted(api.MESSAGES)
+#: (api key, version) for every served version
+SERVED = [(k, v) for k in KEYS for v in range(api.VERSIONS[k][0], api.VERSIONS[k][1] + 1)]
 
 OFFSETS = [{"topic": "t1", "partition": 0, "offset": 2**40}, {"topic": "é", "partition": 7, "offset": 0}]
 BROKERS = [{"node_id": 0, "host": "h0", "port": 9092}, {"node_id": 3, "host": "::1", "port": 1}]
@@ -27,8 +30,9 @@ SAMPLES = {
         {"group_id": "g", "consumer_id": "host-1-abc", "topics": [{"topic": "a", "streams": 2}, {"topic": "b",
                                                                                                 "streams": 1}],
          "pattern": "evt\\..*", "pattern_streams": 3, "auto_commit": False, "auto_offset_reset": "smallest",
-         "session_timeout_ms": 6000},
-        {"error_code": 1001, "error_message": "already registered", "coordinator_epoch": 99}),
+         "session_timeout_ms": 6000, "generation_id": 4,
+         "owned": [{"consumer_thread_id": "host-1-abc-0", "partitions": OFFSETS}]},
+        {"error_code": 1001, "error_message": "already registered", "coordinator_epoch": 99, "generation_id": 4}),
     api.PING: (
         {"coordinator_epoch": 99, "generation_id": 4, "consumer_id": "c", "num_retries": 1},
         {"error_code": 0, "consumer_id": "c", "generation_id": 4, "offsets": OFFSETS}),
@@ -48,28 +52,55 @@ SAMPLES = {
             "members": [{"consumer_id": "c", "host": "/10.0.0.1", "assigned": [{"topic": "t", "partition": 0}]}],
             "offsets": [{"topic": "t", "partition": 0, "committed_offset": 12, "owner": "c-0"},
                         {"topic": "t", "partition": 1, "committed_offset": -1, "owner": None}]}]}),
+    api.COMMIT_OFFSETS: (
+        {"group_id": "g", "consumer_id": "c", "generation_id": 4, "leave": True, "offsets": OFFSETS},
+        {"error_code": 0, "error_message": None, "partitions": [{"topic": "t1", "partition": 0, "error_code": 0},
+                                                                {"topic": "é", "partition": 7, "error_code": 1006}]}),
 }
+#: fields each version lacks
+V0_LACKS = {api.REGISTER_CONSUMER: ({"generation_id", "owned"}, {"generation_id"})}
 
 
-def test_registered_at_version_0_with_classic_headers():
-    for key in KEYS:
-        assert protocol.served_versions(key) == (0, 0)
-        entry = registry.lookup(key, 0)
-        assert (entry.request_header_version, entry.response_header_version) == (1, 0)
-    assert [int(k) for k in api.CoordinatorApiKey] == list(range(1000, 1006))
-    assert registry.api_name(api.START_FETCHER) == "StartFetcher"
-
-
-@pytest.mark.parametrize("api_key", KEYS, ids=[api.MESSAGES[k][0] for k in KEYS])
-def test_round_trip(api_key):
+def _sample(api_key: int, version: int) -> tuple[dict, dict]:
     request, response = SAMPLES[api_key]
-    frame = protocol.encode_request(api_key, 0, 31, "coordinator", request)
+    if version == 0 and api_key in V0_LACKS:
+        req_gone, resp_gone = V0_LACKS[api_key]
+        request = {k: v for k, v in request.items() if k not in req_gone}
+        response = {k: v for k, v in response.items() if k not in resp_gone}
+    return request, response
+
+
+def test_registered_with_classic_headers():
+    for key in KEYS:
+        expected = (0, 1) if key == api.REGISTER_CONSUMER else (0, 0)
+        assert protocol.served_versions(key) == expected
+        for v in range(expected[0], expected[1] + 1):
+            entry = registry.lookup(key, v)
+            assert (entry.request_header_version, entry.response_header_version) == (1, 0)
+    assert [int(k) for k in api.CoordinatorApiKey] == list(range(1000, 1007))
+    assert registry.api_name(api.START_FETCHER) == "StartFetcher"
+    assert registry.api_name(api.COMMIT_OFFSETS) == "CommitOffsets"
+
+
+@pytest.mark.parametrize("api_key,version", SERVED, ids=[f"{api.MESSAGES[k][0]}-v{v}" for k, v in SERVED])
+def test_round_trip(api_key, version):
+    request, response = _sample(api_key, version)
+    frame = protocol.encode_request(api_key, version, -31, "coordinator", request)
     header, decoded = protocol.decode_request(frame[4:])
-    assert header == RequestHeader(api_key, 0, 31, "coordinator") and decoded == request
-    assert protocol.encode_request(api_key, 0, 31, "coordinator", decoded) == frame
+    assert header == RequestHeader(api_key, version, -31, "coordinator")
+    assert {k: v for k, v in decoded.items() if k in request} == request
+    assert protocol.encode_request(api_key, version, -31, "coordinator", decoded) == frame
     out = b"".join(protocol.encode_response(header, response))
-    corr, decoded_resp = protocol.decode_response(api_key, 0, out[4:])
-    assert corr == 31 and decoded_resp == response
+    corr, decoded_resp = protocol.decode_response(api_key, version, out[4:])
+    assert corr == -31 and {k: v for k, v in decoded_resp.items() if k in response} == response
+
+
+def test_register_consumer_v0_has_no_claim():
+    request, _ = SAMPLES[api.REGISTER_CONSUMER]
+    v0 = protocol.encode_request(api.REGISTER_CONSUMER, 0, 1, None, request)
+    _, decoded = protocol.decode_request(v0[4:])
+    assert decoded["generation_id"] == api.NO_GENERATION and decoded["owned"] == []
+    assert len(v0) < len(protocol.encode_request(api.REGISTER_CONSUMER, 1, 1, None, request))
 
 
 @pytest.mark.parametrize("api_key", KEYS, ids=[api.MESSAGES[k][0] for k in KEYS])
@@ -78,6 +109,24 @@ def test_empty_bodies_take_defaults(api_key):
     _, resp = protocol.decode_response(api_key, 0, b"".join(protocol.encode_response(
         RequestHeader(api_key, 0, 1, None), {}))[4:])
     assert set(req) == set(SAMPLES[api_key][0]) and set(resp) == set(SAMPLES[api_key][1])
+
+
+def test_requests_and_responses_on_a_member_connection_tell_themselves_apart():
+    ids = api.correlation_ids()
+    first = [next(ids) for _ in range(3)]
+    assert first == [-1, -2, -3]
+    for key in KEYS:  # every request frame starts with api_key << 16 | version >= 0
+        for cid in (-1, -(2**31), 7, 2**31 - 1):
+            frame = protocol.encode_request(key, 0, cid, "x", {})[4:]
+            assert not api.is_response_frame(frame)
+            answer = b"".join(protocol.encode_response(RequestHeader(key, 0, cid, None), {}))[4:]
+            assert api.is_response_frame(answer) == (cid < 0)
+    assert not api.is_response_frame(b"")
+
+
+def test_correlation_ids_wrap_around_and_stay_negative():
+    around = [api.correlation_id(n) for n in range(2**31 - 3, 2**31 + 1)]
+    assert around == [-(2**31 - 2), -(2**31 - 1), -1, -2]
 
 
 def test_defaults_that_carry_meaning():
@@ -99,7 +148,7 @@ def test_ping_bytes_are_the_classic_layout():
 @FUZZ
 @given(data=st.data())
 def test_mutated_frames_raise_protocol_error_only(api_key, data):
-    request, response = SAMPLES[api_key]
+    request, response = _sample(api_key, 0)
     for kind, frame in (("request", protocol.encode_request(api_key, 0, 1, "c", request)[4:]),
                         ("response", b"".join(protocol.encode_response(RequestHeader(api_key, 0, 1, None),
                                                                        response))[4:])):

@@ -18,9 +18,12 @@ from helpers import read_exactly
 
 class CapturingBroker:
     """A plain socket server that records request frames and answers ApiVersions and Metadata
-    with our own encoder, so a real client gets far enough to send its Metadata request."""
+    with our own encoder, so a real client gets far enough to send its Metadata request; with
+    a ``topic``, Metadata lists it (one partition, led by this server) and a consumer assigned
+    to it goes on to send Fetch requests, answered with no records."""
 
-    def __init__(self):
+    def __init__(self, topic: str | None = None):
+        self.topic = topic
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.frames: list[bytes] = []
@@ -46,7 +49,7 @@ class CapturingBroker:
                         self.frames.append(frame)
                         self.cond.notify_all()
                     try:
-                        header, _ = protocol.decode_request(frame)
+                        header, request = protocol.decode_request(frame)
                     except UnsupportedRequest as e:
                         if e.header.api_key == ApiKey.API_VERSIONS:
                             conn.sendall(b"".join(protocol.encode_api_versions_fallback(e.header.correlation_id)))
@@ -56,12 +59,26 @@ class CapturingBroker:
                         body = {"api_keys": protocol.api_versions_table()}
                     elif header.api_key == ApiKey.METADATA:
                         body = {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port}],
-                                "cluster_id": "golden", "controller_id": 0, "topics": []}
+                                "cluster_id": "golden", "controller_id": 0, "topics": self._topics()}
+                    elif header.api_key == ApiKey.FETCH:
+                        body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+                            {"topic": t["topic"], "partitions": [
+                                {"partition_index": p["partition"], "error_code": 0, "high_watermark": 0,
+                                 "last_stable_offset": 0, "log_start_offset": 0, "aborted_transactions": None,
+                                 "preferred_read_replica": -1, "records": b""} for p in t["partitions"]]}
+                            for t in request["topics"]]}
                     else:
                         return
                     conn.sendall(b"".join(protocol.encode_response(header, body)))
             except (EOFError, OSError):
                 return
+
+    def _topics(self) -> list[dict]:
+        if self.topic is None:
+            return []
+        return [{"error_code": 0, "name": self.topic, "is_internal": False, "partitions": [
+            {"error_code": 0, "partition_index": 0, "leader_id": 0, "leader_epoch": 0, "replica_nodes": [0],
+             "isr_nodes": [0], "offline_replicas": []}]}]
 
     def wait_for(self, api_key: int, timeout: float = 20.0) -> bytes:
         deadline = time.monotonic() + timeout
@@ -138,6 +155,85 @@ def test_kafka_python_first_requests(capture):
         if "producer" in result:
             result["producer"].close(timeout=1)
     assert "error" not in result, result.get("error")
+
+
+# ---------------------------------------------------------------- Fetch from real consumers
+#: Fetch settings both consumers are given, so every field of their request is known.
+FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, FETCH_MAX_BYTES, PARTITION_MAX_BYTES = 321, 7, 1_000_000, 65536
+FETCH_OFFSET = 42
+
+
+def _fetch_v12_frame(correlation_id: int, client_id: bytes, session_epoch: int) -> bytes:
+    """A Fetch v12 request (flexible: request header v2) for golden-t partition 0 at FETCH_OFFSET,
+    assembled field by field (Kafka's FetchRequest.json)."""
+    return (struct.pack(">hhi", ApiKey.FETCH, 12, correlation_id) + struct.pack(">h", len(client_id)) + client_id
+            + b"\x00"                                                     # header tags
+            + struct.pack(">iiii", -1, FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, FETCH_MAX_BYTES)  # replica id ..
+            + b"\x00"                                                     # isolation level: read_uncommitted
+            + struct.pack(">ii", 0, session_epoch)                        # session id, epoch
+            + b"\x02" + b"\x09golden-t"                                   # topics[1], compact name
+            + b"\x02" + struct.pack(">iiqiqi", 0, 0, FETCH_OFFSET, -1, -1, PARTITION_MAX_BYTES)
+            + b"\x00"                                                     # partition tags
+            + b"\x00"                                                     # topic tags
+            + b"\x01"                                                     # forgotten topics: []
+            + b"\x01"                                                     # rack id: ""
+            + b"\x00")                                                    # request tags
+
+
+def _check_fetch(frame: bytes, client_id: str, session_epoch: int) -> None:
+    header, body = protocol.decode_request(frame)
+    assert (header.api_key, header.api_version, header.client_id) == (ApiKey.FETCH, 12, client_id)
+    assert frame == _fetch_v12_frame(header.correlation_id, client_id.encode(), session_epoch)
+    assert body["topics"] == [{"topic": "golden-t", "topic_id": bytes(16), "partitions": [
+        {"partition": 0, "current_leader_epoch": 0, "fetch_offset": FETCH_OFFSET, "last_fetched_epoch": -1,
+         "log_start_offset": -1, "partition_max_bytes": PARTITION_MAX_BYTES, "replica_directory_id": bytes(16)}]}]
+    # our encoder writes the same bytes for what we decoded (the client and we agree on every field)
+    assert protocol.encode_request(ApiKey.FETCH, 12, header.correlation_id, client_id, body)[4:] == frame
+
+
+@pytest.fixture
+def fetch_capture():
+    broker = CapturingBroker(topic="golden-t")
+    yield broker
+    broker.close()
+
+
+def test_librdkafka_fetch_request(fetch_capture):
+    """librdkafka asks for Fetch v12 without a fetch session (epoch -1)."""
+    import confluent_kafka
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": f"127.0.0.1:{fetch_capture.port}", "group.id": "golden", "client.id": "golden-rd",
+        "fetch.wait.max.ms": FETCH_MAX_WAIT_MS, "fetch.min.bytes": FETCH_MIN_BYTES,
+        "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_MAX_BYTES,
+        "isolation.level": "read_uncommitted", "log_level": 0})
+    consumer.assign([confluent_kafka.TopicPartition("golden-t", 0, FETCH_OFFSET)])
+    poller = threading.Thread(target=consumer.poll, args=(5,), daemon=True)
+    poller.start()
+    try:
+        _check_fetch(fetch_capture.wait_for(ApiKey.FETCH), "golden-rd", session_epoch=-1)
+    finally:
+        poller.join(10)
+        consumer.close()
+
+
+def test_kafka_python_fetch_request(fetch_capture):
+    """kafka-python asks for Fetch v12 opening an incremental fetch session (epoch 0); the broker
+    answers session id 0, so it keeps sending full fetches."""
+    import kafka
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{fetch_capture.port}", client_id="golden-kp",
+                                   fetch_max_wait_ms=FETCH_MAX_WAIT_MS, fetch_min_bytes=FETCH_MIN_BYTES,
+                                   fetch_max_bytes=FETCH_MAX_BYTES, max_partition_fetch_bytes=PARTITION_MAX_BYTES,
+                                   enable_auto_commit=False)
+    tp = kafka.TopicPartition("golden-t", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, FETCH_OFFSET)
+    poller = threading.Thread(target=consumer.poll, args=(5000,), daemon=True)
+    poller.start()
+    try:
+        _check_fetch(fetch_capture.wait_for(ApiKey.FETCH), "golden-kp", session_epoch=0)
+    finally:
+        poller.join(10)
+        consumer.close()
 
 
 # ---------------------------------------------------------------- hand-assembled

@@ -12,10 +12,9 @@ import pytest
 from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from helpers import wait_until
+from helpers import free_port, wait_until
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import paths
-from spark_coord.zk.embedded import free_port
 from spark_coord.zk.testing import expire_session
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
-API_KEY = 18
+API_KEY = ApiKey.API_VERSIONS
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers import Handler
-from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
-API_KEY = 20
+API_KEY = ApiKey.DELETE_TOPICS
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:

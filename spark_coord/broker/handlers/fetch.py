@@ -19,10 +19,11 @@ import logging
 
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 
-API_KEY = 1
+API_KEY = ApiKey.FETCH
 
 
 def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records=None) -> dict:

@@ -23,10 +23,11 @@ from kazoo.exceptions import KazooException
 from spark_coord.broker import producer_state
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 
-API_KEY = 22
+API_KEY = ApiKey.INIT_PRODUCER_ID
 
 
 def _answer(code: int, producer_id: int = -1, epoch: int = -1) -> dict:
@@ -39,7 +40,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
                  conn, body["transactional_id"])
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
-        producer_id = await producer_state.for_broker(ctx).ids.next_id()
+        producer_id = await ctx.producers.ids.next_id()
     except producer_state.ProducerIdBlockError as e:
         log.error("cannot allocate a producer id: %s", e)
         return _answer(ErrorCode.UNKNOWN_SERVER_ERROR)

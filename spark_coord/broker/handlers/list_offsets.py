@@ -16,11 +16,11 @@ the lookups that read segments run on the log's I/O threads, off the event loop.
 from __future__ import annotations
 
 from spark_coord.broker.handlers import Handler
+from spark_coord.common import EARLIEST, LATEST, MAX_TIMESTAMP
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
-API_KEY = 2
-
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+API_KEY = ApiKey.LIST_OFFSETS
 
 
 def _partition(index: int, code: int, offset: int = -1, timestamp: int = -1, old: list[int] | None = None) -> dict:

@@ -16,10 +16,11 @@ import logging
 from spark_coord.broker.handlers import Handler
 from spark_coord.broker import topics as topic_admin
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 
-API_KEY = 3
+API_KEY = ApiKey.METADATA
 
 
 def _requested(header, body: dict) -> list[str] | None:

@@ -31,10 +31,11 @@ from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 
-API_KEY = 0
+API_KEY = ApiKey.PRODUCE
 
 
 def _partition(index: int, code: int, base_offset: int = -1, log_start_offset: int = -1,

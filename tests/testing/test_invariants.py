@@ -1,0 +1,67 @@
+"""The invariant checks themselves, on hand-made journals: each one finds what it is for."""
+
+from __future__ import annotations
+
+from spark_coord.testing import invariants
+
+T = "t"
+
+
+def _assign(ts, gen, *parts, ev="assign"):
+    return {"ts": ts, "ev": ev, "gen": gen, "parts": [[T, p, o] for p, o in parts]}
+
+
+def _recs(ts, p, *offs):
+    return {"ts": ts, "ev": "recs", "t": T, "p": p, "offs": list(offs), "gen": 1}
+
+
+def test_ownership_ends_at_stop_lease_end_or_death():
+    journals = {
+        "a": [_assign(1.0, 1, (0, 0), (1, 0)), {"ts": 5.0, "ev": "stop", "gen": 1}],
+        "b": [_assign(2.0, 1, (2, 0)), {"ts": 9.0, "ev": "lost", "gen": 1, "lease_end": 7.0},
+              _assign(10.0, 1, (2, 5), ev="resume")],
+        "c": [_assign(3.0, 1, (3, 0))],
+    }
+    spans = invariants.ownership_intervals(journals, deaths={"c": 4.0}, end_of_run=20.0)
+    assert spans[(T, 0)] == [(1.0, 5.0, "a")]
+    assert spans[(T, 2)] == [(2.0, 7.0, "b"), (10.0, 20.0, "b")]
+    assert spans[(T, 3)] == [(3.0, 4.0, "c")]
+
+
+def test_one_owner_at_a_time_finds_overlaps_across_generations():
+    ok = {"a": [_assign(1.0, 1, (0, 0)), {"ts": 5.0, "ev": "stop", "gen": 1}], "b": [_assign(5.5, 2, (0, 3))]}
+    assert invariants.one_owner_at_a_time(invariants.ownership_intervals(ok, end_of_run=9)) == []
+    bad = {"a": [_assign(1.0, 1, (0, 0)), {"ts": 6.0, "ev": "lost", "gen": 1, "lease_end": 6.0}],
+           "b": [_assign(5.5, 2, (0, 3))]}
+    found = invariants.one_owner_at_a_time(invariants.ownership_intervals(bad, end_of_run=9))
+    assert len(found) == 1 and "t-0 owned by a" in found[0] and "0.500 s at once" in found[0]
+
+
+def test_deliveries_outside_ownership_are_found():
+    journals = {"a": [_assign(1.0, 1, (0, 0)), _recs(2.0, 0, 0, 1), {"ts": 3.0, "ev": "lost", "gen": 1,
+                                                                      "lease_end": 3.0}, _recs(4.0, 0, 2)]}
+    spans = invariants.ownership_intervals(journals, end_of_run=9)
+    found = invariants.delivered_outside_ownership(journals, spans)
+    assert len(found) == 1 and "offsets 2..2 at 4.000" in found[0]
+
+
+def test_liveness_finds_an_owned_partition_left_unfetched():
+    journals = {"a": [_assign(0.0, 1, (0, 0), (1, 0)), _recs(1.0, 0, 0), _recs(1.0, 1, 0)]
+                + [_recs(2.0 + i, 1, i + 1) for i in range(38)]}   # partition 1 flows, partition 0 stalls
+    spans = invariants.ownership_intervals(journals, end_of_run=40.0)
+    ends = {(T, 0): [(float(i), 5 + i) for i in range(40)], (T, 1): [(float(i), 5 + i) for i in range(40)]}
+    found = invariants.liveness(journals, spans, ends, bound=5.0)
+    assert len(found) == 1 and found[0].startswith("t-0: a owned it with records waiting")
+    # the same stall while the partition's leader was down, or the member paused, is no violation
+    assert invariants.liveness(journals, spans, ends, bound=5.0, leader_down={(T, 0): [(0.0, 40.0)]}) == []
+    assert invariants.liveness(journals, spans, ends, bound=5.0, member_paused={"a": [(0.0, 40.0)]}) == []
+
+
+def test_duplicates_count_extra_deliveries_and_those_to_the_same_member():
+    journals = {"a": [_recs(1.0, 0, 0, 1, 2), _recs(2.0, 0, 1, 2)], "b": [_recs(3.0, 0, 2, 3)]}
+    assert invariants.duplicates(journals) == {"records": 4, "deliveries": 7, "extra": 3, "same_member": 2}
+
+
+def test_committed_at_log_end():
+    assert invariants.committed_at_log_end({(T, 0): 5, (T, 1): 3}, {(T, 0): 5, (T, 1): 4, (T, 2): 0}) == [
+        "t-1: committed 3, log end 4"]
