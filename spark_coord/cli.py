@@ -74,6 +74,7 @@ def _actions(p: argparse.ArgumentParser, *shared: SharedOption) -> Callable[...,
 
 def build_parser() -> argparse.ArgumentParser:
     from spark_coord.records.compression import CODEC_IDS
+    from spark_coord.security.cli import add_client_options, add_parsers as add_security_parsers
 
     parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected consumer-group coordinator, and tools to drive them.")
     _add_log_level(parser)
@@ -100,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="broker setting applied to every broker; repeatable")
     p.set_defaults(func="spark_coord.cluster:run_cli")
 
-    p = _subcommand(sub, "topics", _add_bootstrap, help="create, list, describe and delete topics",
+    p = _subcommand(sub, "topics", _add_bootstrap, add_client_options, help="create, list, describe and delete topics",
                     description="Topic administration over the Kafka protocol (CreateTopics, Metadata, DeleteTopics).")
-    action = _actions(p, _add_bootstrap)
+    action = _actions(p, _add_bootstrap, add_client_options)
     c = action("create", help="create a topic")
     c.add_argument("topic")
     c.add_argument("--partitions", "-p", type=int, default=-1, help="partition count (default: the broker's num.partitions)")
@@ -114,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("topic")
     p.set_defaults(func="spark_coord.client.cli:topics")
 
-    p = _subcommand(sub, "produce", _add_bootstrap, help="produce lines from stdin or a file to a topic",
+    p = _subcommand(sub, "produce", _add_bootstrap, add_client_options, help="produce lines from stdin or a file to a topic",
                     description="Produce one record per input line.")
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--file", "-f", default="-", help="input file (default: stdin)")
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16384, help="bytes per record batch (default: %(default)s)")
     p.set_defaults(func="spark_coord.client.cli:produce")
 
-    p = _subcommand(sub, "tail", _add_bootstrap, help="read partitions by offset, with no group",
+    p = _subcommand(sub, "tail", _add_bootstrap, add_client_options, help="read partitions by offset, with no group",
                     description="Print records of a topic's partitions, one per line, from an offset.")
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--partition", "-p", type=int, action="append", help="partition(s) to read (default: all)")
@@ -161,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = action("describe", help="members, owners, offsets and lag")
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")
     p.set_defaults(func="spark_coord.consumer.cli:groups")
+
+    add_security_parsers(sub, _add_config_args)
 
     p = _subcommand(sub, "demo", help="local-cluster demo: start ZooKeeper and a broker, produce, read back, stop",
                     description="Start an embedded ZooKeeper and a broker on free ports, create a topic, produce "

@@ -15,9 +15,18 @@ from typing import Any, Callable, Iterable, Mapping
 
 import javaproperties
 
+from spark_coord.security.secret import Password
+
 
 class ConfigError(ValueError):
     """A bad properties file, key or value; the message names the key."""
+
+
+class UnknownKey(ConfigError, KeyError):
+    """A key no table documents (also a ``KeyError``, so ``Config.get`` answers its default)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 def _bool(text: str) -> bool:
@@ -33,18 +42,25 @@ def _list(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str, "bool": _bool, "list": _list}
+def _password(text: str) -> Password:
+    return Password(text)
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str, "bool": _bool, "list": _list,
+                                             "password": _password}
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    type: str  # int | str | bool | list
+    type: str  # int | str | bool | list | password (a ``Password``: hidden in reprs and logs)
     default: Any
     doc: str
     minimum: int | None = None
 
     def parse(self, raw: str) -> Any:
+        if self.type == "password":
+            return Password(raw)  # kept as written: blanks may belong to a password
         try:
             value = _PARSERS[self.type](raw.strip())
         except ValueError as e:
@@ -66,11 +82,15 @@ class Key:
 class KeySet:
     """The keys of one properties file (broker, zookeeper, consumer)."""
 
-    def __init__(self, name: str, title: str, keys: Iterable[Key], passthrough: bool = False, footer: str = ""):
+    def __init__(self, name: str, title: str, keys: Iterable[Key], passthrough: bool = False, footer: str = "",
+                 dynamic: Callable[[str], Key | None] | None = None):
         self.name = name
         self.title = title
         self.footer = footer  # comment lines closing the rendered file
         self.keys = {k.name: k for k in keys}
+        # dynamic: keys whose names follow a pattern (listener.name.<listener>.<key>), documented
+        # in the footer; the function answers the Key for such a name, None for any other.
+        self.dynamic = dynamic
         # passthrough: keys this table does not know are kept as strings (zookeeper.properties
         # is handed to ZooKeeper itself, which has many more settings than we document).
         self.passthrough = passthrough
@@ -104,7 +124,7 @@ class Config(Mapping[str, Any]):
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._values:
-            raise ConfigError(f"unknown {self.keyset.name} setting: {name}")
+            raise UnknownKey(f"unknown {self.keyset.name} setting: {name}")
         return self._values[name]
 
     def __iter__(self):
@@ -125,10 +145,12 @@ class Config(Mapping[str, Any]):
 
 def _coerce(keyset: KeySet, name: str, value: Any) -> Any:
     key = keyset.keys.get(name)
+    if key is None and keyset.dynamic is not None:
+        key = keyset.dynamic(name)
     if key is None:
         if keyset.passthrough:
             return str(value)
-        raise ConfigError(f"unknown {keyset.name} setting: {name}")
+        raise UnknownKey(f"unknown {keyset.name} setting: {name}")
     return key.parse(value) if isinstance(value, str) else value
 
 
@@ -190,6 +212,8 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
         for name, raw in read_properties_file(path).items():
             if raw == "" and name in keyset.keys and keyset.keys[name].default is None:
                 continue
+            if raw == "" and name not in keyset.keys and keyset.dynamic is not None and keyset.dynamic(name):
+                continue
             values[name] = _coerce(keyset, name, raw)
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
@@ -203,11 +227,21 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
 BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --config conf/broker.properties)", [
     Key("broker.id", "int", 0, "Unique id of this broker in the cluster; it names /brokers/ids/<id> in ZooKeeper.", minimum=0),
     Key("listeners", "str", "PLAINTEXT://127.0.0.1:9092",
-        "Where the broker listens, as PLAINTEXT://host:port. Port 0 picks a free port\n"
-        "(the chosen port is what gets registered in ZooKeeper)."),
+        "Where the broker listens: NAME://host:port entries, comma-separated, e.g.\n"
+        "PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9093. A name is a security protocol (PLAINTEXT,\n"
+        "SSL, SASL_PLAINTEXT, SASL_SSL) or any name listener.security.protocol.map maps to one.\n"
+        "Port 0 picks a free port (the chosen port is what gets registered in ZooKeeper)."),
     Key("advertised.listeners", "str", None,
-        "The address clients are told to connect to (Metadata, /brokers/ids).\n"
-        "Empty means the same as listeners."),
+        "What clients are told to connect to (Metadata answers with the listener the client came\n"
+        "in on, as Kafka does; /brokers/ids lists them all), NAME://host:port per listener.\n"
+        "A listener missing here is advertised at its own host and port."),
+    Key("listener.security.protocol.map", "str", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "The security protocol of each listener name, NAME:PROTOCOL pairs (e.g. INTERNAL:SASL_SSL)."),
+    Key("security.inter.broker.protocol", "str", None,
+        "The security protocol of the listener brokers and coordinators reach each other on (its\n"
+        "endpoint is the broker's host/port in /brokers/ids). Empty: the PLAINTEXT listener if\n"
+        "there is one, else the first listener. Set this or inter.broker.listener.name, not both."),
+    Key("inter.broker.listener.name", "str", None, "The listener brokers reach each other on, by name."),
     Key("log.dirs", "str", "data/broker-0", "Directory holding this broker's partition logs (one subdirectory per partition)."),
     Key("zookeeper.connect", "str", "127.0.0.1:2181", "ZooKeeper connection string, host:port[,host:port...][/chroot]."),
     Key("zookeeper.session.timeout.ms", "int", 18000,
@@ -246,6 +280,39 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("log.flush.interval.ms", "int", -1,
         "fsync partitions with unflushed data at least this often; -1 leaves it to the OS."),
     Key("log.flush.scheduler.interval.ms", "int", 1000, "How often the time-based flush policy is checked.", minimum=10),
+    # TLS (PEM files); each key may also be set for one listener as listener.name.<listener>.<key>
+    Key("ssl.keystore.type", "str", "PEM", "Format of the key store: PEM (JKS and PKCS12 are Java formats: convert them)."),
+    Key("ssl.keystore.location", "str", None,
+        "PEM file with the broker's private key and its certificate chain (leaf first), for TLS listeners."),
+    Key("ssl.key.password", "password", None, "Password of the private key, when it is encrypted."),
+    Key("ssl.keystore.key", "password", None,
+        "The private key as PEM text (instead of ssl.keystore.location; with ssl.keystore.certificate.chain)."),
+    Key("ssl.keystore.certificate.chain", "str", None, "The certificate chain as PEM text (with ssl.keystore.key)."),
+    Key("ssl.truststore.type", "str", "PEM", "Format of the trust store: PEM."),
+    Key("ssl.truststore.location", "str", None, "PEM file of the CA certificates client certificates must chain to."),
+    Key("ssl.truststore.certificates", "str", None, "The trusted CA certificates as PEM text."),
+    Key("ssl.client.auth", "str", "none",
+        "Client certificates on TLS listeners: none, requested or required. A client that presents one\n"
+        "is the principal User:<its subject DN> (e.g. User:CN=app,O=example) unless it also does SASL."),
+    Key("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions served."),
+    # SASL
+    Key("sasl.enabled.mechanisms", "list", ["SCRAM-SHA-256", "SCRAM-SHA-512"],
+        "SASL mechanisms of SASL listeners: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN. SCRAM credentials live\n"
+        "in ZooKeeper (/config/users/<user>, written by spark-coord users add). PLAIN checks the password\n"
+        "against listener.name.<listener>.plain.sasl.jaas.config when that is set (Kafka's user_<name>=\"...\"\n"
+        "options), else against the same SCRAM credentials. PLAIN sends the password itself: use it on\n"
+        "SASL_SSL only."),
+    Key("sasl.server.max.receive.size", "int", 524288,
+        "Largest frame a client may send before it has authenticated (SaslHandshake, SaslAuthenticate,\n"
+        "ApiVersions); a larger size prefix closes the connection.", minimum=64),
+    # ZooKeeper security
+    Key("zookeeper.set.acl", "bool", False,
+        "Put ACLs on every znode this broker creates: everything to the creating identity (the\n"
+        "credentials below, shared by all brokers), world read-only, except /config/users and the ACL\n"
+        "znodes (/kafka-acl*), which only that identity may read. Needs zookeeper.auth.digest."),
+    Key("zookeeper.auth.digest", "password", None,
+        "ZooKeeper digest credentials, user:password, sent on every ZooKeeper connection (also without\n"
+        "zookeeper.set.acl, e.g. when ZooKeeper requires authentication: enforce.auth.enabled)."),
     # coordinator (used only while this broker is the elected coordinator)
     Key("coordinator.enable", "bool", True, "Run a coordinator candidate in this broker (one broker is elected at a time)."),
     Key("coordinator.rebalance.threads", "int", 3,
@@ -264,7 +331,35 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         minimum=1),
     Key("coordinator.partition.assignment.strategy", "str", "range",
         "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) or roundrobin."),
-])
+], footer="""
+Per-listener settings, as Kafka takes them (the listener name in lower case):
+  listener.name.<listener>.<key> for any ssl.* key above and sasl.enabled.mechanisms, e.g.
+    listener.name.external.ssl.keystore.location=/etc/spark-coord/external.pem
+  listener.name.<listener>.plain.sasl.jaas.config: PLAIN users of that listener, e.g.
+    listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
+      required user_alice="alice-secret" user_bob="bob-secret";
+""", dynamic=lambda name: _listener_key(name))
+
+#: Broker keys that may be set per listener (``listener.name.<listener>.<key>``).
+LISTENER_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.key.password", "ssl.keystore.key",
+                 "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
+                 "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "sasl.enabled.mechanisms")
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+
+
+def _listener_key(name: str) -> Key | None:
+    """The Key of a per-listener broker setting, None for any other name."""
+    m = _LISTENER_KEY.match(name)
+    if not m:
+        return None
+    rest = m.group(2)
+    if rest in LISTENER_KEYS:
+        base = BROKER.keys[rest]
+        return Key(name, base.type, None, base.doc, base.minimum)
+    if rest == "plain.sasl.jaas.config":
+        return Key(name, "password", None, "PLAIN users of the listener (PlainLoginModule user_<name>=\"...\").")
+    return None
+
 
 # ------------------------------------------------------------------------ zookeeper
 
@@ -294,9 +389,36 @@ lines, host:peerPort:electionPort, and its own myid and dataDir, for example
   server.3=zk3.example.com:2888:3888
   myid=1
 and point zookeeper.connect at all of them: zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181
+
+Authentication (ZooKeeper 3.9's own settings): to refuse every client that has not authenticated
+with digest credentials (brokers send zookeeper.auth.digest from broker.properties), add
+  enforce.auth.enabled=true
+  enforce.auth.schemes=digest
+and, for an administrator that may read and repair every znode whatever its ACL,
+  DigestAuthenticationProvider.superDigest=super:<base64 SHA-1 of "super:<password>">
+(spark-coord zk-digest super prints that value).
 """)
 
 # ------------------------------------------------------------------------- consumer
+
+#: Kafka client security keys (librdkafka's names, as confluent-kafka and kcat take them), shared
+#: by every client settings file: ``spark_coord.security.client.ClientSecurity`` reads them.
+CLIENT_SECURITY_KEYS = [
+    Key("security.protocol", "str", "PLAINTEXT",
+        "How to talk to brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (as the listener connected to)."),
+    Key("sasl.mechanism", "str", "SCRAM-SHA-512", "SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN."),
+    Key("sasl.username", "str", None, "SASL user name."),
+    Key("sasl.password", "password", None, "SASL password."),
+    Key("sasl.jaas.config", "password", None,
+        "Instead of sasl.username/sasl.password, a JAAS line as Kafka's Java clients take it:\n"
+        "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"...\";"),
+    Key("ssl.ca.location", "str", None, "PEM file of the CA certificates the brokers' certificates chain to (default: the system's)."),
+    Key("ssl.certificate.location", "str", None, "PEM client certificate, for brokers that want one (ssl.client.auth)."),
+    Key("ssl.key.location", "str", None, "PEM private key of the client certificate."),
+    Key("ssl.key.password", "password", None, "Password of the client's private key, when it is encrypted."),
+    Key("ssl.endpoint.identification.algorithm", "str", "https",
+        "https: the broker's certificate must name the host connected to; none: only its chain is checked."),
+]
 
 CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord consume --config conf/consumer.properties)", [
     Key("bootstrap.brokers", "list", ["127.0.0.1:9092"],
@@ -322,4 +444,13 @@ CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord c
     Key("client.id", "str", "spark-coord", "Client id sent in every request header (shows up in broker logs)."),
 ])
 
-KEYSETS = {ks.name: ks for ks in (BROKER, ZOOKEEPER, CONSUMER)}
+# --------------------------------------------------------------------------- client
+
+CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produce|tail|groups|acls --command-config "
+                "conf/client.properties", [
+    Key("client.id", "str", "spark-coord", "Client id sent in every request header (shows up in broker logs)."),
+    Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long.", minimum=100),
+    *CLIENT_SECURITY_KEYS,
+])
+
+KEYSETS = {ks.name: ks for ks in (BROKER, ZOOKEEPER, CONSUMER, CLIENT)}

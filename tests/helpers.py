@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import time
 import uuid
 from typing import Callable, TypeVar
@@ -73,3 +75,46 @@ def read_exactly(conn, n: int) -> bytes:
             raise EOFError
         buf += chunk
     return buf
+
+
+class BrokerThread:
+    """A ``Broker`` running on an event loop in a background thread (so tests can reach
+    its kazoo client and internals while talking to it over real sockets)."""
+
+    def __init__(self, zk_connect: str, log_dir, broker_id: int = 0, **overrides):
+        from spark_coord import config
+        from spark_coord.broker.broker import Broker
+
+        settings = {"broker.id": broker_id, "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(log_dir),
+                    "zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": 4000}
+        settings.update(overrides)
+        self.config = config.load(config.BROKER, None, settings)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"broker-{broker_id}-loop", daemon=True)
+        self.thread.start()
+        self.broker = Broker(self.config)
+
+    def call(self, coro, timeout: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self) -> "BrokerThread":
+        self.call(self.broker.start())
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.broker.bound_port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            self.call(self.broker.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()

@@ -16,7 +16,6 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from kazoo.exceptions import NodeExistsError
 
@@ -26,23 +25,12 @@ from spark_coord.broker.handlers import data_handlers
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
-from spark_coord.config import Config, ConfigError
+from spark_coord.config import Config
+from spark_coord.security.broker import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
-
-
-def parse_listener(text: str, key: str = "listeners") -> tuple[str, int]:
-    """``PLAINTEXT://host:port`` -> (host, port); ConfigError naming ``key`` otherwise."""
-    url = urlsplit(text.strip())
-    try:
-        port = url.port
-    except ValueError:
-        port = None
-    if url.scheme.upper() != "PLAINTEXT" or port is None or url.hostname is None and url.netloc[:1] != ":":
-        raise ConfigError(f"{key}: expected PLAINTEXT://host:port, got {text!r}")
-    return url.hostname or "0.0.0.0", port
 
 
 def _new_cluster_id() -> str:
@@ -56,9 +44,9 @@ class Broker:
     def __init__(self, config: Config):
         self.config = config
         self.broker_id: int = config["broker.id"]
-        self.host, self.port = parse_listener(config["listeners"])
-        adv = config["advertised.listeners"]
-        self.advertised_host, self.advertised_port = parse_listener(adv, "advertised.listeners") if adv else (None, None)
+        self.security = BrokerSecurity(config)  # listeners and TLS contexts: a bad setting fails here
+        first = self.security.listener_config.listeners[0]
+        self.host, self.port = first.host, first.port
         self.zk = None
         self.logs = None
         self.view: ClusterView | None = None
@@ -72,15 +60,32 @@ class Broker:
 
     @property
     def bound_port(self) -> int | None:
+        """The port of the first listener (see ``bound_ports`` for all of them)."""
         return self.server.bound_port if self.server else None
 
     @property
+    def bound_ports(self) -> dict[str, int]:
+        """Listener name -> the port it listens on."""
+        return dict(self.server.bound_ports) if self.server else {}
+
+    def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
+        """``(listener, protocol, host, port)`` clients are told, the inter-broker listener first."""
+        lc = self.security.listener_config
+        out = []
+        for li in sorted(lc.listeners, key=lambda li: li.name != lc.inter_broker):
+            host, port = lc.advertised[li.name]
+            if host is None:
+                host = li.host if li.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+            out.append((li.name, li.protocol, host, port or self.bound_ports.get(li.name) or li.port))
+        return out
+
+    @property
     def advertised(self) -> tuple[str, int]:
-        """(host, port) clients are told to use."""
-        if self.advertised_host is not None:
-            return self.advertised_host, self.advertised_port or self.bound_port
-        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        return host, self.bound_port
+        """The broker's default address: its PLAINTEXT endpoint, else the inter-broker listener's
+        (what ``/brokers/ids`` readers take as its host and port)."""
+        endpoints = self.advertised_endpoints()
+        _, _, host, port = next((e for e in endpoints if e[1] == "PLAINTEXT"), endpoints[0])
+        return host, port
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -91,13 +96,13 @@ class Broker:
         try:
             self.logs = await loop.run_in_executor(
                 None, LogManager, Path(cfg["log.dirs"]), LogConfig.from_broker_config(cfg))
-            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect(
-                cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
-                cfg["zookeeper.connection.timeout.ms"], create_chroot=True))
+            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
+            await loop.run_in_executor(None, self.security.start, self.zk)
             self.view = ClusterView(self.zk, loop)
             self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk)
-            self.server = BrokerServer(self.ctx, self.host, self.port, cfg["socket.request.max.bytes"],
-                                       cfg["connections.max.idle.ms"] / 1000)
+            self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
+                                       cfg["connections.max.idle.ms"] / 1000,
+                                       connection_auth=self.security.connection_auth)
             self.ctx.server = self.server
             self.coordination = CoordinationService(self)
             for handler in data_handlers() + self.coordination.handlers():
@@ -109,7 +114,8 @@ class Broker:
             await self.server.start()
             host, port = self.advertised
             self.registration = BrokerRegistration(self.zk, loop, self.broker_id, host, port,
-                                                   stale_wait=cfg["zookeeper.session.timeout.ms"] / 1000 * 2 + 5)
+                                                   stale_wait=cfg["zookeeper.session.timeout.ms"] / 1000 * 2 + 5,
+                                                   endpoints=self.advertised_endpoints())
             await self.registration.start()
             await self.coordination.start()
             # Serve Metadata that lists this broker from the first request on.
@@ -124,8 +130,9 @@ class Broker:
                                             "retention")),
         ]
         self.started = True
-        log.info("broker %d listening on %s:%d (cluster %s, ZooKeeper %s)", self.broker_id, self.host,
-                 self.bound_port, self.ctx.cluster_id, cfg["zookeeper.connect"])
+        log.info("broker %d listening on %s (cluster %s, ZooKeeper %s)", self.broker_id,
+                 ", ".join(f"{name}://{host}:{port}" for name, _, host, port in self.advertised_endpoints()),
+                 self.ctx.cluster_id, cfg["zookeeper.connect"])
 
     def _cluster_id(self) -> str:
         """Read ``/cluster/id``, creating it once for a new cluster (blocking); Kafka keeps it
@@ -186,6 +193,7 @@ class Broker:
             await self.server.stop()
         if self.view is not None:
             self.view.stop()
+        self.security.stop()
         if self.logs is not None:
             logs, self.logs = self.logs, None
             await loop.run_in_executor(self._maintenance, logs.close)

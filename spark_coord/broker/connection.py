@@ -22,6 +22,13 @@ when the connection closes.
 A handler may answer later: it returns ``DEFERRED`` and writes its response itself
 with ``write_response`` (the coordinator's CommitOffsets answers once ZooKeeper has
 the offsets, while the member's ping answers keep being read).
+
+Authentication (``auth``, a ``security.principal.ConnectionAuth``): on a SASL listener
+nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served until the
+client has authenticated; any other request closes the connection unanswered, and
+frames are bounded by ``sasl.server.max.receive.size`` until then.  A handler that
+sets ``close_after_response`` (a failed authentication) has its answer written and
+the connection closed.
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ import struct
 from typing import Any, Awaitable, Callable
 
 from spark_coord.records.region import FileRegion
+from spark_coord.security.principal import ConnectionAuth
 from spark_coord.wire.protocol import (ProtocolError, RequestHeader, UnsupportedRequest, decode_request,
                                        decode_response, encode_api_versions_fallback, encode_request,
                                        encode_response, peek_correlation_id)
-from spark_coord.wire.registry import ApiKey
 from spark_coord.wire.coordinator import correlation_id as nth_correlation_id
+from spark_coord.wire.registry import ApiKey, api_name
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +76,7 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
                  max_request_bytes: int, idle_timeout: float,
-                 advertised: Callable[[], list[dict]] | None = None):
+                 advertised: Callable[[], list[dict]] | None = None, auth: ConnectionAuth | None = None):
         self.id = next(self._ids)
         self.reader = reader
         self.writer = writer
@@ -78,6 +86,9 @@ class Connection:
         self.idle_timeout = idle_timeout
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        self.auth = auth if auth is not None else ConnectionAuth(None, host)
+        self.close_after_response = False  # set by a handler whose answer ends the connection
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
@@ -104,9 +115,10 @@ class Connection:
                 log.warning("%r: connection closed inside a size prefix", self)
             return None
         (size,) = _SIZE.unpack(prefix)
-        if size < 0 or size > self.max_request_bytes:
-            log.warning("%r: refusing frame of %d bytes (socket.request.max.bytes=%d); closing",
-                        self, size, self.max_request_bytes)
+        limit = self.auth.frame_limit(self.max_request_bytes)
+        if size < 0 or size > limit:
+            setting = "socket.request.max.bytes" if self.auth.authenticated else "sasl.server.max.receive.size"
+            log.warning("%r: refusing frame of %d bytes (%s=%d); closing", self, size, setting, limit)
             return None
         try:
             return await self.reader.readexactly(size)
@@ -125,6 +137,10 @@ class Connection:
                     return
                 if frame is None:
                     return
+                if self.auth.expects_raw_token:
+                    if not await self._raw_sasl_token(frame):
+                        return
+                    continue
                 if len(frame) >= 1 and frame[0] >= 0x80:  # a negative first int32: a response
                     self._take_response(frame)
                     continue
@@ -137,8 +153,14 @@ class Connection:
                     if not await self._unsupported(e):
                         return
                     continue
+                if not self.auth.allows(header.api_key):
+                    log.warning("%r: %s request before SASL authentication on listener %s; closing", self,
+                                api_name(header.api_key), self.auth.listener_name)
+                    return
                 response = await self._dispatch(self, header, body)
                 if response is not None and not await self._write_response(header, response):
+                    return
+                if self.close_after_response:
                     return
         except (ConnectionError, OSError) as e:
             log.debug("%r: %s", self, e)
@@ -148,6 +170,18 @@ class Connection:
             log.exception("%r: unexpected error; closing this connection", self)
         finally:
             await self.close()
+
+    async def _raw_sasl_token(self, frame: bytes) -> bool:
+        """One SASL token framed raw (after SaslHandshake v0): answer with the server's token,
+        also size-prefixed; a failure closes the connection unanswered, as Kafka does."""
+        step = await self.auth.sasl.authenticate(bytes(frame))
+        if step.error_code:
+            return False
+        if step.principal is not None:
+            self.auth.authenticated_as(step.principal)
+            log.info("%r: authenticated as %s (%s, SaslHandshake v0, on %s)", self, step.principal,
+                     self.auth.sasl.mechanism, self.auth.listener_name)
+        return await self.write_parts([_SIZE.pack(len(step.token)), step.token])
 
     async def _unsupported(self, e: Exception) -> bool:
         """ApiVersions at an unknown version gets Kafka's v0 fallback answer (KIP-511);

@@ -36,12 +36,14 @@ class BrokerRegistration:
     """Keeps ``/brokers/ids/<broker_id>`` registered for this process's ZooKeeper session."""
 
     def __init__(self, zk: KazooClient, loop: asyncio.AbstractEventLoop, broker_id: int, host: str, port: int,
-                 stale_wait: float = 30.0):
+                 stale_wait: float = 30.0, endpoints: list[tuple[str, str, str, int]] | None = None):
         self.zk = zk
         self.loop = loop
         self.broker_id = broker_id
         self.host = host
         self.port = port
+        # (listener, protocol, host, port) of every listener; None: one PLAINTEXT listener at host:port
+        self.endpoints = endpoints
         self.path = paths.broker(broker_id)
         self.stale_wait = stale_wait
         self.registered = False
@@ -74,7 +76,7 @@ class BrokerRegistration:
     def _register(self, first: bool) -> None:
         """Create the ephemeral node (blocking; never on the loop thread)."""
         with self._lock:
-            data = model.broker_registration(self.broker_id, self.host, self.port)
+            data = model.broker_registration(self.broker_id, self.host, self.port, endpoints=self.endpoints)
             self.zk.ensure_path(paths.BROKER_IDS)
             deadline = time.monotonic() + self.stale_wait
             while True:

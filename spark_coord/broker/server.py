@@ -1,4 +1,11 @@
-"""The broker's TCP server: one listener, a handler table, one ``Connection`` per client.
+"""The broker's TCP server: its listeners, a handler table, one ``Connection`` per client.
+
+Each listener (``security.listeners.Listener``) is its own asyncio server on the same
+loop; TLS listeners wrap their sockets with the listener's ``ssl.SSLContext`` (the
+handshake runs before a ``Connection`` exists, so a client that sends garbage or
+fails the handshake never reaches the request loop, and other clients are not held
+up).  ``connection_auth(listener, writer)`` gives each connection its starting
+authentication state (``security.principal.ConnectionAuth``).
 
 The handler table is keyed by api_key and built against the wire registry: a
 handler is installed only for an API the registry serves, and the ApiVersions
@@ -10,18 +17,34 @@ their own API keys with ``add_handler``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from typing import TYPE_CHECKING
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from spark_coord.broker.connection import Connection
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.security.principal import ConnectionAuth
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.broker.context import BrokerContext
+    from spark_coord.security.listeners import Listener
     from spark_coord.wire.protocol import RequestHeader
 
 log = logging.getLogger(__name__)
+
+#: Seconds a TLS client may take to complete its handshake.
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ServedListener:
+    """A listener and the TLS context of its sockets (None: plain TCP)."""
+
+    listener: "Listener"
+    ssl_context: ssl.SSLContext | None = None
 
 
 class BrokerServer:
@@ -31,17 +54,26 @@ class BrokerServer:
     (``connections.max.idle.ms``).
     """
 
-    def __init__(self, ctx: "BrokerContext", host: str, port: int, max_request_bytes: int, idle_timeout: float):
+    def __init__(self, ctx: "BrokerContext", listeners: "list[ServedListener]", max_request_bytes: int,
+                 idle_timeout: float,
+                 connection_auth: "Callable[[Listener, asyncio.StreamWriter], ConnectionAuth] | None" = None):
+        if not listeners:
+            raise ValueError("a broker needs at least one listener")
         self.ctx = ctx
-        self.host = host
-        self.port = port
+        self.listeners = list(listeners)
         self.max_request_bytes = max_request_bytes
         self.idle_timeout = idle_timeout
+        self.connection_auth = connection_auth
         self.handlers: dict[int, Handler] = {}
         self.connections: set[Connection] = set()
         self._tasks: set[asyncio.Task] = set()
-        self._server: asyncio.base_events.Server | None = None
-        self.bound_port: int | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self.bound_ports: dict[str, int] = {}  # listener name -> port it listens on
+
+    @property
+    def bound_port(self) -> int | None:
+        """The port of the first listener (None before ``start()``)."""
+        return self.bound_ports.get(self.listeners[0].listener.name)
 
     # ------------------------------------------------------------------ handlers
     def add_handler(self, handler: Handler) -> None:
@@ -62,31 +94,44 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> int:
-        """Listen; returns the bound port (the chosen one when ``port`` is 0)."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
-        self.bound_port = self._server.sockets[0].getsockname()[1]
+        """Listen on every listener; returns the first one's bound port (the chosen one when 0)."""
+        for served in self.listeners:
+            li = served.listener
+            accept = functools.partial(self._accept, li)
+            extra = {"ssl": served.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} \
+                if served.ssl_context is not None else {}
+            server = await asyncio.start_server(accept, li.host, li.port, reuse_address=True, **extra)
+            self._servers.append(server)
+            self.bound_ports[li.name] = server.sockets[0].getsockname()[1]
+            log.debug("listening on %s (%s) port %d", li, li.protocol, self.bound_ports[li.name])
         return self.bound_port
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             await conn.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
+        for server in self._servers:
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)
             except asyncio.TimeoutError:
                 log.warning("listener did not close within 5 s")
-            self._server = None
+        self._servers = []
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: "Listener", reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        if self.connection_auth is not None:
+            auth = self.connection_auth(listener, writer)
+        else:
+            peer = writer.get_extra_info("peername")
+            auth = ConnectionAuth(listener, str(peer[0]) if isinstance(peer, tuple) and peer else str(peer))
         conn = Connection(reader, writer, self._dispatch, self.max_request_bytes, self.idle_timeout,
-                          advertised=self.api_versions)
+                          advertised=self.api_versions, auth=auth)
         log.debug("%r: connected", conn)
         self.connections.add(conn)
         task = asyncio.current_task()

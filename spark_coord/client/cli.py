@@ -16,6 +16,7 @@ from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.errors import KafkaError, is_retriable
 from spark_coord.records.reader import iter_records
+from spark_coord.security.cli import client_security
 from spark_coord.table import format_table
 from spark_coord.wire.types import ProtocolError
 
@@ -38,7 +39,7 @@ def _reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[a
 
 @_reports_errors
 def topics(args) -> int:
-    with ClusterClient(args.bootstrap) as cluster:
+    with ClusterClient(args.bootstrap, security=client_security(args)) as cluster:
         admin = AdminClient(cluster)
         try:
             if args.action == "create":
@@ -89,7 +90,7 @@ def produce(args) -> int:
     sep = args.key_separator.encode() if args.key_separator else None
     progress = Progress(f"produced to {args.topic}")
     try:
-        with ClusterClient(args.bootstrap) as cluster:
+        with ClusterClient(args.bootstrap, security=client_security(args)) as cluster:
             producer = Producer(cluster, acks=args.acks, compression=args.compression, batch_size=args.batch_size)
             for line in source:
                 line = line.rstrip(b"\r\n")
@@ -114,7 +115,7 @@ def tail(args) -> int:
     out = sys.stdout.buffer
     sep = (args.key_separator or "").encode()
     printed = 0
-    with ClusterClient(args.bootstrap) as cluster:
+    with ClusterClient(args.bootstrap, security=client_security(args)) as cluster:
         admin = AdminClient(cluster)
         try:
             info = cluster.topic(args.topic, wait=5.0)

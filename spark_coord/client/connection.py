@@ -18,6 +18,10 @@ correlation id must be the oldest pending one, and the body goes through the
 hostile-input decoders.  Any such failure, or an I/O error, closes the
 connection and fails every pending request: the byte stream cannot be trusted
 afterwards.
+
+``security`` (a ``security.client.ClientSecurity``) makes the connection speak TLS
+and/or SASL as the listener wants: the socket comes from ``security.client.open_socket``,
+which completes the TLS handshake and the SASL login before the first request.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from spark_coord import __version__
 from spark_coord.client.sockio import recv_frame
@@ -34,6 +39,9 @@ from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import protocol
 from spark_coord.wire.registry import ApiKey, api_name, served_versions
 from spark_coord.wire.types import ProtocolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +69,7 @@ class BrokerConnection:
     """A blocking socket to one broker; ``request()`` may be called from any thread."""
 
     def __init__(self, host: str, port: int, client_id: str | None = "spark-coord", timeout: float = 30.0,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES, security: "ClientSecurity | None" = None):
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -74,11 +82,13 @@ class BrokerConnection:
         self._correlation = itertools.count(1)
         self._closed = False
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.security = security
+        from spark_coord.security.client import open_socket
+
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            self._sock = open_socket(host, port, timeout, security, client_id)
         except OSError as e:
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {e}") from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self._negotiate()
         except BaseException:

@@ -243,7 +243,7 @@ class GroupClient:
                 if conn is None or conn.closed:
                     conn = self._conns[address] = BrokerConnection(
                         coordinator.host, coordinator.port, client_id=self.cluster.client_id,
-                        timeout=self.cluster.timeout)
+                        timeout=self.cluster.timeout, security=self.cluster.security)
                 return conn
         except BrokerConnectionError as e:
             raise _Retry(group, ErrorCode.NETWORK_EXCEPTION, str(e)) from e

@@ -11,10 +11,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from spark_coord.client.connection import BrokerConnection, BrokerConnectionError
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire.registry import ApiKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +59,12 @@ class TopicInfo:
 class ClusterClient:
     """Connections to a cluster's brokers, found from a bootstrap list."""
 
-    def __init__(self, bootstrap: str | list[str], client_id: str = "spark-coord", timeout: float = 30.0):
+    def __init__(self, bootstrap: str | list[str], client_id: str = "spark-coord", timeout: float = 30.0,
+                 security: "ClientSecurity | None" = None):
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security  # TLS/SASL settings of every connection (None: PLAINTEXT)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
@@ -83,7 +89,8 @@ class ClusterClient:
         for i in range(len(candidates)):
             host, port = candidates[(first + i) % len(candidates)]
             try:
-                conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+                conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout,
+                                        security=self.security)
             except (OSError, BrokerConnectionError) as e:
                 errors.append(f"{host}:{port}: {e}")
                 continue
@@ -109,7 +116,8 @@ class ClusterClient:
             if broker_id not in self.brokers:
                 raise BrokerConnectionError(f"broker {broker_id} is not in the cluster metadata")
             host, port = self.brokers[broker_id]
-        conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+        conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout,
+                                        security=self.security)
         with self._lock:
             current = self._conns.get(broker_id)
             if current is not None and not current.closed:  # another thread was quicker

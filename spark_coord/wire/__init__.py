@@ -20,7 +20,8 @@ Contract (see ``protocol`` for the entry points):
   before anything is allocated.  Unknown tagged fields are skipped.
 - ``registry`` is the one table of served (api_key, version) pairs; importing this
   package registers Kafka's data APIs (one module per API, each documenting its
-  versions), Kafka's group APIs (their codecs only: a broker advertises and
+  versions), SASL (SaslHandshake, SaslAuthenticate) and the ACL APIs (DescribeAcls,
+  CreateAcls, DeleteAcls), Kafka's group APIs (their codecs only: a broker advertises and
   dispatches just the APIs it has handlers for), and the coordinator protocol
   (``coordinator``: api keys 1000-1005).
 - ``consumer_protocol`` reads and writes the consumer protocol's subscription and
@@ -30,9 +31,12 @@ Contract (see ``protocol`` for the entry points):
 from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     api_versions,
     coordinator,
+    create_acls,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_groups,
     fetch,
     find_coordinator,
@@ -46,6 +50,8 @@ from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     offset_commit,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from spark_coord.wire.types import EncodeError, ProtocolError  # noqa: F401

@@ -24,6 +24,12 @@ every component that holds something in ZooKeeper must follow these rules:
     may already own what we owned.  Drop the role and its in-memory state, then
     start over (re-register, re-elect) once connected with the new session.
 
+Authentication: ``auth_digest`` (``user:password``, the broker's ``zookeeper.auth.digest``)
+is sent on every connection; ``set_acl`` (``zookeeper.set.acl``) makes every znode the
+client creates carry ACLs (``zk.acls``): its creator may do everything, the world
+only read, sensitive subtrees only the creator.  ``connect_from_config`` reads both
+from a broker ``Config``.
+
 kazoo calls listeners on its own connection thread; a listener must not block
 and must not call ZooKeeper.  ``to_loop``/``add_state_hooks`` post the callback
 to an asyncio loop with ``loop.call_soon_threadsafe`` so the loop's owner does
@@ -45,6 +51,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe import watchers
 from kazoo.retry import KazooRetry, RetryFailedError
 
+from spark_coord.config import ConfigError
 from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
@@ -83,7 +90,8 @@ def command_retry(session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS) -> Kazoo
 
 def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
             connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS, *,
-            read_only: bool = False, create_chroot: bool = False) -> KazooClient:
+            read_only: bool = False, create_chroot: bool = False, auth_digest: Any = None,
+            set_acl: bool = False) -> KazooClient:
     """A started ``KazooClient`` for ``connect_string`` (``host:port[,host:port...][/chroot]``).
 
     The client reconnects forever by itself (connection retry with backoff capped at
@@ -92,18 +100,30 @@ def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEO
     ``create_chroot`` creates the chroot node first (kazoo does not, and every
     operation on a missing chroot fails with ``NoNodeError``).
 
+    ``auth_digest``: ``user:password`` digest credentials (a ``Password`` or string);
+    ``set_acl``: create znodes with ACLs (needs ``auth_digest``).
+
     Raises ``ZooKeeperUnavailable`` when no server answers within
-    ``connection_timeout_ms``, ``ValueError`` on a malformed connect string.
+    ``connection_timeout_ms``, ``ValueError`` on a malformed connect string or
+    credentials.
     """
+    from spark_coord.zk import acls
+
     split_chroot(connect_string)  # validate before kazoo parses it less strictly
+    auth_data = _digest_auth(auth_digest)
+    if set_acl and not auth_data:
+        raise ConfigError("zookeeper.set.acl needs credentials: set zookeeper.auth.digest=user:password")
     if create_chroot:
-        ensure_chroot(connect_string, connection_timeout_ms=connection_timeout_ms)
+        ensure_chroot(connect_string, connection_timeout_ms=connection_timeout_ms, auth_digest=auth_digest,
+                      set_acl=set_acl)
     client = KazooClient(
         hosts=connect_string,
         timeout=session_timeout_ms / 1000,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
         command_retry=command_retry(session_timeout_ms),
         read_only=read_only,
+        auth_data=auth_data or None,
+        default_acl=acls.SECURE_ACL if set_acl else None,
     )
     try:
         client.start(timeout=connection_timeout_ms / 1000)
@@ -114,6 +134,26 @@ def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEO
     log.debug("connected to ZooKeeper %s (session 0x%x, timeout %d ms)", connect_string,
               client.client_id[0] if client.client_id else 0, session_timeout_ms)
     return client
+
+
+def _digest_auth(auth_digest: Any) -> list[tuple[str, str]]:
+    """kazoo's ``auth_data`` for ``user:password`` digest credentials (empty: none)."""
+    from spark_coord.security.secret import reveal
+
+    text = reveal(auth_digest)
+    if not text:
+        return []
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise ConfigError("zookeeper.auth.digest: expected user:password")
+    return [("digest", text)]
+
+
+def connect_from_config(cfg: Any, *, create_chroot: bool = False, connect_string: str | None = None) -> KazooClient:
+    """``connect`` with a broker ``Config``'s ZooKeeper keys (connect string, timeouts, credentials, ACLs)."""
+    return connect(connect_string or cfg["zookeeper.connect"], cfg["zookeeper.session.timeout.ms"],
+                   cfg["zookeeper.connection.timeout.ms"], create_chroot=create_chroot,
+                   auth_digest=cfg["zookeeper.auth.digest"], set_acl=cfg["zookeeper.set.acl"])
 
 
 def session_timeout_ms(client: KazooClient) -> int:
@@ -130,12 +170,13 @@ def close(client: KazooClient) -> None:
         client.close()
 
 
-def ensure_chroot(connect_string: str, connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS) -> str | None:
+def ensure_chroot(connect_string: str, connection_timeout_ms: int = DEFAULT_CONNECTION_TIMEOUT_MS, *,
+                  auth_digest: Any = None, set_acl: bool = False) -> str | None:
     """Create the chroot of ``connect_string`` (with its parents) if it is missing; returns it (None: no chroot)."""
     hosts, chroot = split_chroot(connect_string)
     if chroot is None:
         return None
-    client = connect(hosts, connection_timeout_ms=connection_timeout_ms)
+    client = connect(hosts, connection_timeout_ms=connection_timeout_ms, auth_digest=auth_digest, set_acl=set_acl)
     try:
         client.retry(client.ensure_path, chroot)
     finally:

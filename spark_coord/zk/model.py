@@ -13,7 +13,7 @@ import json
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from spark_coord.zk import paths
@@ -57,18 +57,48 @@ def _check_port(what: str, port: Any) -> int:
 # ---------------------------------------------------------------- broker registration
 
 @dataclass(frozen=True)
+class Endpoint:
+    """One advertised listener of a broker: ``LISTENER://host:port`` and its security protocol."""
+
+    listener: str
+    protocol: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class BrokerInfo:
-    """A live broker as read from ``/brokers/ids/<id>``: where clients reach it."""
+    """A live broker as read from ``/brokers/ids/<id>``: where clients reach it.
+
+    ``host``/``port`` are its default address: the PLAINTEXT endpoint when it has one,
+    else the first endpoint (ours register the inter-broker listener first).
+    ``endpoints`` are all its listeners; ``endpoint_for(name)`` finds one by name, as
+    Metadata answers a client with the endpoint of the listener it connected to.
+    """
 
     id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[Endpoint, ...] = field(default=(), compare=False)
 
     @property
     def address(self) -> str:
         """``host:port`` (IPv6 hosts in brackets), as a client connects to it."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def endpoint_for(self, listener: str) -> Endpoint | None:
+        """The endpoint of listener ``listener`` (None when the broker has no such listener)."""
+        for ep in self.endpoints:
+            if ep.listener == listener:
+                return ep
+        if not self.endpoints and listener == "PLAINTEXT":  # a version 1 registration
+            return Endpoint("PLAINTEXT", "PLAINTEXT", self.host, self.port)
+        return None
 
 
 def endpoint(host: str, port: int, listener: str = "PLAINTEXT") -> str:
@@ -90,25 +120,41 @@ def parse_endpoint(text: str) -> tuple[str, str, int]:
     return m.group(1), host, _check_port(f"endpoint {text!r}", int(m.group(3)))
 
 
-def broker_registration(broker_id: int, host: str, port: int, *, rack: str | None = None,
-                        timestamp_ms: int | None = None) -> bytes:
-    """The JSON a broker writes to ``/brokers/ids/<id>``, as ZooKeeper-mode Kafka 2.x writes it (version 4).
-
-    ``broker_id`` is not part of the JSON (it is the znode's name) but is checked here
-    so a bad id fails before anything is registered.
-    """
-    paths.validate_broker_id(broker_id)
+def _check_host(broker_id: int, host: Any) -> None:
     if not isinstance(host, str) or not host or any(c in host for c in "/[] \t\r\n"):
         raise ValueError(f"broker {broker_id}: illegal host {host!r}")
-    _check_port(f"broker {broker_id}", port)
+
+
+def broker_registration(broker_id: int, host: str, port: int, *, rack: str | None = None,
+                        timestamp_ms: int | None = None,
+                        endpoints: Iterable[tuple[str, str, str, int]] | None = None) -> bytes:
+    """The JSON a broker writes to ``/brokers/ids/<id>``, as ZooKeeper-mode Kafka 2.x writes it (version 4).
+
+    ``endpoints``: ``(listener, protocol, host, port)`` of every listener, in order (the
+    inter-broker listener first); None means one PLAINTEXT listener at ``host:port``.
+    The top-level ``host``/``port`` are the PLAINTEXT endpoint's, or null/-1 when there
+    is none, as Kafka writes them (older clients only speak PLAINTEXT).  ``broker_id``
+    is not part of the JSON (it is the znode's name) but is checked here so a bad id
+    fails before anything is registered.
+    """
+    paths.validate_broker_id(broker_id)
+    eps = list(endpoints) if endpoints is not None else [("PLAINTEXT", "PLAINTEXT", host, port)]
+    if not eps:
+        raise ValueError(f"broker {broker_id}: no endpoints")
+    for listener, protocol, h, p in eps:
+        _check_host(broker_id, h)
+        _check_port(f"broker {broker_id}", p)
+        if not re.fullmatch(r"[A-Za-z0-9_]+", listener) or not re.fullmatch(r"[A-Z_]+", protocol):
+            raise ValueError(f"broker {broker_id}: illegal listener {listener!r} / protocol {protocol!r}")
+    plain = next(((h, p) for _, protocol, h, p in eps if protocol == "PLAINTEXT"), (None, -1))
     ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
     doc: dict[str, Any] = {
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [endpoint(host, port)],
+        "listener_security_protocol_map": {listener: protocol for listener, protocol, _, _ in eps},
+        "endpoints": [endpoint(h, p, listener) for listener, _, h, p in eps],
         "jmx_port": -1,
-        "host": host,
+        "host": plain[0],
         "timestamp": str(ts),
-        "port": port,
+        "port": plain[1],
         "version": BROKER_REGISTRATION_VERSION,
     }
     if rack is not None:
@@ -121,8 +167,9 @@ def parse_broker(broker_id: int, data: bytes | str | None) -> BrokerInfo:
 
     Accepts registration versions 1-5: version 1 has only ``host``/``port``; 2+ add
     ``endpoints`` (and then ``host`` may be null when no listener is PLAINTEXT); 4+
-    add ``listener_security_protocol_map``.  The first endpoint whose security
-    protocol is PLAINTEXT wins; otherwise ``host``/``port``.
+    add ``listener_security_protocol_map``.  The default address is the first
+    endpoint whose security protocol is PLAINTEXT, else the first endpoint, else
+    ``host``/``port``.
     """
     what = f"broker {broker_id} registration"
     paths.validate_broker_id(broker_id)
@@ -135,6 +182,7 @@ def parse_broker(broker_id: int, data: bytes | str | None) -> BrokerInfo:
     rack = doc.get("rack")
     rack = rack if isinstance(rack, str) else None
 
+    found: list[Endpoint] = []
     endpoints = doc.get("endpoints") if version >= 2 else None
     if endpoints is not None:
         if not isinstance(endpoints, list):
@@ -147,13 +195,17 @@ def parse_broker(broker_id: int, data: bytes | str | None) -> BrokerInfo:
                 listener, host, port = parse_endpoint(ep)
             except ValueError as e:
                 raise ValueError(f"{what}: {e}") from None
-            if protocols.get(listener, listener) == "PLAINTEXT" and host:
-                return BrokerInfo(broker_id, host, port, rack)
+            protocol = protocols.get(listener, listener)
+            if host and isinstance(protocol, str):
+                found.append(Endpoint(listener, protocol, host, port))
+    chosen = next((e for e in found if e.protocol == "PLAINTEXT"), found[0] if found else None)
+    if chosen is not None:
+        return BrokerInfo(broker_id, chosen.host, chosen.port, rack, tuple(found))
 
     host, port = doc.get("host"), doc.get("port")
     if isinstance(host, str) and host and _is_int(port) and 0 < port < 65536:
         return BrokerInfo(broker_id, host, port, rack)
-    raise ValueError(f"{what}: no PLAINTEXT endpoint and no usable host/port (host={host!r}, port={port!r})")
+    raise ValueError(f"{what}: no usable endpoint and no usable host/port (host={host!r}, port={port!r})")
 
 
 # ------------------------------------------------------------------ topic assignment

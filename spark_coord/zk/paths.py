@@ -13,6 +13,12 @@ read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write
                                                         needs to restore the group
     /consumers/<group>/offsets/<topic>/<partition>      persistent, next offset (decimal)
     /consumers/<group>/owners/<topic>/<partition>       persistent, owning consumer id
+    /config/users/<user>                                persistent, SCRAM credentials (sensitive)
+    /config/changes/config_change_<seq>                 persistent sequential, "users/<user>" changed
+    /kafka-acl/<ResourceType>/<name>                    persistent, literal ACLs of a resource (sensitive)
+    /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent, prefixed ACLs (sensitive)
+    /kafka-acl-changes/acl_changes_<seq>                persistent sequential, "<TYPE>:<name>" changed
+    /kafka-acl-extended-changes/acl_changes_<seq>       persistent sequential, JSON of a changed pattern
 
 No other module builds a path by hand: a name that cannot be a single znode
 component (a ``/``, ``.``/``..``, control characters) or that would collide with
@@ -154,6 +160,56 @@ def broker(broker_id: int) -> str:
 def topic(name: str) -> str:
     """``/brokers/topics/<topic>``: the topic's partition -> replicas assignment."""
     return f"{BROKER_TOPICS}/{validate_topic(name)}"
+
+
+# --------------------------------------------------------------------- security
+
+CONFIG = "/config"
+CONFIG_USERS = "/config/users"
+#: Kafka's config change notifications: sequential children ``config_change_<seq>``.
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+ACL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+#: Subtrees only the brokers' own ZooKeeper identity may read (credentials and ACLs).
+SENSITIVE_ROOTS = (CONFIG_USERS, ACL, ACL_EXTENDED, ACL_CHANGES, ACL_EXTENDED_CHANGES)
+
+
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a user name as a znode name (URL-encoding, ``*`` as
+    ``%2A``, space as ``%20``; letters, digits, ``.``, ``-`` and ``_`` stay)."""
+    from urllib.parse import quote
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"illegal user name {name!r}: empty")
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(node: str) -> str:
+    """The user name a child of ``/config/users`` stands for."""
+    from urllib.parse import unquote
+
+    return unquote(node)
+
+
+def user_config(name: str) -> str:
+    """``/config/users/<user>``: the user's SCRAM credentials (and any other per-user config)."""
+    return f"{CONFIG_USERS}/{sanitize(name)}"
+
+
+def is_sensitive(path: str) -> bool:
+    """Whether ``path`` lies in a subtree that must not be world-readable."""
+    return any(path == root or path.startswith(root + "/") for root in SENSITIVE_ROOTS)
+
+
+def acl_resource(pattern_type: str, resource_type: str, name: str) -> str:
+    """``/kafka-acl/Topic/<name>`` (LITERAL) or ``/kafka-acl-extended/prefixed/Topic/<name>``."""
+    _validate_component("resource name", name)
+    base = ACL if pattern_type == "LITERAL" else f"{ACL_EXTENDED}/{pattern_type.lower()}"
+    return f"{base}/{resource_type}/{name}"
 
 
 # -------------------------------------------------------------------- consumers

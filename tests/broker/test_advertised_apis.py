@@ -14,9 +14,9 @@ from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.registry import ApiKey
 
-#: What a broker dispatches today: Kafka's data APIs and the coordinator protocol's requests to it
+#: What a broker dispatches today: Kafka's data APIs, SASL, and the coordinator protocol's requests to it
 #: (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
-DISPATCHED = {0, 1, 2, 3, 18, 19, 20, 22, 1000, 1001, 1005, 1006}
+DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 36, 1000, 1001, 1005, 1006}
 #: Kafka's group APIs, registered as codecs only.
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,

@@ -59,7 +59,7 @@ def test_coordinator_api_uses_classic_headers_and_joins_api_versions(scratch_reg
 def test_api_names_for_logs():
     assert registry.api_name(0) == "Produce"
     assert registry.api_name(11) == "JoinGroup"  # registered: its module's name
-    assert registry.api_name(17) == "SASL_HANDSHAKE"  # known key, not registered: the enum's name
+    assert registry.api_name(32) == "DESCRIBE_CONFIGS"  # known key, not registered: the enum's name
     assert registry.api_name(4242) == "api-4242"
 
 

@@ -32,8 +32,9 @@ def message_of(api_key: int, kind: str) -> Message:
         return request if kind == "request" else response
     modules = {0: "produce", 1: "fetch", 2: "list_offsets", 3: "metadata", 8: "offset_commit", 9: "offset_fetch",
                10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
-               15: "describe_groups", 16: "list_groups", 18: "api_versions", 19: "create_topics",
-               20: "delete_topics", 22: "init_producer_id", 42: "delete_groups"}
+               15: "describe_groups", 16: "list_groups", 17: "sasl_handshake", 18: "api_versions",
+               19: "create_topics", 20: "delete_topics", 22: "init_producer_id", 29: "describe_acls",
+               30: "create_acls", 31: "delete_acls", 36: "sasl_authenticate", 42: "delete_groups"}
     mod = importlib.import_module(f"spark_coord.wire.{modules[api_key]}")
     return mod.REQUEST if kind == "request" else mod.RESPONSE
 

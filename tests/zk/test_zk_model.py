@@ -50,6 +50,27 @@ def test_parse_broker_tolerates_kafka_versions(doc, expected):
     assert (info.id, info.host, info.port) == (4, *expected)
 
 
+def test_registration_of_several_listeners_is_kafkas_json_and_reads_back():
+    eps = [("INTERNAL", "SASL_SSL", "10.0.0.1", 9094), ("PLAINTEXT", "PLAINTEXT", "h", 9092), ("SSL", "SSL", "h", 9093)]
+    doc = json.loads(model.broker_registration(3, "ignored", 1, endpoints=eps, timestamp_ms=5))
+    assert doc["endpoints"] == ["INTERNAL://10.0.0.1:9094", "PLAINTEXT://h:9092", "SSL://h:9093"]
+    assert doc["listener_security_protocol_map"] == {"INTERNAL": "SASL_SSL", "PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}
+    assert (doc["host"], doc["port"]) == ("h", 9092)  # the PLAINTEXT endpoint, as Kafka writes it
+    info = model.parse_broker(3, json.dumps(doc))
+    assert (info.host, info.port) == ("h", 9092)
+    assert info.endpoint_for("SSL") == model.Endpoint("SSL", "SSL", "h", 9093)
+    assert info.endpoint_for("INTERNAL").protocol == "SASL_SSL"
+    assert info.endpoint_for("OTHER") is None
+
+
+def test_registration_without_plaintext_has_kafkas_null_host_and_reads_back_at_the_first_endpoint():
+    eps = [("SASL_SSL", "SASL_SSL", "h", 9093), ("SSL", "SSL", "h", 9094)]
+    doc = json.loads(model.broker_registration(1, "h", 1, endpoints=eps))
+    assert (doc["host"], doc["port"]) == (None, -1)
+    info = model.parse_broker(1, json.dumps(doc))
+    assert (info.host, info.port) == ("h", 9093)
+
+
 @pytest.mark.parametrize("data, fragment", [
     (None, "no data"),
     (b"", "not JSON"),
@@ -64,7 +85,7 @@ def test_parse_broker_tolerates_kafka_versions(doc, expected):
     (b'{"version": 4, "endpoints": ["http://h"]}', "LISTENER://host:port"),
     (b'{"version": 4, "endpoints": ["PLAINTEXT://h:0"]}', "port"),
     (b'{"version": 4, "endpoints": [1]}', "not a string"),
-    (b'{"version": 4, "listener_security_protocol_map": {"A": "SSL"}, "endpoints": ["A://h:1"]}', "no PLAINTEXT"),
+    (b'{"version": 4, "host": null, "port": -1, "endpoints": []}', "no usable endpoint"),
     (b"[" * 100000 + b"]" * 100000, "not JSON"),
     (b"x" * (model.MAX_ZNODE_BYTES + 1), "more than"),
 ])

@@ -36,7 +36,8 @@ class Handler:
 def data_handlers() -> list[Handler]:
     """The Kafka data-plane handlers every broker serves."""
     from spark_coord.broker.handlers import (api_versions, create_topics, delete_topics, fetch, init_producer_id,
-                                             list_offsets, metadata, produce)
+                                             list_offsets, metadata, produce, sasl_authenticate, sasl_handshake)
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
-            create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER]
+            create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER, sasl_handshake.HANDLER,
+            sasl_authenticate.HANDLER]

@@ -6,6 +6,7 @@ all topics and [] means none; v4 adds allow_auto_topic_creation; v10+ add topic
 ids (we answer the zero uuid).  A partition whose leader is not live reports
 LEADER_NOT_AVAILABLE with leader -1; an unknown topic UNKNOWN_TOPIC_OR_PARTITION
 (or it is created, when auto.create.topics.enable and the request allows it).
+Brokers are listed at their endpoint of the listener the request came in on.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def _topic_entry(ctx, name: str, assignment: dict[int, list[int]]) -> dict:
             "partitions": partitions}
 
 
+def _brokers(ctx, listener: str) -> list[dict]:
+    """Live brokers at their endpoint of ``listener``, the one the client connected on (Kafka's
+    rule: a client is sent where it can speak the same protocol); brokers without it are left out."""
+    out = []
+    for b in sorted(ctx.view.brokers.values(), key=lambda b: b.id):
+        ep = b.endpoint_for(listener)
+        if ep is not None:
+            out.append({"node_id": b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
+    return out
+
+
 async def handle(ctx, conn, header, body: dict) -> dict:
     names = _requested(header, body)
     topics = []
@@ -78,8 +90,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
                                "topic_id": bytes(16), "partitions": []})
             else:
                 topics.append(_topic_entry(ctx, name, assignment))
-    brokers = [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-               for b in sorted(ctx.view.brokers.values(), key=lambda b: b.id)]
+    brokers = _brokers(ctx, conn.auth.listener_name)
     return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": ctx.cluster_id or None,
             "controller_id": ctx.view.controller_id, "topics": topics, "error_code": ErrorCode.NONE}
 
