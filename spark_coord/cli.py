@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")
     p.set_defaults(func="spark_coord.consumer.cli:groups")
 
-    add_security_parsers(sub, _add_config_args)
+    add_security_parsers(lambda name, **kw: _subcommand(sub, name, **kw), _actions)
 
     p = _subcommand(sub, "demo", help="local-cluster demo: start ZooKeeper and a broker, produce, read back, stop",
                     description="Start an embedded ZooKeeper and a broker on free ports, create a topic, produce "
@@ -185,11 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "DEBUG":
         logging.getLogger("kazoo.client").setLevel(logging.WARNING)  # connection chatter
     from spark_coord.config import ConfigError
+    from spark_coord.zk.client import ZooKeeperUnavailable
+
     try:
         return int(_resolve(args.func)(args) or 0)
     except ConfigError as e:
         logging.getLogger("spark_coord").error("configuration: %s", e)
         return 2
+    except ZooKeeperUnavailable as e:
+        logging.getLogger("spark_coord").error("%s", e)
+        return 1
     except KeyboardInterrupt:
         return 130
 

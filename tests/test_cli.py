@@ -46,6 +46,9 @@ ACTION_COMMANDS = [
     (["groups"], ["list"], ["-b", B, "--json"]),
     (["groups"], ["describe", "g1"], ["-b", B, "--json"]),
     (["groups"], ["describe"], ["--json"]),
+    (["topics"], ["list"], ["-b", B, "-X", "security.protocol=SSL", "--command-config", "client.properties"]),
+    (["users"], ["list"], ["--zookeeper", "127.0.0.1:2181/kafka", "--config", "conf/broker.properties"]),
+    (["users"], ["delete", "alice"], ["--zookeeper", "127.0.0.1:2181"]),
 ]
 
 
@@ -79,7 +82,7 @@ def test_bootstrap_anywhere_after_other_subcommands(argv):
 
 
 @pytest.mark.parametrize("argv", [["topics", "list"], ["groups", "describe", "g1"], ["produce", "-t", "x"],
-                                  ["broker"], ["up", "--brokers", "2"], ["demo"]], ids=" ".join)
+                                  ["broker"], ["up", "--brokers", "2"], ["demo"], ["users", "list"]], ids=" ".join)
 def test_log_level_before_or_after_the_subcommand(argv):
     assert _parse(["--log-level", "ERROR"] + argv)["log_level"] == "ERROR"
     assert _parse(argv + ["--log-level", "DEBUG"])["log_level"] == "DEBUG"
@@ -96,3 +99,14 @@ def test_produce_compression_choices_are_the_codecs():
         assert _parse(["produce", "-t", "x", "--compression", name])["compression"] == name
     with pytest.raises(SystemExit):
         _parse(["produce", "-t", "x", "--compression", "brotli"])
+
+
+def test_an_unreachable_zookeeper_is_one_clear_line(caplog):
+    from spark_coord.cli import main
+    from spark_coord.zk.embedded import free_port
+
+    code = main(["users", "list", "--zookeeper", f"127.0.0.1:{free_port()}",
+                 "--override", "zookeeper.connection.timeout.ms=1000"])
+    assert code == 1
+    assert any("no ZooKeeper server" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)

@@ -98,29 +98,37 @@ def users(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub, add_config_args) -> None:
-    """The ``users`` subcommand (and, below, ``acls``) on the top-level parser ``sub``."""
+def add_parsers(subcommand, actions) -> None:
+    """The ``users`` subcommand, made with the top-level parser's ``subcommand(name, **kwargs)``
+    and ``actions(parser, *shared)``, so its options may come before or after the action."""
     from spark_coord.security.scram import MECHANISMS
 
-    p = sub.add_parser("users", help="add, delete and list SCRAM users (credentials in ZooKeeper)",
-                       description="SCRAM-SHA-256/512 credentials in ZooKeeper (/config/users/<user>, Kafka's "
-                                   "layout); running brokers pick changes up at once. Passwords come from a prompt, "
-                                   "or the first line of standard input.")
-    add_config_args(p, None)
-    p.add_argument("--zookeeper", metavar="CONNECT", default=None,
-                   help="ZooKeeper connect string (default: zookeeper.connect of --config)")
-    usub = p.add_subparsers(dest="action", metavar="ACTION")
-    usub.required = True
+    p = subcommand("users", help="add, delete and list SCRAM users (credentials in ZooKeeper)",
+                   description="SCRAM-SHA-256/512 credentials in ZooKeeper (/config/users/<user>, Kafka's "
+                               "layout); running brokers pick changes up at once. Passwords come from a prompt, "
+                               "or the first line of standard input.")
+    _add_zookeeper_options(p)
+    action = actions(p, _add_zookeeper_options)
     for name, text in (("add", "create a user or set its password"), ("delete", "remove a user's credentials")):
-        a = usub.add_parser(name, help=text)
+        a = action(name, help=text)
         a.add_argument("user")
         a.add_argument("--mechanism", action="append", choices=list(MECHANISMS),
                        help="SCRAM mechanism; repeatable (default: both)")
         if name == "add":
             a.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (default: %(default)s)")
-    lst = usub.add_parser("list", help="list users and their mechanisms")
+    lst = action("list", help="list users and their mechanisms")
     lst.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func="spark_coord.security.cli:users")
+
+
+def _add_zookeeper_options(p: argparse.ArgumentParser, suppress: object = None) -> None:
+    """Where the credentials live: a broker properties file (its zookeeper.* keys) or a connect string."""
+    p.add_argument("--config", metavar="FILE", default=suppress,
+                   help="broker properties file: its zookeeper.connect and zookeeper.auth.digest (default: none)")
+    p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[] if suppress is None else suppress,
+                   help="set any key of the properties file; repeatable")
+    p.add_argument("--zookeeper", metavar="CONNECT", default=suppress,
+                   help="ZooKeeper connect string (default: zookeeper.connect of --config)")
 
 
 def add_client_options(p: argparse.ArgumentParser, suppress: object = None) -> None:
