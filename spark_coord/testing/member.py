@@ -150,11 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: How long a member waits for a commit's answer.  ``Consumer.commit`` waits up to the session
+#: timeout by default (as Kafka's commitSync waits); a coordinator that hangs (paused, not
+#: dead) would stop this member's reading for that long, so it waits less and reads on: the
+#: offset still goes with the next ping answer, claim or final commit.
+COMMIT_TIMEOUT_S = 2.0
+
+
 def _commit(consumer: Consumer, journal: Journal, topic: str, partition: int, offset: int) -> None:
     """Commit actively; without a coordinator right now the offset still goes with the next
     ping answer, claim or final commit."""
     try:
-        code = consumer.commit({(topic, partition): offset}).get((topic, partition))
+        code = consumer.commit({(topic, partition): offset}, timeout=COMMIT_TIMEOUT_S).get((topic, partition))
     except CommitFailed as e:
         journal.write("commit_failed", t=topic, p=partition, off=offset, code=e.code)
         return
