@@ -19,8 +19,9 @@ import time
 
 from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
-from support import create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
+from support import balanced, create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
+from spark_coord.coordinator.group import GroupState
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.zk import paths
@@ -154,7 +155,14 @@ def test_coordinator_rides_through_a_short_zookeeper_cut_and_hands_over_after_a_
         # cost a member its lease
         ms = [MemberProcess(f"c{i}", tmp_path, bootstrap, "g-cut", topics=["cut"],
                             session_timeout_ms=BROKER_ZK_SESSION_MS + 4000) for i in range(2)]
-        gen, _ = wait_balanced(ms, parts)
+        wait_balanced(ms, parts)
+
+        def settled():  # no rebalance pending: the members' generation is the coordinator's last word
+            g, b = b0.coordinator.groups.get("g-cut"), balanced(ms, parts)
+            return (g is not None and b is not None and g.generation_id == b[0] and g.state is GroupState.STABLE
+                    and (g.rebalance_task is None or g.rebalance_task.done()) and (b[0],))
+
+        (gen,) = wait_until(settled, 20, message="group g-cut settled in its generation")
         assigns = [len(m.events("assign")) for m in ms]
 
         # -- a cut shorter than the session: nothing changes, offsets land afterwards
