@@ -19,7 +19,7 @@ import time
 
 from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
-from support import balanced, create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
+from support import balanced, create_topic, leaders, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from spark_coord.coordinator.group import GroupState
 from spark_coord.testing.member import MemberProcess
@@ -86,6 +86,16 @@ def _produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         producer.flush()
 
 
+def _all_led(brokers, topic: str, partitions: int) -> bool:
+    from spark_coord.errors import KafkaError
+
+    try:
+        return all(sorted(p for p, b in leaders(f"127.0.0.1:{br.broker.bound_port}", topic).items() if b >= 0)
+                   == list(range(partitions)) for br in brokers.values())
+    except (KafkaError, OSError):
+        return False
+
+
 def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
     from spark_coord.zk.client import close, connect
 
@@ -120,6 +130,8 @@ def test_coordinator_session_expiry_recovers(zk_connect, tmp_path):
         # the expired broker registers again (with its new session) before its partitions are served
         wait_until(lambda: all(zk.exists(paths.broker(i)) for i in brokers), timeout=30,
                    message="both brokers registered")
+        # ... and every broker's view has caught up with that: each names a leader for every partition
+        wait_until(lambda: _all_led(brokers, "exp", 4), timeout=30, message="every partition led, in every view")
         _produce(bootstrap, "exp", 4, 20)
         wait_caught_up(zk, "g-exp", log_end(bootstrap, "exp"))
     finally:
