@@ -33,9 +33,12 @@ from spark_coord.coordinator.clock import LoopTimer, SystemClock
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.coordinator import Coordinator
 from spark_coord.coordinator.elector import CoordinatorElector
+from spark_coord.coordinator.kafka_members import KafkaGroups
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.wire import coordinator as api
+from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP
+from spark_coord.wire.registry import ApiKey
 from spark_coord.zk import paths
 from spark_coord.zk.client import to_loop
 
@@ -84,6 +87,9 @@ class CoordinationService:
         self.coordinator_id = -1
         self.coordinator_epoch = -1
         self._watch: DataWatch | None = None
+        self.kafka_groups: KafkaGroups | None = None
+        #: Connection id -> a future done when it closes (JoinGroups waiting on it stop waiting).
+        self._conn_closed: dict[int, asyncio.Future] = {}
         #: Connection id -> the member channel made for it at its first RegisterConsumer.
         self._member_channels: dict[int, BrokerMemberChannel] = {}
         self._answers: set[asyncio.Task] = set()
@@ -99,6 +105,7 @@ class CoordinationService:
                     lambda body, code: {"error_code": code}),
             Handler(api.COMMIT_OFFSETS, "CommitOffsets", self._commit_offsets,
                     lambda body, code: {"error_code": code}),
+            *self._kafka_group_handlers(),
         ]
 
     async def start(self) -> None:
@@ -111,6 +118,7 @@ class CoordinationService:
         self.coordinator = Coordinator(
             CoordinatorConfig.from_broker_config(self.broker.config), ZkGroupStore(zk, self._epoch_check),
             LoopTimer(loop), SystemClock(), self._live_brokers, on_fenced=self._fenced)
+        self.kafka_groups = KafkaGroups(self.coordinator)
         self.broker.view.add_listener(self._topics_changed)
         self.elector = CoordinatorElector(zk, self.broker.broker_id, loop, self._elected, self._resigned)
         await self.elector.start()
@@ -137,6 +145,8 @@ class CoordinationService:
     async def _resigned(self) -> None:
         log.info("broker %d is no longer the coordinator", self.broker.broker_id)
         await self.coordinator.deactivate()
+        if self.kafka_groups is not None:
+            self.kafka_groups.reset()
 
     def _fenced(self) -> None:
         # The coordinator drops its state itself; the elector sees the election node change
@@ -230,3 +240,175 @@ class CoordinationService:
                              "owner": owners.get((t, p))} for (t, p) in sorted(set(owners) | set(offsets))],
             })
         return {"error_code": ErrorCode.NONE, "groups": groups}
+
+    # ------------------------------------------------------------------ Kafka's group APIs
+    def _kafka_group_handlers(self) -> list[Handler]:
+        """FindCoordinator and Kafka's group APIs, onto the same coordinator (DESIGN section 11).
+
+        Every broker answers FindCoordinator with the elected one; the group APIs are served
+        by the elected broker only (the others answer NOT_COORDINATOR, a broker elected but
+        still restoring its groups COORDINATOR_LOAD_IN_PROGRESS), so clients rediscover it."""
+        def coordinator_error(code_field: str = "error_code"):
+            return lambda body, code: {code_field: code, "throttle_time_ms": 0}
+
+        return [
+            Handler(ApiKey.FIND_COORDINATOR, "FindCoordinator", self._find_coordinator, self._find_coordinator_error),
+            Handler(ApiKey.JOIN_GROUP, "JoinGroup", self._join_group,
+                    lambda body, code: {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+                                        "member_id": body.get("member_id") or "", "members": []}),
+            Handler(ApiKey.SYNC_GROUP, "SyncGroup", self._sync_group,
+                    lambda body, code: {"error_code": code, "assignment": b""}),
+            Handler(ApiKey.HEARTBEAT, "Heartbeat", self._heartbeat, coordinator_error()),
+            Handler(ApiKey.LEAVE_GROUP, "LeaveGroup", self._leave_group,
+                    lambda body, code: {"error_code": code, "members": []}),
+            Handler(ApiKey.OFFSET_COMMIT, "OffsetCommit", self._offset_commit, _offset_commit_error),
+            Handler(ApiKey.OFFSET_FETCH, "OffsetFetch", self._offset_fetch, _offset_fetch_error),
+            Handler(ApiKey.LIST_GROUPS, "ListGroups", self._list_groups,
+                    lambda body, code: {"error_code": code, "groups": []}),
+            Handler(ApiKey.DESCRIBE_GROUPS, "DescribeGroups", self._describe_groups,
+                    lambda body, code: {"groups": [{"error_code": code, "group_id": g, "group_state": "",
+                                                    "protocol_type": "", "protocol_data": "", "members": []}
+                                                   for g in body.get("groups") or []]}),
+            Handler(ApiKey.DELETE_GROUPS, "DeleteGroups", self._delete_groups,
+                    lambda body, code: {"results": [{"group_id": g, "error_code": code}
+                                                    for g in body.get("groups_names") or []]}),
+        ]
+
+    def _not_serving(self) -> ErrorCode | None:
+        """Why this broker cannot serve a group request now (None: it can)."""
+        c = self.coordinator
+        if c is not None and c.active:
+            return None
+        if c is not None and self.coordinator_id == self.broker.broker_id:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # elected, restoring the groups
+        return ErrorCode.NOT_COORDINATOR
+
+    def _coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
+        broker = self.broker.view.brokers.get(self.coordinator_id) if self.coordinator_id >= 0 else None
+        ep = broker.endpoint_for(conn.auth.listener_name) if broker is not None else None
+        return None if ep is None else (broker.id, ep.host, ep.port)
+
+    async def _find_coordinator(self, ctx, conn, header, body) -> dict:
+        keys = body.get("coordinator_keys") if header.api_version >= 4 else [body.get("key") or ""]
+        key_type = body.get("key_type", KEY_TYPE_GROUP)
+        found = self._coordinator_endpoint(conn)
+        results = []
+        for key in keys or []:
+            if key_type != KEY_TYPE_GROUP:
+                results.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                "error_message": "only group coordinators exist here (no transactions)"})
+            elif found is None:
+                results.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                "error_message": "no coordinator is elected right now"})
+            else:
+                node, host, port = found
+                results.append({"key": key, "node_id": node, "host": host, "port": port,
+                                "error_code": ErrorCode.NONE, "error_message": None})
+        first = results[0] if results else {"node_id": -1, "host": "", "port": -1,
+                                             "error_code": ErrorCode.INVALID_REQUEST, "error_message": "no key"}
+        return {"throttle_time_ms": 0, "error_code": first["error_code"], "error_message": first["error_message"],
+                "node_id": first["node_id"], "host": first["host"], "port": first["port"], "coordinators": results}
+
+    @staticmethod
+    def _find_coordinator_error(body: dict, code: int) -> dict:
+        keys = body.get("coordinator_keys") or [body.get("key") or ""]
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": None, "node_id": -1, "host": "",
+                "port": -1, "coordinators": [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code,
+                                              "error_message": None} for k in keys]}
+
+    async def _join_group(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_name": None,
+                    "leader": "", "member_id": body.get("member_id") or "", "members": []}
+        return await self.kafka_groups.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
+                                                  self._closed_future(conn))
+
+    def _closed_future(self, conn) -> asyncio.Future:
+        """A future done when ``conn`` closes (one per connection)."""
+        fut = self._conn_closed.get(conn.id)
+        if fut is None:
+            fut = self._conn_closed[conn.id] = asyncio.get_running_loop().create_future()
+
+            def closed(c) -> None:
+                done = self._conn_closed.pop(c.id, None)
+                if done is not None and not done.done():
+                    done.set_result(None)
+
+            conn.add_close_callback(closed)
+        return fut
+
+    async def _sync_group(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
+        return self.kafka_groups.sync_group(body)
+
+    async def _heartbeat(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "error_code": code}
+        return self.kafka_groups.heartbeat(body)
+
+    async def _leave_group(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "error_code": code, "members": []}
+        return self.kafka_groups.leave_group(body, header.api_version)
+
+    async def _offset_commit(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return _offset_commit_error(body, code)
+        return await self.kafka_groups.offset_commit(body, header.api_version)
+
+    async def _offset_fetch(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return _offset_fetch_error(body, code, header.api_version)
+        return self.kafka_groups.offset_fetch(body, header.api_version)
+
+    async def _list_groups(self, ctx, conn, header, body) -> dict:
+        # Admin clients ask every broker and merge the answers: a broker that coordinates
+        # no group lists none (an error would fail the whole listing).
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "error_code": code if code != ErrorCode.NOT_COORDINATOR else 0,
+                    "groups": []}
+        return self.kafka_groups.list_groups(body)
+
+    async def _describe_groups(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "groups": [
+                {"error_code": code, "group_id": g, "group_state": "", "protocol_type": "", "protocol_data": "",
+                 "members": []} for g in body.get("groups") or []]}
+        return self.kafka_groups.describe_groups(body)
+
+    async def _delete_groups(self, ctx, conn, header, body) -> dict:
+        code = self._not_serving()
+        if code is not None:
+            return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": code}
+                                                       for g in body.get("groups_names") or []]}
+        return await self.kafka_groups.delete_groups(body)
+
+
+def _offset_commit_error(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.get("name"), "partitions": [{"partition_index": p.get("partition_index"), "error_code": code}
+                                               for p in t.get("partitions") or []]}
+        for t in body.get("topics") or []]}
+
+
+def _offset_fetch_error(body: dict, code: int, version: int = 8) -> dict:
+    """One error everywhere the OffsetFetch answer has an error code (partitions before v2)."""
+    def partitions(topics) -> list[dict]:
+        return [{"name": t.get("name"), "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
+            for p in t.get("partition_indexes") or []]} for t in topics or []]
+
+    return {"throttle_time_ms": 0, "error_code": code, "topics": partitions(body.get("topics")),
+            "groups": [{"group_id": g.get("group_id"), "topics": partitions(g.get("topics")), "error_code": code}
+                       for g in body.get("groups") or []]}

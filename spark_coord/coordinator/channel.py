@@ -28,6 +28,11 @@ class MemberChannel(Protocol):
     #: ``host:port`` of the member, for logs and ``describe_group``.
     peer: str
 
+    #: Optional (default True): a request sent renews the member's lease (it may fetch for its
+    #: session timeout after receiving it).  Kafka-protocol members never see our requests: their
+    #: lease runs from their own last request instead (``kafka_members``).
+    renews_lease: bool
+
     def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
         """Queue a coordinator request (Ping/StopFetcher/StartFetcher) to the member.
 

@@ -205,7 +205,8 @@ class Coordinator:
         except ChannelClosed:
             self.post(self._channel_gone, group, member, channel, "connection closed")
             return False
-        member.last_sent_ms = self.clock.now_ms()
+        if getattr(channel, "renews_lease", True):
+            member.last_sent_ms = self.clock.now_ms()
         return True
 
     def current_group(self, member: ConsumerRegistry) -> GroupRegistry | None:

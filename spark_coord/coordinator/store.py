@@ -96,6 +96,10 @@ class GroupStore(ABC):
         """Forget the group's offsets and owners of a (deleted) topic."""
 
     @abstractmethod
+    async def delete_group(self, group_id: str) -> None:
+        """Forget everything of a group with no members (Kafka's DeleteGroups)."""
+
+    @abstractmethod
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
 
@@ -161,6 +165,10 @@ class MemoryGroupStore(GroupStore):
         g = self._write("delete_topic", group_id, topic)
         g.offsets = {tp: o for tp, o in g.offsets.items() if tp[0] != topic}
         g.owners = {tp: o for tp, o in g.owners.items() if tp[0] != topic}
+
+    async def delete_group(self, group_id: str) -> None:
+        self._write("delete_group", group_id, None)
+        del self.groups[group_id]
 
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return dict(self.groups[group_id].offsets) if group_id in self.groups else {}

@@ -38,7 +38,7 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from spark_coord.coordinator import zk_async
 from spark_coord.coordinator.store import GroupStore, StoredGroup, StoredMember, StoreError, TopicPartition
@@ -138,6 +138,27 @@ class ZkGroupStore(GroupStore):
         owners = cache.owners.get(group_id)
         if owners is not None:
             cache.owners[group_id] = {tp: o for tp, o in owners.items() if tp[0] != topic}
+
+    async def delete_group(self, group_id: str) -> None:
+        root = paths.group(group_id)
+        nodes: list[str] = []
+
+        async def walk(path: str) -> None:
+            for child in await zk_async.get_children(self.client, path):
+                await walk(f"{path}/{child}")
+            nodes.append(path)  # children first
+
+        try:
+            await walk(root)
+        except NoNodeError:
+            return
+        except KazooException as e:
+            raise StoreError(f"read group {group_id}: {e.__class__.__name__}") from None
+        cache = self.writer.cache()
+        await self.writer.write(f"delete group {group_id}", [("delete", n, None) for n in nodes], planned_in=cache)
+        for n in nodes:
+            cache.forget(n)
+        cache.owners.pop(group_id, None)
 
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()

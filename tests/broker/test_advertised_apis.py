@@ -1,6 +1,6 @@
-"""Registering codecs does not change what a broker serves: ApiVersions (and its KIP-511
-fallback) lists only the APIs with a handler, and a group request a client sends anyway
-closes that connection as any unserved API does, while other clients keep being served."""
+"""What ApiVersions (and its KIP-511 fallback) lists is exactly what the broker dispatches:
+Kafka's data APIs, SASL, Kafka's group APIs and the coordinator protocol; an API with a
+codec but no handler is not listed, and a request for it closes only its connection."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.registry import ApiKey
 
-#: What a broker dispatches today: Kafka's data APIs, SASL, and the coordinator protocol's requests to it
-#: (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
-DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 36, 1000, 1001, 1005, 1006}
-#: Kafka's group APIs, registered as codecs only.
+#: Kafka's group APIs (DESIGN section 11).
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS}
+#: What a broker dispatches: Kafka's data APIs, SASL, the group APIs, and the coordinator protocol's
+#: requests to it (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
+DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 36, 1000, 1001, 1005, 1006} | {int(k) for k in GROUP_APIS}
 
 
 def test_group_codecs_are_registered():
@@ -28,16 +28,17 @@ def test_group_codecs_are_registered():
         assert registry.served_versions(key) is not None, registry.api_name(key)
 
 
-def test_api_versions_advertises_no_group_api(broker):
+def test_api_versions_advertises_what_is_dispatched(broker):
     with BrokerConnection(*broker.address, timeout=10) as conn:
         assert set(conn.broker_versions) == DISPATCHED
-        assert conn.version_for(ApiKey.JOIN_GROUP) is None
+        assert conn.version_for(ApiKey.JOIN_GROUP) == 9 and conn.version_for(ApiKey.OFFSET_FETCH) == 9
+        assert conn.version_for(ApiKey.DESCRIBE_ACLS) is None  # a codec without a handler
     s = connect(broker.address)
     out = roundtrip(s, 18, 0, {})
     assert {e["api_key"] for e in out["api_keys"]} == DISPATCHED
 
 
-def test_api_versions_fallback_advertises_no_group_api(broker):
+def test_api_versions_fallback_advertises_what_is_dispatched(broker):
     s = connect(broker.address)
     s.sendall(protocol.encode_request(18, 0, 42, "t", {})[:6] + struct.pack(">h", 99)
               + protocol.encode_request(18, 0, 42, "t", {})[8:])  # ApiVersions v99
@@ -47,17 +48,28 @@ def test_api_versions_fallback_advertises_no_group_api(broker):
     assert {e["api_key"] for e in body["api_keys"]} == DISPATCHED
 
 
-@pytest.mark.parametrize("api_key,version,body", [
-    (ApiKey.FIND_COORDINATOR, 2, {"key": "g"}),
-    (ApiKey.JOIN_GROUP, 5, {"group_id": "g", "session_timeout_ms": 10000, "protocol_type": "consumer",
-                            "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}]}),
-    (ApiKey.OFFSET_COMMIT, 8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
-        {"partition_index": 0, "committed_offset": 5}]}]}),
-], ids=["FindCoordinator", "JoinGroup", "OffsetCommit"])
-def test_a_group_request_closes_only_its_connection(broker, api_key, version, body):
+def test_a_request_for_an_api_without_a_handler_closes_only_its_connection(broker):
     with BrokerConnection(*broker.address, timeout=10) as good:
         s = connect(broker.address)
-        s.sendall(protocol.encode_request(api_key, version, 3, "eager", body))
+        s.sendall(protocol.encode_request(ApiKey.CREATE_ACLS, 1, 3, "eager", {"creations": []}))
         assert is_closed(s)
         out = good.request(ApiKey.METADATA, {"topics": None})
         assert [b["node_id"] for b in out["brokers"]] == [0]
+
+
+@pytest.mark.parametrize("api_key,version,body,check", [
+    (ApiKey.FIND_COORDINATOR, 2, {"key": "g"}, lambda out: out["error_code"] == 0 and out["node_id"] == 0),
+    (ApiKey.JOIN_GROUP, 5, {"group_id": "g", "session_timeout_ms": 10000, "protocol_type": "consumer",
+                            "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}]},
+     lambda out: out["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and out["member_id"]),
+    (ApiKey.OFFSET_COMMIT, 8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "committed_offset": 5}]}]},
+     lambda out: out["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+], ids=["FindCoordinator", "JoinGroup", "OffsetCommit"])
+def test_group_requests_are_answered(broker, api_key, version, body, check):
+    """A raw group request (the ones that used to close the connection) gets a Kafka answer."""
+    from helpers import wait_until
+
+    s = connect(broker.address)
+    wait_until(lambda: check(roundtrip(s, api_key, version, body)), timeout=30,
+               message=f"{registry.api_name(api_key)} v{version} to be answered as Kafka does")

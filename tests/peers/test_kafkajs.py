@@ -1,7 +1,6 @@
 """kafkajs 2.2 as a peer: against our broker (produce, topic offsets, plain Fetch), and its
-group consumer and group admin against Tansu (a real group coordinator), read back by our
-group client.  The runner modes the group tests use are the ones a broker serving Kafka's
-group APIs will be tested with."""
+group consumer and group admin against Tansu (a real group coordinator) and against our
+coordinator, with the same assertions."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from helpers import local_cluster
-from peers.kafkajs import KafkaJSFailed, by_event
+from helpers import group_offsets, local_cluster
+from peers.kafkajs import by_event
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.groups import GroupClient
@@ -96,14 +95,32 @@ def test_kafkajs_group_consumer_and_admin_on_tansu(tansu, kafkajs):
     assert deleted["results"] == [{"groupId": group, "errorCode": 0}]
 
 
-@pytest.mark.xfail(strict=True, raises=KafkaJSFailed, reason="our brokers do not serve Kafka's group APIs yet (no FindCoordinator "
-                                       "handler): remove this mark when they do")
-def test_kafkajs_group_consumer_on_our_broker(ours, kafkajs):
+def test_kafkajs_group_consumer_and_admin_on_our_broker(ours, kafkajs):
+    """The same run as on Tansu, against our coordinator: kafkajs joins, reads everything, commits;
+    its offsets are in ZooKeeper in Kafka's layout; its admin lists, describes and deletes the group."""
     brokers = [ours.bootstrap]
     topic, group = _name("jso"), _name("js-ours")
     with ClusterClient(ours.bootstrap) as cluster:
         AdminClient(cluster).create_topic(topic, PARTITIONS)
     kafkajs.run("produce", brokers=brokers, topic=topic, count=N, prefix="o")
     events = kafkajs.run("consume", brokers=brokers, topic=topic, groupId=group, count=N, sessionTimeout=6000,
-                         heartbeatInterval=500, retries=1, timeout=60)
-    assert {(r["key"], r["value"], r["headers"]["i"]) for r in by_event(events, "record")} == _expected("o")
+                         heartbeatInterval=500, timeout=60)
+    [joined] = by_event(events, "joined")
+    assert joined["memberId"] == joined["leaderId"] and joined["assignment"] == {topic: list(range(PARTITIONS))}
+    records = by_event(events, "record")
+    assert {(r["key"], r["value"], r["headers"]["i"]) for r in records} == _expected("o")
+    ends = {}
+    for r in records:
+        ends[r["partition"]] = max(ends.get(r["partition"], 0), r["offset"] + 1)
+
+    [offsets] = by_event(kafkajs.run("fetch-offsets", brokers=brokers, groupId=group, topics=[topic]), "offsets")
+    committed = {(t["topic"], p["partition"]): p["offset"] for t in offsets["topics"] for p in t["partitions"]}
+    assert committed == {(topic, p): end for p, end in ends.items()}
+    assert {(topic, p): o for p, o in group_offsets(ours.zk_connect, group, topic).items()} == committed
+
+    [listed] = by_event(kafkajs.run("list-groups", brokers=brokers), "groups")
+    assert {"groupId": group, "protocolType": "consumer"} in listed["groups"]
+    [described] = by_event(kafkajs.run("describe-groups", brokers=brokers, groupIds=[group]), "described")
+    assert [(g["groupId"], g["members"]) for g in described["groups"]] == [(group, [])]  # it left on disconnect
+    [deleted] = by_event(kafkajs.run("delete-groups", brokers=brokers, groupIds=[group]), "deleted")
+    assert deleted["results"] == [{"groupId": group, "errorCode": 0}]

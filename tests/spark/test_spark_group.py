@@ -217,3 +217,65 @@ def test_stopped_query_leaves_the_group_with_its_offsets_at_what_it_processed(sp
     # it left: no member waits out a lease
     wait_until(lambda: not describe_groups(cluster.bootstrap, ["spark-g5"], with_lag=False)[0]["members"],
                timeout=10, message="the stopped query's members to leave the group")
+
+
+def test_kafka_client_and_query_in_one_group(spark, cluster, tmp_path):
+    """A confluent-kafka consumer (Kafka's group protocol) and a query share a group disjointly;
+    when it closes (LeaveGroup) the query takes its partitions over; Kafka's AdminClient reads
+    the group's offsets as lag tools do."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+
+    topic, group = new_topic(cluster, PARTITIONS), "spark-g5"
+    kafka = KafkaConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "client.id": "confluent",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                           "auto.commit.interval.ms": 200, "session.timeout.ms": 6000,
+                           "heartbeat.interval.ms": 300})
+    kafka.subscribe([topic])
+    got_kafka, stop = [], threading.Event()
+
+    def drain():
+        while not stop.is_set():
+            m = kafka.poll(0.2)
+            if m is not None and m.error() is None:
+                got_kafka.append((m.topic(), m.partition(), m.offset()))
+        kafka.close()
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    sink = Collect()
+    query = (group_reader(spark, cluster, topic, group).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
+    try:
+        def two_kinds():
+            owners = zk_owners(cluster, group, topic)
+            kinds = {o.startswith("confluent") for o in owners.values()}
+            return len(owners) == PARTITIONS and kinds == {True, False}
+
+        wait_until(two_kinds, timeout=90, message=lambda: f"the query and the Kafka client owning {PARTITIONS} "
+                                                          f"partitions: {zk_owners(cluster, group, topic)}")
+        produced = {(r[2], r[3], r[4]) for r in produce(cluster, topic, 40, partitions=PARTITIONS, headers=False)}
+        wait_until(lambda: set(got_kafka) | {(a, b, c) for a, b, c, _ in sink.rows()} >= produced, timeout=90,
+                   message="the Kafka client and the query together read everything")
+        spark_parts = {(a, b) for a, b, _, _ in sink.rows()}
+        kafka_parts = {(a, b) for a, b, _ in got_kafka}
+        assert spark_parts and kafka_parts, "one side got no partitions"
+        assert not spark_parts & kafka_parts, f"partitions read by both: {spark_parts & kafka_parts}"
+
+        stop.set()  # the Kafka client closes: commits, leaves; the query takes everything
+        t.join(30)
+        produced |= {(r[2], r[3], r[4]) for r in produce(cluster, topic, 40, partitions=PARTITIONS, start=40,
+                                                         headers=False)}
+        wait_until(lambda: set(got_kafka) | {(a, b, c) for a, b, c, _ in sink.rows()} >= produced, timeout=90,
+                   message="records produced after the Kafka client left reach the query")
+        wait_until(lambda: zk_offsets(cluster, group, topic) == {p: 20 for p in range(PARTITIONS)}, timeout=30,
+                   message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, group, topic)}")
+        admin = KafkaAdmin({"bootstrap.servers": cluster.bootstrap})
+        [future] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+        assert {tp.partition: tp.offset for tp in future.result(timeout=20).topic_partitions} == \
+            {p: 20 for p in range(PARTITIONS)}
+    finally:
+        query.stop()
+        stop.set()
+        t.join(30)

@@ -1,0 +1,319 @@
+"""Kafka's group protocol on the coordinator core (``coordinator.kafka_members``), with a
+hand-driven clock: JoinGroup/SyncGroup/Heartbeat mapped onto StopFetcher/StartFetcher/Ping,
+mixed groups, offsets, failure, leave, delete, and members taken back after a failover."""
+
+from __future__ import annotations
+
+import asyncio
+
+from coord_harness import Harness, async_test
+from spark_coord.coordinator.group import GroupState
+from spark_coord.coordinator.kafka_members import KafkaGroups
+from spark_coord.coordinator.store import StoredGroup, StoredMember
+from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.errors import ErrorCode
+from spark_coord.wire.consumer_protocol import decode_assignment, encode_subscription, partitions_by_topic
+
+JOIN_VERSION = 7
+
+
+class KafkaClient:
+    """What a Kafka consumer sends, step by step (the test drives it)."""
+
+    def __init__(self, h: Harness, kg: KafkaGroups, topics=("t",), group: str = "g", session: int = 3000,
+                 protocols=("range", "roundrobin")):
+        self.h, self.kg, self.group, self.session = h, kg, group, session
+        self.topics, self.protocols = list(topics), list(protocols)
+        self.member_id = ""
+        self.generation = -1
+        self.partitions: dict[str, list[int]] = {}
+
+    def join_body(self) -> dict:
+        meta = encode_subscription({"topics": self.topics}, 0)
+        return {"group_id": self.group, "session_timeout_ms": self.session, "rebalance_timeout_ms": self.session,
+                "member_id": self.member_id, "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": n, "metadata": meta} for n in self.protocols]}
+
+    async def join(self) -> asyncio.Task:
+        """JoinGroup (with KIP-394's second round); returns the task waiting for the answer."""
+        if not self.member_id:
+            first = await self.kg.join_group(self.join_body(), JOIN_VERSION, "client", "127.0.0.1")
+            assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and first["member_id"]
+            self.member_id = first["member_id"]
+        task = asyncio.get_running_loop().create_task(
+            self.kg.join_group(self.join_body(), JOIN_VERSION, "client", "127.0.0.1"))
+        await self.h.settle()
+        return task
+
+    def sync(self) -> dict:
+        answer = self.kg.sync_group({"group_id": self.group, "generation_id": self.generation,
+                                     "member_id": self.member_id, "assignments": []})
+        if answer["error_code"] == 0:
+            self.partitions = partitions_by_topic(decode_assignment(answer["assignment"])["assigned_partitions"])
+        return answer
+
+    async def joined(self, task: asyncio.Task) -> dict:
+        answer = await asyncio.wait_for(task, 5)
+        assert answer["error_code"] == 0, answer
+        self.generation = answer["generation_id"]
+        assert self.sync()["error_code"] == 0
+        await self.h.settle()
+        return answer
+
+    def heartbeat(self) -> int:
+        return self.kg.heartbeat({"group_id": self.group, "generation_id": self.generation,
+                                  "member_id": self.member_id})["error_code"]
+
+    async def commit(self, offsets: dict, generation: int | None = None, member_id: str | None = None) -> dict:
+        body = {"group_id": self.group, "generation_id_or_member_epoch":
+                self.generation if generation is None else generation,
+                "member_id": self.member_id if member_id is None else member_id,
+                "topics": [{"name": t, "partitions": [{"partition_index": p, "committed_offset": o}]}
+                           for (t, p), o in offsets.items()]}
+        answer = await self.kg.offset_commit(body, 8)
+        return {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
+
+    def owned(self) -> set[tuple[str, int]]:
+        return {(t, p) for t, ps in self.partitions.items() for p in ps}
+
+
+async def _start(topics=None, **cfg) -> tuple[Harness, KafkaGroups]:
+    h = await Harness(topics or {"t": 4}, **cfg).start()
+    return h, KafkaGroups(h.coord)
+
+
+@async_test
+async def test_a_kafka_consumer_joins_syncs_and_heartbeats():
+    h, kg = await _start()
+    a = KafkaClient(h, kg)
+    answer = await a.joined(await a.join())
+    assert answer["leader"] == a.member_id and answer["protocol_name"] == "range"
+    assert [m["member_id"] for m in answer["members"]] == [a.member_id]
+    assert a.generation == h.group().generation_id == 1 and h.group().state == GroupState.STABLE
+    assert a.owned() == {("t", p) for p in range(4)}
+    assert set(h.group().owners.values()) == {f"{a.member_id}-0"}
+    assert a.heartbeat() == ErrorCode.NONE
+    assert kg.heartbeat({"group_id": "g", "generation_id": 0, "member_id": a.member_id})["error_code"] == \
+        ErrorCode.ILLEGAL_GENERATION
+    assert kg.heartbeat({"group_id": "g", "generation_id": 1, "member_id": "nobody"})["error_code"] == \
+        ErrorCode.UNKNOWN_MEMBER_ID
+
+
+@async_test
+async def test_a_second_member_rebalances_the_first_through_its_heartbeat():
+    h, kg = await _start()
+    a, b = KafkaClient(h, kg), KafkaClient(h, kg)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    assert not b_join.done()  # waits until the first member stopped
+    assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    a_join = await a.join()  # the JoinGroup answers a's StopFetcher
+    await a.joined(a_join)
+    await b.joined(b_join)
+    assert a.generation == b.generation == 2
+    assert a.owned() | b.owned() == {("t", p) for p in range(4)} and not a.owned() & b.owned()
+    assert len(a.owned()) == len(b.owned()) == 2
+    assert a.heartbeat() == b.heartbeat() == ErrorCode.NONE
+    assert h.group().state == GroupState.STABLE
+
+
+@async_test
+async def test_mixed_group_with_our_own_members_shares_partitions_disjointly():
+    h, kg = await _start({"t": 6})
+    native, _ = h.register("native")
+    await h.settle()
+    k = KafkaClient(h, kg)
+    join = await k.join()
+    await k.joined(join)
+    g = h.group()
+    assert g.state == GroupState.STABLE
+    theirs = set(native.positions)
+    assert len(theirs) == 3 and len(k.owned()) == 3 and not theirs & k.owned()
+    described = kg.describe_groups({"groups": ["g"]})["groups"][0]
+    assert described["group_state"] == "Stable" and {m["member_id"] for m in described["members"]} == \
+        {"native", k.member_id}
+    listed = kg.list_groups({})["groups"]
+    assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"}]
+
+
+@async_test
+async def test_offset_commit_checks_generation_and_ownership_and_lands_in_the_store():
+    h, kg = await _start()
+    a, b = KafkaClient(h, kg), KafkaClient(h, kg)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    await a.joined(await a.join())
+    await b.joined(b_join)
+    mine, other = sorted(a.owned())[0], sorted(b.owned())[0]
+    assert await a.commit({mine: 11}) == {mine: ErrorCode.NONE}
+    assert h.store.groups["g"].offsets[mine] == 11
+    assert await a.commit({mine: 5}) == {mine: ErrorCode.NONE}  # backwards: answered, not taken
+    assert h.store.groups["g"].offsets[mine] == 11
+    assert await a.commit({other: 3}) == {other: ErrorCode.ILLEGAL_GENERATION}
+    assert await a.commit({mine: 12}, generation=1) == {mine: ErrorCode.ILLEGAL_GENERATION}
+    assert await a.commit({mine: 12}, member_id="nobody") == {mine: ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await a.commit({mine: 1}, generation=-1, member_id="") == {mine: ErrorCode.UNKNOWN_MEMBER_ID}
+    fetched = kg.offset_fetch({"group_id": "g", "topics": None}, 7)
+    assert fetched["error_code"] == 0
+    assert {(t["name"], p["partition_index"]): p["committed_offset"] for t in fetched["topics"]
+            for p in t["partitions"]} == {mine: 11}
+    multi = kg.offset_fetch({"groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [
+        mine[1], other[1]]}]}, {"group_id": "unknown", "topics": None}]}, 8)["groups"]
+    assert [(p["partition_index"], p["committed_offset"]) for p in multi[0]["topics"][0]["partitions"]] == \
+        [(mine[1], 11), (other[1], -1)]
+    assert multi[1] == {"group_id": "unknown", "topics": [], "error_code": 0}
+
+
+@async_test
+async def test_tools_set_offsets_of_an_empty_group_only():
+    h, kg = await _start()
+    a = KafkaClient(h, kg)
+    await a.joined(await a.join())
+    assert await a.commit({("t", 0): 40}) == {("t", 0): 0}
+    left = kg.leave_group({"group_id": "g", "members": [{"member_id": a.member_id}]}, 3)
+    assert left["members"][0]["error_code"] == 0
+    await h.settle()
+    assert h.group().state == GroupState.EMPTY
+    # a reset tool: generation -1, no member, may move backwards
+    assert await a.commit({("t", 0): 7, ("t", 9): 1}, generation=-1, member_id="") == \
+        {("t", 0): 0, ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert h.store.groups["g"].offsets[("t", 0)] == 7
+    assert await a.commit({("t", 1): 3}, generation=-1, member_id="") == {("t", 1): 0}
+    assert h.store.groups["g"].offsets == {("t", 0): 7, ("t", 1): 3}
+
+
+@async_test
+async def test_a_silent_kafka_member_is_failed_and_its_partitions_move():
+    h, kg = await _start(max_ping_retries=0)
+    a, b = KafkaClient(h, kg, session=3000), KafkaClient(h, kg, session=3000)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    await a.joined(await a.join())
+    await b.joined(b_join)
+    for _ in range(6):  # a heartbeats every second, b never again
+        await h.advance(1000)
+        assert a.heartbeat() in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
+        if a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS:
+            break
+    assert b.member_id not in h.group().members
+    await a.joined(await a.join())
+    assert a.owned() == {("t", p) for p in range(4)}
+    assert b.heartbeat() == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+@async_test
+async def test_leave_group_rebalances_at_once():
+    h, kg = await _start()
+    a, b = KafkaClient(h, kg), KafkaClient(h, kg)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    await a.joined(await a.join())
+    await b.joined(b_join)
+    assert kg.leave_group({"group_id": "g", "member_id": b.member_id}, 1)["error_code"] == 0
+    await h.settle()
+    assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    await a.joined(await a.join())
+    assert a.owned() == {("t", p) for p in range(4)} and h.timer.clock.now_ms() == 0
+
+
+@async_test
+async def test_protocols_that_cannot_work_are_refused():
+    h, kg = await _start()
+    coop = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    body = coop.join_body()
+    assert (await kg.join_group(body, JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert (await kg.join_group(dict(body, protocol_type="connect"), JOIN_VERSION, "c", "h"))["error_code"] == \
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    garbage = dict(body, protocols=[{"name": "range", "metadata": b"\x00\x00\x7f\xff\xff\xff"}])
+    assert (await kg.join_group(garbage, JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    java = KafkaClient(h, kg, protocols=("range", "cooperative-sticky"))  # Java's default: gets range
+    assert (await java.joined(await java.join()))["protocol_name"] == "range"
+    other = KafkaClient(h, kg, protocols=("roundrobin",))
+    assert (await kg.join_group(other.join_body(), 3, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    short = KafkaClient(h, kg, session=1)
+    assert (await kg.join_group(short.join_body(), 3, "c", "h"))["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+    assert (await kg.join_group(dict(java.join_body(), member_id="made-up"), JOIN_VERSION, "c", "h"))[
+        "error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert (await kg.join_group(dict(java.join_body(), group_id=""), JOIN_VERSION, "c", "h"))["error_code"] == \
+        ErrorCode.INVALID_GROUP_ID
+
+
+@async_test
+async def test_delete_groups():
+    h, kg = await _start()
+    a = KafkaClient(h, kg)
+    await a.joined(await a.join())
+    await a.commit({("t", 0): 4})
+    out = await kg.delete_groups({"groups_names": ["g", "nope"]})
+    assert out["results"] == [{"group_id": "g", "error_code": ErrorCode.NON_EMPTY_GROUP},
+                              {"group_id": "nope", "error_code": ErrorCode.GROUP_ID_NOT_FOUND}]
+    kg.leave_group({"group_id": "g", "member_id": a.member_id}, 0)
+    await h.settle()
+    assert (await kg.delete_groups({"groups_names": ["g"]}))["results"][0]["error_code"] == 0
+    assert "g" not in h.coord.groups and "g" not in h.store.groups
+    assert kg.list_groups({})["groups"] == []
+
+
+@async_test
+async def test_a_kafka_member_is_taken_back_after_a_failover_without_a_rebalance():
+    h = Harness({"t": 4})
+    h.store.groups["g"] = StoredGroup("g", generation_id=5, members={
+        "k1": StoredMember("k1", TopicCount.static({"t": 1}), False, "largest", 3000)},
+        offsets={("t", 0): 9}, owners={("t", p): "k1-0" for p in range(4)})
+    await h.start()
+    kg = KafkaGroups(h.coord)
+    assert h.group().state == GroupState.RESTORING
+    assert kg.heartbeat({"group_id": "g", "generation_id": 4, "member_id": "k1"})["error_code"] == \
+        ErrorCode.UNKNOWN_MEMBER_ID  # not the restored generation: it must join again
+    assert kg.heartbeat({"group_id": "g", "generation_id": 5, "member_id": "k1"})["error_code"] == 0
+    await h.settle()
+    g = h.group()
+    assert g.state == GroupState.STABLE and g.generation_id == 5  # confirmed, nobody stopped
+    body = {"group_id": "g", "generation_id_or_member_epoch": 5, "member_id": "k1",
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 12}]}]}
+    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == 0
+    assert h.store.groups["g"].offsets[("t", 0)] == 12
+
+
+@async_test
+async def test_not_the_coordinator():
+    h, kg = await _start()
+    await h.coord.deactivate()
+    a = KafkaClient(h, kg)
+    assert (await kg.join_group(a.join_body(), JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert a.heartbeat() == ErrorCode.NOT_COORDINATOR
+    assert kg.offset_fetch({"group_id": "g", "topics": None}, 5)["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert kg.list_groups({})["error_code"] == ErrorCode.NOT_COORDINATOR
+
+
+@async_test
+async def test_a_member_that_disconnects_while_joining_is_failed_after_its_session():
+    h, kg = await _start(max_ping_retries=0)
+    a, b = KafkaClient(h, kg), KafkaClient(h, kg, session=3000)
+    await a.joined(await a.join())
+    first = await kg.join_group(b.join_body(), JOIN_VERSION, "client", "127.0.0.1")
+    b.member_id = first["member_id"]
+    gone = asyncio.get_running_loop().create_future()
+    b_join = asyncio.get_running_loop().create_task(
+        kg.join_group(b.join_body(), JOIN_VERSION, "client", "127.0.0.1", gone))
+    await h.settle()
+    assert b.member_id in h.group().members and not b_join.done()
+    gone.set_result(None)  # its connection closed: nobody waits for the answer any more
+    await h.settle()
+    assert b_join.done()
+    a_join = None
+    for _ in range(40):  # a keeps heartbeating every 500 ms and rejoins when told to
+        await h.advance(500)
+        if a_join is None and a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS:
+            a_join = await a.join()
+        elif a_join is not None and a_join.done():
+            answer, a_join = a_join.result(), None
+            if answer["error_code"] == 0:
+                a.generation = answer["generation_id"]
+                a.sync()
+        if b.member_id not in h.group().members and a.owned() == {("t", p) for p in range(4)} \
+                and h.group().state == GroupState.STABLE:
+            break
+    assert b.member_id not in h.group().members
+    assert a.owned() == {("t", p) for p in range(4)} and a.heartbeat() == ErrorCode.NONE
+    assert h.timer.clock.now_ms() <= 3000 + 4 * 1000 + 2000  # its session, a round, a heartbeat or two

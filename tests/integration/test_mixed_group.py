@@ -1,0 +1,117 @@
+"""One group, three kinds of member: our thin consumer (the coordinator protocol),
+confluent-kafka and kafka-python (Kafka's group protocol), each a real process.
+
+They share the partitions disjointly and completely; SIGKILL of the confluent-kafka
+process hands its partitions to the other two within its session timeout; with the
+producer stopped, the group's committed offsets reach the log end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from support import log_end, topic_partitions, wait_caught_up
+
+from helpers import wait_until
+from spark_coord.coordinator.assignors import thread_owner
+from spark_coord.testing.zk_history import read_partitions
+
+PEER = Path(__file__).resolve().parent.parent / "peers" / "kafka_group_consumer.py"
+KAFKA_SESSION_MS = 6000
+PARTITIONS = 12
+
+
+class KafkaPeer:
+    """A Kafka-client group consumer process (``peers/kafka_group_consumer.py``)."""
+
+    def __init__(self, kind: str, bootstrap: str, group: str, topic: str, client_id: str, workdir: Path):
+        self.client_id = client_id
+        self.out = workdir / f"{client_id}.jsonl"
+        self._out = open(self.out, "w")
+        self._err = open(workdir / f"{client_id}.stderr", "w")
+        self.proc = subprocess.Popen([sys.executable, str(PEER), kind, bootstrap, group, topic, client_id,
+                                      str(KAFKA_SESSION_MS)], stdout=self._out, stderr=self._err,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def events(self) -> list[dict]:
+        lines = self.out.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")]
+
+    def read(self) -> int:
+        return max((e["count"] for e in self.events() if e["event"] in ("read", "closed")), default=0)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._out.close()
+        self._err.close()
+
+
+def _owners_by_member(czk, group: str) -> dict[str, set]:
+    owners: dict[str, set] = {}
+    for tp, thread in read_partitions(czk, group, "owners").items():
+        owners.setdefault(thread_owner(str(thread)), set()).add(tp)
+    return owners
+
+
+def _kind(member_id: str) -> str:
+    for prefix in ("confluent", "kpython"):
+        if member_id.startswith(prefix):
+            return prefix
+    return member_id
+
+
+def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk, members, producer_factory,
+                                                                      create, tmp_path):
+    group, topic = "g-mixed", "mixed"
+    create(topic, PARTITIONS)
+    parts = topic_partitions(topic, PARTITIONS)
+    producer = producer_factory(topic, PARTITIONS)
+    ours = members("ours", group, topics=[topic])
+    peers = [KafkaPeer("confluent", cluster.bootstrap, group, topic, "confluent", tmp_path),
+             KafkaPeer("kafka-python", cluster.bootstrap, group, topic, "kpython", tmp_path)]
+    try:
+        def shared(without: str | None = None):
+            owners = _owners_by_member(czk, group)
+            kinds = {_kind(m): tps for m, tps in owners.items()}
+            union = set().union(*owners.values()) if owners else set()
+            want = {"ours", "kpython"} | ({"confluent"} if without is None else set())
+            if set(kinds) != want or union != parts or any(not tps for tps in owners.values()):
+                return None
+            return kinds
+
+        kinds = wait_until(shared, timeout=60, interval=0.2,
+                           message=lambda: f"three kinds of member to share {PARTITIONS} partitions; owners now "
+                                           f"{_owners_by_member(czk, group)}")
+        assert sorted(len(tps) for tps in kinds.values()) == [4, 4, 4], kinds  # ownership is one owner each
+        wait_until(lambda: all(p.read() > 0 for p in peers), timeout=30,
+                   message=lambda: f"both Kafka clients to read records; {[p.read() for p in peers]}")
+
+        victim = peers[0]
+        t_kill = time.monotonic()
+        victim.stop(signal.SIGKILL)
+        kinds = wait_until(lambda: shared(without="confluent"), timeout=KAFKA_SESSION_MS / 1000 + 30, interval=0.2,
+                           message=lambda: f"the survivors to take the killed member's partitions; owners now "
+                                           f"{_owners_by_member(czk, group)}")
+        moved = time.monotonic() - t_kill
+        print(f"\npartitions of the SIGKILLed confluent-kafka member moved in {moved:.2f} s")
+        assert sorted(len(tps) for tps in kinds.values()) == [6, 6]
+
+        producer.stop()
+        ends = log_end(cluster.bootstrap, topic)
+        wait_caught_up(czk, group, ends, timeout=60)
+        assert ours.alive() and peers[1].proc.poll() is None
+    finally:
+        for p in peers:
+            p.stop()
