@@ -115,3 +115,53 @@ def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk
     finally:
         for p in peers:
             p.stop()
+
+
+def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer_factory, create, tmp_path):
+    """SIGKILL of the coordinator's broker under confluent-kafka and kafka-python members: they
+    find the new coordinator, are taken back into the restored generation (no rebalance), keep
+    reading, and the group's offsets reach the log end once the broker is back."""
+    from support import leaders
+
+    from spark_coord.testing.zk_history import read_coordinator
+    from spark_coord.zk import paths
+    from spark_coord.coordinator.zk_store import parse_state
+
+    group, topic = "g-kafka-failover", "kfail"
+    create(topic, PARTITIONS)
+    parts = topic_partitions(topic, PARTITIONS)
+    producer = producer_factory(topic, PARTITIONS)
+    peers = [KafkaPeer("confluent", cluster.bootstrap, group, topic, "confluent", tmp_path),
+             KafkaPeer("kafka-python", cluster.bootstrap, group, topic, "kpython", tmp_path)]
+
+    def generation() -> int:
+        return parse_state(czk.get(paths.group_state(group))[0], group)
+
+    try:
+        def both():
+            owners = _owners_by_member(czk, group)
+            ok = {_kind(m) for m in owners} == {"confluent", "kpython"} and set().union(*owners.values()) == parts
+            return owners if ok else None
+
+        before = wait_until(both, timeout=60, interval=0.2, message=lambda: f"both Kafka clients owning partitions; "
+                                                                            f"{_owners_by_member(czk, group)}")
+        gen = generation()
+        victim = wait_until(lambda: (c := read_coordinator(czk)) is not None and (c,), message="a coordinator")[0]
+        led = {p for p, b in leaders(cluster.bootstrap, topic).items() if b == victim}
+        producer.allowed -= led
+        cluster.kill_broker(victim)
+        wait_until(lambda: (c := read_coordinator(czk)) is not None and c != victim, timeout=60,
+                   message="another broker to become coordinator")
+        reads = [p.read() for p in peers]
+        wait_until(lambda: all(p.read() > r for p, r in zip(peers, reads)), timeout=60,
+                   message="both clients to read on after the failover")
+        cluster.start_broker(victim)
+        producer.allowed |= led
+        producer.stop()
+        ends = log_end(cluster.bootstrap, topic)
+        wait_caught_up(czk, group, ends, timeout=60)
+        assert generation() == gen, "the failover rebalanced the group"
+        assert _owners_by_member(czk, group) == before
+    finally:
+        for p in peers:
+            p.stop()
