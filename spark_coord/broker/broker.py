@@ -99,7 +99,8 @@ class Broker:
             self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
             await loop.run_in_executor(None, self.security.start, self.zk)
             self.view = ClusterView(self.zk, loop)
-            self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk)
+            self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk,
+                                     authorizer=self.security.authorizer)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
                                        cfg["connections.max.idle.ms"] / 1000,
                                        connection_auth=self.security.connection_auth)

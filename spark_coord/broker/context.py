@@ -12,6 +12,7 @@ from spark_coord.broker.producer_state import BrokerProducers
 from spark_coord.broker.waiters import AppendWaiters
 from spark_coord.config import Config
 from spark_coord.errors import ErrorCode
+from spark_coord.security.authorizer import NoAuthorizer
 
 if TYPE_CHECKING:  # pragma: no cover
     from kazoo.client import KazooClient
@@ -38,11 +39,18 @@ class BrokerContext:
 
     def __post_init__(self) -> None:
         self.producers = BrokerProducers.create(self.zk_call, self.zk, self.broker_id)
+    #: ``authorize(principal, host, operation, resource) -> bool`` for every API (``security.authorizer``);
+    #: handlers call ``ctx.authorized(conn, operation, resource)``.
+    authorizer: Any = field(default_factory=lambda: NoAuthorizer())
 
     async def zk_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking kazoo call off the event loop thread (with kazoo's command retry)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, functools.partial(self.zk.retry, fn, *args, **kwargs))
+
+    def authorized(self, conn, operation, resource) -> bool:
+        """Whether ``conn``'s principal, from its host, may do ``operation`` on ``resource``."""
+        return self.authorizer.authorize(conn.auth.principal, conn.auth.host, operation, resource)
 
     def is_leader(self, topic: str, partition: int) -> bool:
         return self.view.leader(topic, partition) == self.broker_id

@@ -1,20 +1,25 @@
-"""Topic administration and offset look-ups over the Kafka protocol."""
+"""Topic and ACL administration and offset look-ups over the Kafka protocol."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 
+from typing import TYPE_CHECKING
+
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.common import EARLIEST, LATEST
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire.registry import ApiKey
 
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.security.acl import AclBinding, AclBindingFilter
+
 log = logging.getLogger(__name__)
 
 
 class AdminClient:
-    """CreateTopics, DeleteTopics, Metadata and ListOffsets, as a script would use them."""
+    """CreateTopics, DeleteTopics, Metadata, ListOffsets and the ACL APIs, as a script would use them."""
 
     def __init__(self, cluster: ClusterClient):
         self.cluster = cluster
@@ -86,3 +91,42 @@ class AdminClient:
                 rows.append({"topic": name, "partition": p, "leader": part.leader, "replicas": part.replicas,
                              "earliest": earliest.get(p, -1), "latest": latest.get(p, -1)})
         return rows
+
+    # ------------------------------------------------------------------ ACLs
+    def create_acls(self, bindings: "list[AclBinding]") -> None:
+        """CreateAcls; raises KafkaError with the first refusal's code and the broker's message."""
+        body = {"creations": [{"resource_type": b.pattern.resource_type, "resource_name": b.pattern.name,
+                               "resource_pattern_type": b.pattern.pattern_type, "principal": b.entry.principal,
+                               "host": b.entry.host, "operation": b.entry.operation,
+                               "permission_type": b.entry.permission} for b in bindings]}
+        resp = self.cluster.request_any(ApiKey.CREATE_ACLS, body)
+        for b, r in zip(bindings, resp["results"]):
+            if r["error_code"]:
+                raise KafkaError(r["error_code"], f"creating ACL {b}: {r.get('error_message') or ''}".rstrip(": "))
+
+    def describe_acls(self, filt: "AclBindingFilter") -> "list[AclBinding]":
+        """DescribeAcls: the bindings matching ``filt``."""
+        from spark_coord.security.acl import binding_from_wire
+
+        resp = self.cluster.request_any(ApiKey.DESCRIBE_ACLS, _filter_body(filt))
+        if resp["error_code"]:
+            raise KafkaError(resp["error_code"], resp.get("error_message") or "DescribeAcls")
+        return [binding_from_wire({**r, **a}, "pattern_type") for r in resp["resources"] for a in r["acls"]]
+
+    def delete_acls(self, filters: "list[AclBindingFilter]") -> "list[AclBinding]":
+        """DeleteAcls: removes what each filter matches; returns every removed binding."""
+        from spark_coord.security.acl import binding_from_wire
+
+        resp = self.cluster.request_any(ApiKey.DELETE_ACLS, {"filters": [_filter_body(f) for f in filters]})
+        removed = []
+        for r in resp["filter_results"]:
+            if r["error_code"]:
+                raise KafkaError(r["error_code"], r.get("error_message") or "DeleteAcls")
+            removed += [binding_from_wire(m, "pattern_type") for m in r["matching_acls"]]
+        return removed
+
+
+def _filter_body(f: "AclBindingFilter") -> dict:
+    return {"resource_type_filter": f.resource_type, "resource_name_filter": f.name,
+            "pattern_type_filter": f.pattern_type, "principal_filter": f.principal, "host_filter": f.host,
+            "operation": f.operation, "permission_type": f.permission}

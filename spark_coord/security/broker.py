@@ -40,6 +40,9 @@ class BrokerSecurity:
             if li.sasl:
                 self.mechanisms[li.name], self.plain_users[li.name] = self._sasl_settings(li)
         self.credentials = None  # CredentialCache, from start() when a listener speaks SASL
+        from spark_coord.security.authorizer import NoAuthorizer
+
+        self.authorizer = NoAuthorizer()  # the configured one from start(): it reads ZooKeeper
 
     def _sasl_settings(self, li: listeners_mod.Listener) -> tuple[list[str], dict | None]:
         mechanisms = [m.strip().upper() for m in self.setting(li, "sasl.enabled.mechanisms") or []]
@@ -65,16 +68,22 @@ class BrokerSecurity:
         return bool(self.mechanisms)
 
     def start(self, zk) -> None:
-        """Load the SCRAM credentials and watch for changes (blocking; when a listener speaks SASL)."""
+        """Load the SCRAM credentials (when a listener speaks SASL) and the ACLs (with an authorizer),
+        and watch both for changes (blocking)."""
+        from spark_coord.security import authorizer
+
         if self.sasl:
             from spark_coord.security.credentials import CredentialCache
 
             self.credentials = CredentialCache(zk)
             self.credentials.start()
+        self.authorizer = authorizer.from_config(self.config, zk)
+        self.authorizer.start()
 
     def stop(self) -> None:
         if self.credentials is not None:
             self.credentials.stop()
+        self.authorizer.stop()
 
     def _lookup(self, mechanism: str, user: str):
         return self.credentials.lookup(mechanism, user) if self.credentials is not None else None

@@ -205,11 +205,15 @@ def is_sensitive(path: str) -> bool:
     return any(path == root or path.startswith(root + "/") for root in SENSITIVE_ROOTS)
 
 
-def acl_resource(pattern_type: str, resource_type: str, name: str) -> str:
-    """``/kafka-acl/Topic/<name>`` (LITERAL) or ``/kafka-acl-extended/prefixed/Topic/<name>``."""
-    _validate_component("resource name", name)
+def acl_type(pattern_type: str, resource_type: str) -> str:
+    """``/kafka-acl/Topic`` (LITERAL) or ``/kafka-acl-extended/prefixed/Topic``: one child per resource name."""
     base = ACL if pattern_type == "LITERAL" else f"{ACL_EXTENDED}/{pattern_type.lower()}"
-    return f"{base}/{resource_type}/{name}"
+    return f"{base}/{_validate_component('resource type', resource_type)}"
+
+
+def acl_resource(pattern_type: str, resource_type: str, name: str) -> str:
+    """``/kafka-acl/Topic/<name>`` (LITERAL) or ``/kafka-acl-extended/prefixed/Topic/<name>``: its ACLs."""
+    return f"{acl_type(pattern_type, resource_type)}/{_validate_component('resource name', name)}"
 
 
 # -------------------------------------------------------------------- consumers

@@ -1,6 +1,6 @@
 """What ApiVersions (and its KIP-511 fallback) lists is exactly what the broker dispatches:
-Kafka's data APIs, SASL, Kafka's group APIs and the coordinator protocol; an API with a
-codec but no handler is not listed, and a request for it closes only its connection."""
+Kafka's data APIs, SASL, ACLs, Kafka's group APIs and the coordinator protocol (a request
+for an API it does not serve closes only its connection: tests/broker/test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from spark_coord.wire.registry import ApiKey
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS}
-#: What a broker dispatches: Kafka's data APIs, SASL, the group APIs, and the coordinator protocol's
+#: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the group APIs, and the coordinator protocol's
 #: requests to it (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
-DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 36, 1000, 1001, 1005, 1006} | {int(k) for k in GROUP_APIS}
+DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 29, 30, 31, 36, 1000, 1001, 1005, 1006} | {int(k) for k in GROUP_APIS}
 
 
 def test_group_codecs_are_registered():
@@ -32,7 +32,6 @@ def test_api_versions_advertises_what_is_dispatched(broker):
     with BrokerConnection(*broker.address, timeout=10) as conn:
         assert set(conn.broker_versions) == DISPATCHED
         assert conn.version_for(ApiKey.JOIN_GROUP) == 9 and conn.version_for(ApiKey.OFFSET_FETCH) == 9
-        assert conn.version_for(ApiKey.DESCRIBE_ACLS) is None  # a codec without a handler
     s = connect(broker.address)
     out = roundtrip(s, 18, 0, {})
     assert {e["api_key"] for e in out["api_keys"]} == DISPATCHED
@@ -46,15 +45,6 @@ def test_api_versions_fallback_advertises_what_is_dispatched(broker):
     cid, body = protocol.decode_response(18, 0, recv_exactly(s, size))
     assert cid == 42 and body["error_code"] == ErrorCode.UNSUPPORTED_VERSION
     assert {e["api_key"] for e in body["api_keys"]} == DISPATCHED
-
-
-def test_a_request_for_an_api_without_a_handler_closes_only_its_connection(broker):
-    with BrokerConnection(*broker.address, timeout=10) as good:
-        s = connect(broker.address)
-        s.sendall(protocol.encode_request(ApiKey.CREATE_ACLS, 1, 3, "eager", {"creations": []}))
-        assert is_closed(s)
-        out = good.request(ApiKey.METADATA, {"topics": None})
-        assert [b["node_id"] for b in out["brokers"]] == [0]
 
 
 @pytest.mark.parametrize("api_key,version,body,check", [

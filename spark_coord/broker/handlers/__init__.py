@@ -7,6 +7,11 @@ dict (the wire encoder drops fields a version lacks) or None for "no response"
 that carries one error code everywhere the response shape has one (used when
 a handler fails unexpectedly: the client gets UNKNOWN_SERVER_ERROR, the server
 keeps running).  Errors are data: handlers put ``ErrorCode`` values in responses.
+
+Authorization: a handler asks ``ctx.authorized(conn, operation, resource)`` (the
+connection's principal and host, ``security.authorizer``) for every resource a
+request touches, and answers Kafka's *_AUTHORIZATION_FAILED codes where it is
+refused; ``may_create_topic`` is the check shared by everything that creates topics.
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ class Handler:
     error_response: ErrorFn
 
 
+def may_create_topic(ctx: "BrokerContext", conn: "Connection", name: str) -> bool:
+    """Kafka's rule: Create on the cluster, or Create on the topic."""
+    from spark_coord.security.acl import CLUSTER, AclOperation, Resource
+
+    return ctx.authorized(conn, AclOperation.CREATE, CLUSTER) or \
+        ctx.authorized(conn, AclOperation.CREATE, Resource.topic(name))
+
+
 def data_handlers() -> list[Handler]:
     """The Kafka data-plane handlers every broker serves."""
-    from spark_coord.broker.handlers import (api_versions, create_topics, delete_topics, fetch, init_producer_id,
-                                             list_offsets, metadata, produce, sasl_authenticate, sasl_handshake)
+    from spark_coord.broker.handlers import (acls, api_versions, create_topics, delete_topics, fetch,
+                                             init_producer_id, list_offsets, metadata, produce, sasl_authenticate,
+                                             sasl_handshake)
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
             create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER, sasl_handshake.HANDLER,
-            sasl_authenticate.HANDLER]
+            sasl_authenticate.HANDLER, acls.DESCRIBE, acls.CREATE, acls.DELETE]

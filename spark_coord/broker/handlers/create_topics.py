@@ -6,12 +6,13 @@ replication_factor and configs; v7 adds topic ids (we answer the zero uuid).
 Kafka's legal names ([a-zA-Z0-9._-], 1..249 chars, not "." or "..") else
 INVALID_TOPIC_EXCEPTION; num_partitions -1 means num.partitions; one replica
 per partition (replication_factor -1 or 1); explicit assignments are honoured.
+Creating needs Create on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from spark_coord.broker import topics as topic_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
@@ -27,6 +28,9 @@ async def handle(ctx, conn, header, body: dict) -> dict:
             results.append(_result(name, ErrorCode.INVALID_REQUEST, f"topic {name!r} listed twice"))
             continue
         seen.add(name)
+        if not may_create_topic(ctx, conn, name or ""):
+            results.append(_result(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to create this topic"))
+            continue
         r = await topic_admin.create_topic(
             ctx, name, t.get("num_partitions", -1), t.get("replication_factor", -1), t.get("assignments") or None,
             bool(body.get("validate_only", False)), body.get("timeout_ms", 60000))

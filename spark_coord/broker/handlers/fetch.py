@@ -9,7 +9,8 @@ OFFSET_OUT_OF_RANGE outside [log_start, log_end].  partition_max_bytes and the
 response max_bytes are honoured, except that the first non-empty partition
 always gets at least one whole batch (KIP-74).  If fewer than min_bytes are
 available the request waits up to max_wait_ms for an append to any requested
-partition (no polling: Produce wakes it).
+partition (no polling: Produce wakes it).  A topic the principal may not Read
+answers TOPIC_AUTHORIZATION_FAILED for each of its partitions.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
+from spark_coord.security.acl import AclOperation, Resource
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records
             "records": records}
 
 
-def _read_all(ctx, body: dict) -> tuple[list[dict], int, bool]:
+def _read_all(ctx, body: dict, denied: set[str]) -> tuple[list[dict], int, bool]:
     """One pass over the requested partitions: (responses, bytes found, any error)."""
     from spark_coord.log import OffsetOutOfRange
 
@@ -47,7 +49,7 @@ def _read_all(ctx, body: dict) -> tuple[list[dict], int, bool]:
         parts = []
         for p in t.get("partitions") or []:
             index = p.get("partition", -1)
-            code = ctx.leader_error(topic, index)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in denied else ctx.leader_error(topic, index)
             if code:
                 parts.append(_partition(index, code))
                 error = True
@@ -81,9 +83,11 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.get("max_wait_ms", 0), 0) / 1000
     min_bytes = max(body.get("min_bytes", 0), 0)
+    denied = {t.get("topic") for t in body.get("topics") or []
+              if not ctx.authorized(conn, AclOperation.READ, Resource.topic(t.get("topic") or ""))}
     tps = [(t.get("topic"), p.get("partition", -1)) for t in body.get("topics") or [] for p in t.get("partitions") or []]
     while True:
-        responses, total, error = _read_all(ctx, body)
+        responses, total, error = _read_all(ctx, body, denied)
         remaining = deadline - loop.time()
         if error or total >= min_bytes or remaining <= 0 or not tps or conn.closed:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}

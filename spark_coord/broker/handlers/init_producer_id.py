@@ -12,6 +12,8 @@ once with a clear error instead of retrying forever, which a retriable code
 such as COORDINATOR_NOT_AVAILABLE would cause).  Trouble with the producer id
 block in ZooKeeper answers COORDINATOR_NOT_AVAILABLE (ZooKeeper unreachable:
 the client retries) or UNKNOWN_SERVER_ERROR (unusable znode content, logged).
+Authorization (Kafka 3's rule, KIP-679): IdempotentWrite on the cluster, or Write
+on some topic; else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from spark_coord.broker import producer_state
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
+from spark_coord.security.acl import CLUSTER, AclOperation, Resource
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,9 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         log.info("%r: refused InitProducerId for transactional id %r: transactions are not supported",
                  conn, body["transactional_id"])
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not (ctx.authorized(conn, AclOperation.IDEMPOTENT_WRITE, CLUSTER)
+            or any(ctx.authorized(conn, AclOperation.WRITE, Resource.topic(t)) for t in ctx.view.topics)):
+        return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = await ctx.producers.ids.next_id()
     except producer_state.ProducerIdBlockError as e:

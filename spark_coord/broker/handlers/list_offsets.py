@@ -11,6 +11,7 @@ Lookups by a timestamp t >= 0 are at batch granularity (the log's
 at or after t).  Nothing found -> offset -1 (v1+) or [] (v0); another negative
 timestamp -> INVALID_REQUEST.  Earliest and latest are answered from memory;
 the lookups that read segments run on the log's I/O threads, off the event loop.
+A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from spark_coord.broker.handlers import Handler
 from spark_coord.common import EARLIEST, LATEST, MAX_TIMESTAMP
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
+from spark_coord.security.acl import AclOperation, Resource
 
 API_KEY = ApiKey.LIST_OFFSETS
 
@@ -50,9 +52,10 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     for t in body.get("topics") or []:
         name = t.get("name")
         parts = []
+        allowed = ctx.authorized(conn, AclOperation.DESCRIBE, Resource.topic(name or ""))
         for p in t.get("partitions") or []:
             index = p.get("partition_index", -1)
-            code = ctx.leader_error(name, index)
+            code = ctx.leader_error(name, index) if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if code:
                 parts.append(_partition(index, code))
                 continue

@@ -7,16 +7,21 @@ ids (we answer the zero uuid).  A partition whose leader is not live reports
 LEADER_NOT_AVAILABLE with leader -1; an unknown topic UNKNOWN_TOPIC_OR_PARTITION
 (or it is created, when auto.create.topics.enable and the request allows it).
 Brokers are listed at their endpoint of the listener the request came in on.
+Authorization (Kafka's rules): a request for all topics lists only those the
+principal may Describe; a topic asked for by name without Describe answers
+TOPIC_AUTHORIZATION_FAILED, and so does one that would be auto-created without
+Create on the cluster or the topic.
 """
 
 from __future__ import annotations
 
 import logging
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers import Handler, may_create_topic
 from spark_coord.broker import topics as topic_admin
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
+from spark_coord.security.acl import AclOperation, Resource
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,8 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     topics = []
     if names is None:
         for name in sorted(ctx.view.topics):
-            topics.append(_topic_entry(ctx, name, ctx.view.topics[name]))
+            if ctx.authorized(conn, AclOperation.DESCRIBE, Resource.topic(name)):
+                topics.append(_topic_entry(ctx, name, ctx.view.topics[name]))
     else:
         auto = ctx.config["auto.create.topics.enable"] and (header.api_version < 4 or body.get("allow_auto_topic_creation", True))
         for name in names:
@@ -74,7 +80,15 @@ async def handle(ctx, conn, header, body: dict) -> dict:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": bytes(16),
                                "partitions": []})
                 continue
+            if not ctx.authorized(conn, AclOperation.DESCRIBE, Resource.topic(name)):
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "topic_id": bytes(16), "partitions": []})
+                continue
             assignment = ctx.view.topics.get(name)
+            if assignment is None and auto and not may_create_topic(ctx, conn, name):
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "topic_id": bytes(16), "partitions": []})
+                continue
             if assignment is None and auto:
                 code = await topic_admin.auto_create(ctx, name)
                 if code != ErrorCode.NONE:

@@ -11,7 +11,10 @@ fetches long-polling that partition.  A batch with a producer id (idempotent
 producer) is checked against the producer's sequence state first
 (``broker.producer_state``): a duplicate is answered with its original base
 offset and not appended again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, a stale
-epoch INVALID_PRODUCER_EPOCH.
+epoch INVALID_PRODUCER_EPOCH.  A topic the principal may not Write answers
+TOPIC_AUTHORIZATION_FAILED for each of its partitions (nothing appended); with
+acks=0 such a refusal closes the connection, the only way to tell the client, as
+Kafka does.  (Idempotent batches need no more than Write: Kafka 3's rule, KIP-679.)
 
 The appends themselves run on the event loop, one request after another, so
 each partition's batches keep their arrival order.  When the flush policy wants
@@ -28,10 +31,11 @@ import logging
 
 from spark_coord.broker import producer_state
 from spark_coord.broker import topics as topic_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
 from spark_coord.wire.registry import ApiKey
+from spark_coord.security.acl import AclOperation, Resource
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +55,17 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
     max_batch = ctx.config["message.max.bytes"]
     responses = []
     to_flush: list[tuple[dict, str, object]] = []  # (partition answer, topic, log) awaiting an fsync
+    denied = False
     for topic_data in body.get("topic_data") or []:
         name = topic_data.get("name")
-        if name not in ctx.view.topics and ctx.config["auto.create.topics.enable"] and name:
+        if not ctx.authorized(conn, AclOperation.WRITE, Resource.topic(name or "")):
+            denied = True
+            responses.append({"name": name, "partition_responses": [
+                _partition(pd.get("index", -1), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                for pd in topic_data.get("partition_data") or []]})
+            continue
+        if (name not in ctx.view.topics and ctx.config["auto.create.topics.enable"] and name
+                and may_create_topic(ctx, conn, name)):
             await topic_admin.auto_create(ctx, name)
         parts = []
         for pd in topic_data.get("partition_data") or []:
@@ -65,6 +77,9 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
     if to_flush:
         await _flush(ctx, to_flush)
     if acks == 0:
+        if denied:
+            log.info("%r: acks=0 produce to a topic it may not write; closing the connection", conn)
+            conn.close_after_response = True
         return None
     return {"responses": responses, "throttle_time_ms": 0}
 
