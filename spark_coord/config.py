@@ -305,6 +305,16 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("sasl.server.max.receive.size", "int", 524288,
         "Largest frame a client may send before it has authenticated (SaslHandshake, SaslAuthenticate,\n"
         "ApiVersions); a larger size prefix closes the connection.", minimum=64),
+    # authorization
+    Key("authorizer.class.name", "str", None,
+        "Set to enable ACLs: kafka.security.authorizer.AclAuthorizer (Kafka's name) or\n"
+        "spark_coord.security.authorizer.AclAuthorizer. ACLs live in ZooKeeper in Kafka's layout\n"
+        "(/kafka-acl, /kafka-acl-extended) and every broker picks up changes through Kafka's\n"
+        "change notifications. Empty: no authorization (everyone may do everything)."),
+    Key("super.users", "str", None,
+        "Principals allowed everything, semicolon-separated, e.g. User:admin;User:CN=ops,O=example."),
+    Key("allow.everyone.if.no.acl.found", "bool", False,
+        "With an authorizer: whether a resource no ACL matches is open to everyone (Kafka's default: no)."),
     # ZooKeeper security
     Key("zookeeper.set.acl", "bool", False,
         "Put ACLs on every znode this broker creates: everything to the creating identity (the\n"

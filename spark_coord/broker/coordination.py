@@ -36,6 +36,8 @@ from spark_coord.coordinator.elector import CoordinatorElector
 from spark_coord.coordinator.kafka_members import KafkaGroups
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.security import coordination as authz
+from spark_coord.security.acl import AclOperation
 from spark_coord.wire import coordinator as api
 from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP
 from spark_coord.wire.registry import ApiKey
@@ -120,6 +122,9 @@ class CoordinationService:
             LoopTimer(loop), SystemClock(), self._live_brokers, on_fenced=self._fenced)
         self.kafka_groups = KafkaGroups(self.coordinator)
         self.broker.view.add_listener(self._topics_changed)
+        authorizer = self.broker.ctx.authorizer
+        if getattr(authorizer, "enabled", False) and hasattr(authorizer, "add_change_callback"):
+            authorizer.add_change_callback(lambda pattern: loop.call_soon_threadsafe(self._acls_changed, pattern))
         self.elector = CoordinatorElector(zk, self.broker.broker_id, loop, self._elected, self._resigned)
         await self.elector.start()
 
@@ -167,6 +172,17 @@ class CoordinationService:
     def _live_brokers(self) -> list[tuple[int, str, int]]:
         return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
 
+    def _acls_changed(self, pattern) -> None:
+        """Topic ACLs changed: groups whose members' partitions depend on them get a new assignment."""
+        from spark_coord.security.acl import ResourceType
+
+        c = self.coordinator
+        if c is None or not c.active or pattern.resource_type != ResourceType.TOPIC:
+            return
+        for group in list(c.groups.values()):
+            if any(m.topic_filter is not None for m in group.members.values()):
+                c.request_rebalance(group, f"ACLs of {pattern.name} changed")
+
     def _topics_changed(self, view) -> None:
         if self.coordinator is not None and self.coordinator.active:
             self.coordinator.on_topics_changed({t: len(a) for t, a in view.topics.items()}, complete=True)
@@ -183,31 +199,94 @@ class CoordinationService:
             return {"error_code": ErrorCode.NOT_COORDINATOR,
                     "error_message": f"broker {self.broker.broker_id} is not the coordinator "
                                      f"(the coordinator is broker {self.coordinator_id})"}
+        refused = self._refuse_member(ctx, conn, body.get("group_id"), [t.get("topic") for t in body.get("topics") or []
+                                                                        if isinstance(t, dict)])
+        if refused:
+            return {"error_code": refused, "error_message": "not authorized"}
         channel = self._member_channels.get(conn.id)
         if channel is None:
             channel = self._member_channels[conn.id] = BrokerMemberChannel(conn, self)
             conn.add_close_callback(lambda c: self._member_channels.pop(c.id, None))
         answer = coordinator.register(channel, body)
-        if answer.get("error_code") == ErrorCode.NONE and not channel.close_hooked:
-            channel.close_hooked = True
-            conn.add_close_callback(lambda _c: self._member_gone(channel))
+        if answer.get("error_code") == ErrorCode.NONE:
+            self._limit_topics(ctx, conn, body.get("group_id"), body.get("consumer_id"))
+            if not channel.close_hooked:
+                channel.close_hooked = True
+                conn.add_close_callback(lambda _c: self._member_gone(channel))
         return answer
+
+    # ------------------------------------------------------------------ authorization
+    @staticmethod
+    def _refuse_member(ctx, conn, group: Any, topics) -> int:
+        """RegisterConsumer / JoinGroup: Read on the group and on every named topic (NONE when allowed)."""
+        if not ctx.authorizer.enabled or not isinstance(group, str):
+            return ErrorCode.NONE
+        code = authz.authorize_group_member(ctx.authorizer, conn.auth.principal, conn.auth.host, group,
+                                            [t for t in topics if isinstance(t, str)])
+        if code:
+            log.info("%s from %s refused: %s", group, conn.auth.principal, ErrorCode.name_of(code))
+        return code
+
+    def _limit_topics(self, ctx, conn, group: Any, member_id: Any) -> None:
+        """A member's partitions come only from topics its principal may Read (checked at every
+        rebalance, so a wildcard subscription gets the readable topics only)."""
+        g = self.coordinator.groups.get(group) if self.coordinator is not None and isinstance(group, str) else None
+        member = g.members.get(member_id) if g is not None and isinstance(member_id, str) else None
+        if member is not None:
+            member.topic_filter = self._topic_filter(ctx, conn)
+
+    @staticmethod
+    def _topic_filter(ctx, conn):
+        """Whether the connection's principal may Read a topic (None without an authorizer)."""
+        if not ctx.authorizer.enabled:
+            return None
+        authorizer, principal, host = ctx.authorizer, conn.auth.principal, conn.auth.host
+        return lambda t: not authz.unreadable_topics(authorizer, principal, host, [t])
+
+    @staticmethod
+    def _group_refused(ctx, conn, operation: AclOperation, group: Any) -> int:
+        if not ctx.authorizer.enabled:
+            return ErrorCode.NONE
+        return authz.authorize_group(ctx.authorizer, conn.auth.principal, conn.auth.host, operation,
+                                     group if isinstance(group, str) else "")
+
+    @staticmethod
+    def _topic_codes(ctx, conn, operation: AclOperation, group: Any, topics) -> dict[str, int]:
+        """Per topic NONE / TOPIC_AUTHORIZATION_FAILED (all GROUP_AUTHORIZATION_FAILED if the group is refused)."""
+        topics = {t for t in topics if isinstance(t, str)}
+        if not ctx.authorizer.enabled:
+            return {t: ErrorCode.NONE for t in topics}
+        return authz.authorize_offsets(ctx.authorizer, conn.auth.principal, conn.auth.host,
+                                       group if isinstance(group, str) else "", topics, operation)
 
     def _member_gone(self, channel: BrokerMemberChannel) -> None:
         if self.coordinator is not None and self.coordinator.active:
             self.coordinator.on_channel_closed(channel)
 
     async def _commit_offsets(self, ctx, conn, header, body) -> dict | None:
-        """CommitOffsets: answered by a task of its own once the offsets are in ZooKeeper."""
+        """CommitOffsets: answered by a task of its own once the offsets are in ZooKeeper.  Offsets of
+        topics the member's principal may not Read are refused (TOPIC_AUTHORIZATION_FAILED), the
+        others committed."""
         coordinator = self.coordinator
         channel = self._member_channels.get(conn.id)
         if coordinator is None or not coordinator.active or channel is None:
             return {"error_code": ErrorCode.NOT_COORDINATOR if coordinator is None or not coordinator.active
                     else ErrorCode.UNKNOWN_CONSUMER, "error_message": "no consumer is registered on this connection"}
+        offsets = [o for o in body.get("offsets") or [] if isinstance(o, dict)]
+        codes = self._topic_codes(ctx, conn, AclOperation.READ, body.get("group_id"), [o.get("topic") for o in offsets])
+        refused = {t: c for t, c in codes.items() if c}
+        if ErrorCode.GROUP_AUTHORIZATION_FAILED in refused.values():
+            return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": "not authorized",
+                    "partitions": []}
+        if refused:
+            body = dict(body, offsets=[o for o in offsets if o.get("topic") not in refused])
 
         async def answer() -> None:
             try:
                 response = await coordinator.handle_commit(channel, body)
+                response["partitions"] = list(response.get("partitions") or []) + [
+                    {"topic": o.get("topic"), "partition": o.get("partition"), "error_code": refused[o["topic"]]}
+                    for o in offsets if o.get("topic") in refused]
             except Exception:
                 log.exception("CommitOffsets from %s failed", conn.peer)
                 response = {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR}
@@ -223,6 +302,8 @@ class CoordinationService:
         if coordinator is None or not coordinator.active:
             return {"error_code": ErrorCode.NOT_COORDINATOR, "groups": []}
         wanted = body.get("group_ids") or [g["group_id"] for g in coordinator.describe_groups()]
+        if ctx.authorizer.enabled:
+            wanted = authz.describable_groups(ctx.authorizer, conn.auth.principal, conn.auth.host, wanted)
         groups = []
         for gid in wanted:
             d = coordinator.describe_group(gid)
@@ -298,6 +379,9 @@ class CoordinationService:
                 results.append({"key": key, "node_id": -1, "host": "", "port": -1,
                                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 "error_message": "only group coordinators exist here (no transactions)"})
+            elif self._group_refused(ctx, conn, AclOperation.DESCRIBE, key):
+                results.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": None})
             elif found is None:
                 results.append({"key": key, "node_id": -1, "host": "", "port": -1,
                                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -323,8 +407,12 @@ class CoordinationService:
         if code is not None:
             return {"throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_name": None,
                     "leader": "", "member_id": body.get("member_id") or "", "members": []}
+        refused = self._refuse_member(ctx, conn, body.get("group_id"), _subscribed_topics(body))
+        if refused:
+            return {"throttle_time_ms": 0, "error_code": refused, "generation_id": -1, "protocol_name": None,
+                    "leader": "", "member_id": body.get("member_id") or "", "members": []}
         return await self.kafka_groups.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
-                                                  self._closed_future(conn))
+                                                  self._closed_future(conn), self._topic_filter(ctx, conn))
 
     def _closed_future(self, conn) -> asyncio.Future:
         """A future done when ``conn`` closes (one per connection)."""
@@ -344,31 +432,79 @@ class CoordinationService:
         code = self._not_serving()
         if code is not None:
             return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
+        refused = self._group_refused(ctx, conn, AclOperation.READ, body.get("group_id"))
+        if refused:
+            return {"throttle_time_ms": 0, "error_code": refused, "assignment": b""}
         return self.kafka_groups.sync_group(body)
 
     async def _heartbeat(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
         if code is not None:
             return {"throttle_time_ms": 0, "error_code": code}
+        refused = self._group_refused(ctx, conn, AclOperation.READ, body.get("group_id"))
+        if refused:
+            return {"throttle_time_ms": 0, "error_code": refused}
         return self.kafka_groups.heartbeat(body)
 
     async def _leave_group(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
         if code is not None:
             return {"throttle_time_ms": 0, "error_code": code, "members": []}
+        refused = self._group_refused(ctx, conn, AclOperation.READ, body.get("group_id"))
+        if refused:
+            return {"throttle_time_ms": 0, "error_code": refused, "members": []}
         return self.kafka_groups.leave_group(body, header.api_version)
 
     async def _offset_commit(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
         if code is not None:
             return _offset_commit_error(body, code)
-        return await self.kafka_groups.offset_commit(body, header.api_version)
+        topics = body.get("topics") or []
+        codes = self._topic_codes(ctx, conn, AclOperation.READ, body.get("group_id"), [t.get("name") for t in topics])
+        refused = {t: c for t, c in codes.items() if c}
+        if not refused:
+            return await self.kafka_groups.offset_commit(body, header.api_version)
+        allowed = [t for t in topics if t.get("name") not in refused]
+        answer = await self.kafka_groups.offset_commit(dict(body, topics=allowed), header.api_version) if allowed \
+            else {"throttle_time_ms": 0, "topics": []}
+        answer["topics"] = list(answer["topics"]) + _offset_commit_error(
+            {"topics": [t for t in topics if t.get("name") in refused]}, 0, refused)["topics"]
+        return answer
 
     async def _offset_fetch(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
         if code is not None:
             return _offset_fetch_error(body, code, header.api_version)
-        return self.kafka_groups.offset_fetch(body, header.api_version)
+        if not ctx.authorizer.enabled:
+            return self.kafka_groups.offset_fetch(body, header.api_version)
+        return self._offset_fetch_authorized(ctx, conn, body, header.api_version)
+
+    def _offset_fetch_authorized(self, ctx, conn, body: dict, version: int) -> dict:
+        """OffsetFetch with Describe on each group (else GROUP_AUTHORIZATION_FAILED) and on each topic:
+        asked-for topics it may not describe answer TOPIC_AUTHORIZATION_FAILED, and when all offsets
+        are asked for those topics are left out (Kafka's rules)."""
+        asked = body.get("groups") if version >= 8 else [{"group_id": body.get("group_id"), "topics": body.get("topics")}]
+        out = []
+        for g in asked or []:
+            gid = g.get("group_id") or ""
+            refused = self._group_refused(ctx, conn, AclOperation.DESCRIBE, gid)
+            if refused:
+                out.append({"group_id": gid, "topics": [], "error_code": refused})
+                continue
+            one = self.kafka_groups.offset_fetch({"groups": [g]}, 8)["groups"][0]
+            codes = self._topic_codes(ctx, conn, AclOperation.DESCRIBE, gid, [t["name"] for t in one["topics"]])
+            topics = []
+            for t in one["topics"]:
+                if not codes.get(t["name"]):
+                    topics.append(t)
+                elif g.get("topics") is not None:
+                    topics.append({"name": t["name"], "partitions": [
+                        dict(p, committed_offset=-1, error_code=codes[t["name"]]) for p in t["partitions"]]})
+            out.append(dict(one, topics=topics))
+        if version >= 8:
+            return {"throttle_time_ms": 0, "groups": out}
+        first = out[0] if out else {"topics": [], "error_code": 0}
+        return {"throttle_time_ms": 0, "topics": first["topics"], "error_code": first["error_code"]}
 
     async def _list_groups(self, ctx, conn, header, body) -> dict:
         # Admin clients ask every broker and merge the answers: a broker that coordinates
@@ -377,7 +513,12 @@ class CoordinationService:
         if code is not None:
             return {"throttle_time_ms": 0, "error_code": code if code != ErrorCode.NOT_COORDINATOR else 0,
                     "groups": []}
-        return self.kafka_groups.list_groups(body)
+        answer = self.kafka_groups.list_groups(body)
+        if ctx.authorizer.enabled:
+            visible = set(authz.describable_groups(ctx.authorizer, conn.auth.principal, conn.auth.host,
+                                                   [g["group_id"] for g in answer["groups"]]))
+            answer["groups"] = [g for g in answer["groups"] if g["group_id"] in visible]
+        return answer
 
     async def _describe_groups(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
@@ -385,21 +526,45 @@ class CoordinationService:
             return {"throttle_time_ms": 0, "groups": [
                 {"error_code": code, "group_id": g, "group_state": "", "protocol_type": "", "protocol_data": "",
                  "members": []} for g in body.get("groups") or []]}
-        return self.kafka_groups.describe_groups(body)
+        answer = self.kafka_groups.describe_groups(body)
+        for g in answer["groups"]:
+            refused = self._group_refused(ctx, conn, AclOperation.DESCRIBE, g["group_id"])
+            if refused:
+                g.update(error_code=refused, group_state="", protocol_type="", protocol_data="", members=[])
+        return answer
 
     async def _delete_groups(self, ctx, conn, header, body) -> dict:
         code = self._not_serving()
         if code is not None:
             return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": code}
                                                        for g in body.get("groups_names") or []]}
-        return await self.kafka_groups.delete_groups(body)
+        names = body.get("groups_names") or []
+        refused = {g: c for g in names if (c := self._group_refused(ctx, conn, AclOperation.DELETE, g))}
+        answer = await self.kafka_groups.delete_groups({"groups_names": [g for g in names if g not in refused]})
+        answer["results"] = list(answer["results"]) + [{"group_id": g, "error_code": c} for g, c in refused.items()]
+        return answer
 
 
-def _offset_commit_error(body: dict, code: int) -> dict:
+def _offset_commit_error(body: dict, code: int, per_topic: dict[str, int] | None = None) -> dict:
+    """``code`` (or ``per_topic[name]``) for every partition of the request."""
     return {"throttle_time_ms": 0, "topics": [
-        {"name": t.get("name"), "partitions": [{"partition_index": p.get("partition_index"), "error_code": code}
+        {"name": t.get("name"), "partitions": [{"partition_index": p.get("partition_index"),
+                                                "error_code": (per_topic or {}).get(t.get("name"), code)}
                                                for p in t.get("partitions") or []]}
         for t in body.get("topics") or []]}
+
+
+def _subscribed_topics(body: dict) -> list[str]:
+    """The topics of a JoinGroup's first consumer-protocol subscription (none if it cannot be read:
+    the group API answers that itself)."""
+    from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription
+
+    for p in body.get("protocols") or []:
+        try:
+            return list(decode_subscription(p.get("metadata") or b"")["topics"])
+        except ConsumerProtocolError:
+            return []
+    return []
 
 
 def _offset_fetch_error(body: dict, code: int, version: int = 8) -> dict:

@@ -36,7 +36,12 @@ from spark_coord.coordinator.assignors import thread_owner
 from spark_coord.coordinator.store import StoredMember
 from spark_coord.coordinator.subscription import TopicCount
 
+#: A subscription no topic matches (a member whose principal may read none of its topics).
+NOTHING = TopicCount.wildcard("(?!)", 1)
+
 if TYPE_CHECKING:
+    from typing import Callable, Mapping
+
     from spark_coord.coordinator.channel import MemberChannel
     from spark_coord.coordinator.clock import TimerHandle
     from spark_coord.coordinator.delayed import DelayedFetcherRound, DelayedPing
@@ -150,6 +155,18 @@ class ConsumerRegistry:
     absent_until_ms: int | None = None
     #: Fails the absent member when its lease has run out.
     absent_handle: "TimerHandle | None" = None
+    #: With an authorizer: whether the member's principal may Read a topic (its partitions come only
+    #: from such topics; checked at every rebalance).  None: every subscribed topic.
+    topic_filter: "Callable[[str], bool] | None" = None
+
+    def assignable(self, topics: "Mapping[str, int]") -> "TopicCount":
+        """The subscription the assignor sees: the topics of ``topics`` it covers that the
+        ``topic_filter`` lets through (a subscription to nothing when there are none)."""
+        if self.topic_filter is None:
+            return self.topic_count
+        allowed = {t: self.topic_count.streams_for(t) for t in self.topic_count.topics_in(topics)
+                   if self.topic_filter(t)}
+        return TopicCount.static(allowed) if allowed else NOTHING
 
     def owned(self) -> set[TopicPartition]:
         """Partitions this member owns in its generation."""

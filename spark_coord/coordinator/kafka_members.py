@@ -47,7 +47,7 @@ import asyncio
 import logging
 import re
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
@@ -315,7 +315,8 @@ class KafkaGroups:
 
     # ------------------------------------------------------------ JoinGroup
     async def join_group(self, body: Mapping[str, Any], version: int, client_id: str, client_host: str,
-                         gone: "asyncio.Future[Any] | None" = None) -> dict:
+                         gone: "asyncio.Future[Any] | None" = None,
+                         topic_filter: "Callable[[str], bool] | None" = None) -> dict:
         """Answer a JoinGroup (waits for the member's assignment round; ``gone`` completes when the
         request's connection closes: a member that disconnected while waiting is no longer alive)."""
         group_id = body.get("group_id") or ""
@@ -388,7 +389,7 @@ class KafkaGroups:
                              session_timeout_ms=session if isinstance(session, int) else 0,
                              rebalance_timeout_ms=rebalance, protocols=protocols,
                              group_instance_id=body.get("group_instance_id"))
-            code = self._register(km, topics)
+            code = self._register(km, topics, topic_filter)
             if code != ErrorCode.NONE:
                 return answer(code)
         else:
@@ -417,7 +418,8 @@ class KafkaGroups:
         return answer(ErrorCode.NONE, generation_id=start["generation_id"], protocol_type=CONSUMER_PROTOCOL_TYPE,
                       protocol_name=protocol, leader=leader, members=members)
 
-    def _register(self, km: KafkaMember, topics: list[str]) -> ErrorCode:
+    def _register(self, km: KafkaMember, topics: list[str],
+                  topic_filter: "Callable[[str], bool] | None" = None) -> ErrorCode:
         answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.member_id,
                                       "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": None,
                                       "auto_commit": False, "session_timeout_ms": km.session_timeout_ms})
@@ -430,6 +432,9 @@ class KafkaGroups:
                     ErrorCode.INVALID_GROUP_ID: ErrorCode.INVALID_GROUP_ID,
                     ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR}.get(code, ErrorCode.INVALID_REQUEST)
         self.members[(km.group_id, km.member_id)] = km
+        _, member = self._registry(km.group_id, km.member_id)
+        if member is not None:
+            member.topic_filter = topic_filter
         return ErrorCode.NONE
 
     @staticmethod

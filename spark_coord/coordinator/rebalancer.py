@@ -241,7 +241,7 @@ class Rebalancer:
             log.info("group %s has no members left", gid)
             return Outcome.SETTLED
 
-        owners = c.assignor({cid: m.topic_count for cid, m in members.items()}, c.topics)
+        owners = c.assignor({cid: m.assignable(c.topics) for cid, m in members.items()}, c.topics)
         plan: Plan = {cid: {} for cid in members}
         plan.update(by_consumer(owners))
         current = await self._store(group, "read owners", c.store.read_owners, gid)

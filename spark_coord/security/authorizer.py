@@ -82,6 +82,8 @@ class AclAuthorizer:
         self._lock = threading.Lock()
         self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
         self._prefixed: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
+        #: Called (on kazoo's thread) with each resource pattern whose ACLs changed.
+        self._on_changed: list = []
         self._listeners = [
             ChangeNotificationListener(zk, paths.ACL_CHANGES, paths.ACL_CHANGE_PREFIX,
                                        lambda data: self._on_change(data, False),
@@ -249,6 +251,15 @@ class AclAuthorizer:
             return
         self._reload(pattern)
         log.info("ACLs of %s reloaded after a change", pattern)
+        for fn in list(self._on_changed):
+            try:
+                fn(pattern)
+            except Exception:
+                log.exception("ACL change callback failed")
+
+    def add_change_callback(self, fn) -> None:
+        """Call ``fn(pattern)`` (on kazoo's thread) after the ACLs of ``pattern`` changed."""
+        self._on_changed.append(fn)
 
 
 def from_config(cfg, zk: KazooClient):
