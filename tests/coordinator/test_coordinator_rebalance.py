@@ -273,3 +273,25 @@ async def test_roundrobin_strategy():
     h.register("c2", topics={"a": 1, "b": 1})
     await h.settle()
     assert h.group().owners == {("a", 0): "c1-0", ("a", 1): "c2-0", ("b", 0): "c1-0", ("b", 1): "c2-0"}
+
+
+@async_test
+async def test_a_member_gets_partitions_only_of_topics_its_filter_lets_through():
+    """With an authorizer, a member's ``topic_filter`` (may its principal Read the topic?) limits
+    what the assignor gives it; a rebalance after the filter changed applies the new one."""
+    h = await Harness({"a": 2, "b": 2}).start()
+    m, answer = h.register("c1", pattern="a|b")
+    assert answer["error_code"] == 0
+    allowed = {"a"}
+    h.group().members["c1"].topic_filter = lambda t: t in allowed
+    await h.settle()
+    assert set(m.positions) == {("a", 0), ("a", 1)}
+    assert set(h.group().owners) == {("a", 0), ("a", 1)}
+    allowed.add("b")
+    h.coord.request_rebalance(h.group(), "ACLs changed")
+    await h.settle()
+    assert set(m.positions) == {("a", 0), ("a", 1), ("b", 0), ("b", 1)}
+    allowed.clear()
+    h.coord.request_rebalance(h.group(), "ACLs changed")
+    await h.settle()
+    assert set(m.positions) == set() and h.group().owners == {}
