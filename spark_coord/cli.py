@@ -151,13 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with no committed offset, start at the earliest offset (auto.offset.reset=smallest)")
     p.add_argument("--key-separator", "-K", metavar="SEP", default=None, help="print key SEP value")
     p.add_argument("--count", "-c", type=int, default=None, help="stop after this many records")
+    add_client_options(p)
     p.set_defaults(func="spark_coord.consumer.cli:consume")
 
-    p = _subcommand(sub, "groups", _add_bootstrap, _add_json,
+    p = _subcommand(sub, "groups", _add_bootstrap, _add_json, add_client_options,
                     help="list consumer groups and describe their members, offsets and lag",
                     description="Ask the coordinator about its groups: members, generation, owners, committed "
                                 "offsets, log end and lag per partition.")
-    action = _actions(p, _add_bootstrap, _add_json)
+    action = _actions(p, _add_bootstrap, _add_json, add_client_options)
     action("list", help="list groups")
     d = action("describe", help="members, owners, offsets and lag")
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")

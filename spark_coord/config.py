@@ -452,6 +452,7 @@ CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord c
     Key("max.partition.fetch.bytes", "int", 1048576, "Most bytes per partition in one Fetch response.", minimum=1),
     Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long.", minimum=100),
     Key("client.id", "str", "spark-coord", "Client id sent in every request header (shows up in broker logs)."),
+    *CLIENT_SECURITY_KEYS,
 ])
 
 # --------------------------------------------------------------------------- client

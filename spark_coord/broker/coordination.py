@@ -60,6 +60,9 @@ class BrokerMemberChannel:
     def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
         if self.conn.closed:
             raise ChannelClosed(f"{self.peer}: connection closed")
+        if api_key == api.START_FETCHER and "brokers" in body:  # the endpoints of the member's listener
+            body = dict(body, brokers=[{"node_id": i, "host": h, "port": p} for i, h, p in
+                                       self.service._live_brokers(self.conn.auth.listener_name)])
         fut = self.conn.send_request(api_key, api.VERSION, body)
         fut.add_done_callback(lambda f: self._answered(f, on_answer))
 
@@ -169,8 +172,17 @@ class CoordinationService:
             self.coordinator_id = -1
         self.coordinator_epoch = stat.czxid
 
-    def _live_brokers(self) -> list[tuple[int, str, int]]:
-        return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
+    def _live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """Live brokers at their endpoint of ``listener`` (the one a member connected on: a client is
+        sent where it can speak the same protocol, as Kafka's Metadata does); None: their first one."""
+        out = []
+        for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id):
+            ep = b.endpoint_for(listener) if listener is not None else None
+            if listener is None:
+                out.append((b.id, b.host, b.port))
+            elif ep is not None:
+                out.append((b.id, ep.host, ep.port))
+        return out
 
     def _acls_changed(self, pattern) -> None:
         """Topic ACLs changed: groups whose members' partitions depend on them get a new assignment."""
@@ -191,7 +203,8 @@ class CoordinationService:
     async def _cluster_metadata(self, ctx, conn, header, body) -> dict:
         return {"error_code": ErrorCode.NONE, "coordinator_id": self.coordinator_id,
                 "coordinator_epoch": self.coordinator_epoch,
-                "brokers": [{"node_id": i, "host": h, "port": p} for i, h, p in self._live_brokers()]}
+                "brokers": [{"node_id": i, "host": h, "port": p}
+                            for i, h, p in self._live_brokers(conn.auth.listener_name)]}
 
     async def _register(self, ctx, conn, header, body) -> dict:
         coordinator = self.coordinator

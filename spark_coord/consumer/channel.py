@@ -20,19 +20,26 @@ fails every request still waiting for its answer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from spark_coord.client.sockio import recv_frame
+from spark_coord.security.client import SaslAuthenticationFailed, open_socket
 from spark_coord.wire import coordinator as api
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import RequestHeader
 from spark_coord.wire.registry import api_name
 from spark_coord.wire.types import ProtocolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,7 @@ class CoordinatorChannel:
     """A connected socket plus Kafka framing; one reader thread at a time."""
 
     def __init__(self, host: str, port: int, client_id: str | None = "spark-coord", timeout: float = 10.0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: "ClientSecurity | None" = None):
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -63,10 +70,14 @@ class CoordinatorChannel:
         self._pending_lock = threading.Lock()
         self._closed = False
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            self._sock = open_socket(host, port, timeout, security, client_id)
+        except SaslAuthenticationFailed as e:
+            raise ChannelClosed(f"{host}:{port} refused our credentials: {e}") from e
         except OSError as e:
             raise ChannelClosed(f"cannot connect to {host}:{port}: {e}") from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # An SSL socket must not be read and written by two threads at once (OpenSSL's rule): over
+        # TLS every read and write of a frame holds this lock; plain sockets need none.
+        self._tls_lock = threading.Lock() if isinstance(self._sock, ssl.SSLSocket) else None
         self._wake_r, self._wake_w = socket.socketpair()
 
     def __repr__(self) -> str:
@@ -164,8 +175,11 @@ class CoordinatorChannel:
             if self._closed:
                 raise ChannelClosed(f"channel to {self.host}:{self.port} is closed")
             try:
-                readable, _, _ = select.select([self._sock, self._wake_r], [], [],
-                                               max(0.0, deadline - time.monotonic()))
+                if self._tls_lock is not None and self._sock.pending():
+                    readable = [self._sock]  # decrypted bytes wait in the SSL object, select cannot see them
+                else:
+                    readable, _, _ = select.select([self._sock, self._wake_r], [], [],
+                                                   max(0.0, deadline - time.monotonic()))
             except (OSError, ValueError) as e:
                 raise ChannelClosed(f"waiting on {self.host}:{self.port}: {e}") from e
             if self._wake_r in readable:
@@ -196,7 +210,7 @@ class CoordinatorChannel:
     def _send(self, frame: bytes) -> None:
         if self._closed:
             raise ChannelClosed(f"channel to {self.host}:{self.port} is closed")
-        with self._send_lock:
+        with self._send_lock, (self._tls_lock or contextlib.nullcontext()):
             try:
                 self._sock.settimeout(self.timeout)
                 self._sock.sendall(frame)
@@ -205,6 +219,7 @@ class CoordinatorChannel:
 
     def _read_frame(self, deadline: float) -> memoryview:
         try:
-            return recv_frame(self._sock, deadline, _MIN_FRAME, self.max_frame_bytes, f"{self.host}:{self.port}")
+            with self._tls_lock or contextlib.nullcontext():
+                return recv_frame(self._sock, deadline, _MIN_FRAME, self.max_frame_bytes, f"{self.host}:{self.port}")
         except OSError as e:
             raise ChannelClosed(f"receiving from {self.host}:{self.port}: {e}") from e

@@ -33,8 +33,19 @@ def consume(args) -> int:
     from spark_coord import config
     from spark_coord.consumer.consumer import Consumer
 
-    overrides = config.parse_overrides(getattr(args, "override", None) or [])
-    cfg = config.load(config.CONSUMER, getattr(args, "config", None), overrides)
+    from spark_coord.security.client import KEYS as SECURITY_KEYS
+
+    overrides: dict = {}
+    if getattr(args, "command_config", None):  # a client properties file: its security keys
+        overrides.update({k: v for k, v in config.read_properties_file(args.command_config).items()
+                          if k in SECURITY_KEYS})
+    overrides.update(config.parse_overrides(getattr(args, "client_option", None) or []))  # -X key=value
+    overrides.update(config.parse_overrides(getattr(args, "override", None) or []))
+    try:
+        cfg = config.load(config.CONSUMER, getattr(args, "config", None), overrides)
+    except config.ConfigError as e:
+        log.error("%s", e)
+        return 2
     topics = [t for t in (getattr(args, "topic", None) or "").split(",") if t] or None
     pattern = getattr(args, "pattern", None)
     reset = "smallest" if getattr(args, "from_beginning", False) else cfg["auto.offset.reset"]
@@ -74,36 +85,37 @@ def consume(args) -> int:
     return 0
 
 
-def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0) -> dict:
+def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0, security=None) -> dict:
     """One request to the current coordinator (found by ClusterMetadata)."""
     from spark_coord.consumer.channel import CoordinatorChannel
     from spark_coord.consumer.discovery import Discovery
 
-    discovery = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout)
+    discovery = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout, security)
     view = discovery.one_round()
     if view is None:
         raise ConnectionError("no broker knows a reachable coordinator")
     host, port = view.coordinator_address  # type: ignore[misc]
-    channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout)
+    channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout, security=security)
     try:
         return channel.request(api_key, body)
     finally:
         channel.close()
 
 
-def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: bool = True) -> list[dict]:
+def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: bool = True,
+                    security=None) -> list[dict]:
     """The coordinator's DescribeGroups answer, each offset row extended with log_end and lag."""
     from spark_coord.client.admin import LATEST, AdminClient
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.errors import KafkaError
     from spark_coord.wire import coordinator as api
 
-    resp = _coordinator_call(bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])})
+    resp = _coordinator_call(bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])}, security=security)
     if resp["error_code"]:
         raise KafkaError(resp["error_code"], "DescribeGroups")
     groups = resp["groups"]
     if with_lag and any(g["offsets"] for g in groups):
-        with ClusterClient(bootstrap) as cc:
+        with ClusterClient(bootstrap, security=security) as cc:
             admin = AdminClient(cc)
             ends: dict[str, dict[int, int]] = {}
             for topic in sorted({o["topic"] for g in groups for o in g["offsets"]}):
@@ -124,10 +136,14 @@ def groups(args) -> int:
     """``groups list`` / ``groups describe [GROUP...]``."""
     from spark_coord.table import format_table
 
+    from spark_coord.config import ConfigError
+    from spark_coord.security.cli import client_security
+
     wanted = list(getattr(args, "groups", None) or [])
     try:
-        described = describe_groups(args.bootstrap, wanted, with_lag=args.action == "describe")
-    except (ConnectionError, OSError) as e:
+        described = describe_groups(args.bootstrap, wanted, with_lag=args.action == "describe",
+                                    security=client_security(args))
+    except (ConnectionError, OSError, ConfigError) as e:
         log.error("%s", e)
         return 1
     if getattr(args, "json", False):

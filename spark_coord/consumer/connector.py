@@ -121,7 +121,7 @@ class ConsumerCoordinatorConnector(threading.Thread):
 
     def __init__(self, bootstrap: list[tuple[str, int]], registration: Registration, member: Member, *,
                  client_id: str | None = "spark-coord", socket_timeout_ms: int = 10000,
-                 backoff_ms: int = 100, max_backoff_ms: int = 2000):
+                 backoff_ms: int = 100, max_backoff_ms: int = 2000, security=None):
         super().__init__(name=f"coordinator-connector-{registration.consumer_id}", daemon=True)
         self.registration = registration
         self.member = member
@@ -133,7 +133,8 @@ class ConsumerCoordinatorConnector(threading.Thread):
         self.session_timeout = registration.session_timeout_ms / 1000
         self.backoff = backoff_ms / 1000
         self.max_backoff = max(max_backoff_ms, backoff_ms) / 1000
-        self.discovery = Discovery(bootstrap, client_id, self.socket_timeout)
+        self.security = security  # TLS/SASL of every coordinator connection (None: PLAINTEXT)
+        self.discovery = Discovery(bootstrap, client_id, self.socket_timeout, security)
         self.coordinator_epoch = -1            # the newest epoch seen (fencing)
         self.generation_id = api.NO_GENERATION  # generation of the assignment held (-1: none)
         self.coordinator: ClusterView | None = None
@@ -295,7 +296,7 @@ class ConsumerCoordinatorConnector(threading.Thread):
         host, port = view.coordinator_address  # type: ignore[misc]
         reg = self.registration
         try:
-            channel = CoordinatorChannel(host, port, self.client_id, self.socket_timeout)
+            channel = CoordinatorChannel(host, port, self.client_id, self.socket_timeout, security=self.security)
         except ChannelClosed as e:
             log.info("cannot connect to coordinator %d: %s", view.coordinator_id, e)
             return None

@@ -106,7 +106,7 @@ class Consumer:
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
                  consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
                  auto_offset_reset: str = LARGEST, streams: int = 1, config: Mapping[str, Any] | None = None,
-                 include_headers: bool = False, queued_batches: int = 16):
+                 include_headers: bool = False, queued_batches: int = 16, security=None):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
@@ -124,8 +124,13 @@ class Consumer:
         self.auto_commit = auto_commit
         socket_timeout_ms = cfg["socket.timeout.ms"]
         client_id = cfg["client.id"]
+        if security is None:  # the config's security.protocol, sasl.*, ssl.* keys
+            from spark_coord.security.client import ClientSecurity
+
+            security = ClientSecurity.from_settings(cfg)
+        self.security = None if security.protocol == "PLAINTEXT" else security
         self._cluster = ClusterClient([f"{h}:{p}" for h, p in addresses], client_id=client_id,
-                                      timeout=socket_timeout_ms / 1000)
+                                      timeout=socket_timeout_ms / 1000, security=self.security)
         self._buffer = PartitionBuffer(queued_batches)
         self._fetchers = FetcherManager(self._cluster, self._buffer, FetchSettings(
             auto_offset_reset=reset, max_wait_ms=cfg["fetch.wait.max.ms"], min_bytes=cfg["fetch.min.bytes"],
@@ -143,7 +148,7 @@ class Consumer:
                                     pattern_streams=streams, auto_commit=auto_commit, auto_offset_reset=reset,
                                     session_timeout_ms=session_timeout_ms)
         self.connector = ConsumerCoordinatorConnector(addresses, registration, self, client_id=client_id,
-                                                      socket_timeout_ms=socket_timeout_ms)
+                                                      socket_timeout_ms=socket_timeout_ms, security=self.security)
         self.connector.start()
 
     @classmethod

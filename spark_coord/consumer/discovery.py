@@ -37,12 +37,13 @@ class ClusterView:
 class Discovery:
     """Round-robin ClusterMetadata over the brokers we know, then the bootstrap list."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], client_id: str | None, timeout: float):
+    def __init__(self, bootstrap: list[tuple[str, int]], client_id: str | None, timeout: float, security=None):
         if not bootstrap:
             raise ValueError("no bootstrap brokers given")
         self.bootstrap = list(bootstrap)
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security  # a security.client.ClientSecurity (None: PLAINTEXT)
         self.known: list[tuple[str, int]] = []
         self._next = 0
 
@@ -68,7 +69,7 @@ class Discovery:
 
     def _ask(self, host: str, port: int) -> ClusterView | None:
         try:
-            channel = CoordinatorChannel(host, port, self.client_id, self.timeout)
+            channel = CoordinatorChannel(host, port, self.client_id, self.timeout, security=self.security)
         except ChannelClosed as e:
             log.info("discovery: %s", e)
             return None

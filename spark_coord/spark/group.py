@@ -163,7 +163,7 @@ class GroupPartitionSource:
         for m in self.members:
             conn = ConsumerCoordinatorConnector(parse_bootstrap(self.opts.bootstrap),
                                                 Registration(consumer_id=m.consumer_id, **registration), m,
-                                                client_id=self.opts.client_id)
+                                                client_id=self.opts.client_id, security=self.opts.security)
             conn.start()
             self.connectors.append(conn)
         self._committer = threading.Thread(target=self._commit_loop, name="coordkafka-committer", daemon=True)

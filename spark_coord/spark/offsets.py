@@ -64,7 +64,8 @@ class OffsetResolver:
         from spark_coord.client.metadata import ClusterClient
 
         self.opts = opts
-        self.cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000)
+        self.cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
+                                     security=opts.security)
         self.admin = AdminClient(self.cluster)
 
     def close(self) -> None:
@@ -157,7 +158,7 @@ def make_partition(opts: SourceOptions, tp: TopicPartition, start: int, end: int
         include_headers=opts.include_headers, fail_on_data_loss=opts.fail_on_data_loss,
         fetch_max_bytes=opts.fetch_max_bytes, max_partition_fetch_bytes=opts.max_partition_fetch_bytes,
         fetch_max_wait_ms=opts.fetch_max_wait_ms, socket_timeout_ms=opts.socket_timeout_ms,
-        client_id=opts.client_id)
+        client_id=opts.client_id, security=opts.security)
 
 
 def split_ranges(ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None

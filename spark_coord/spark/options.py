@@ -14,6 +14,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Mapping
 
 from spark_coord.common import EARLIEST, LATEST
@@ -27,6 +28,9 @@ DEFAULT_SESSION_TIMEOUT_MS = 30000
 #: ``option("checkpointLocation", ...)`` on a writer); accepted and ignored.
 SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.security.client import ClientSecurity
+
 _SOURCE_KEYS = {
     "bootstrap.brokers", "group.id", "subscribe", "subscribePattern", "assign", "startingOffsets",
     "endingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
@@ -35,6 +39,13 @@ _SOURCE_KEYS = {
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id"}
+#: Kafka's client security keys with Spark's Kafka-source prefix (``kafka.security.protocol``, ...).
+_SECURITY_KEYS = {f"kafka.{k}" for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                                         "sasl.jaas.config", "ssl.ca.location", "ssl.certificate.location",
+                                         "ssl.key.location", "ssl.key.password",
+                                         "ssl.endpoint.identification.algorithm")}
+_SOURCE_KEYS |= _SECURITY_KEYS
+_SINK_KEYS |= _SECURITY_KEYS
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
@@ -78,6 +89,9 @@ class SourceOptions:
     fetch_max_wait_ms: int = 500
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark"
+    #: TLS/SASL of every connection (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``);
+    #: None: PLAINTEXT.  Its repr hides the password.
+    security: "ClientSecurity | None" = None
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this query reads (by subscribe, subscribePattern or assign)."""
@@ -99,6 +113,7 @@ class SinkOptions:
     retries: int = 5
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark-sink"
+    security: "ClientSecurity | None" = None
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -330,6 +345,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         fetch_max_wait_ms=_int(opts, "fetch.max.wait.ms", 500, 0),
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
         client_id=str(opts.get("client.id") or "spark-coord-spark"),
+        security=_security(opts),
     )
 
 
@@ -359,4 +375,17 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         retries=_int(opts, "retries", 5, 0),
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
         client_id=str(opts.get("client.id") or "spark-coord-spark-sink"),
+        security=_security(opts),
     )
+
+
+def _security(opts: dict[str, str]) -> "ClientSecurity | None":
+    """The ``kafka.``-prefixed Kafka client security keys, as Spark's Kafka source takes them."""
+    from spark_coord.config import ConfigError
+    from spark_coord.security.client import ClientSecurity
+
+    try:
+        security = ClientSecurity.from_settings(opts, prefix="kafka.")
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return None if security.protocol == "PLAINTEXT" else security

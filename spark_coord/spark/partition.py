@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from pyspark.sql.datasource import InputPartition
 
@@ -57,6 +57,7 @@ class KafkaInputPartition(InputPartition):
     fetch_max_wait_ms: int = 500
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark"
+    security: Any = None  # a security.client.ClientSecurity (pickled to executors; its repr hides secrets)
 
     @property
     def name(self) -> str:
@@ -97,7 +98,7 @@ class _RangeReader:
 
         if self.cluster is None:
             self.cluster = ClusterClient(self.p.bootstrap, client_id=self.p.client_id,
-                                         timeout=self.p.socket_timeout_ms / 1000)
+                                         timeout=self.p.socket_timeout_ms / 1000, security=self.p.security)
         return self.cluster
 
     def _connection(self):
@@ -109,7 +110,7 @@ class _RangeReader:
         if self.p.leader_host is not None and self.cluster is None:
             try:
                 self.conn = BrokerConnection(self.p.leader_host, self.p.leader_port, client_id=self.p.client_id,
-                                             timeout=timeout)
+                                             timeout=timeout, security=self.p.security)
                 return self.conn
             except OSError as e:
                 log.info("%s: leader hint %s:%s unreachable (%s); asking the cluster", self.p.name,
@@ -117,7 +118,8 @@ class _RangeReader:
         cluster = self._cluster()
         cluster.topic(self.p.topic, refresh=True, wait=timeout)
         host, port = cluster.brokers[cluster.leader(self.p.topic, self.p.partition)]
-        self.conn = BrokerConnection(host, port, client_id=self.p.client_id, timeout=timeout)
+        self.conn = BrokerConnection(host, port, client_id=self.p.client_id, timeout=timeout,
+                                     security=self.p.security)
         return self.conn
 
     def _drop_connection(self) -> None:

@@ -108,7 +108,8 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000)
+    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
+                            security=opts.security)
     topics = set()
     count = 0
     try:
@@ -138,7 +139,8 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000)
+    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
+                            security=opts.security)
     topics: set[str] = set()
     count = 0
     try:
