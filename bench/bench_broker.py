@@ -119,8 +119,9 @@ class RawFileServer:
         return elapsed
 
 
-def kcat_produce(bootstrap: str, topic: str, n: int, size: int, workdir: Path) -> float:
-    """kcat (librdkafka, C) producing ``n`` lines of ``size`` bytes (one record each)."""
+def kcat_produce(bootstrap: str, topic: str, n: int, size: int, workdir: Path, tls: list[str] = ()) -> float:
+    """kcat (librdkafka, C) producing ``n`` lines of ``size`` bytes (one record each); ``tls``: the
+    -X options of an SSL connection."""
     lines = workdir / f"lines-{size}.txt"
     if not lines.exists():
         row = os.urandom(size).hex()[: size - 1].encode() + b"\n"
@@ -130,11 +131,11 @@ def kcat_produce(bootstrap: str, topic: str, n: int, size: int, workdir: Path) -
     start = time.perf_counter()
     with open(lines, "rb") as f:
         subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-X", "linger.ms=5", "-X", "batch.size=1000000",
-                        "-X", "acks=1"], stdin=f, check=True, capture_output=True)
+                        "-X", "acks=1", *tls], stdin=f, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
-def kcat_consume(bootstrap: str, topic: str, n: int) -> float:
+def kcat_consume(bootstrap: str, topic: str, n: int, tls: list[str] = ()) -> float:
     """kcat reading the topic from the beginning to its end, printing nothing per record
     (kcat writes and flushes each formatted record, which would measure the pipe)."""
     start = time.perf_counter()
@@ -143,7 +144,7 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> float:
                           # at the end every partition is at its high watermark and the broker holds the
                           # fetch for fetch.wait.max.ms (as Kafka does) before kcat sees EOF: keep that
                           # constant tail out of a throughput figure
-                          "-X", "fetch.wait.max.ms=10"],
+                          "-X", "fetch.wait.max.ms=10", *tls],
                          check=True, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     # "% Reached end of topic T [p] at offset N" per partition proves every record was read
@@ -201,6 +202,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000, help="100-byte records per run; a quarter as many 1 KiB ones (default: %(default)s)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tls", action="store_true",
+                    help="also produce and fetch over an SSL listener of the same broker (kcat only), "
+                         "reported beside plaintext")
     ap.add_argument("--python-client", action="store_true",
                     help="use confluent-kafka from Python even when kcat is installed")
     args = ap.parse_args()
@@ -210,7 +214,20 @@ def main() -> int:
     use_kcat = shutil.which("kcat") is not None and not args.python_client
     client = "kcat (librdkafka, C)" if use_kcat else "confluent-kafka (librdkafka, Python loop)"
     with tempfile.TemporaryDirectory(prefix="spark-coord-bench-") as tmp:
-        with LocalCluster(1, tmp, overrides={"log.segment.bytes": str(256 << 20)}) as cluster:
+        overrides = {"log.segment.bytes": str(256 << 20)}
+        base_port = 0
+        tls_opts: list[str] = []
+        if args.tls and use_kcat:
+            from spark_coord.cluster import _free_port
+            from spark_coord.testing.tls import TestPki
+
+            pki = TestPki(Path(tmp) / "pki")
+            base_port, ssl_port = _free_port(), _free_port()
+            overrides.update({"listeners": f"PLAINTEXT://127.0.0.1:{base_port},SSL://127.0.0.1:{ssl_port}",
+                              "ssl.keystore.location": str(pki.server().keystore)})
+            tls_opts = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca_path}"]
+            ssl_bootstrap = f"127.0.0.1:{ssl_port}"
+        with LocalCluster(1, tmp, base_port=base_port, overrides=overrides) as cluster:
             broker_pid = cluster.procs[next(iter(cluster.brokers))].pid
             raw_file = Path(tmp) / "raw.bin"
             with open(raw_file, "wb") as f:
@@ -243,11 +260,27 @@ def main() -> int:
                         "n": n, "payload_mb": n * size / 1e6, "log_mb": log_bytes / 1e6,
                         "produce_s": tp, "fetch_s": tf, "raw_mbs": RAW_BYTES / 1e6 / tr,
                         "produce_cpu": cp, "fetch_cpu": cf, "rows": len(rows)})
+                    if tls_opts:  # the same over TLS, interleaved with the plaintext run
+                        tls_topic = f"{topic}-tls"
+                        with ClusterClient(cluster.bootstrap) as c:
+                            AdminClient(c).create_topic(tls_topic, 4)
+                        c0 = cpu_seconds(broker_pid)
+                        tp = kcat_produce(ssl_bootstrap, tls_topic, n, size, Path(tmp), tls_opts)
+                        c1 = cpu_seconds(broker_pid)
+                        tf = kcat_consume(ssl_bootstrap, tls_topic, n, tls_opts)
+                        results.setdefault(f"{size}-tls", []).append({
+                            "n": n, "payload_mb": n * size / 1e6, "log_mb": log_bytes / 1e6,
+                            "produce_s": tp, "fetch_s": tf, "raw_mbs": RAW_BYTES / 1e6 / tr,
+                            "produce_cpu": c1 - c0, "fetch_cpu": cpu_seconds(broker_pid) - c1,
+                            "plain_produce_s": results[size][-1]["produce_s"],
+                            "plain_fetch_s": results[size][-1]["fetch_s"]})
             peak = sampler.stop()
 
     print(f"\nbroker throughput with {client}, one broker, 4 partitions; median of {args.runs} runs\n")
     print(f"{'record':>7} {'op':>8} {'records/s':>12} {'MB/s':>9} {'raw MB/s':>9} {'ratio':>7} {'broker CPU':>11}")
     for size, runs in results.items():
+        if isinstance(size, str):
+            continue  # TLS rows below
         for op in ("produce", "fetch"):
             rps = statistics.median(r["n"] / r[f"{op}_s"] for r in runs)
             mbs = statistics.median(r["log_mb"] / r[f"{op}_s"] for r in runs)
@@ -255,6 +288,18 @@ def main() -> int:
             ratio = statistics.median(r["log_mb"] / r[f"{op}_s"] / r["raw_mbs"] for r in runs)
             busy = statistics.median(r[f"{op}_cpu"] / r[f"{op}_s"] for r in runs)
             print(f"{size:>6}B {op:>8} {rps:>12,.0f} {mbs:>9.1f} {raw_mbs:>9.1f} {ratio:>6.0%} {busy:>10.0%}")
+    tls_rows = {k: v for k, v in results.items() if isinstance(k, str)}
+    if tls_rows:
+        print(f"\nover TLS (SSL listener of the same broker, kcat with ssl.ca.location), interleaved with the "
+              f"plaintext runs:\n")
+        print(f"{'record':>7} {'op':>8} {'records/s':>12} {'MB/s':>9} {'TLS/plain':>10} {'broker CPU':>11}")
+        for key, runs in tls_rows.items():
+            for op in ("produce", "fetch"):
+                rps = statistics.median(r["n"] / r[f"{op}_s"] for r in runs)
+                mbs = statistics.median(r["log_mb"] / r[f"{op}_s"] for r in runs)
+                ratio = statistics.median(r[f"plain_{op}_s"] / r[f"{op}_s"] for r in runs)
+                busy = statistics.median(r[f"{op}_cpu"] / r[f"{op}_s"] for r in runs)
+                print(f"{key.split('-')[0]:>6}B {op:>8} {rps:>12,.0f} {mbs:>9.1f} {ratio:>9.0%} {busy:>10.0%}")
     print("\nMB/s counts log bytes (record batches as stored); ratio = MB/s over the raw sendfile stream of the"
           "\nsame run (median of per-run ratios); broker CPU = broker process CPU time / wall time.")
     print(f"\nbroker peak resident memory during the run: {peak:.0f} MB")

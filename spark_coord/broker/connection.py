@@ -86,6 +86,7 @@ class Connection:
         self.idle_timeout = idle_timeout
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        self._tls = writer.get_extra_info("ssl_object") is not None
         host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
         self.auth = auth if auth is not None else ConnectionAuth(None, host)
         self.close_after_response = False  # set by a handler whose answer ends the connection
@@ -228,6 +229,9 @@ class Connection:
         """Send a file region with sendfile on a private descriptor (loop.sendfile moves the
         file position of the descriptor it is given; the log's own descriptor must not move)."""
         loop = asyncio.get_running_loop()  # loop.sendfile first flushes the transport's buffer: order kept
+        if self._tls:  # no sendfile through TLS: one read and one write beat asyncio's 256 KiB fallback loop
+            self.writer.write(region.read())
+            return
         fd = _private_fd(region.fileobj)
         if fd is None:
             self.writer.write(region.read())
