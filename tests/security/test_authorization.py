@@ -183,3 +183,40 @@ def test_acls_cli_adds_lists_and_removes(acl_broker, pki, tmp_path):
     denied = subprocess.run([sys.executable, "-m", "spark_coord.cli", "acls", "list", "-b", _bootstrap(acl_broker),
                              "--command-config", str(alice_conf)], capture_output=True, text=True, timeout=60)
     assert denied.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in denied.stderr
+
+
+def test_fetch_and_join_need_read_on_the_topic(acl_broker, pki):
+    """bob may Read the group and Describe the topic, not Read it: Fetch and ListOffsets of
+    the topic are refused per partition, and a JoinGroup subscribing to it too."""
+    from confluent_kafka.admin import AclOperation, ResourceType
+
+    from spark_coord.client.connection import BrokerConnection
+    from spark_coord.wire.consumer_protocol import encode_subscription
+    from spark_coord.wire.registry import ApiKey
+
+    topic, group = f"f-{uuid.uuid4().hex[:6]}", f"fg-{uuid.uuid4().hex[:6]}"
+    with ClusterClient(_bootstrap(acl_broker), timeout=10, security=_security(pki, "admin")) as cc:
+        AdminClient(cc).create_topic(topic, 2)
+    _produce(acl_broker, pki, "admin", topic)
+    _grant(acl_broker, _acl(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+           _acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.DESCRIBE))
+    port = acl_broker.broker.bound_ports[LISTENER]
+
+    def fetch_code() -> int:
+        with BrokerConnection("127.0.0.1", port, timeout=10, security=_security(pki, "bob")) as conn:
+            out = conn.request(ApiKey.FETCH, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+                                              "max_bytes": 1 << 20, "topics": [{"topic": topic, "partitions": [
+                                                  {"partition": 0, "fetch_offset": 0,
+                                                   "partition_max_bytes": 1 << 20}]}]})
+            return out["responses"][0]["partitions"][0]["error_code"]
+
+    wait_until(lambda: fetch_code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED, timeout=20,
+               message="bob's Fetch refused with TOPIC_AUTHORIZATION_FAILED")
+    with BrokerConnection("127.0.0.1", port, timeout=10, security=_security(pki, "bob")) as conn:
+        meta = encode_subscription({"topics": [topic]}, 0)
+        joined = conn.request(ApiKey.JOIN_GROUP, {
+            "group_id": group, "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": meta}]}, version=5)
+        assert joined["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    _grant(acl_broker, _acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+    wait_until(lambda: fetch_code() == ErrorCode.NONE, timeout=20, message="bob may fetch once granted Read")
