@@ -83,18 +83,20 @@ def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk
              KafkaPeer("kafka-python", cluster.bootstrap, group, topic, "kpython", tmp_path)]
     try:
         def shared(without: str | None = None):
+            """The owners by kind once the range assignment of the expected members is written (the
+            owner znodes are read one by one, so a read during a rewrite can mix two generations)."""
             owners = _owners_by_member(czk, group)
             kinds = {_kind(m): tps for m, tps in owners.items()}
             union = set().union(*owners.values()) if owners else set()
             want = {"ours", "kpython"} | ({"confluent"} if without is None else set())
-            if set(kinds) != want or union != parts or any(not tps for tps in owners.values()):
+            share = PARTITIONS // len(want)
+            if set(kinds) != want or union != parts or any(len(tps) != share for tps in kinds.values()):
                 return None
             return kinds
 
         kinds = wait_until(shared, timeout=60, interval=0.2,
                            message=lambda: f"three kinds of member to share {PARTITIONS} partitions; owners now "
                                            f"{_owners_by_member(czk, group)}")
-        assert sorted(len(tps) for tps in kinds.values()) == [4, 4, 4], kinds  # ownership is one owner each
         wait_until(lambda: all(p.read() > 0 for p in peers), timeout=30,
                    message=lambda: f"both Kafka clients to read records; {[p.read() for p in peers]}")
 
@@ -106,7 +108,6 @@ def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk
                                            f"{_owners_by_member(czk, group)}")
         moved = time.monotonic() - t_kill
         print(f"\npartitions of the SIGKILLed confluent-kafka member moved in {moved:.2f} s")
-        assert sorted(len(tps) for tps in kinds.values()) == [6, 6]
 
         producer.stop()
         ends = log_end(cluster.bootstrap, topic)
@@ -140,7 +141,8 @@ def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer
     try:
         def both():
             owners = _owners_by_member(czk, group)
-            ok = {_kind(m) for m in owners} == {"confluent", "kpython"} and set().union(*owners.values()) == parts
+            ok = {_kind(m) for m in owners} == {"confluent", "kpython"} and set().union(*owners.values()) == parts \
+                and all(len(tps) == PARTITIONS // 2 for tps in owners.values())  # not a read torn by a rewrite
             return owners if ok else None
 
         before = wait_until(both, timeout=60, interval=0.2, message=lambda: f"both Kafka clients owning partitions; "
