@@ -42,6 +42,11 @@ def _add_bootstrap(p: argparse.ArgumentParser, default: Any = "127.0.0.1:9092") 
                    help="brokers to bootstrap from (default: 127.0.0.1:9092)")
 
 
+def _add_coordinator(p: argparse.ArgumentParser, default: Any = None) -> None:
+    p.add_argument("--coordinator", metavar="HOST:PORT[,...]", default=default,
+                   help="standalone coordinators to ask (default: the brokers of -b)")
+
+
 def _add_json(p: argparse.ArgumentParser, default: Any = False) -> None:
     p.add_argument("--json", action="store_true", default=default, help="print JSON instead of tables")
 
@@ -139,11 +144,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-separator", "-K", metavar="SEP", default=None, help="print key SEP value")
     p.set_defaults(func="spark_coord.client.cli:tail")
 
+    p = _subcommand(sub, "coordinator", help="run a standalone coordinator beside a Kafka-protocol cluster",
+                    description="Run the consumer-group coordinator as its own process for any Kafka-protocol "
+                                "cluster (bootstrap.servers): it elects through its own ZooKeeper, learns brokers "
+                                "and topics from the cluster's Metadata API, and keeps offsets in ZooKeeper (and, "
+                                "with coordinator.offsets.mirror=true, in the cluster's own offset store).")
+    _add_config_args(p, None)
+    p.set_defaults(func="spark_coord.coordinator.standalone:run_cli")
+
     p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",
                     description="Join a consumer group through the coordinator and print one record per line "
                                 "until Ctrl-C or SIGTERM, then leave the group cleanly (last offsets committed).")
     _add_config_args(p, None)
     p.add_argument("--group", "-g", required=True, help="consumer group id")
+    p.add_argument("--coordinator", metavar="HOST:PORT[,...]", default=None,
+                   help="standalone coordinators to join through (default: ask the brokers of -b)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--topic", "-t", help="topic(s) to subscribe to, comma-separated")
     what.add_argument("--pattern", help="subscribe to every topic matching this regex (also topics created later)")
@@ -154,11 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_options(p)
     p.set_defaults(func="spark_coord.consumer.cli:consume")
 
-    p = _subcommand(sub, "groups", _add_bootstrap, _add_json, add_client_options,
+    p = _subcommand(sub, "groups", _add_bootstrap, _add_json, add_client_options, _add_coordinator,
                     help="list consumer groups and describe their members, offsets and lag",
                     description="Ask the coordinator about its groups: members, generation, owners, committed "
                                 "offsets, log end and lag per partition.")
-    action = _actions(p, _add_bootstrap, _add_json, add_client_options)
+    action = _actions(p, _add_bootstrap, _add_json, add_client_options, _add_coordinator)
     action("list", help="list groups")
     d = action("describe", help="members, owners, offsets and lag")
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")

@@ -433,6 +433,9 @@ CLIENT_SECURITY_KEYS = [
 CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord consume --config conf/consumer.properties)", [
     Key("bootstrap.brokers", "list", ["127.0.0.1:9092"],
         "Brokers tried round-robin to discover the cluster and its coordinator, host:port[,host:port...]."),
+    Key("coordinator.bootstrap", "list", None,
+        "Standalone coordinators (spark-coord coordinator) to find the group's coordinator through, when the\n"
+        "data cluster (bootstrap.brokers) runs none; empty: ask bootstrap.brokers."),
     Key("group.id", "str", None, "Consumer group to join (required)."),
     Key("consumer.id", "str", None, "Member id within the group; empty generates <host>-<pid>-<random>."),
     Key("session.timeout.ms", "int", 30000,
@@ -464,4 +467,37 @@ CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produ
     *CLIENT_SECURITY_KEYS,
 ])
 
-KEYSETS = {ks.name: ks for ks in (BROKER, ZOOKEEPER, CONSUMER, CLIENT)}
+# ---------------------------------------------------------------------- coordinator
+
+#: Broker keys a standalone coordinator takes as they are: its own listeners and their security,
+#: its ZooKeeper, authorization, and every coordinator.* key.
+_COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
+                       "socket.request.max.bytes", "connections.max.idle.ms", "authorizer.class.name", "super.users",
+                       "allow.everyone.if.no.acl.found")
+_COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.")
+
+COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings (spark-coord coordinator --config "
+                     "conf/coordinator.properties):\n# the coordinator beside an existing Kafka-protocol cluster", [
+    Key("coordinator.id", "int", 1000,
+        "Unique id of this coordinator process; it names /coordinators/ids/<id> in ZooKeeper and\n"
+        "/consumers/coordinator while it is the elected one. Keep it apart from the data brokers' ids.",
+        minimum=0),
+    Key("bootstrap.servers", "list", ["127.0.0.1:9092"],
+        "The data cluster (any Kafka-protocol cluster: Apache Kafka, a compatible broker, or our brokers with\n"
+        "coordinator.enable=false): its brokers and topics come from its Metadata API."),
+    Key("listeners", "str", "PLAINTEXT://127.0.0.1:9099",
+        "Where members reach this coordinator: NAME://host:port entries, comma-separated (as a broker's)."),
+    Key("advertised.listeners", "str", None,
+        "Addresses members are told, if not the listeners' (same format)."),
+    Key("coordinator.metadata.refresh.ms", "int", 2000,
+        "How often the data cluster's brokers, topics and partitions are read again (Metadata); new topics\n"
+        "and partitions rebalance the groups interested in them. Errors retry sooner.", minimum=100),
+    Key("coordinator.offsets.mirror", "bool", False,
+        "Also write every committed offset to the data cluster's own offset store (OffsetCommit, as a\n"
+        "standalone commit of the group), so its own tools show the lag; a failed mirror write is logged and\n"
+        "retried, and never holds up the ZooKeeper commit."),
+    *(k for k in BROKER.keys.values()
+      if (k.name in _COORDINATOR_SHARED or k.name.startswith(_COORDINATOR_PREFIXES)) and k.name != "coordinator.enable"),
+], footer=BROKER.footer, dynamic=lambda name: _listener_key(name))
+
+KEYSETS = {ks.name: ks for ks in (BROKER, ZOOKEEPER, CONSUMER, CLIENT, COORDINATOR)}

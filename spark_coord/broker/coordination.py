@@ -86,7 +86,7 @@ class CoordinationService:
 
     def __init__(self, broker):
         self.broker = broker
-        self.enabled: bool = broker.config["coordinator.enable"]
+        self.enabled: bool = broker.config.get("coordinator.enable", True)
         self.coordinator: Coordinator | None = None
         self.elector: CoordinatorElector | None = None
         self.coordinator_id = -1
@@ -121,7 +121,7 @@ class CoordinationService:
         if not self.enabled:
             return
         self.coordinator = Coordinator(
-            CoordinatorConfig.from_broker_config(self.broker.config), ZkGroupStore(zk, self._epoch_check),
+            CoordinatorConfig.from_broker_config(self.broker.config), self._make_store(),
             LoopTimer(loop), SystemClock(), self._live_brokers, on_fenced=self._fenced)
         self.kafka_groups = KafkaGroups(self.coordinator)
         self.broker.view.add_listener(self._topics_changed)
@@ -130,6 +130,10 @@ class CoordinationService:
             authorizer.add_change_callback(lambda pattern: loop.call_soon_threadsafe(self._acls_changed, pattern))
         self.elector = CoordinatorElector(zk, self.broker.broker_id, loop, self._elected, self._resigned)
         await self.elector.start()
+
+    def _make_store(self):
+        """The group store: Kafka's consumer layout in this broker's ZooKeeper."""
+        return ZkGroupStore(self.broker.zk, self._epoch_check)
 
     async def stop(self) -> None:
         if self.coordinator is not None:

@@ -36,7 +36,8 @@ class BrokerRegistration:
     """Keeps ``/brokers/ids/<broker_id>`` registered for this process's ZooKeeper session."""
 
     def __init__(self, zk: KazooClient, loop: asyncio.AbstractEventLoop, broker_id: int, host: str, port: int,
-                 stale_wait: float = 30.0, endpoints: list[tuple[str, str, str, int]] | None = None):
+                 stale_wait: float = 30.0, endpoints: list[tuple[str, str, str, int]] | None = None,
+                 path: str | None = None):
         self.zk = zk
         self.loop = loop
         self.broker_id = broker_id
@@ -44,7 +45,7 @@ class BrokerRegistration:
         self.port = port
         # (listener, protocol, host, port) of every listener; None: one PLAINTEXT listener at host:port
         self.endpoints = endpoints
-        self.path = paths.broker(broker_id)
+        self.path = path or paths.broker(broker_id)  # a standalone coordinator registers elsewhere
         self.stale_wait = stale_wait
         self.registered = False
         self._stopping = False
@@ -77,7 +78,7 @@ class BrokerRegistration:
         """Create the ephemeral node (blocking; never on the loop thread)."""
         with self._lock:
             data = model.broker_registration(self.broker_id, self.host, self.port, endpoints=self.endpoints)
-            self.zk.ensure_path(paths.BROKER_IDS)
+            self.zk.ensure_path(self.path.rsplit("/", 1)[0])
             deadline = time.monotonic() + self.stale_wait
             while True:
                 try:

@@ -61,7 +61,8 @@ def consume(args) -> int:
     try:
         consumer = Consumer(bootstrap, group, topics=topics, pattern=pattern, consumer_id=cfg["consumer.id"],
                             session_timeout_ms=cfg["session.timeout.ms"], auto_commit=cfg["auto.commit.enable"],
-                            auto_offset_reset=reset, config=cfg)
+                            auto_offset_reset=reset, config=cfg,
+                            coordinator_bootstrap=getattr(args, "coordinator", None))
     except ValueError as e:
         log.error("%s", e)
         signal.signal(signal.SIGTERM, previous)
@@ -103,14 +104,15 @@ def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0
 
 
 def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: bool = True,
-                    security=None) -> list[dict]:
+                    security=None, coordinator: str | None = None) -> list[dict]:
     """The coordinator's DescribeGroups answer, each offset row extended with log_end and lag."""
     from spark_coord.client.admin import LATEST, AdminClient
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.errors import KafkaError
     from spark_coord.wire import coordinator as api
 
-    resp = _coordinator_call(bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])}, security=security)
+    resp = _coordinator_call(coordinator or bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])},
+                             security=security)
     if resp["error_code"]:
         raise KafkaError(resp["error_code"], "DescribeGroups")
     groups = resp["groups"]
@@ -142,7 +144,7 @@ def groups(args) -> int:
     wanted = list(getattr(args, "groups", None) or [])
     try:
         described = describe_groups(args.bootstrap, wanted, with_lag=args.action == "describe",
-                                    security=client_security(args))
+                                    security=client_security(args), coordinator=getattr(args, "coordinator", None))
     except (ConnectionError, OSError, ConfigError) as e:
         log.error("%s", e)
         return 1

@@ -106,7 +106,8 @@ class Consumer:
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
                  consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
                  auto_offset_reset: str = LARGEST, streams: int = 1, config: Mapping[str, Any] | None = None,
-                 include_headers: bool = False, queued_batches: int = 16, security=None):
+                 include_headers: bool = False, queued_batches: int = 16, security=None,
+                 coordinator_bootstrap: str | list[str] | None = None):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
@@ -147,7 +148,10 @@ class Consumer:
         registration = Registration(group_id=group, consumer_id=self.consumer_id, topics=static, pattern=pattern,
                                     pattern_streams=streams, auto_commit=auto_commit, auto_offset_reset=reset,
                                     session_timeout_ms=session_timeout_ms)
-        self.connector = ConsumerCoordinatorConnector(addresses, registration, self, client_id=client_id,
+        if coordinator_bootstrap is None and cfg["coordinator.bootstrap"]:
+            coordinator_bootstrap = cfg["coordinator.bootstrap"]
+        coordinators = parse_bootstrap(coordinator_bootstrap) if coordinator_bootstrap else addresses
+        self.connector = ConsumerCoordinatorConnector(coordinators, registration, self, client_id=client_id,
                                                       socket_timeout_ms=socket_timeout_ms, security=self.security)
         self.connector.start()
 

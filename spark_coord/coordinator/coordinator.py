@@ -86,6 +86,9 @@ class Coordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._incarnation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Called with (group id, {partition: offset}) after offsets were written to the store (the
+        #: standalone coordinator's mirror into the data cluster); must not block.
+        self.on_committed: Callable[[str, dict], None] | None = None
 
     # ------------------------------------------------------------ life cycle
 

@@ -78,6 +78,11 @@ class OffsetCommitter:
                 log.warning("group %s: committing %d offsets failed: %s", group.group_id, len(batch), e)
                 return False
         log.debug("group %s: committed %d offsets", group.group_id, len(batch))
+        if self.c.on_committed is not None:
+            try:
+                self.c.on_committed(group.group_id, dict(batch))
+            except Exception:
+                log.exception("group %s: on_committed callback failed", group.group_id)
         return True
 
     async def commit_all(self) -> None:

@@ -161,7 +161,7 @@ class GroupPartitionSource:
         else:
             registration["topics"] = {t: 1 for t in self.opts.subscribe or ()}
         for m in self.members:
-            conn = ConsumerCoordinatorConnector(parse_bootstrap(self.opts.bootstrap),
+            conn = ConsumerCoordinatorConnector(parse_bootstrap(self.opts.coordinator_bootstrap or self.opts.bootstrap),
                                                 Registration(consumer_id=m.consumer_id, **registration), m,
                                                 client_id=self.opts.client_id, security=self.opts.security)
             conn.start()

@@ -35,7 +35,7 @@ _SOURCE_KEYS = {
     "bootstrap.brokers", "group.id", "subscribe", "subscribePattern", "assign", "startingOffsets",
     "endingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
     "includeHeaders", "session.timeout.ms", "members", "minPartitions", "fetch.max.bytes",
-    "max.partition.fetch.bytes", "fetch.max.wait.ms", "socket.timeout.ms", "client.id",
+    "max.partition.fetch.bytes", "fetch.max.wait.ms", "socket.timeout.ms", "client.id", "coordinator.bootstrap",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id"}
@@ -69,6 +69,8 @@ class SourceOptions:
     """
     bootstrap: str
     group_id: str | None = None
+    #: Standalone coordinators the group's members register through (None: ask ``bootstrap``).
+    coordinator_bootstrap: str | None = None
     subscribe: tuple[str, ...] | None = None
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -346,6 +348,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
         client_id=str(opts.get("client.id") or "spark-coord-spark"),
         security=_security(opts),
+        coordinator_bootstrap=_coordinator_bootstrap(opts),
     )
 
 
@@ -377,6 +380,18 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         client_id=str(opts.get("client.id") or "spark-coord-spark-sink"),
         security=_security(opts),
     )
+
+
+def _coordinator_bootstrap(opts: dict[str, str]) -> str | None:
+    raw = str(opts.get("coordinator.bootstrap") or "").strip()
+    if not raw:
+        return None
+    from spark_coord.client.metadata import parse_bootstrap
+
+    parse_bootstrap(raw)  # ValueError naming a bad entry
+    if "group.id" not in opts:
+        raise ValueError("coordinator.bootstrap: only a read with group.id joins a coordinator")
+    return raw
 
 
 def _security(opts: dict[str, str]) -> "ClientSecurity | None":

@@ -1,0 +1,429 @@
+"""``spark-coord coordinator``: the coordinator as its own process, beside any Kafka-protocol cluster
+(DESIGN section 11, "Beside an existing cluster").
+
+The process is the broker's coordinator without the data plane: the same
+``CoordinationService`` (election in ``/consumers/coordinator`` with epochs and fenced
+writes, the coordinator protocol, Kafka's group APIs), the same listeners and security,
+in a process of its own with its own ZooKeeper.  What differs:
+
+* the cluster view comes from the data cluster's Metadata API (``MetadataView``), read
+  every ``coordinator.metadata.refresh.ms`` and at once after an error; new topics and
+  partitions rebalance the interested groups as ZooKeeper watches do on our brokers;
+* every coordinator process registers its endpoints in ``/coordinators/ids/<id>`` (the
+  broker registration format), and ClusterMetadata answers with those processes -- the
+  elected one as coordinator -- while StartFetcher carries the data brokers members fetch
+  from;
+* with ``coordinator.offsets.mirror=true`` every offset written to ZooKeeper is also
+  committed to the data cluster's own offset store (``OffsetMirror``: OffsetCommit as a
+  standalone commit of the group, in the background, retried; it never holds up the
+  ZooKeeper commit), so the cluster's own tools show the group's lag.
+
+Members reach it with ``coordinator.bootstrap`` (thin consumer, ``spark-coord consume
+--coordinator``, the Spark source's ``coordinator.bootstrap`` option) and fetch from the
+data cluster.  Kafka-protocol consumers (``subscribe()``) are not served through a
+standalone coordinator: they ask any broker of the data cluster for their group's
+coordinator, which names the data cluster's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from spark_coord import config as config_mod
+from spark_coord.broker.coordination import CoordinationService
+from spark_coord.broker.registration import BrokerRegistration
+from spark_coord.coordinator.zk_store import ZkGroupStore
+from spark_coord.errors import ErrorCode
+from spark_coord.zk import model, paths
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_IDS = "/coordinators/ids"
+#: Topics the cluster keeps for itself (Kafka's offsets and transaction state): no group gets them.
+INTERNAL_PREFIX = "__"
+
+
+def coordinator_path(coordinator_id: int) -> str:
+    return f"{COORDINATOR_IDS}/{int(coordinator_id)}"
+
+
+@dataclass(frozen=True)
+class DataBroker:
+    """A broker of the data cluster as its Metadata names it; members reach it at that address
+    whichever listener they reached the coordinator on."""
+
+    id: int
+    host: str
+    port: int
+
+    def endpoint_for(self, listener: str | None) -> model.Endpoint:
+        return model.Endpoint("DATA", "PLAINTEXT", self.host, self.port)
+
+
+class MetadataView:
+    """The data cluster's brokers and topics, read with Metadata requests on an interval.
+
+    ``brokers`` (id -> ``DataBroker``) and ``topics`` (name -> {partition: [leader]}) change on the
+    loop thread; listeners are called there after every change.  Internal topics (``__*``) are left out.
+    """
+
+    def __init__(self, bootstrap: list[str], refresh_ms: int, loop: asyncio.AbstractEventLoop,
+                 client_id: str = "spark-coord-coordinator", timeout: float = 10.0):
+        self.bootstrap = list(bootstrap)
+        self.refresh_ms = refresh_ms
+        self.loop = loop
+        self.client_id = client_id
+        self.timeout = timeout
+        self.brokers: dict[int, DataBroker] = {}
+        self.topics: dict[str, dict[int, list[int]]] = {}
+        self.loaded = asyncio.Event()
+        self._listeners: list[Callable[["MetadataView"], None]] = []
+        self._cluster = None
+        self._task: asyncio.Task | None = None
+
+    def add_listener(self, fn: Callable[["MetadataView"], None]) -> None:
+        self._listeners.append(fn)
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Read the cluster once (waiting up to ``timeout`` for it), then keep reading it."""
+        self._task = self.loop.create_task(self._run(), name="metadata-view")
+        try:
+            await asyncio.wait_for(self.loaded.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"the data cluster {','.join(self.bootstrap)} answered no Metadata "
+                                  f"within {timeout:.0f} s") from None
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._cluster is not None:
+            cluster, self._cluster = self._cluster, None
+            await self.loop.run_in_executor(None, cluster.close)
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                brokers, topics = await self.loop.run_in_executor(None, self._read)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("reading the data cluster's metadata failed: %s; retrying", e)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.refresh_ms / 1000)
+                continue
+            backoff = 0.1
+            self._apply(brokers, topics)
+            await asyncio.sleep(self.refresh_ms / 1000)
+
+    def _read(self) -> tuple[dict[int, DataBroker], dict[str, dict[int, list[int]]]]:
+        from spark_coord.client.metadata import ClusterClient
+
+        if self._cluster is None:
+            self._cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout)
+        try:
+            infos = self._cluster.refresh()
+        except Exception:
+            cluster, self._cluster = self._cluster, None
+            cluster.close()
+            raise
+        brokers = {i: DataBroker(i, h, p) for i, (h, p) in self._cluster.brokers.items()}
+        topics = {name: {p: [info.leader] for p, info in t.partitions.items()}
+                  for name, t in infos.items()
+                  if t.error == ErrorCode.NONE and t.partitions and not name.startswith(INTERNAL_PREFIX)}
+        return brokers, topics
+
+    def _apply(self, brokers: dict[int, DataBroker], topics: dict[str, dict[int, list[int]]]) -> None:
+        changed = brokers != self.brokers or {t: len(p) for t, p in topics.items()} != \
+            {t: len(p) for t, p in self.topics.items()}
+        self.brokers, self.topics = brokers, topics
+        first = not self.loaded.is_set()
+        self.loaded.set()
+        if changed or first:
+            for fn in list(self._listeners):
+                try:
+                    fn(self)
+                except Exception:
+                    log.exception("metadata listener failed")
+
+
+class MetadataGroupStore(ZkGroupStore):
+    """The group store in the coordinator's ZooKeeper; the topics come from the data cluster."""
+
+    def __init__(self, client, epoch_check, view: MetadataView):
+        super().__init__(client, epoch_check)
+        self.view = view
+
+    async def topics(self) -> dict[str, int]:
+        await self.view.loaded.wait()
+        return {t: len(p) for t, p in self.view.topics.items()}
+
+
+class OffsetMirror:
+    """Commits offsets written to ZooKeeper into the data cluster's own offset store, in a thread.
+
+    ``offer(group, offsets)`` never blocks: the newest offsets per group replace older ones not
+    sent yet.  A failed commit is logged and retried (backing off to ``max_backoff`` seconds).
+    """
+
+    def __init__(self, bootstrap: list[str], client_id: str = "spark-coord-coordinator", max_backoff: float = 5.0):
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.max_backoff = max_backoff
+        self._pending: dict[str, dict[tuple[str, int], int]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.mirrored = 0  # offsets written so far (tests, logs)
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="offset-mirror", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def offer(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        with self._lock:
+            self._pending.setdefault(group, {}).update(offsets)
+        self._wake.set()
+
+    def _take(self) -> dict[str, dict[tuple[str, int], int]]:
+        with self._lock:
+            taken, self._pending = self._pending, {}
+        return taken
+
+    def _run(self) -> None:
+        from spark_coord.client.groups import GroupClient
+        from spark_coord.client.metadata import ClusterClient
+
+        backoff = 0.1
+        cluster = groups = None
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            batch = self._take()
+            failed: dict[str, dict[tuple[str, int], int]] = {}
+            for group, offsets in batch.items():
+                try:
+                    if groups is None:
+                        cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=10.0)
+                        groups = GroupClient(cluster, timeout=10.0)
+                    groups.commit_offsets(group, offsets)
+                    self.mirrored += len(offsets)
+                except Exception as e:
+                    self.failures += 1
+                    log.warning("mirroring %d offsets of %s to the data cluster failed: %s; retrying",
+                                len(offsets), group, e)
+                    failed[group] = offsets
+                    if cluster is not None:
+                        cluster.close()
+                    cluster = groups = None
+            if failed:
+                with self._lock:  # newer offsets that arrived meanwhile win
+                    for group, offsets in failed.items():
+                        self._pending[group] = {**offsets, **self._pending.get(group, {})}
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+                self._wake.set()
+            else:
+                backoff = 0.1
+        if cluster is not None:
+            cluster.close()
+
+
+class StandaloneCoordination(CoordinationService):
+    """The broker's ``CoordinationService`` with the data cluster's view and the coordinator registry."""
+
+    def __init__(self, host: Any):
+        super().__init__(host)
+        self.enabled = True
+        self.coordinators: dict[int, model.BrokerInfo] = {}
+        self._coordinators_watch = None
+
+    def _make_store(self):
+        return MetadataGroupStore(self.broker.zk, self._epoch_check, self.broker.view)
+
+    async def start(self) -> None:
+        from kazoo.recipe.watchers import ChildrenWatch
+
+        loop = asyncio.get_running_loop()
+        zk = self.broker.zk
+        await loop.run_in_executor(None, zk.ensure_path, COORDINATOR_IDS)
+        self._coordinators_watch = ChildrenWatch(
+            zk, COORDINATOR_IDS, lambda children: loop.call_soon_threadsafe(self._set_coordinators,
+                                                                            self._read_coordinators(children)))
+        await super().start()
+
+    def _set_coordinators(self, found: dict[int, model.BrokerInfo]) -> None:
+        self.coordinators = found
+
+    def _read_coordinators(self, children) -> dict[int, model.BrokerInfo]:
+        """The registrations of ``/coordinators/ids`` (kazoo's thread: blocking reads are fine here)."""
+        found: dict[int, model.BrokerInfo] = {}
+        for child in children or []:
+            try:
+                cid = int(child)
+                data, _ = self.broker.zk.get(coordinator_path(cid))
+                found[cid] = model.parse_broker(cid, data)
+            except Exception as e:  # gone meanwhile, or not ours
+                log.debug("coordinator registration %s: %s", child, e)
+        return found
+
+    def _live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
+
+    def _coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
+        info = self.coordinators.get(self.coordinator_id)
+        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
+        return None if ep is None else (info.id, ep.host, ep.port)
+
+    async def _cluster_metadata(self, ctx, conn, header, body) -> dict:
+        listener = conn.auth.listener_name
+        coordinators = []
+        for cid, info in sorted(self.coordinators.items()):
+            ep = info.endpoint_for(listener)
+            if ep is not None:
+                coordinators.append({"node_id": cid, "host": ep.host, "port": ep.port})
+        return {"error_code": ErrorCode.NONE, "coordinator_id": self.coordinator_id,
+                "coordinator_epoch": self.coordinator_epoch, "brokers": coordinators}
+
+
+class StandaloneCoordinator:
+    """One coordinator process: listeners, ZooKeeper, the data cluster's view, election."""
+
+    def __init__(self, cfg: config_mod.Config):
+        from spark_coord.security.broker import BrokerSecurity
+
+        self.config = cfg
+        self.coordinator_id: int = cfg["coordinator.id"]
+        self.broker_id = self.coordinator_id  # CoordinationService's name for it
+        self.security = BrokerSecurity(cfg)
+        self.zk = None
+        self.view: MetadataView | None = None
+        self.ctx = None
+        self.server = None
+        self.coordination: StandaloneCoordination | None = None
+        self.registration: BrokerRegistration | None = None
+        self.mirror: OffsetMirror | None = None
+
+    @property
+    def bound_ports(self) -> dict[str, int]:
+        return dict(self.server.bound_ports) if self.server else {}
+
+    def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
+        lc = self.security.listener_config
+        out = []
+        for li in lc.listeners:
+            host, port = lc.advertised[li.name]
+            if host is None:
+                host = li.host if li.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+            out.append((li.name, li.protocol, host, port or self.bound_ports.get(li.name) or li.port))
+        return out
+
+    async def start(self) -> None:
+        from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
+        from spark_coord.broker.server import BrokerServer
+        from spark_coord.zk import client as zk_client
+
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        try:
+            self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
+            await loop.run_in_executor(None, self.security.start, self.zk)
+            self.view = MetadataView(cfg["bootstrap.servers"], cfg["coordinator.metadata.refresh.ms"], loop)
+            await self.view.start()
+            self.ctx = SimpleNamespace(authorizer=self.security.authorizer, server=None)
+            self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
+                                       cfg["connections.max.idle.ms"] / 1000,
+                                       connection_auth=self.security.connection_auth)
+            self.ctx.server = self.server
+            self.coordination = StandaloneCoordination(self)
+            for handler in [api_versions.HANDLER, sasl_handshake.HANDLER, sasl_authenticate.HANDLER,
+                            *self.coordination.handlers()]:
+                self.server.add_handler(handler)
+            await self.server.start()
+            endpoints = self.advertised_endpoints()
+            _, _, host, port = endpoints[0]
+            self.registration = BrokerRegistration(self.zk, loop, self.coordinator_id, host, port,
+                                                   stale_wait=cfg["zookeeper.session.timeout.ms"] / 1000 * 2 + 5,
+                                                   endpoints=endpoints, path=coordinator_path(self.coordinator_id))
+            await self.registration.start()
+            if cfg["coordinator.offsets.mirror"]:
+                self.mirror = OffsetMirror(cfg["bootstrap.servers"])
+                self.mirror.start()
+            await self.coordination.start()
+            if self.mirror is not None and self.coordination.coordinator is not None:
+                self.coordination.coordinator.on_committed = self.mirror.offer
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("coordinator %d listening on %s (data cluster %s, ZooKeeper %s%s)", self.coordinator_id,
+                 ", ".join(f"{n}://{h}:{p}" for n, _, h, p in self.advertised_endpoints()),
+                 ",".join(cfg["bootstrap.servers"]), cfg["zookeeper.connect"],
+                 ", offsets mirrored" if self.mirror is not None else "")
+
+    async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.coordination is not None:
+            await self.coordination.stop()
+            self.coordination = None
+        if self.mirror is not None:
+            await loop.run_in_executor(None, self.mirror.stop)
+            self.mirror = None
+        if self.registration is not None:
+            await self.registration.stop()
+            self.registration = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if self.view is not None:
+            await self.view.stop()
+            self.view = None
+        self.security.stop()
+        if self.zk is not None:
+            from spark_coord.zk import client as zk_client
+
+            zk, self.zk = self.zk, None
+            await loop.run_in_executor(None, zk_client.close, zk)
+
+
+async def serve(cfg: config_mod.Config) -> int:
+    from spark_coord.broker.registration import BrokerIdTaken
+    from spark_coord.zk.client import ZooKeeperUnavailable
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    coordinator = StandaloneCoordinator(cfg)
+    try:
+        await coordinator.start()
+    except (BrokerIdTaken, ZooKeeperUnavailable, ConnectionError, OSError) as e:
+        log.error("coordinator %d cannot start: %s", cfg["coordinator.id"], e)
+        return 1
+    await stop.wait()
+    log.info("coordinator %d stopping", coordinator.coordinator_id)
+    await coordinator.stop()
+    return 0
+
+
+def run_cli(args) -> int:
+    """Entry point of ``spark-coord coordinator --config FILE --override k=v``."""
+    cfg = config_mod.load(config_mod.COORDINATOR, args.config, args.override)
+    return asyncio.run(serve(cfg))
+
+
+__all__ = ["StandaloneCoordinator", "MetadataView", "OffsetMirror", "DataBroker", "COORDINATOR_IDS", "run_cli",
+           "coordinator_path"]
