@@ -13,11 +13,12 @@ from spark_coord.cluster import _free_port
 
 
 class CoordinatorProcess:
-    """One ``spark-coord coordinator`` process on a free loopback port."""
+    """One ``spark-coord coordinator`` process on a loopback port (``port``: a restart on the same one)."""
 
-    def __init__(self, coordinator_id: int, data_bootstrap: str, zk_connect: str, workdir: Path, **overrides):
+    def __init__(self, coordinator_id: int, data_bootstrap: str, zk_connect: str, workdir: Path,
+                 port: int | None = None, **overrides):
         self.coordinator_id = coordinator_id
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = workdir / f"coordinator-{coordinator_id}.log"
         settings = {"coordinator.id": coordinator_id, "listeners": f"PLAINTEXT://{self.address}",
