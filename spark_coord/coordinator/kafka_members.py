@@ -125,6 +125,9 @@ class KafkaMember:
         #: The generation whose assignment the member received in SyncGroup, and that assignment.
         self.synced_generation = NO_GENERATION
         self.assignment_bytes = b""
+        #: Fails the member when no request came for its session timeout (Kafka's rule, to the ms).
+        self._expiry = None
+        self._arm()
 
     # ------------------------------------------------------------ MemberChannel
     def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
@@ -154,6 +157,9 @@ class KafkaMember:
         if self.closed:
             return
         self.closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self._held_ping = self._stop = self._start = None
         if self._join is not None and not self._join.done():
             self._join.set_result(None)
@@ -174,10 +180,32 @@ class KafkaMember:
         return {"error_code": ErrorCode.NONE, "consumer_id": self.member_id,
                 "generation_id": body.get("generation_id", NO_GENERATION), "offsets": []}
 
+    def _arm(self, delay_ms: int | None = None) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        c = self.groups.c
+        self._expiry = None if self.closed else c.timer.call_later(
+            self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
+
+    def _check_expiry(self) -> None:
+        self._expiry = None
+        if self.closed:
+            return
+        now = self.groups.c.clock.now_ms()
+        if self._join is not None and now - self._join_since_ms <= self.rebalance_timeout_ms:
+            self._arm(max(1, self._join_since_ms + self.rebalance_timeout_ms - now + 1))  # waiting here: alive
+            return
+        left = self.last_contact_ms + self.session_timeout_ms - now
+        if left > 0:
+            self._arm(left)
+        else:
+            self.groups.session_expired(self)
+
     def contact(self) -> None:
         """The member sent a request: it is alive (answers a held ping), and may fetch for its
         session timeout from now."""
         self.last_contact_ms = self.groups.c.clock.now_ms()
+        self._arm()
         group = self.groups.c.groups.get(self.group_id)
         member = group.members.get(self.member_id) if group is not None else None
         if member is not None and member.channel is self:

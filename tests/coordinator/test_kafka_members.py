@@ -317,3 +317,36 @@ async def test_a_member_that_disconnects_while_joining_is_failed_after_its_sessi
     assert b.member_id not in h.group().members
     assert a.owned() == {("t", p) for p in range(4)} and a.heartbeat() == ErrorCode.NONE
     assert h.timer.clock.now_ms() <= 3000 + 4 * 1000 + 2000  # its session, a round, a heartbeat or two
+
+
+@async_test
+async def test_bad_group_requests_get_kafka_codes_and_change_nothing():
+    h, kg = await _start()
+    a = KafkaClient(h, kg)
+    await a.joined(await a.join())
+    g = h.group()
+    before = (g.generation_id, dict(g.owners), set(g.members), g.state)
+    body = a.join_body()
+    bad = [
+        (dict(body, protocol_type="connect"), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+        (dict(body, member_id="forged"), ErrorCode.UNKNOWN_MEMBER_ID),
+        (dict(body, protocols=[{"name": "range", "metadata": b"\xff" * 70_000}]), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+        (dict(body, group_id="other", protocol_type=""), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+    ]
+    for request, code in bad:
+        assert (await kg.join_group(request, JOIN_VERSION, "c", "h"))["error_code"] == code
+    assert kg.heartbeat({"group_id": "g", "generation_id": 99, "member_id": a.member_id})["error_code"] == \
+        ErrorCode.ILLEGAL_GENERATION
+    assert kg.sync_group({"group_id": "g", "generation_id": 7, "member_id": a.member_id,
+                          "assignments": []})["error_code"] == ErrorCode.ILLEGAL_GENERATION
+    # a leader's malformed proposal is not even read: the answer is the coordinator's assignment
+    answer = kg.sync_group({"group_id": "g", "generation_id": a.generation, "member_id": a.member_id,
+                            "assignments": [{"member_id": a.member_id, "assignment": b"\x00\x07garbage"}]})
+    assert answer["error_code"] == 0 and answer["assignment"] == a.sync()["assignment"]
+    body = {"group_id": "g", "generation_id_or_member_epoch": a.generation + 5, "member_id": a.member_id,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
+    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
+        ErrorCode.ILLEGAL_GENERATION
+    await h.settle()
+    assert (g.generation_id, dict(g.owners), set(g.members), g.state) == before
+    assert "other" not in h.coord.groups and ("t", 0) not in h.store.groups["g"].offsets

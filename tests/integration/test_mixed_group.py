@@ -108,6 +108,7 @@ def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk
                                            f"{_owners_by_member(czk, group)}")
         moved = time.monotonic() - t_kill
         print(f"\npartitions of the SIGKILLed confluent-kafka member moved in {moved:.2f} s")
+        assert moved < KAFKA_SESSION_MS / 1000 + 2.0, f"partitions moved {moved:.2f} s after the SIGKILL"
 
         producer.stop()
         ends = log_end(cluster.bootstrap, topic)
