@@ -70,14 +70,7 @@ class Broker:
 
     def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
         """``(listener, protocol, host, port)`` clients are told, the inter-broker listener first."""
-        lc = self.security.listener_config
-        out = []
-        for li in sorted(lc.listeners, key=lambda li: li.name != lc.inter_broker):
-            host, port = lc.advertised[li.name]
-            if host is None:
-                host = li.host if li.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-            out.append((li.name, li.protocol, host, port or self.bound_ports.get(li.name) or li.port))
-        return out
+        return self.security.listener_config.endpoints(self.bound_ports)
 
     @property
     def advertised(self) -> tuple[str, int]:

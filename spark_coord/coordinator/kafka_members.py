@@ -338,6 +338,17 @@ class KafkaGroups:
             return None
         return km
 
+    def _not_served(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR while this coordinator is not active, INVALID_GROUP_ID for a name no
+        znode can carry, else None."""
+        if not self.c.active:
+            return ErrorCode.NOT_COORDINATOR
+        try:
+            paths.validate_group(group_id)
+        except ValueError:
+            return ErrorCode.INVALID_GROUP_ID
+        return None
+
     def _kafka_members(self, group_id: str) -> list[KafkaMember]:
         return [km for (g, _), km in sorted(self.members.items()) if g == group_id and not km.closed]
 
@@ -357,12 +368,8 @@ class KafkaGroups:
             out.update(fields)
             return out
 
-        if not self.c.active:
-            return answer(ErrorCode.NOT_COORDINATOR)
-        try:
-            paths.validate_group(group_id)
-        except ValueError:
-            return answer(ErrorCode.INVALID_GROUP_ID)
+        if (refused := self._not_served(group_id)) is not None:
+            return answer(refused)
         if body.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
             log.info("JoinGroup %s from %s: protocol type %r refused (only %r)", group_id, client_host,
                      body.get("protocol_type"), CONSUMER_PROTOCOL_TYPE)
@@ -579,12 +586,8 @@ class KafkaGroups:
                 topics.setdefault(t, []).append({"partition_index": p, "error_code": int(code)})
             return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
-        if not self.c.active:
-            return answer(ErrorCode.NOT_COORDINATOR)
-        try:
-            paths.validate_group(group_id)
-        except ValueError:
-            return answer(ErrorCode.INVALID_GROUP_ID)
+        if (refused := self._not_served(group_id)) is not None:
+            return answer(refused)
         offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in wanted]
         if generation == NO_GENERATION and not member_id:
             return await self._standalone_commit(group_id, wanted, answer)
@@ -726,12 +729,8 @@ class KafkaGroups:
         return {"throttle_time_ms": 0, "results": results}
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
-        if not self.c.active:
-            return ErrorCode.NOT_COORDINATOR
-        try:
-            paths.validate_group(group_id)
-        except ValueError:
-            return ErrorCode.INVALID_GROUP_ID
+        if (refused := self._not_served(group_id)) is not None:
+            return refused
         group = self.c.groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND

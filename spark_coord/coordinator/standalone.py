@@ -323,14 +323,7 @@ class StandaloneCoordinator:
         return dict(self.server.bound_ports) if self.server else {}
 
     def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
-        lc = self.security.listener_config
-        out = []
-        for li in lc.listeners:
-            host, port = lc.advertised[li.name]
-            if host is None:
-                host = li.host if li.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-            out.append((li.name, li.protocol, host, port or self.bound_ports.get(li.name) or li.port))
-        return out
+        return self.security.listener_config.endpoints(self.bound_ports)
 
     async def start(self) -> None:
         from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from spark_coord.config import ConfigError
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.security import jaas
-from spark_coord.security.listeners import SECURITY_PROTOCOLS
+from spark_coord.security.listeners import SASL_PROTOCOLS, SECURITY_PROTOCOLS, TLS_PROTOCOLS
 from spark_coord.security.sasl import SUPPORTED_MECHANISMS, SaslClientError, client_tokens
 from spark_coord.security.secret import Password, reveal
 
@@ -77,11 +77,11 @@ class ClientSecurity:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return self.protocol in SASL_PROTOCOLS
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prefix: str = "") -> "ClientSecurity":

@@ -25,11 +25,14 @@ Errors are ``ConfigError`` naming the key.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spark_coord.config import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = {p: p for p in SECURITY_PROTOCOLS}
 
 _ENTRY = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]{1,5})$")
@@ -46,11 +49,11 @@ class Listener:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return self.protocol in SASL_PROTOCOLS
 
     @property
     def config_prefix(self) -> str:
@@ -114,6 +117,18 @@ class ListenerConfig:
             if li.name == name:
                 return li
         raise KeyError(name)
+
+    def endpoints(self, bound_ports: Mapping[str, int]) -> list[tuple[str, str, str, int]]:
+        """``(listener, protocol, host, port)`` clients are told, the inter-broker listener first:
+        the advertised host, else the bind host (loopback for a wildcard bind); the advertised port,
+        else the one bound (``bound_ports``: listener name -> port), else the configured one."""
+        out = []
+        for li in sorted(self.listeners, key=lambda li: li.name != self.inter_broker):
+            host, port = self.advertised[li.name]
+            if host is None:
+                host = li.host if li.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+            out.append((li.name, li.protocol, host, port or bound_ports.get(li.name) or li.port))
+        return out
 
     @property
     def protocol_map(self) -> dict[str, str]:
