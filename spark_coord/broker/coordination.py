@@ -37,8 +37,9 @@ from spark_coord.coordinator.kafka_members import KafkaGroups
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security import coordination as authz
-from spark_coord.security.acl import AclOperation
+from spark_coord.security.acl import AclOperation, ResourceType
 from spark_coord.wire import coordinator as api
+from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription
 from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP
 from spark_coord.wire.registry import ApiKey
 from spark_coord.zk import paths
@@ -190,8 +191,6 @@ class CoordinationService:
 
     def _acls_changed(self, pattern) -> None:
         """Topic ACLs changed: groups whose members' partitions depend on them get a new assignment."""
-        from spark_coord.security.acl import ResourceType
-
         c = self.coordinator
         if c is None or not c.active or pattern.resource_type != ResourceType.TOPIC:
             return
@@ -574,8 +573,6 @@ def _offset_commit_error(body: dict, code: int, per_topic: dict[str, int] | None
 def _subscribed_topics(body: dict) -> list[str]:
     """The topics of a JoinGroup's first consumer-protocol subscription (none if it cannot be read:
     the group API answers that itself)."""
-    from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription
-
     for p in body.get("protocols") or []:
         try:
             return list(decode_subscription(p.get("metadata") or b"")["topics"])

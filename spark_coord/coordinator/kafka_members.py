@@ -135,7 +135,7 @@ class KafkaMember:
             raise ChannelClosed(f"Kafka member {self.member_id} left")
         if api_key == CoordinatorApi.PING:
             if self._alive_lately():
-                on_answer(self._ping_answer(body))
+                on_answer(self._answer(body))
             elif self.groups.c.clock.now_ms() - self.last_contact_ms > self.session_timeout_ms:
                 self.groups.c.post(self.groups.session_expired, self)  # Kafka's rule: no heartbeat for a session
             else:
@@ -143,7 +143,7 @@ class KafkaMember:
         elif api_key == CoordinatorApi.STOP_FETCHER:
             self._start = None  # a start it did not sync is void: it learns of the new round
             if self._join is not None:  # it is rejoining: it holds nothing
-                on_answer(self._stopped(body))
+                on_answer(self._answer(body))
             else:
                 self._stop = (body, on_answer)
         elif api_key == CoordinatorApi.START_FETCHER:
@@ -166,17 +166,18 @@ class KafkaMember:
         self.groups.forget(self)
 
     # ------------------------------------------------------------ state
+    def _joining(self, now: int) -> bool:
+        """Is its JoinGroup waiting here, within its rebalance timeout?"""
+        return self._join is not None and now - self._join_since_ms <= self.rebalance_timeout_ms
+
     def _alive_lately(self) -> bool:
         now = self.groups.c.clock.now_ms()
-        if self._join is not None and now - self._join_since_ms <= self.rebalance_timeout_ms:
+        if self._joining(now):
             return True
         return now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3)
 
-    def _ping_answer(self, body: Mapping[str, Any]) -> dict:
-        return {"error_code": ErrorCode.NONE, "consumer_id": self.member_id,
-                "generation_id": body.get("generation_id", NO_GENERATION), "offsets": []}
-
-    def _stopped(self, body: Mapping[str, Any]) -> dict:
+    def _answer(self, body: Mapping[str, Any]) -> dict:
+        """A ping's or StopFetcher's answer: no offsets (a Kafka member commits them itself)."""
         return {"error_code": ErrorCode.NONE, "consumer_id": self.member_id,
                 "generation_id": body.get("generation_id", NO_GENERATION), "offsets": []}
 
@@ -192,7 +193,7 @@ class KafkaMember:
         if self.closed:
             return
         now = self.groups.c.clock.now_ms()
-        if self._join is not None and now - self._join_since_ms <= self.rebalance_timeout_ms:
+        if self._joining(now):
             self._arm(max(1, self._join_since_ms + self.rebalance_timeout_ms - now + 1))  # waiting here: alive
             return
         left = self.last_contact_ms + self.session_timeout_ms - now
@@ -205,27 +206,27 @@ class KafkaMember:
         """The member sent a request: it is alive (answers a held ping), and may fetch for its
         session timeout from now."""
         self.last_contact_ms = self.groups.c.clock.now_ms()
-        self._arm()
+        if self._expiry is None:  # an armed timer finds the new contact when it fires, and waits on
+            self._arm()
         group = self.groups.c.groups.get(self.group_id)
         member = group.members.get(self.member_id) if group is not None else None
         if member is not None and member.channel is self:
             member.last_sent_ms = self.last_contact_ms
         held, self._held_ping = self._held_ping, None
         if held is not None:
-            held[1](self._ping_answer(held[0]))
+            held[1](self._answer(held[0]))
 
     @property
     def rebalancing(self) -> bool:
         """Must the member rejoin (a StopFetcher waits, or a StartFetcher it has not joined for)?"""
-        return self._stop is not None or (self._start is not None and self._join is None
-                                          and self._start[0].get("generation_id") != self.synced_generation)
+        return self._stop is not None or (self._join is None and self.pending_start() is not None)
 
     def stopped_by_join(self) -> bool:
         """Its JoinGroup arrived: it stopped fetching (eager protocols revoke before rejoining).
         True if that answered a StopFetcher."""
         stop, self._stop = self._stop, None
         if stop is not None:
-            stop[1](self._stopped(stop[0]))
+            stop[1](self._answer(stop[0]))
         return stop is not None
 
     def pending_start(self) -> dict | None:

@@ -35,12 +35,21 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from kazoo.recipe.watchers import ChildrenWatch
+
 from spark_coord import config as config_mod
 from spark_coord.broker.coordination import CoordinationService
-from spark_coord.broker.registration import BrokerRegistration
+from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
+from spark_coord.broker.registration import BrokerIdTaken, BrokerRegistration
+from spark_coord.broker.server import BrokerServer
+from spark_coord.client.groups import GroupClient
+from spark_coord.client.metadata import ClusterClient
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.security.broker import BrokerSecurity
+from spark_coord.zk import client as zk_client
 from spark_coord.zk import model, paths
+from spark_coord.zk.client import ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +134,6 @@ class MetadataView:
             await asyncio.sleep(self.refresh_ms / 1000)
 
     def _read(self) -> tuple[dict[int, DataBroker], dict[str, dict[int, list[int]]]]:
-        from spark_coord.client.metadata import ClusterClient
-
         if self._cluster is None:
             self._cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout)
         try:
@@ -205,9 +212,6 @@ class OffsetMirror:
         return taken
 
     def _run(self) -> None:
-        from spark_coord.client.groups import GroupClient
-        from spark_coord.client.metadata import ClusterClient
-
         backoff = 0.1
         cluster = groups = None
         while not self._stop.is_set():
@@ -256,8 +260,6 @@ class StandaloneCoordination(CoordinationService):
         return MetadataGroupStore(self.broker.zk, self._epoch_check, self.broker.view)
 
     async def start(self) -> None:
-        from kazoo.recipe.watchers import ChildrenWatch
-
         loop = asyncio.get_running_loop()
         zk = self.broker.zk
         await loop.run_in_executor(None, zk.ensure_path, COORDINATOR_IDS)
@@ -304,8 +306,6 @@ class StandaloneCoordinator:
     """One coordinator process: listeners, ZooKeeper, the data cluster's view, election."""
 
     def __init__(self, cfg: config_mod.Config):
-        from spark_coord.security.broker import BrokerSecurity
-
         self.config = cfg
         self.coordinator_id: int = cfg["coordinator.id"]
         self.broker_id = self.coordinator_id  # CoordinationService's name for it
@@ -326,10 +326,6 @@ class StandaloneCoordinator:
         return self.security.listener_config.endpoints(self.bound_ports)
 
     async def start(self) -> None:
-        from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
-        from spark_coord.broker.server import BrokerServer
-        from spark_coord.zk import client as zk_client
-
         loop = asyncio.get_running_loop()
         cfg = self.config
         try:
@@ -386,16 +382,11 @@ class StandaloneCoordinator:
             self.view = None
         self.security.stop()
         if self.zk is not None:
-            from spark_coord.zk import client as zk_client
-
             zk, self.zk = self.zk, None
             await loop.run_in_executor(None, zk_client.close, zk)
 
 
 async def serve(cfg: config_mod.Config) -> int:
-    from spark_coord.broker.registration import BrokerIdTaken
-    from spark_coord.zk.client import ZooKeeperUnavailable
-
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

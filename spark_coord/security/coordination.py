@@ -2,8 +2,8 @@
 
 The coordinator's handlers call these with ``ctx.authorizer`` and the connection's
 ``conn.auth.principal`` / ``conn.auth.host`` (the same ``authorize`` the data
-handlers use), so wiring them in is a few lines per handler.  ``GROUP_API_CHECKS``
-is the rule table, Kafka's where Kafka has the API:
+handlers use), so wiring them in is a few lines per handler.  The rules, Kafka's
+where Kafka has the API:
 
 =====================  ==================================  ======================================
 API                    on the group                        on topics
@@ -35,30 +35,12 @@ partitions), CLUSTER_AUTHORIZATION_FAILED for the cluster.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import CLUSTER, AclOperation, Resource
 
-READ, DESCRIBE, DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
-
-#: API -> (operation on the group, operation on each topic); None: no check of that kind.
-GROUP_API_CHECKS: Mapping[str, tuple[AclOperation | None, AclOperation | None]] = {
-    "ClusterMetadata": (None, None),
-    "RegisterConsumer": (READ, READ),
-    "CommitOffsets": (READ, READ),
-    "PingOffsets": (READ, READ),
-    "DescribeGroupsCoordinator": (DESCRIBE, None),
-    "FindCoordinator": (DESCRIBE, None),
-    "JoinGroup": (READ, READ),
-    "SyncGroup": (READ, None),
-    "Heartbeat": (READ, None),
-    "LeaveGroup": (READ, None),
-    "OffsetCommit": (READ, READ),
-    "OffsetFetch": (DESCRIBE, DESCRIBE),
-    "DescribeGroups": (DESCRIBE, None),
-    "DeleteGroups": (DELETE, None),
-}
+READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
 
 
 def _allowed(authorizer, principal, host: str, operation: AclOperation, resource: Resource) -> bool:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_coord.wire.registry import ApiKey
+
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.security.listeners import Listener
     from spark_coord.security.sasl import SaslServer
@@ -25,7 +27,7 @@ USER_TYPE = "User"
 ANONYMOUS_NAME = "ANONYMOUS"
 
 #: API keys served before a SASL listener's client has authenticated (ApiVersions, SaslHandshake, SaslAuthenticate).
-PRE_AUTH_APIS = frozenset({18, 17, 36})
+PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,17 @@ async def _start(topics=None, **cfg) -> tuple[Harness, KafkaGroups]:
     return h, KafkaGroups(h.coord)
 
 
+async def _two_members(h: Harness, kg: KafkaGroups, **client) -> tuple["KafkaClient", "KafkaClient"]:
+    """Two Kafka members of group g, both synced in the generation b's join started (a joined
+    first and rejoined for b's rebalance)."""
+    a, b = KafkaClient(h, kg, **client), KafkaClient(h, kg, **client)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    await a.joined(await a.join())
+    await b.joined(b_join)
+    return a, b
+
+
 @async_test
 async def test_a_kafka_consumer_joins_syncs_and_heartbeats():
     h, kg = await _start()
@@ -139,11 +150,7 @@ async def test_mixed_group_with_our_own_members_shares_partitions_disjointly():
 @async_test
 async def test_offset_commit_checks_generation_and_ownership_and_lands_in_the_store():
     h, kg = await _start()
-    a, b = KafkaClient(h, kg), KafkaClient(h, kg)
-    await a.joined(await a.join())
-    b_join = await b.join()
-    await a.joined(await a.join())
-    await b.joined(b_join)
+    a, b = await _two_members(h, kg)
     mine, other = sorted(a.owned())[0], sorted(b.owned())[0]
     assert await a.commit({mine: 11}) == {mine: ErrorCode.NONE}
     assert h.store.groups["g"].offsets[mine] == 11
@@ -185,11 +192,7 @@ async def test_tools_set_offsets_of_an_empty_group_only():
 @async_test
 async def test_a_silent_kafka_member_is_failed_and_its_partitions_move():
     h, kg = await _start(max_ping_retries=0)
-    a, b = KafkaClient(h, kg, session=3000), KafkaClient(h, kg, session=3000)
-    await a.joined(await a.join())
-    b_join = await b.join()
-    await a.joined(await a.join())
-    await b.joined(b_join)
+    a, b = await _two_members(h, kg, session=3000)
     for _ in range(6):  # a heartbeats every second, b never again
         await h.advance(1000)
         assert a.heartbeat() in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
@@ -204,11 +207,7 @@ async def test_a_silent_kafka_member_is_failed_and_its_partitions_move():
 @async_test
 async def test_leave_group_rebalances_at_once():
     h, kg = await _start()
-    a, b = KafkaClient(h, kg), KafkaClient(h, kg)
-    await a.joined(await a.join())
-    b_join = await b.join()
-    await a.joined(await a.join())
-    await b.joined(b_join)
+    a, b = await _two_members(h, kg)
     assert kg.leave_group({"group_id": "g", "member_id": b.member_id}, 1)["error_code"] == 0
     await h.settle()
     assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS

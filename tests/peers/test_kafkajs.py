@@ -35,6 +35,38 @@ def _expected(prefix: str) -> set[tuple[str, str, str]]:
     return {(f"{prefix}-key-{i}", f"{prefix}-value-{i}", str(i)) for i in range(N)}
 
 
+def _consume_all_and_commit(kafkajs, brokers: list[str], topic: str, group: str, prefix: str,
+                            **options) -> dict[tuple[str, int], int]:
+    """kafkajs's group consumer, alone in ``group``, is given every partition, reads the N records
+    produced with ``prefix`` and commits each partition's end, as its admin's fetchOffsets shows;
+    returns those offsets."""
+    events = kafkajs.run("consume", brokers=brokers, topic=topic, groupId=group, count=N, sessionTimeout=6000,
+                         heartbeatInterval=500, **options)
+    [joined] = by_event(events, "joined")
+    assert joined["memberId"] == joined["leaderId"] and joined["assignment"] == {topic: list(range(PARTITIONS))}
+    records = by_event(events, "record")
+    assert {(r["key"], r["value"], r["headers"]["i"]) for r in records} == _expected(prefix)
+    ends = {}
+    for r in records:
+        ends[r["partition"]] = max(ends.get(r["partition"], 0), r["offset"] + 1)
+
+    [offsets] = by_event(kafkajs.run("fetch-offsets", brokers=brokers, groupId=group, topics=[topic]), "offsets")
+    committed = {(t["topic"], p["partition"]): p["offset"] for t in offsets["topics"] for p in t["partitions"]}
+    assert committed == {(topic, p): end for p, end in ends.items()}
+    return committed
+
+
+def _list_describe_delete(kafkajs, brokers: list[str], group: str) -> None:
+    """kafkajs's admin lists the group, describes it with no members (its consumer left on
+    disconnect) and deletes it."""
+    [listed] = by_event(kafkajs.run("list-groups", brokers=brokers), "groups")
+    assert {"groupId": group, "protocolType": "consumer"} in listed["groups"]
+    [described] = by_event(kafkajs.run("describe-groups", brokers=brokers, groupIds=[group]), "described")
+    assert [(g["groupId"], g["members"]) for g in described["groups"]] == [(group, [])]  # it left on disconnect
+    [deleted] = by_event(kafkajs.run("delete-groups", brokers=brokers, groupIds=[group]), "deleted")
+    assert deleted["results"] == [{"groupId": group, "errorCode": 0}]
+
+
 def test_kafkajs_produces_to_our_broker_and_reads_back_by_fetch(ours, kafkajs):
     brokers = [ours.bootstrap]
     topic = _name("js")
@@ -70,29 +102,12 @@ def test_kafkajs_group_consumer_and_admin_on_tansu(tansu, kafkajs):
     kafkajs.run("create-topic", brokers=brokers, topic=topic, partitions=PARTITIONS)
     kafkajs.run("produce", brokers=brokers, topic=topic, count=N, prefix="g")
 
-    events = kafkajs.run("consume", brokers=brokers, topic=topic, groupId=group, count=N, sessionTimeout=6000,
-                         heartbeatInterval=500)
-    [joined] = by_event(events, "joined")
-    assert joined["memberId"] == joined["leaderId"] and joined["assignment"] == {topic: list(range(PARTITIONS))}
-    records = by_event(events, "record")
-    assert {(r["key"], r["value"], r["headers"]["i"]) for r in records} == _expected("g")
-    ends = {}
-    for r in records:
-        ends[r["partition"]] = max(ends.get(r["partition"], 0), r["offset"] + 1)
-
-    [offsets] = by_event(kafkajs.run("fetch-offsets", brokers=brokers, groupId=group, topics=[topic]), "offsets")
-    committed = {(t["topic"], p["partition"]): p["offset"] for t in offsets["topics"] for p in t["partitions"]}
-    assert committed == {(topic, p): end for p, end in ends.items()}
+    committed = _consume_all_and_commit(kafkajs, brokers, topic, group, "g")
     # the offsets kafkajs committed, as our group client reads them
     with ClusterClient(tansu.bootstrap) as cluster, GroupClient(cluster) as groups:
         assert {tp: c.offset for tp, c in groups.fetch_offsets(group).items()} == committed
 
-    [listed] = by_event(kafkajs.run("list-groups", brokers=brokers), "groups")
-    assert {"groupId": group, "protocolType": "consumer"} in listed["groups"]
-    [described] = by_event(kafkajs.run("describe-groups", brokers=brokers, groupIds=[group]), "described")
-    assert [(g["groupId"], g["members"]) for g in described["groups"]] == [(group, [])]  # it left on disconnect
-    [deleted] = by_event(kafkajs.run("delete-groups", brokers=brokers, groupIds=[group]), "deleted")
-    assert deleted["results"] == [{"groupId": group, "errorCode": 0}]
+    _list_describe_delete(kafkajs, brokers, group)
 
 
 def test_kafkajs_group_consumer_and_admin_on_our_broker(ours, kafkajs):
@@ -103,24 +118,7 @@ def test_kafkajs_group_consumer_and_admin_on_our_broker(ours, kafkajs):
     with ClusterClient(ours.bootstrap) as cluster:
         AdminClient(cluster).create_topic(topic, PARTITIONS)
     kafkajs.run("produce", brokers=brokers, topic=topic, count=N, prefix="o")
-    events = kafkajs.run("consume", brokers=brokers, topic=topic, groupId=group, count=N, sessionTimeout=6000,
-                         heartbeatInterval=500, timeout=60)
-    [joined] = by_event(events, "joined")
-    assert joined["memberId"] == joined["leaderId"] and joined["assignment"] == {topic: list(range(PARTITIONS))}
-    records = by_event(events, "record")
-    assert {(r["key"], r["value"], r["headers"]["i"]) for r in records} == _expected("o")
-    ends = {}
-    for r in records:
-        ends[r["partition"]] = max(ends.get(r["partition"], 0), r["offset"] + 1)
-
-    [offsets] = by_event(kafkajs.run("fetch-offsets", brokers=brokers, groupId=group, topics=[topic]), "offsets")
-    committed = {(t["topic"], p["partition"]): p["offset"] for t in offsets["topics"] for p in t["partitions"]}
-    assert committed == {(topic, p): end for p, end in ends.items()}
+    committed = _consume_all_and_commit(kafkajs, brokers, topic, group, "o", timeout=60)
     assert {(topic, p): o for p, o in group_offsets(ours.zk_connect, group, topic).items()} == committed
 
-    [listed] = by_event(kafkajs.run("list-groups", brokers=brokers), "groups")
-    assert {"groupId": group, "protocolType": "consumer"} in listed["groups"]
-    [described] = by_event(kafkajs.run("describe-groups", brokers=brokers, groupIds=[group]), "described")
-    assert [(g["groupId"], g["members"]) for g in described["groups"]] == [(group, [])]  # it left on disconnect
-    [deleted] = by_event(kafkajs.run("delete-groups", brokers=brokers, groupIds=[group]), "deleted")
-    assert deleted["results"] == [{"groupId": group, "errorCode": 0}]
+    _list_describe_delete(kafkajs, brokers, group)
