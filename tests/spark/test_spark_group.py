@@ -227,7 +227,7 @@ def test_kafka_client_and_query_in_one_group(spark, cluster, tmp_path):
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient as KafkaAdmin
 
-    topic, group = new_topic(cluster, PARTITIONS), "spark-g5"
+    topic, group = new_topic(cluster, PARTITIONS), "spark-g6"  # a group of its own: no other test's offsets
     kafka = KafkaConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "client.id": "confluent",
                            "auto.offset.reset": "earliest", "enable.auto.commit": True,
                            "auto.commit.interval.ms": 200, "session.timeout.ms": 6000,
@@ -273,8 +273,8 @@ def test_kafka_client_and_query_in_one_group(spark, cluster, tmp_path):
                    message=lambda: f"ZooKeeper offsets {zk_offsets(cluster, group, topic)}")
         admin = KafkaAdmin({"bootstrap.servers": cluster.bootstrap})
         [future] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
-        assert {tp.partition: tp.offset for tp in future.result(timeout=20).topic_partitions} == \
-            {p: 20 for p in range(PARTITIONS)}
+        assert {(tp.topic, tp.partition): tp.offset for tp in future.result(timeout=20).topic_partitions} == \
+            {(topic, p): 20 for p in range(PARTITIONS)}
     finally:
         query.stop()
         stop.set()
