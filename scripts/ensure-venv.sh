@@ -29,6 +29,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$vpy" -m pip install --quiet -r "$venv/requirements.txt" >&2
   site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$root" > "$site/spark_coord_checkout.pth"
+  # Spark's Python processes then import pyspark from here, not from its uncached zip (spark_coord/sitepath.py)
+  echo "import sys, spark_coord.sitepath as s; s.prefer_installed_pyspark(sys.path)" > "$site/spark_coord_sitepath.pth"
   "$vpy" "$root/scripts/pyproject_info.py" launchers "$venv/bin"
   echo "$want" > "$stamp"
 fi

@@ -1,7 +1,8 @@
 """The environment scripts/ensure-venv.sh builds: the checkout is on every venv Python's
 sys.path (a .pth file, no editable-install hook), so Spark's data source discovery, which
 scans sys.path for modules named pyspark_*, finds ``coordkafka`` with no ``register()``
-call and no PYTHONPATH; the ``spark-coord`` launcher runs the checkout's CLI."""
+call and no PYTHONPATH; the ``spark-coord`` launcher runs the checkout's CLI; Spark's Python
+processes import pyspark from site-packages rather than from its uncached zip."""
 
 from __future__ import annotations
 
@@ -46,8 +47,45 @@ def test_no_installed_copy_shadows_the_checkout(tmp_path):
     site = Path(_run([str(VENV_PYTHON), "-c", probe], tmp_path).stdout.strip())
     assert (site / "spark_coord_checkout.pth").read_text().strip() == str(ROOT)
     copies = [p.name for pattern in ("spark_coord*", "pyspark_coordkafka*", "__editable__*spark_coord*")
-              for p in site.glob(pattern) if p.name != "spark_coord_checkout.pth"]
+              for p in site.glob(pattern) if p.name not in ("spark_coord_checkout.pth", "spark_coord_sitepath.pth")]
     assert not copies, f"an installed copy of the package in {site}: {copies}"
+
+
+def test_spark_processes_import_pyspark_from_site_packages_not_its_zip(tmp_path):
+    """Spark puts its pyspark.zip first on its Python processes' PYTHONPATH; in this venv they
+    import the same pyspark from site-packages instead, whose compiled modules are cached."""
+    probe = "import pyspark; print(pyspark.__file__)"
+    bare = _run([str(VENV_PYTHON), "-c", probe], tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    package = Path(bare.stdout.strip()).parent
+    zips = sorted((package / "python" / "lib").glob("*.zip"))
+    if not zips:
+        pytest.skip("this pyspark carries no zip of itself")
+    env = dict(_clean_env(), PYTHONPATH=os.pathsep.join(map(str, zips)))
+    out = subprocess.run([str(VENV_PYTHON), "-c", probe + "; import sys; print([p for p in sys.path if 'pyspark' in p])"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    where, left = out.stdout.splitlines()
+    assert Path(where) == package / "__init__.py"
+    assert left == "[]"
+
+
+def test_only_a_pyspark_packages_own_zips_are_dropped(tmp_path):
+    """A zip of a Spark installed elsewhere (a cluster's /opt/spark) is what its JVM runs: kept."""
+    from spark_coord.sitepath import prefer_installed_pyspark
+
+    site = tmp_path / "site-packages"
+    own = site / "pyspark" / "python" / "lib"
+    other = tmp_path / "opt" / "spark" / "python" / "lib"
+    for d in (own, other):
+        d.mkdir(parents=True)
+        (d / "pyspark.zip").touch()
+    (own / "py4j-0.10.9.9-src.zip").touch()
+    path = [str(own / "pyspark.zip"), str(own / "py4j-0.10.9.9-src.zip"), str(other / "pyspark.zip"), str(site)]
+    assert prefer_installed_pyspark(path) == [str(own / "pyspark.zip"), str(own / "py4j-0.10.9.9-src.zip")]
+    assert path == [str(other / "pyspark.zip"), str(site)]
+    without_site = [str(own / "pyspark.zip")]
+    assert prefer_installed_pyspark(without_site) == [] and without_site == [str(own / "pyspark.zip")]
 
 
 def test_launcher_runs_the_checkouts_cli(tmp_path):

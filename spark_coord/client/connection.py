@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -198,7 +199,7 @@ class BrokerConnection:
         version = self._pick_version(api_key, version)
         with self._send_lock:
             correlation_id = self._next_correlation_id()
-            frame = protocol.encode_request(api_key, version, correlation_id, self.client_id, body)
+            frame = protocol.encode_request_parts(api_key, version, correlation_id, self.client_id, body)
             self._send(frame, self.timeout)
 
     def _roundtrip(self, api_key: int, version: int, body: dict, timeout: float) -> dict:
@@ -208,7 +209,7 @@ class BrokerConnection:
                       into: bytearray | None) -> "PendingResponse":
         with self._send_lock:
             correlation_id = self._next_correlation_id()
-            frame = protocol.encode_request(api_key, version, correlation_id, self.client_id, body)
+            frame = protocol.encode_request_parts(api_key, version, correlation_id, self.client_id, body)
             pending = PendingResponse(self, api_key, version, correlation_id, time.monotonic() + timeout, into)
             with self._state:
                 self._check_open()
@@ -271,11 +272,11 @@ class BrokerConnection:
         if self._closed:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
 
-    def _send(self, frame: bytes, timeout: float) -> None:
+    def _send(self, frame: list[bytes], timeout: float) -> None:
         self._check_open()
         try:
             self._sock.settimeout(timeout)
-            self._sock.sendall(frame)
+            send_parts(self._sock, frame)
         except OSError as e:
             self.close()
             raise BrokerConnectionError(f"sending to {self.host}:{self.port}: {e}") from e
@@ -290,6 +291,29 @@ class BrokerConnection:
         except OSError as e:
             self.close()
             raise BrokerConnectionError(f"receiving from {peer}: {e}") from e
+
+
+#: Buffers one sendmsg call passes (below every system's IOV_MAX).
+_IOV_MAX = 512
+
+
+def send_parts(sock, parts: list) -> None:
+    """Send ``parts`` (bytes-like) in order, as one stream: gathered into sendmsg calls on a
+    plain socket (no copy into one buffer), one sendall each through TLS (no sendmsg there)."""
+    if len(parts) == 1 or isinstance(sock, ssl.SSLSocket):
+        for part in parts:
+            sock.sendall(part)
+        return
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views[:_IOV_MAX])
+        done = 0
+        while done < len(views) and sent >= views[done].nbytes:
+            sent -= views[done].nbytes
+            done += 1
+        del views[:done]
+        if sent:
+            views[0] = views[0][sent:]
 
 
 class PendingResponse:

@@ -260,12 +260,14 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
 
 
 def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata, hvvalid,
-            batch_bytes, out, chunk_rows, chunk_ends):
+            batch_bytes, gap, out, chunk_rows, chunk_ends):
     """Encode ``rows`` (indices into the columns) as records (Kafka's ``DefaultRecord``) into ``out``,
     cut into chunks of at most ``batch_bytes`` (at least one record each) whose offset deltas start at
-    0; returns the number of chunks, whose row counts and end positions go to ``chunk_rows`` and
-    ``chunk_ends``.  Timestamp deltas are 0 (one timestamp per batch).  A column that is absent has
-    length-0 arrays; ``hloff`` of length 0 means no headers."""
+    0, each chunk after ``gap`` bytes left free (room for a batch header); returns the number of
+    chunks, whose row counts and end positions go to ``chunk_rows`` and ``chunk_ends`` (chunk i's
+    records start ``gap`` bytes after the end of chunk i - 1, chunk 0's at ``gap``).  Timestamp
+    deltas are 0 (one timestamp per batch).  A column that is absent has length-0 arrays;
+    ``hloff`` of length 0 means no headers."""
 
     def size(v):  # bytes of the unsigned varint ``v`` (v >= 0)
         n = 1
@@ -284,9 +286,9 @@ def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkof
 
     has_keys = len(kvalid) > 0
     has_headers = len(hloff) > 0
-    pos = 0
+    pos = gap
     chunks = 0
-    chunk_start = 0
+    chunk_start = gap
     delta = 0
     for i in range(len(rows)):
         r = rows[i]
@@ -308,6 +310,7 @@ def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkof
             chunk_rows[chunks] = delta
             chunk_ends[chunks] = pos
             chunks += 1
+            pos += gap
             chunk_start = pos
             delta = 0
             total = body + 1 + size(2 * (body + 1))

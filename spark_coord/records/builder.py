@@ -15,6 +15,7 @@ first record's, ``maxTimestamp`` the largest.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 
@@ -152,13 +153,12 @@ def assemble_batch(payload, count: int, codec: int, base_timestamp: int, max_tim
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
     if batch_length > _INT32_MAX:
         raise ValueError(f"batch of {batch_length} bytes does not fit Kafka's int32 length")
-    buf = bytearray(HEADER_SIZE + len(payload))
-    HEADER.pack_into(buf, 0, base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes, count - 1,
-                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
-    buf[HEADER_SIZE:] = payload
-    crc = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:])
-    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
-    return bytes(buf)
+    header = bytearray(HEADER.pack(base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes,
+                                   count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch,
+                                   base_sequence, count))
+    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    header[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return bytes(header) + payload  # the payload's one copy
 
 
 class ArrowColumns:
@@ -202,6 +202,17 @@ class ArrowColumns:
         self.hlvalid = np.asarray(pc.is_valid(headers).to_numpy(zero_copy_only=False), np.uint8)
         self.hkoff, self.hkdata, _ = _binary_parts(hkeys)
         self.hvoff, self.hvdata, self.hvvalid = _binary_parts(hvalues)
+
+    def row_bytes(self, rows):
+        """Key and value bytes of each of ``rows`` (row indices), nulls counting 0."""
+        import numpy as np
+
+        rows = np.asarray(rows, np.int64)
+        out = np.zeros(len(rows), np.int64)
+        for off, valid in ((self.koff, self.kvalid), (self.voff, self.vvalid)):
+            if len(valid):
+                out += (off[rows + 1] - off[rows]) * valid[rows]
+        return out
 
     def key_partitions(self, partitions: int):
         """Kafka's (murmur2) partition of each row's key, -1 where the key is null."""
@@ -268,18 +279,58 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
     if not arrow_jit.AVAILABLE:
         return _arrow_batches_python(cols, rows, codec, batch_bytes, timestamp_ms, compression_level)
     bound = _encoded_bound(cols, rows)
-    out = np.empty(bound, np.uint8)
+    # Two consecutive chunks hold more than batch_bytes, so there are at most 2 * bound / batch_bytes + 1.
+    gaps = HEADER_SIZE * min(len(rows), 2 * bound // max(batch_bytes, 1) + 2)
+    # Uncompressed: the batches are built in place, in a buffer of their own (no copy); compressed:
+    # the records are compressed out of a reused buffer.
+    out = np.empty(bound + gaps, np.uint8) if not codec else _arena(bound + gaps)
     chunk_rows = np.empty(len(rows), np.int64)
     chunk_ends = np.empty(len(rows), np.int64)
     inputs = [rows, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid, cols.hloff, cols.hlvalid,
               cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata, cols.hvvalid]
-    chunks = arrow_jit._encode(*map(_readonly, inputs), batch_bytes, out, chunk_rows, chunk_ends)
+    chunks = arrow_jit._encode(*map(_readonly, inputs), batch_bytes, HEADER_SIZE, out, chunk_rows, chunk_ends)
     batches, start = [], 0
+    view = memoryview(out)
     for count, end in zip(chunk_rows[:chunks].tolist(), chunk_ends[:chunks].tolist()):
-        batches.append((assemble_batch(memoryview(out)[start:end], count, codec, timestamp_ms, timestamp_ms,
-                                       compression_level=compression_level), count))
+        if codec:
+            batches.append((assemble_batch(view[start + HEADER_SIZE:end], count, codec, timestamp_ms, timestamp_ms,
+                                           compression_level=compression_level), count))
+        else:
+            batches.append((_batch_in_place(view[start:end], count, timestamp_ms), count))
         start = end
+    if not codec:
+        out.flags.writeable = False  # the batches are read-only views of it
     return batches
+
+
+def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int) -> memoryview:
+    """The uncompressed batch whose records follow ``HEADER_SIZE`` free bytes in ``buf``: its
+    header and CRC-32C written there.  Returns ``buf`` read-only."""
+    HEADER.pack_into(buf, 0, 0, len(buf) - LOG_OVERHEAD, -1, MAGIC_V2, 0, 0, count - 1, timestamp_ms, timestamp_ms,
+                     -1, -1, -1, count)
+    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(buf[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    return buf.toreadonly()
+
+
+_arenas = threading.local()
+
+
+def _arena(size: int):
+    """A uint8 buffer of ``size`` bytes reused by this thread's calls (fresh pages for every call
+    cost more than the encoding).  Its largest size is kept, 64 MiB at most, beyond which a
+    call gets a buffer of its own."""
+    import numpy as np
+
+    buf = getattr(_arenas, "buf", None)
+    if buf is not None and len(buf) >= size:
+        return buf[:size]
+    buf = np.empty(size, np.uint8)
+    if size <= _ARENA_MAX:
+        _arenas.buf = buf
+    return buf
+
+
+_ARENA_MAX = 64 * 1048576
 
 
 def _encoded_bound(cols: ArrowColumns, rows) -> int:

@@ -101,8 +101,9 @@ def parse_header(buf, pos: int = 0) -> BatchHeader:
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
 
 
-def crc32c(data) -> int:
-    return _crc32c.crc32c(data)
+def crc32c(data, value: int = 0) -> int:
+    """CRC-32C of ``data``, continuing from ``value`` (the CRC of what came before it)."""
+    return _crc32c.crc32c(data, value)
 
 
 def validate_batches(buf, max_batch_bytes: int | None = None) -> list[BatchHeader]:

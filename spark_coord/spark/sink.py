@@ -146,28 +146,45 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
     try:
         producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
                             retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
-        sticky: dict[str, int] = {}
-        pending: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
-        pending_bytes = 0
-        for rb in batches:
-            if not rb.num_rows:
-                continue
-            for tp, built in _arrow_record_batches(rb, opts, cols, producer, sticky).items():
-                pending.setdefault(tp, []).extend(built)
-                pending_bytes += sum(len(b) for b, _ in built)
+        sticky: dict[str, tuple[int, int]] = {}
+        for rb in _gathered(batches, _REQUEST_BYTES):
+            pending = _arrow_record_batches(rb, opts, cols, producer, sticky)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
-            if pending_bytes >= _REQUEST_BYTES:
-                _send_all(producer, pending)
-                pending, pending_bytes = {}, 0
-        _send_all(producer, pending)
+            _send_all(producer, pending)
     finally:
         cluster.close()
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
-#: Record batches the Arrow writer gathers (over Arrow batches) before it produces them.
+#: Bytes of Arrow batches the Arrow writer gathers before it builds and produces record batches.
 _REQUEST_BYTES = 4 * 1048576
+
+
+def _gathered(batches, min_bytes: int):
+    """The non-empty Arrow batches of ``batches`` joined into batches of at least ``min_bytes``
+    (the last may be smaller): record batches then fill ``batch.size`` whatever rows per
+    Arrow batch Spark sends (``spark.sql.execution.arrow.maxRecordsPerBatch``), as a Kafka
+    producer's per-partition accumulator does."""
+    import pyarrow as pa
+
+    held, size = [], 0
+    for rb in batches:
+        if not rb.num_rows:
+            continue
+        held.append(rb)
+        size += rb.nbytes
+        if size >= min_bytes:
+            yield _joined(held, pa)
+            held, size = [], 0
+    if held:
+        yield _joined(held, pa)
+
+
+def _joined(held: list, pa):
+    if len(held) == 1:
+        return held[0]
+    return pa.Table.from_batches(held).combine_chunks().to_batches()[0]
 
 
 #: Produce requests the Arrow writer keeps in flight per task (Kafka's max.in.flight.requests.per.connection).
@@ -244,7 +261,6 @@ def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
 def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, int]
                           ) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
     """The record batches of one Arrow batch's rows, by (topic, partition)."""
-    import random
     import time
 
     import numpy as np
@@ -282,18 +298,34 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
             keyed = columns.key_partitions(n)
             parts[unset] = keyed[unset]
             keyless = unset[parts[unset] < 0]
-            if len(keyless):  # sticky: one partition for this Arrow batch's keyless rows, the next one next time
-                start = sticky.setdefault(topic, random.randrange(n))
-                parts[keyless] = start % n
-                sticky[topic] = start + 1
+            if len(keyless):
+                parts[keyless] = _sticky_partitions(columns, keyless, n, opts.batch_size, sticky, topic)
         chosen = parts[rows]
-        order = rows[np.argsort(chosen, kind="stable")]
+        small = chosen.astype(np.int16) if n <= 32767 else chosen  # numpy's stable sort is a radix sort for 16 bits
+        order = rows[np.argsort(small, kind="stable")]
         bounds = np.searchsorted(parts[order], np.arange(n + 1))
         for part in range(n):
             part_rows = order[bounds[part]:bounds[part + 1]]
             if len(part_rows):
                 out[(topic, part)] = arrow_batches(columns, part_rows, codec, opts.batch_size, now)
     return out
+
+
+def _sticky_partitions(columns, rows, partitions: int, batch_size: int, sticky: dict[str, tuple[int, int]],
+                       topic: str):
+    """Partitions for keyless ``rows`` as Kafka's sticky partitioner chooses them (KIP-794): one
+    partition until ``batch_size`` bytes went to it, then the next; ``sticky[topic]`` carries
+    (partition, bytes in it so far) from one Arrow batch to the next, starting at a random one."""
+    import random
+
+    import numpy as np
+
+    start, filled = sticky.get(topic, (random.randrange(partitions), 0))
+    sizes = columns.row_bytes(rows)
+    before = filled + np.cumsum(sizes) - sizes  # bytes of this run before each row
+    total = filled + int(sizes.sum())
+    sticky[topic] = ((start + total // batch_size) % partitions, total % batch_size)
+    return (start + before // batch_size) % partitions
 
 
 def _total(messages) -> int:

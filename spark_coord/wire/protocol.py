@@ -20,13 +20,14 @@ import struct
 from dataclasses import dataclass
 
 from spark_coord.errors import ErrorCode
+from spark_coord.records.region import FileRegion
 from spark_coord.wire import registry
 from spark_coord.wire.registry import ApiEntry, ApiKey, api_versions_table, lookup, served_versions
 from spark_coord.wire.types import EncodeError, Part, ProtocolError, Reader, Writer
 
 __all__ = [
     "RequestHeader", "UnsupportedRequest", "decode_request", "decode_request_header", "encode_response",
-    "encode_request", "decode_response", "peek_correlation_id", "api_versions_table", "served_versions",
+    "encode_request", "encode_request_parts", "decode_response", "peek_correlation_id", "api_versions_table", "served_versions",
     "encode_api_versions_fallback", "frame_size", "ProtocolError", "EncodeError",
 ]
 
@@ -120,6 +121,13 @@ def encode_response(header: RequestHeader, body: dict) -> list[Part]:
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: dict) -> bytes:
     """A whole request frame, including the size prefix (FileRegion records are read)."""
+    return b"".join(encode_request_parts(api_key, api_version, correlation_id, client_id, body))
+
+
+def encode_request_parts(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                         body: dict) -> list[bytes]:
+    """A whole request frame, including the size prefix, as bytes parts to send in order: large
+    records (bytes) are parts of their own, not copied (FileRegion records are read)."""
     entry = _entry(api_key, api_version)
     w = Writer()
     w.raw(_SIZE_PLACEHOLDER)
@@ -130,9 +138,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     if entry.request_header_version >= 2:
         w.uvarint(0)
     entry.request.encode(w, body)
-    data = bytearray(w.getvalue())
-    _I32.pack_into(data, 0, len(data) - 4)
-    return bytes(data)
+    return [p.read() if isinstance(p, FileRegion) else p for p in _finish(w)]
 
 
 def decode_response(api_key: int, api_version: int, frame) -> tuple[int, dict]:

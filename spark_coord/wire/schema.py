@@ -191,7 +191,7 @@ def _records_encoder(compact: bool, nullable: bool) -> Encoder:
             if isinstance(piece, FileRegion):
                 w.region(piece)
             else:
-                w.raw(piece)
+                w.chunk(piece)
     return encode
 
 

@@ -22,7 +22,7 @@ from spark_coord.records.varint import VarintError, encode_uvarint, read_uvarint
 
 __all__ = ["ProtocolError", "EncodeError", "Reader", "Writer", "Part"]
 
-Part = Union[bytes, FileRegion]
+Part = Union[bytes, memoryview, FileRegion]  # memoryviews only read-only ones (Writer.chunk)
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -255,6 +255,10 @@ def _uvarint_bytes(value: int) -> bytes:
         raise EncodeError(str(e)) from None
 
 
+#: Bytes from which ``Writer.chunk`` keeps a bytes object as a part of its own instead of copying it.
+CHUNK_BYTES = 32768
+
+
 class Writer:
     """Collects an encoding as bytes plus ``FileRegion`` parts (regions are never read)."""
 
@@ -287,17 +291,35 @@ class Writer:
     def raw(self, data) -> None:
         self._buf += data
 
+    def chunk(self, data) -> None:
+        """Append ``data``; a large ``bytes`` object or read-only memoryview becomes a part of its
+        own rather than being copied (neither can be changed through what the encoding holds)."""
+        if type(data) is bytes:
+            size = len(data)
+        elif type(data) is memoryview and data.readonly and data.contiguous:
+            size = data.nbytes
+        else:
+            size = 0
+        if size < CHUNK_BYTES:
+            self._buf += data
+            return
+        self._part(data, size)
+
     def region(self, region: FileRegion) -> None:
         if region.length < 0 or region.offset < 0:
             raise EncodeError(f"invalid file region {region!r}")
         if region.length == 0:
             return
+        self._part(region, region.length)
+
+    def _part(self, part: Part, size: int) -> None:
+        """Append ``part`` (``size`` bytes) as a part of its own, after the bytes collected so far."""
         if self._buf:
             self._parts.append(bytes(self._buf))
             self._size += len(self._buf)
             self._buf = bytearray()
-        self._parts.append(region)
-        self._size += region.length
+        self._parts.append(part)
+        self._size += size
 
     def patch_int32(self, position: int, value: int) -> None:
         """Overwrite 4 bytes at ``position`` of the *first* buffer (used for size prefixes)."""

@@ -280,3 +280,57 @@ def test_receives_into_a_reused_buffer(broker):
         small = bytearray(8)  # too small: a new buffer is used, the small one is left alone
         assert _named(conn.send(ApiKey.METADATA, {"topics": None}, into=small).result()) == ["x" * 50]
         assert small == bytearray(8)
+
+
+def test_large_records_reach_the_broker_intact_from_parts(broker):
+    """Records of a few hundred KiB go out as parts of their own (no copy into one frame),
+    a read-only memoryview among them, and the broker reads exactly the frame it would from
+    one buffer; the connection stays in step for the next request."""
+    big = bytes(range(256)) * 1200  # 300 KiB
+    view = memoryview(bytearray(b"v" * 200_000)).toreadonly()
+    small = b"s" * 70
+    body = {"acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": [
+        {"index": 0, "records": big}, {"index": 1, "records": view}, {"index": 2, "records": small}]}]}
+    parts = protocol.encode_request_parts(ApiKey.PRODUCE, 9, 7, "c", body)
+    assert any(p is big for p in parts) and any(p is view for p in parts)
+    assert b"".join(parts) == protocol.encode_request(ApiKey.PRODUCE, 9, 7, "c", body)
+    broker.handler = lambda h, b: (TinyBroker.default_handler(broker, h, b) if h.api_key == ApiKey.METADATA
+                                   else {"responses": []})
+    with BrokerConnection("127.0.0.1", broker.port, timeout=5) as conn:
+        for _ in range(3):
+            conn.request(ApiKey.PRODUCE, body)
+        assert conn.request(ApiKey.METADATA, {"topics": None})["cluster_id"] == "cid"
+    produced = [b for h, b in broker.requests if h.api_key == ApiKey.PRODUCE]
+    assert len(produced) == 3
+    for got in produced:
+        records = [bytes(p["records"]) for p in got["topic_data"][0]["partition_data"]]
+        assert records == [big, bytes(view), small]
+
+
+def test_send_parts_survives_partial_writes():
+    """sendmsg may take only part of what it is given: the rest follows in order."""
+    from spark_coord.client.connection import send_parts
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    parts = [b"head", bytes(range(256)) * 4000, memoryview(b"m" * 300_000).toreadonly(), b"", b"tail" * 1000]
+    want = b"".join(parts)
+    got = bytearray()
+
+    def read():
+        while len(got) < len(want):
+            chunk = b.recv(65536)
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        a.settimeout(10)
+        send_parts(a, parts)
+        reader.join(10)
+    finally:
+        a.close()
+        b.close()
+    assert bytes(got) == want

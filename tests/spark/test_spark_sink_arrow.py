@@ -30,6 +30,46 @@ def _read_back(cluster, topic: str, partitions: int) -> list[tuple]:
     return got
 
 
+def test_small_arrow_batches_are_gathered_in_order():
+    """Spark's Arrow batches (10,000 rows by default) are joined before record batches are built,
+    so these fill batch.size; rows keep their order and empty batches are skipped."""
+    import pyarrow as pa
+
+    from spark_coord.spark.sink import _gathered
+
+    batches = [pa.record_batch([pa.array([f"{i}-{j}".encode() * 10 for j in range(n)], pa.binary())], ["value"])
+               for i, n in enumerate([100, 0, 100, 100, 3, 100, 100])]
+    assert all(4000 < rb.nbytes < 5000 for rb in batches if rb.num_rows == 100)
+    out = list(_gathered(iter(batches), 8000))
+    assert [rb.num_rows for rb in out] == [200, 203, 100]
+    assert all(rb.nbytes >= 8000 for rb in out[:-1])
+    assert pa.Table.from_batches(out).column("value").to_pylist() == \
+        pa.Table.from_batches(batches).column("value").to_pylist()
+
+
+def test_keyless_rows_stay_on_a_partition_for_batch_size_bytes():
+    """Kafka's sticky partitioner (KIP-794): keyless rows go to one partition until batch.size
+    bytes went there, then to the next, carried from one Arrow batch to the next."""
+    import numpy as np
+    import pyarrow as pa
+
+    from spark_coord.records.builder import ArrowColumns
+    from spark_coord.spark.sink import _sticky_partitions
+
+    columns = ArrowColumns(None, pa.array([b"v" * 100] * 50, pa.binary()))
+    sticky = {"t": (2, 0)}
+    whole = _sticky_partitions(columns, np.arange(50), 3, 1000, sticky, "t")
+    assert whole.tolist() == [2] * 10 + [0] * 10 + [1] * 10 + [2] * 10 + [0] * 10
+    assert sticky["t"] == (1, 0)
+    sticky = {"t": (2, 0)}
+    halves = np.concatenate([_sticky_partitions(columns, np.arange(25), 3, 1000, sticky, "t"),
+                             _sticky_partitions(columns, np.arange(25, 50), 3, 1000, sticky, "t")])
+    assert halves.tolist() == whole.tolist()
+    started = {}
+    _sticky_partitions(columns, np.arange(5), 3, 1000, started, "t")
+    assert started["t"][1] == 500 and 0 <= started["t"][0] < 3
+
+
 def test_the_writers_spark_gets_are_arrow_writers():
     from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
@@ -64,7 +104,7 @@ def test_keys_go_where_kafka_puts_them_and_everything_round_trips(spark, cluster
             assert p == partition_for_key(k, 3)
         else:
             keyless.add(p)
-    assert len(keyless) >= 2  # keyless rows move on to the next partition with the next Arrow batch
+    assert len(keyless) >= 2  # keyless rows move on to the next partition after batch.size bytes
 
 
 def test_partition_and_topic_columns(spark, cluster):
