@@ -303,8 +303,12 @@ def worker_peak_rss_mb(reset: bool = False) -> float:
 
 
 def _kind(pid: int, cmd: str) -> str | None:
+    """What a process is; "exited": a child that ended but is not yet reaped (no command line
+    left), in these benchmarks the driver-side reader process Spark starts for each streaming
+    query on a Python data source, whose whole CPU time then shows here."""
     return ("jvm" if "java" in cmd.split(" ", 1)[0] else "python workers" if "pyspark" in cmd
-            else "driver" if pid == os.getpid() else "cluster" if "spark_coord" in cmd else "other")
+            else "driver" if pid == os.getpid() else "cluster" if "spark_coord" in cmd
+            else "exited" if not cmd.strip() else "other")
 
 
 def _processes() -> dict[int, tuple[list[str], str]]:
