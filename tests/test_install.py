@@ -62,8 +62,9 @@ def test_spark_processes_import_pyspark_from_site_packages_not_its_zip(tmp_path)
     if not zips:
         pytest.skip("this pyspark carries no zip of itself")
     env = dict(_clean_env(), PYTHONPATH=os.pathsep.join(map(str, zips)))
-    out = subprocess.run([str(VENV_PYTHON), "-c", probe + "; import sys; print([p for p in sys.path if 'pyspark' in p])"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    probe_path = probe + "; import sys; print([p for p in sys.path if 'pyspark' in p])"
+    out = subprocess.run([str(VENV_PYTHON), "-c", probe_path], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     where, left = out.stdout.splitlines()
     assert Path(where) == package / "__init__.py"

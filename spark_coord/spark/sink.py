@@ -166,8 +166,6 @@ def _gathered(batches, min_bytes: int):
     (the last may be smaller): record batches then fill ``batch.size`` whatever rows per
     Arrow batch Spark sends (``spark.sql.execution.arrow.maxRecordsPerBatch``), as a Kafka
     producer's per-partition accumulator does."""
-    import pyarrow as pa
-
     held, size = [], 0
     for rb in batches:
         if not rb.num_rows:
@@ -175,13 +173,16 @@ def _gathered(batches, min_bytes: int):
         held.append(rb)
         size += rb.nbytes
         if size >= min_bytes:
-            yield _joined(held, pa)
+            yield _joined(held)
             held, size = [], 0
     if held:
-        yield _joined(held, pa)
+        yield _joined(held)
 
 
-def _joined(held: list, pa):
+def _joined(held: list):
+    """One Arrow batch holding the rows of ``held`` in order (itself when there is one)."""
+    import pyarrow as pa
+
     if len(held) == 1:
         return held[0]
     return pa.Table.from_batches(held).combine_chunks().to_batches()[0]
@@ -258,7 +259,7 @@ def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
     return [t for t in pc.unique(rb.column(cols.topic)).to_pylist() if t is not None]
 
 
-def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, int]
+def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, tuple[int, int]]
                           ) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
     """The record batches of one Arrow batch's rows, by (topic, partition)."""
     import time

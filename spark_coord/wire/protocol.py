@@ -27,8 +27,8 @@ from spark_coord.wire.types import EncodeError, Part, ProtocolError, Reader, Wri
 
 __all__ = [
     "RequestHeader", "UnsupportedRequest", "decode_request", "decode_request_header", "encode_response",
-    "encode_request", "encode_request_parts", "decode_response", "peek_correlation_id", "api_versions_table", "served_versions",
-    "encode_api_versions_fallback", "frame_size", "ProtocolError", "EncodeError",
+    "encode_request", "encode_request_parts", "decode_response", "peek_correlation_id", "api_versions_table",
+    "served_versions", "encode_api_versions_fallback", "frame_size", "ProtocolError", "EncodeError",
 ]
 
 _I32 = struct.Struct(">i")
