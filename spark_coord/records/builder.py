@@ -149,16 +149,26 @@ def assemble_batch(payload, count: int, codec: int, base_timestamp: int, max_tim
     if codec:
         payload = compression.compress(codec, payload if isinstance(payload, bytes) else bytes(payload),
                                        compression_level)
-    attributes = codec | (TRANSACTIONAL_MASK if is_transactional else 0)
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    if batch_length > _INT32_MAX:
-        raise ValueError(f"batch of {batch_length} bytes does not fit Kafka's int32 length")
-    header = bytearray(HEADER.pack(base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes,
-                                   count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch,
-                                   base_sequence, count))
+    header = bytearray(HEADER_SIZE)
+    _pack_header(header, len(payload), count, codec | (TRANSACTIONAL_MASK if is_transactional else 0),
+                 base_timestamp, max_timestamp, base_offset=base_offset, producer_id=producer_id,
+                 producer_epoch=producer_epoch, base_sequence=base_sequence,
+                 partition_leader_epoch=partition_leader_epoch)
     crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     header[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
     return bytes(header) + payload  # the payload's one copy
+
+
+def _pack_header(buf, payload_bytes: int, count: int, attributes: int, base_timestamp: int, max_timestamp: int, *,
+                 base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 partition_leader_epoch: int = -1) -> None:
+    """Write the header of a batch of ``count`` records in ``payload_bytes`` at the start of ``buf``,
+    its CRC left 0."""
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + payload_bytes
+    if batch_length > _INT32_MAX:
+        raise ValueError(f"batch of {batch_length} bytes does not fit Kafka's int32 length")
+    HEADER.pack_into(buf, 0, base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes, count - 1,
+                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
 
 
 class ArrowColumns:
@@ -298,16 +308,13 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
         else:
             batches.append((_batch_in_place(view[start:end], count, timestamp_ms), count))
         start = end
-    if not codec:
-        out.flags.writeable = False  # the batches are read-only views of it
     return batches
 
 
 def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int) -> memoryview:
     """The uncompressed batch whose records follow ``HEADER_SIZE`` free bytes in ``buf``: its
     header and CRC-32C written there.  Returns ``buf`` read-only."""
-    HEADER.pack_into(buf, 0, 0, len(buf) - LOG_OVERHEAD, -1, MAGIC_V2, 0, 0, count - 1, timestamp_ms, timestamp_ms,
-                     -1, -1, -1, count)
+    _pack_header(buf, len(buf) - HEADER_SIZE, count, 0, timestamp_ms, timestamp_ms)
     buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(buf[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     return buf.toreadonly()
 
