@@ -37,5 +37,8 @@ async def serve(cfg: config_mod.Config) -> int:
 
 def run_cli(args) -> int:
     """Entry point of ``spark-coord broker --config FILE --override k=v``."""
+    from spark_coord.memory import keep_freed_memory
+
     cfg = config_mod.load(config_mod.BROKER, args.config, args.override)
+    keep_freed_memory()  # request buffers reuse freed memory instead of fresh pages (spark_coord.memory)
     return asyncio.run(serve(cfg))

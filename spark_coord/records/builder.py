@@ -272,12 +272,14 @@ def _binary_parts(arr):
 
 
 def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
-                  compression_level: int | None = None) -> list[tuple[bytes, int]]:
+                  compression_level: int | None = None, arena: "BatchArena | None" = None
+                  ) -> list[tuple[bytes, int]]:
     """Record batches (bytes, record count) holding ``rows`` (row indices, in order) of ``cols``, each
     at most ``batch_bytes`` before compression (or one record), all stamped ``timestamp_ms``.
 
     Compiled (numba) where available: no Python runs per record.  Otherwise the records
-    go through ``BatchBuilder`` one by one.
+    go through ``BatchBuilder`` one by one.  Uncompressed batches are built in place in memory
+    of their own, or taken from ``arena`` when given (they are then valid until its ``reset()``).
     """
     import numpy as np
 
@@ -293,7 +295,10 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
     gaps = HEADER_SIZE * min(len(rows), 2 * bound // max(batch_bytes, 1) + 2)
     # Uncompressed: the batches are built in place, in a buffer of their own (no copy); compressed:
     # the records are compressed out of a reused buffer.
-    out = np.empty(bound + gaps, np.uint8) if not codec else _arena(bound + gaps)
+    if codec:
+        out = _arena(bound + gaps)
+    else:
+        out = arena.take(bound + gaps) if arena is not None else np.empty(bound + gaps, np.uint8)
     chunk_rows = np.empty(len(rows), np.int64)
     chunk_ends = np.empty(len(rows), np.int64)
     inputs = [rows, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid, cols.hloff, cols.hlvalid,
@@ -318,6 +323,54 @@ def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int) -> memoryvie
     buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(buf[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     return buf.toreadonly()
 
+
+class BatchArena:
+    """Memory for uncompressed record batches, reused from one round of ``arrow_batches`` calls to
+    the next: a producer takes the batches of a round, sends them, and calls ``reset()`` once no
+    batch of the round is used any more (sent and acknowledged, no retry left).
+
+    Fresh memory costs more than the encoding: the kernel maps and zeroes every page on first
+    touch, four times the encoder's own time per record.  ``take`` carves arrays from blocks kept
+    across rounds; after a round that needed more than one block, ``reset`` replaces them with
+    one block of their total size.  More than ``max_block`` bytes are not kept.
+    """
+
+    def __init__(self, max_block: int = 256 * 1048576) -> None:
+        self.max_block = max_block
+        self._blocks: list = []
+        self._used = 0  # bytes taken from the last block
+
+    def take(self, size: int):
+        """A uint8 array of ``size`` bytes, valid until ``reset()``."""
+        import numpy as np
+
+        if self._blocks and self._used + size <= len(self._blocks[-1]):
+            start = self._used
+        else:
+            self._blocks.append(np.empty(max(size, _ARENA_BLOCK), np.uint8))
+            start = 0
+        self._used = start + size
+        return self._blocks[-1][start:start + size]
+
+    def reset(self) -> None:
+        """Make all memory taken so far available again: nothing may use it any more."""
+        import numpy as np
+
+        total = self.nbytes
+        if total > self.max_block:
+            self._blocks = []
+        elif len(self._blocks) > 1:
+            self._blocks = [np.empty(total, np.uint8)]
+        self._used = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return sum(len(b) for b in self._blocks)
+
+
+#: The size of a ``BatchArena``'s first block.
+_ARENA_BLOCK = 8 * 1048576
 
 _arenas = threading.local()
 

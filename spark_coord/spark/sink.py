@@ -138,6 +138,7 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
     """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
+    from spark_coord.records.builder import BatchArena
 
     cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
                             security=opts.security)
@@ -147,11 +148,13 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
         producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
                             retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
         sticky: dict[str, tuple[int, int]] = {}
+        arena = BatchArena()  # the record batches of one gathered Arrow batch, reused for the next
         for rb in _gathered(batches, _REQUEST_BYTES):
-            pending = _arrow_record_batches(rb, opts, cols, producer, sticky)
+            pending = _arrow_record_batches(rb, opts, cols, producer, sticky, arena)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
-            _send_all(producer, pending)
+            _send_all(producer, pending)  # returns once every batch is acknowledged (or failed)
+            arena.reset()
     finally:
         cluster.close()
     return SinkCommitMessage(records=count, topics=sorted(topics))
@@ -259,9 +262,10 @@ def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
     return [t for t in pc.unique(rb.column(cols.topic)).to_pylist() if t is not None]
 
 
-def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, tuple[int, int]]
-                          ) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
-    """The record batches of one Arrow batch's rows, by (topic, partition)."""
+def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, sticky: dict[str, tuple[int, int]],
+                          arena=None) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
+    """The record batches of one Arrow batch's rows, by (topic, partition); uncompressed ones in
+    ``arena`` (a ``BatchArena``) when given."""
     import time
 
     import numpy as np
@@ -308,7 +312,7 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
         for part in range(n):
             part_rows = order[bounds[part]:bounds[part + 1]]
             if len(part_rows):
-                out[(topic, part)] = arrow_batches(columns, part_rows, codec, opts.batch_size, now)
+                out[(topic, part)] = arrow_batches(columns, part_rows, codec, opts.batch_size, now, arena=arena)
     return out
 
 

@@ -68,3 +68,49 @@ def test_null_header_key_is_refused():
     headers = pa.array([[{"key": None, "value": b"x"}]], HEADERS_TYPE)
     with pytest.raises(ValueError, match="header key is null"):
         builder.ArrowColumns(None, pa.array([b"v"], pa.binary()), headers)
+
+
+def test_batch_arena_hands_out_its_memory_again_after_reset():
+    from spark_coord.records.builder import BatchArena
+
+    arena = BatchArena()
+    a, b = arena.take(1000), arena.take(3000)
+    assert len(a) == 1000 and len(b) == 3000
+    assert not np.shares_memory(a, b)
+    a[:] = 1
+    b[:] = 2
+    assert (a == 1).all()  # distinct regions of one block
+    first = arena.nbytes
+    arena.reset()
+    c = arena.take(1000)
+    assert np.shares_memory(a, c) and arena.nbytes == first  # the same memory, nothing new
+    arena.reset()
+    big = [arena.take(first // 2 + 1) for _ in range(3)]  # more than one block holds
+    assert arena.nbytes > first
+    held = arena.nbytes
+    arena.reset()
+    whole = arena.take(held)  # one block of the round's total now
+    assert arena.nbytes == held and not any(np.shares_memory(whole, x) for x in big)
+    small = BatchArena(max_block=first + (first >> 1))
+    small.take(1000)
+    small.reset()
+    assert small.nbytes == first  # within max_block: kept
+    small.take(1000)
+    small.take(first)
+    small.reset()
+    assert small.nbytes == 0  # a round above max_block: nothing kept
+
+
+def test_uncompressed_batches_from_an_arena_equal_fresh_ones():
+    import pyarrow as pa
+
+    from spark_coord.records.builder import ArrowColumns, BatchArena
+
+    cols = ArrowColumns(pa.array([b"k%d" % i for i in range(500)], pa.binary()),
+                        pa.array([b"v" * (i % 40) for i in range(500)], pa.binary()))
+    arena = BatchArena()
+    for rows in (np.arange(500), np.arange(0, 500, 3)):
+        fresh = builder.arrow_batches(cols, rows, 0, 2048, 1_700_000_000_000)
+        reused = builder.arrow_batches(cols, rows, 0, 2048, 1_700_000_000_000, arena=arena)
+        assert [(bytes(b), n) for b, n in reused] == [(bytes(b), n) for b, n in fresh]
+        arena.reset()

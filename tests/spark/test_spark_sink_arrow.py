@@ -70,6 +70,32 @@ def test_keyless_rows_stay_on_a_partition_for_batch_size_bytes():
     assert started["t"][1] == 500 and 0 <= started["t"][0] < 3
 
 
+def test_uncompressed_batches_reuse_memory_and_round_trip_across_gathered_batches(cluster):
+    """Several 4 MiB gathered batches: each one's record batches are built in memory the one before
+    used (``BatchArena``, reset once its Produce requests are answered); every row still lands
+    intact and in order in its key's partition."""
+    import pyarrow as pa
+
+    from spark_coord.client.producer import partition_for_key
+    from spark_coord.spark.options import parse_sink_options
+    from spark_coord.spark.sink import SinkColumns, produce_arrow
+
+    topic = new_topic(cluster, partitions=3)
+    rows = 120_000  # 3 Arrow batches of 40,000 rows, about 5 MiB each
+    keys = [f"k{i % 997}".encode() for i in range(rows)]
+    values = [f"{i:09d}".encode() + bytes([65 + i % 26]) * (90 + i % 50) for i in range(rows)]
+    batches = [pa.record_batch([pa.array(keys[i:i + 40_000], pa.binary()), pa.array(values[i:i + 40_000], pa.binary())],
+                               ["key", "value"]) for i in range(0, rows, 40_000)]
+    opts = parse_sink_options({"bootstrap.brokers": cluster.bootstrap, "topic": topic})
+    message = produce_arrow(iter(batches), opts, SinkColumns(value=1, key=0))
+    assert message.records == rows
+    got = _read_back(cluster, topic, 3)
+    assert sorted(v for _, v, _, _ in got) == sorted(values)
+    for p in range(3):
+        assert [v for _, v, q, _ in got if q == p] == [values[i] for i in range(rows)
+                                                        if partition_for_key(keys[i], 3) == p]
+
+
 def test_the_writers_spark_gets_are_arrow_writers():
     from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
