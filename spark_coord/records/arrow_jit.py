@@ -259,15 +259,18 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
     stats[_STATUS] = OK if nh <= hcap else MORE_HEADERS
 
 
-def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata, hvvalid,
-            batch_bytes, gap, out, chunk_rows, chunk_ends):
+def _encode(rows, parts, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata,
+            hvvalid, batch_bytes, gap, out, starts, chunk_parts, chunk_rows, chunk_ends):
     """Encode ``rows`` (indices into the columns) as records (Kafka's ``DefaultRecord``) into ``out``,
-    cut into chunks of at most ``batch_bytes`` (at least one record each) whose offset deltas start at
-    0, each chunk after ``gap`` bytes left free (room for a batch header); returns the number of
-    chunks, whose row counts and end positions go to ``chunk_rows`` and ``chunk_ends`` (chunk i's
-    records start ``gap`` bytes after the end of chunk i - 1, chunk 0's at ``gap``).  Timestamp
-    deltas are 0 (one timestamp per batch).  A column that is absent has length-0 arrays;
-    ``hloff`` of length 0 means no headers."""
+    in one pass over the rows whatever partition each goes to: row ``rows[i]`` goes to partition
+    ``parts[i]``, whose records are written in the region of ``out`` that starts at
+    ``starts[parts[i]]``, cut into chunks of at most ``batch_bytes`` (at least one record each)
+    whose offset deltas start at 0, each chunk after ``gap`` bytes left free (room for a batch
+    header).  Returns the number of chunks; chunk j holds ``chunk_rows[j]`` records of partition
+    ``chunk_parts[j]`` and ends at ``chunk_ends[j]`` (its records start ``gap`` bytes after the end
+    of the partition's previous chunk, or of ``starts[partition]`` for its first).  A partition's
+    chunks are numbered in order.  Timestamp deltas are 0 (one timestamp per batch).  A column
+    that is absent has length-0 arrays; ``hloff`` of length 0 means no headers."""
 
     def size(v):  # bytes of the unsigned varint ``v`` (v >= 0)
         n = 1
@@ -286,12 +289,19 @@ def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkof
 
     has_keys = len(kvalid) > 0
     has_headers = len(hloff) > 0
-    pos = gap
+    npart = len(starts)
+    cursor = np.empty(npart, np.int64)  # where each partition's next record goes
+    chunk_start = np.empty(npart, np.int64)
+    deltas = np.zeros(npart, np.int64)  # records in each partition's open chunk
+    for q in range(npart):
+        cursor[q] = starts[q] + gap
+        chunk_start[q] = cursor[q]
     chunks = 0
-    chunk_start = gap
-    delta = 0
     for i in range(len(rows)):
         r = rows[i]
+        q = parts[i]
+        pos = cursor[q]
+        delta = deltas[q]
         klen = koff[r + 1] - koff[r] if has_keys and kvalid[r] else -1
         vlen = voff[r + 1] - voff[r] if vvalid[r] else -1
         h0 = 0
@@ -306,14 +316,14 @@ def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkof
             hv = hvoff[h + 1] - hvoff[h] if hvvalid[h] else -1
             body += size(2 * hk) + hk + size(2 * hv if hv >= 0 else 1) + max(hv, 0)
         total = body + size(2 * delta) + size(2 * (body + size(2 * delta)))
-        if delta > 0 and pos - chunk_start + total > batch_bytes:
+        if delta > 0 and pos - chunk_start[q] + total > batch_bytes:
+            chunk_parts[chunks] = q
             chunk_rows[chunks] = delta
             chunk_ends[chunks] = pos
             chunks += 1
             pos += gap
-            chunk_start = pos
+            chunk_start[q] = pos
             delta = 0
-            total = body + 1 + size(2 * (body + 1))
         body += size(2 * delta)
         pos = put(pos, 2 * body)
         out[pos] = 0  # attributes
@@ -347,11 +357,14 @@ def _encode(rows, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkof
             else:
                 out[pos] = 1
                 pos += 1
-        delta += 1
-    if delta > 0:
-        chunk_rows[chunks] = delta
-        chunk_ends[chunks] = pos
-        chunks += 1
+        cursor[q] = pos
+        deltas[q] = delta + 1
+    for q in range(npart):
+        if deltas[q] > 0:
+            chunk_parts[chunks] = q
+            chunk_rows[chunks] = deltas[q]
+            chunk_ends[chunks] = cursor[q]
+            chunks += 1
     return chunks
 
 

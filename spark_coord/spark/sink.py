@@ -12,10 +12,11 @@ already, which cannot be taken back.
 With pyspark 4.x's ``DataSourceArrowWriter`` / ``DataSourceStreamArrowWriter``
 (Spark hands those writers Arrow record batches instead of rows), the writers
 build record batches straight from the Arrow columns (``records.builder.
-arrow_batches``: compiled, no Python per row): rows are grouped by topic and
-partition (the ``partition`` column, else Kafka's murmur2 of the key, else one
-partition per Arrow batch, moving on with the next), cut into batches of
-``batch.size`` bytes and produced one batch per partition per request.  Older
+arrow_batches_by_partition``: compiled, one pass over the rows, no Python per row):
+rows are grouped by topic and partition (the ``partition`` column, else Kafka's
+murmur2 of the key, else Kafka's sticky partitioner: one partition until
+``batch.size`` bytes went to it), cut into batches of ``batch.size`` bytes and
+produced one batch per partition per request.  Older
 pyspark versions get the row writers, which produce row by row with
 ``client.producer.Producer``.
 """
@@ -271,7 +272,7 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
     import numpy as np
     import pyarrow.compute as pc
 
-    from spark_coord.records.builder import ArrowColumns, arrow_batches
+    from spark_coord.records.builder import ArrowColumns, arrow_batches_by_partition
     from spark_coord.records.compression import codec_id
 
     columns = ArrowColumns(rb.column(cols.key) if cols.key is not None else None, rb.column(cols.value),
@@ -305,14 +306,10 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
             keyless = unset[parts[unset] < 0]
             if len(keyless):
                 parts[keyless] = _sticky_partitions(columns, keyless, n, opts.batch_size, sticky, topic)
-        chosen = parts[rows]
-        small = chosen.astype(np.int16) if n <= 32767 else chosen  # numpy's stable sort is a radix sort for 16 bits
-        order = rows[np.argsort(small, kind="stable")]
-        bounds = np.searchsorted(parts[order], np.arange(n + 1))
-        for part in range(n):
-            part_rows = order[bounds[part]:bounds[part + 1]]
-            if len(part_rows):
-                out[(topic, part)] = arrow_batches(columns, part_rows, codec, opts.batch_size, now, arena=arena)
+        by_partition = arrow_batches_by_partition(columns, rows, parts[rows], n, codec, opts.batch_size, now,
+                                                  arena=arena)
+        for part, batches in by_partition.items():
+            out[(topic, part)] = batches
     return out
 
 

@@ -51,6 +51,49 @@ def test_compiled_and_python_encoders_agree(rows, start, batch_bytes, codec, rev
             assert count == 1 or header.size - 61 <= batch_bytes
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(row, min_size=1, max_size=40), start=st.integers(0, 3), batch_bytes=st.integers(1, 3000),
+       codec=st.sampled_from([0, 3]), partitions=st.integers(1, 5), data=st.data())
+def test_one_pass_over_all_partitions_equals_one_pass_per_partition(rows, start, batch_bytes, codec, partitions,
+                                                                   data):
+    """The sink's encoder writes each row into its partition's region in one pass over the rows:
+    every partition's batches are byte for byte those of encoding its rows alone."""
+    keys, values, headers = columns(rows, min(start, len(rows) - 1))
+    cols = builder.ArrowColumns(keys, values, headers)
+    order = np.asarray(data.draw(st.permutations(range(cols.rows))), np.int64)
+    parts = np.asarray(data.draw(st.lists(st.integers(0, partitions - 1), min_size=len(order), max_size=len(order))),
+                       np.int64)
+    arena = builder.BatchArena()
+    together = builder.arrow_batches_by_partition(cols, order, parts, partitions, codec, batch_bytes, 7, arena=arena)
+    assert sorted(together) == sorted(set(parts.tolist()))
+    for q in range(partitions):
+        alone = builder.arrow_batches(cols, order[parts == q], codec, batch_bytes, 7)
+        assert [(bytes(b), n) for b, n in together.get(q, [])] == [(bytes(b), n) for b, n in alone]
+
+
+def test_by_partition_without_the_compiled_encoder_gives_the_same_records(monkeypatch):
+    keys = pa.array([None if i % 7 == 0 else b"k%d" % i for i in range(300)], pa.binary())
+    cols = builder.ArrowColumns(keys, pa.array([b"v" * (i % 50) for i in range(300)], pa.binary()))
+    order = np.arange(299, -1, -1)
+    parts = order % 3
+    compiled = builder.arrow_batches_by_partition(cols, order, parts, 3, 0, 900, 7)
+    monkeypatch.setattr(arrow_jit, "AVAILABLE", False)
+    python = builder.arrow_batches_by_partition(cols, order, parts, 3, 0, 900, 7)
+    assert sorted(python) == sorted(compiled) == [0, 1, 2]
+    for q in range(3):
+        assert decoded(python[q]) == decoded(compiled[q])
+        assert [r[1] for r in decoded(python[q])] == [b"v" * (i % 50) for i in order if i % 3 == q]
+
+
+def test_partitions_out_of_range_are_refused():
+    cols = builder.ArrowColumns(None, pa.array([b"a", b"b"], pa.binary()))
+    for parts in ([0, 2], [-1, 0]):
+        with pytest.raises(ValueError, match="is not one of 0..1"):
+            builder.arrow_batches_by_partition(cols, [0, 1], parts, 2, 0, 1000, 7)
+    with pytest.raises(ValueError, match="1 partitions given for 2 rows"):
+        builder.arrow_batches_by_partition(cols, [0, 1], [0], 2, 0, 1000, 7)
+
+
 @pytest.mark.skipif(not arrow_jit.AVAILABLE, reason="numba unavailable")
 def test_key_partitions_match_the_producer():
     import random
