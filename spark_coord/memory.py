@@ -9,7 +9,9 @@ first touch, which cost the broker a third of its CPU time while a Spark sink wr
 
 ``keep_freed_memory`` fixes both thresholds (``mallopt``): blocks below ``mmap_threshold``
 come from the heap, and up to ``trim_threshold`` bytes freed at a heap's top stay there for
-the next request.  Elsewhere than glibc it does nothing.
+the next request.  A threshold set in the environment with glibc's own variables
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) is left as the operator chose it.
+Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +34,8 @@ TRIM_THRESHOLD = 128 * 1048576
 
 
 def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
-    """Set glibc malloc's mmap and trim thresholds for this process; False (nothing changed)
-    where the C library has no ``mallopt`` or refuses a value."""
+    """Set glibc malloc's mmap and trim thresholds for this process (each unless the environment
+    sets it); False where the C library has no ``mallopt`` or refuses a value."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
         mallopt = libc.mallopt
@@ -41,9 +44,13 @@ def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int 
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    if not (mallopt(M_MMAP_THRESHOLD, mmap_threshold) and mallopt(M_TRIM_THRESHOLD, trim_threshold)):
-        log.debug("mallopt refused mmap threshold %d / trim threshold %d", mmap_threshold, trim_threshold)
-        return False
+    for param, value, variable in ((M_MMAP_THRESHOLD, mmap_threshold, "MALLOC_MMAP_THRESHOLD_"),
+                                   (M_TRIM_THRESHOLD, trim_threshold, "MALLOC_TRIM_THRESHOLD_")):
+        if variable in os.environ:
+            log.debug("%s=%s in the environment: kept", variable, os.environ[variable])
+        elif not mallopt(param, value):
+            log.debug("mallopt refused %s %d", variable.rstrip("_").lower(), value)
+            return False
     log.debug("malloc keeps freed memory: mmap threshold %d, trim threshold %d bytes", mmap_threshold,
               trim_threshold)
     return True

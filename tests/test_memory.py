@@ -46,9 +46,10 @@ _ALLOCATE = textwrap.dedent("""
 """)
 
 
-def _faults(mode: str) -> list[int]:
+def _faults(mode: str, env: dict | None = None) -> list[int]:
     out = subprocess.run([sys.executable, "-c", _ALLOCATE, mode], capture_output=True, text=True, timeout=120,
-                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         env={**os.environ, **(env or {})})
     return [int(x) for x in out.stdout.split()]
 
 
@@ -58,6 +59,12 @@ def test_freed_buffers_are_reused_instead_of_fresh_pages():
     assert min(default) > 20_000, f"glibc's defaults should give fresh pages here: {default}"
     for where, n in zip(("main thread", "other thread"), kept):
         assert n < 2_000, f"{where}: {n} page faults with freed memory kept ({default} without)"
+
+
+def test_thresholds_set_in_the_environment_are_left_alone():
+    """An operator's ``MALLOC_*_THRESHOLD_`` (here: give everything back at once) wins."""
+    chosen = _faults("kept", {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"})
+    assert min(chosen) > 20_000, f"the environment's thresholds should hold: {chosen}"
 
 
 def _broker_faults(pid: int) -> int:

@@ -65,6 +65,20 @@ def test_lz4_writes_independent_blocks_without_content_checksum():
     assert decompress(3, bytes(cramjam.lz4.compress(DATA))) == DATA  # linked blocks, checksums: readable too
 
 
+def test_lz4_without_a_level_is_lz4s_fast_mode():
+    """librdkafka's default; cramjam's own default is LZ4 HC (level 4), several times slower."""
+    records = b"".join(b"%016d%012d" % (i, i) + b"x" * 88 for i in range(3000))
+
+    def frame(level):
+        c = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+        c.compress(records)
+        return bytes(c.finish())
+
+    assert compress(3, records) == frame(0) != frame(None)
+    assert compress(3, records, level=9) == frame(9)
+    assert decompress(3, compress(3, records)) == records
+
+
 def test_unknown_codec_is_named():
     for bad in (5, 7, -1, "brotli", None):
         with pytest.raises(ValueError, match="unknown compression"):
