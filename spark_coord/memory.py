@@ -17,7 +17,6 @@ Elsewhere than glibc it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -37,8 +36,7 @@ def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int 
     """Set glibc malloc's mmap and trim thresholds for this process (each unless the environment
     sets it); False where the C library has no ``mallopt`` or refuses a value."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter runs on (no ldconfig lookup)
     except (OSError, AttributeError):
         log.debug("no mallopt in this C library: malloc thresholds left as they are")
         return False

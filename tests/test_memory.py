@@ -1,21 +1,17 @@
 """Freed memory kept for reuse (``spark_coord.memory``): a process allocating buffers of a MiB
 over and over, as a broker does for every large Produce request, touches fresh pages only
 until its heaps hold enough, where glibc's default thresholds gave it fresh pages again and
-again (each mapped and zeroed by the kernel on first touch)."""
+again (each mapped and zeroed by the kernel on first touch).  Linux with glibc, as the whole
+suite (brokers' /proc, Spark's pip wheels)."""
 
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from helpers import local_cluster
-
-pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's")
 
 # A StreamReader's pattern: a buffer grown by 256 KiB socket reads, a 1 MiB frame copied out of it,
 # in a thread of its own as well as the main one.  Prints the minor page faults of each.

@@ -326,7 +326,7 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
     # Uncompressed: the batches are built in place, in a buffer of their own (no copy); compressed:
     # the records are compressed out of a reused buffer.
     if codec:
-        out = _arena(total)
+        out = _scratch(total)
     else:
         out = arena.take(total) if arena is not None else np.empty(total, np.uint8)
     chunk_parts = np.empty(len(rows), np.int64)
@@ -407,25 +407,25 @@ class BatchArena:
 #: The size of a ``BatchArena``'s first block.
 _ARENA_BLOCK = 8 * 1048576
 
-_arenas = threading.local()
+_scratches = threading.local()
 
 
-def _arena(size: int):
+def _scratch(size: int):
     """A uint8 buffer of ``size`` bytes reused by this thread's calls (fresh pages for every call
     cost more than the encoding).  Its largest size is kept, 64 MiB at most, beyond which a
     call gets a buffer of its own."""
     import numpy as np
 
-    buf = getattr(_arenas, "buf", None)
+    buf = getattr(_scratches, "buf", None)
     if buf is not None and len(buf) >= size:
         return buf[:size]
     buf = np.empty(size, np.uint8)
-    if size <= _ARENA_MAX:
-        _arenas.buf = buf
+    if size <= _SCRATCH_MAX:
+        _scratches.buf = buf
     return buf
 
 
-_ARENA_MAX = 64 * 1048576
+_SCRATCH_MAX = 64 * 1048576
 
 
 def _encoded_bounds(cols: ArrowColumns, rows):
