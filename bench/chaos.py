@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/chaos.py                       # the README's run (~15 minutes)
     .venv/bin/python bench/chaos.py --faults 20 --duration 240 --seed 7
+    .venv/bin/python bench/chaos.py --kinds thin,thin,eager,cooperative --session-ms 30000 \
+        --zk-session-ms 18000 --faults 30 --duration 600 --workdir /some/dir   # mixed members, default timeouts
 
 An embedded ZooKeeper, 3 broker processes, a 12-partition topic, an acknowledging
 producer (acks=1) and 4 journaling thin-consumer members (6 s sessions) that commit
@@ -9,6 +11,16 @@ actively after every batch.  Faults at random moments: SIGKILL and SIGSTOP of
 members, SIGKILL of the coordinator's broker and of other brokers (restarted), and
 ZooKeeper session expiry of the coordinator (its broker paused past its session).
 See ``spark_coord/testing/chaos.py`` for the checks and the stall measure.
+
+``--kinds`` mixes member kinds, one per member: ``thin`` (our consumer), ``eager``
+(confluent-kafka, librdkafka's default assignors) and ``cooperative`` (confluent-kafka
+with ``partition.assignment.strategy=cooperative-sticky``); each commits synchronously
+after every batch.  The report adds, per member, the records delivered to it again
+(and how many of those it had read itself) and the faults that hit it; for each
+member SIGKILL, the longest wait of a record on the other members' partitions over
+the victim's session timeout and the rebalance after it, against quiet windows; and
+every run of failed commits lasting 10 s or more (a member whose commits keep failing
+has its threads dumped into its log, ``<workdir>/members/<name>.log``).
 
 Prints the report and writes it as JSON (``--report``); exits 1 when an invariant
 was violated.  Figures: duplicates as a share of the records consumed, and the
@@ -26,27 +38,36 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_coord.testing.chaos import ChaosRun, ChaosSettings, write_report  # noqa: E402
+from spark_coord.testing.chaos import ChaosRun, ChaosSettings, parse_kinds, write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--faults", type=int, default=60)
     p.add_argument("--duration", type=float, default=780.0, help="seconds of faults and load")
-    p.add_argument("--members", type=int, default=4)
+    p.add_argument("--members", type=int, default=4, help="thin-consumer members (when --kinds is not given)")
+    p.add_argument("--kinds", help="member kinds, one per member: thin, eager, cooperative "
+                                   "(e.g. thin,thin,eager,cooperative); default: --members thin consumers")
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--diagnose-after", type=float, default=5.0,
+                   help="dump a member's threads once its commits failed for this many seconds (0: never)")
     p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
     p.add_argument("--report", default="chaos-report.json")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("spark_coord.testing.chaos").setLevel(logging.INFO)
-    settings = ChaosSettings(partitions=args.partitions, members=args.members, member_session_ms=args.session_ms,
-                             broker_zk_session_ms=args.zk_session_ms, duration_s=args.duration, faults=args.faults,
-                             seed=args.seed)
+    try:
+        kinds = parse_kinds(args.kinds) if args.kinds else ()
+    except ValueError as e:
+        p.error(str(e))
+    settings = ChaosSettings(partitions=args.partitions, members=len(kinds) or args.members, kinds=kinds,
+                             member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
+                             duration_s=args.duration, faults=args.faults, seed=args.seed,
+                             diagnose_after_s=args.diagnose_after)
     from spark_coord.zk.embedded import EmbeddedZooKeeper
 
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:

@@ -19,6 +19,24 @@ a time, no delivery outside ownership, no owned partition left unfetched, final
 offsets at the log end -- plus duplicates and, for every coordinator SIGKILL, how
 long consumption of the live partitions stalled (against the same measure taken
 at quiet moments of the same run).
+
+Members may be of several kinds (``ChaosSettings.kinds``), each its own process
+journaling in one format: ``thin`` (our consumer, ``testing.member``), ``eager``
+(confluent-kafka with librdkafka's default assignors) and ``cooperative``
+(confluent-kafka with ``partition.assignment.strategy=cooperative-sticky``), see
+``testing.kafka_member``.  Every kind commits synchronously after every batch.
+The report also gives, per member (incarnation), the records delivered to it that
+had been delivered before (and how many of those it had delivered itself) and the
+faults that hit it; for every member SIGKILL, the longest wait of a record on the
+partitions of the *other* members (from its appearance in the log to its first
+delivery) over the following session timeout and rebalance, against the same
+measure at quiet moments; and every run of failed commits of a member lasting
+``commit_failure_report_s`` or more.
+
+Diagnostics: while a member's commits keep failing for ``diagnose_after_s`` the
+run asks it for a dump of every thread's stack (SIGUSR1: ``faulthandler``, into
+the member's log), and, when ``py-spy`` is installed, dumps the coordinator
+broker's threads into ``<workdir>/diagnostics/``.
 """
 
 from __future__ import annotations
@@ -26,14 +44,18 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from spark_coord.testing import invariants
+from spark_coord.testing.kafka_member import KafkaMemberProcess
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.producer import AckingProducer, LogEndSampler, read_values
 
@@ -41,6 +63,18 @@ log = logging.getLogger(__name__)
 
 KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill", "coordinator_expiry")
 BROKER_KINDS = ("coordinator_kill", "broker_kill", "coordinator_expiry")
+#: Member kinds: our thin consumer, confluent-kafka with the default (eager) assignors, and with
+#: cooperative-sticky.
+MEMBER_KINDS = ("thin", "eager", "cooperative")
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``"thin,thin,eager,cooperative"`` -> the member kinds, one per member (checked)."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in MEMBER_KINDS]
+    if bad or not kinds:
+        raise ValueError(f"member kinds must be a comma-separated list of {', '.join(MEMBER_KINDS)}; got {text!r}")
+    return kinds
 
 
 @dataclass
@@ -48,6 +82,8 @@ class ChaosSettings:
     brokers: int = 3
     partitions: int = 12
     members: int = 4
+    #: One kind per member (``MEMBER_KINDS``); empty: ``members`` thin consumers.
+    kinds: tuple[str, ...] = ()
     member_session_ms: int = 6000
     broker_zk_session_ms: int = 4000
     duration_s: float = 180.0
@@ -63,6 +99,13 @@ class ChaosSettings:
     liveness_bound_s: float = 12.0
     warmup_s: float = 15.0
     cooldown_s: float = 15.0
+    #: Dump a member's threads (and the coordinator's) once its commits failed for this long (0: never).
+    diagnose_after_s: float = 5.0
+    #: Runs of failed commits at least this long are listed in the report.
+    commit_failure_report_s: float = 10.0
+
+    def member_kinds(self) -> tuple[str, ...]:
+        return tuple(self.kinds) if self.kinds else ("thin",) * self.members
 
 
 @dataclass
@@ -91,6 +134,19 @@ class ChaosReport:
     coordinator_kill_stalls: list[float]
     baseline_stalls: list[float]
     wall_s: float
+    #: Epoch seconds when the members were started (times below are relative to it).
+    t0: float = 0.0
+    #: Per member incarnation: kind, records, extra (duplicates handed to it), same_member, faults.
+    members: list[dict] = field(default_factory=list)
+    #: Per member SIGKILL: victim, at, stall of the other members' partitions, whether another fault
+    #: fell in its window (``clean``: none did).
+    member_kill_stalls: list[dict] = field(default_factory=list)
+    #: The same measure over quiet windows of the run.
+    baseline_latency: list[float] = field(default_factory=list)
+    #: Runs of consecutive failed commits of one member lasting ``commit_failure_report_s`` or more.
+    commit_failure_runs: list[dict] = field(default_factory=list)
+    #: Stack dumps taken (member, at, where).
+    diagnostics: list[dict] = field(default_factory=list)
 
     @property
     def duplicate_pct(self) -> float:
@@ -119,6 +175,30 @@ class ChaosReport:
             "same measure at quiet moments (s): "
             + (f"median {statistics.median(self.baseline_stalls):.2f}" if self.baseline_stalls else "none"),
         ]
+        kills = self.member_kill_stalls
+        clean = [k["stall"] for k in kills if k["clean"]]
+        base = self.baseline_latency
+        lines.append("longest wait of a record on the other members' partitions after a member SIGKILL (s): "
+                     + (", ".join(f"{k['victim']} ({k['kind']}) at +{k['at']:.0f}: {k['stall']:.2f}"
+                                  + ("" if k["clean"] else " (another fault in its window)") for k in kills)
+                        if kills else "no member SIGKILL"))
+        if clean:
+            lines.append(f"  without another fault in the window: median {statistics.median(clean):.2f}, "
+                         f"max {max(clean):.2f}")
+        lines.append("same measure over quiet windows (s): "
+                     + (f"median {statistics.median(base):.2f}, max {max(base):.2f}" if base else "none"))
+        lines.append("per member: delivered again (of which it had read itself) / records; faults that hit it")
+        for m in self.members:
+            faults = ", ".join(f"{f['kind']} at +{f['at']:.0f}" for f in m["faults"]) or "none"
+            lines.append(f"  {m['name']:<6} {m['kind']:<11} {m['extra']:>7} ({m['same_member']:>6}) / "
+                         f"{m['records']:>8}; commit failures {m['commit_failed']}; faults: {faults}")
+        if self.commit_failure_runs:
+            lines.append("runs of failed commits:")
+            for r in self.commit_failure_runs:
+                lines.append(f"  {r['member']} ({r['kind']}): {r['count']} failed from +{r['start']:.1f} to "
+                             f"+{r['end']:.1f} ({r['end'] - r['start']:.1f} s), codes {r['codes']}")
+        for d in self.diagnostics:
+            lines.append(f"stack dump of {d['target']} at +{d['at']:.1f}: {d['where']}")
         return "\n".join(lines)
 
 
@@ -140,6 +220,9 @@ class ChaosRun:
         self._recoveries: list[threading.Thread] = []
         self._broker_busy = threading.Event()
         self._lock = threading.Lock()
+        self.kinds = settings.member_kinds()
+        self.t0 = time.time()
+        self.diagnostics: list[dict] = []
 
     # ---------------------------------------------------------------- setup
     def _start_cluster(self):
@@ -158,8 +241,15 @@ class ChaosRun:
         base = f"m{slot}"
         n = sum(1 for name in self.members if name == base or name.startswith(base + "."))
         name = base if n == 0 else f"{base}.{n}"
-        m = MemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group, topics=[self.topic],
-                          session_timeout_ms=self.s.member_session_ms, consumer_id=base)
+        kind = self.kinds[slot]
+        if kind == "thin":
+            m = MemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
+                              topics=[self.topic], session_timeout_ms=self.s.member_session_ms, consumer_id=base)
+        else:
+            m = KafkaMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
+                                   topics=[self.topic], strategy=kind, session_timeout_ms=self.s.member_session_ms,
+                                   consumer_id=base)
+        m.kind = kind  # type: ignore[attr-defined]
         self.members[name] = m
         self.current[slot] = m
         return m
@@ -281,8 +371,12 @@ class ChaosRun:
             self.sampler.start()
             self.producer = AckingProducer(self.cluster.bootstrap, self.topic, s.partitions, s.batch, s.interval_s)
             self.producer.start()
-            for slot in range(s.members):
+            self.t0 = time.time()
+            for slot in range(len(self.kinds)):
                 self._member(slot)
+            self.watcher = CommitWatcher(self) if s.diagnose_after_s > 0 else None
+            if self.watcher is not None:
+                self.watcher.start()
             t0 = time.time()
             window = max(1.0, s.duration_s - s.warmup_s - s.cooldown_s)
             plan = sorted(t0 + s.warmup_s + self.rng.uniform(0, window) for _ in range(s.faults))
@@ -325,6 +419,8 @@ class ChaosRun:
             t.start()
         for t in closers:
             t.join(90)
+        if getattr(self, "watcher", None) is not None:
+            self.watcher.stop()
         journals = self._journals()
         samples = self.history.stop()
         log_ends = self.sampler.stop()
@@ -338,6 +434,8 @@ class ChaosRun:
         self._owners = intervals
         stalls = [self._stall(f.at, int(f.target), journals, log_ends) for f in self.faults
                   if f.kind == "coordinator_kill"]
+        first = _first_deliveries(journals)
+        kill_stalls = [self._member_kill_stall(f, first, log_ends) for f in self.faults if f.kind == "member_kill"]
         return ChaosReport(
             settings=asdict(s), faults=[asdict(f) for f in self.faults],
             produced=self.producer.sent, acked=len(self.producer.acked), consumed=dups["records"], duplicates=dups,
@@ -351,7 +449,12 @@ class ChaosRun:
                                          self.member_paused, unknown_start=0),
             final_offsets=invariants.committed_at_log_end(committed, ends),  # type: ignore[arg-type]
             coordinator_kill_stalls=stalls, baseline_stalls=self._baseline(journals, log_ends),
-            wall_s=time.monotonic() - started)
+            wall_s=time.monotonic() - started, t0=self.t0, members=self._member_figures(journals),
+            member_kill_stalls=kill_stalls, baseline_latency=self._latency_baseline(first, log_ends),
+            commit_failure_runs=[dict(r, kind=self._kind_of(r["member"]), start=r["start"] - self.t0,
+                                      end=r["end"] - self.t0)
+                                 for r in commit_failure_runs(journals, s.commit_failure_report_s)],
+            diagnostics=[dict(d, at=d["at"] - self.t0) for d in self.diagnostics])
 
     def _journals(self) -> dict[str, list[dict]]:
         return {name: m.events() for name, m in self.members.items()}
@@ -413,8 +516,75 @@ class ChaosRun:
         picked = quiet[:: max(1, len(quiet) // n)][:n]
         return [self._stall(t, None, journals, log_ends) for t in picked]
 
+    # ---------------------------------------------------------------- member figures
+    def _kind_of(self, name: str) -> str:
+        m = self.members.get(name)
+        return getattr(m, "kind", "thin") if m is not None else "?"
+
+    def _member_figures(self, journals) -> list[dict]:
+        dups = invariants.duplicates_by_member(journals)
+        out = []
+        for name in sorted(self.members, key=lambda n: (n.split(".")[0], len(n), n)):
+            events = journals.get(name, [])
+            out.append(dict(name=name, kind=self._kind_of(name), **dups.get(name, {}),
+                            commit_failed=sum(1 for e in events if e["ev"] == "commit_failed"),
+                            faults=[{"kind": f.kind, "at": f.at - self.t0} for f in self.faults if f.target == name]))
+        return out
+
+    # ------------------------------------------------------ member SIGKILL stalls
+    def _kill_window_s(self) -> float:
+        """After a member SIGKILL: its session timeout (its partitions wait that long) plus a rebalance."""
+        return self.s.member_session_ms / 1000 + 15.0
+
+    def _member_kill_stall(self, fault: Fault, first, log_ends) -> dict:
+        """The longest wait of a record (from the log end sample that first showed it to its first
+        delivery) on partitions owned at the SIGKILL by other members that no fault touched, over
+        the victim's session timeout and the rebalance after it."""
+        at, window = fault.at, self._kill_window_s()
+        parts = []
+        for p, leader in self.leaders.items():
+            tp = (self.topic, p)
+            owners = {m for a, b, m in self._owners.get(tp, ()) if a <= at < b}
+            if not owners or fault.target in owners:
+                continue
+            if any(a < at + window and b > at - 1 for a, b in self.broker_down.get(leader, ())):
+                continue
+            if self._faulted_member(tp, at, at + window):
+                continue
+            parts.append(p)
+        others = [f for f in self.faults if f is not fault
+                  and f.at - 8 < at + window and (f.until or f.at) + 8 > at]
+        return {"victim": fault.target, "kind": self._kind_of(fault.target), "at": at - self.t0,
+                "window_s": window, "partitions": len(parts),
+                "stall": self._max_latency(parts, at, at + window, first, log_ends),
+                "clean": not others}
+
+    def _max_latency(self, parts, a: float, b: float, first, log_ends, horizon: float = 120.0) -> float:
+        worst = 0.0
+        for p in parts:
+            for ts, end in log_ends.get((self.topic, p), ()):
+                if not a <= ts <= b or end <= 0:
+                    continue
+                got = first.get((self.topic, p, end - 1))
+                worst = max(worst, horizon if got is None else min(horizon, max(0.0, got - ts)))
+        return worst
+
+    def _latency_baseline(self, first, log_ends, length: float = 10.0, n: int = 10) -> list[float]:
+        """The longest wait of a record over windows of ``length`` seconds with no fault within 8 s."""
+        busy = [(f.at - 8, (f.until or f.at) + 8) for f in self.faults]
+        samples = [ts for v in log_ends.values() for ts, _ in v]
+        if not samples:
+            return []
+        lo, hi = max(min(samples), self.t0) + self.s.warmup_s * 0.7, max(samples) - 30 - length
+        quiet = [t for t in (lo + i for i in range(int(max(0, hi - lo))))
+                 if not any(a <= t + length and b >= t for a, b in busy)]
+        picked = quiet[:: max(1, len(quiet) // n)][:n]
+        return [self._max_latency(sorted(self.leaders), t, t + length, first, log_ends) for t in picked]
+
     # ---------------------------------------------------------------- teardown
     def _teardown(self) -> None:
+        if getattr(self, "watcher", None) is not None:
+            self.watcher.stop()
         for m in self.members.values():
             if m.alive():
                 m.signal(signal.SIGCONT)
@@ -430,6 +600,150 @@ class ChaosRun:
         from spark_coord.zk.client import close
 
         close(self.zk)
+
+
+def _first_deliveries(journals) -> dict[tuple[str, int, int], float]:
+    """(topic, partition, offset) -> when some member first delivered it."""
+    first: dict[tuple[str, int, int], float] = {}
+    for events in journals.values():
+        for e in events:
+            if e["ev"] != "recs":
+                continue
+            for o in e["offs"]:
+                key = (e["t"], e["p"], o)
+                if key not in first or e["ts"] < first[key]:
+                    first[key] = e["ts"]
+    return first
+
+
+def commit_failure_runs(journals, min_s: float) -> list[dict]:
+    """Runs of a member's consecutive ``commit_failed`` lines (no ``commit`` between) spanning
+    ``min_s`` seconds or more: member, start, end (epoch s), count, codes."""
+    out = []
+    for member, events in journals.items():
+        run: list[dict] = []
+
+        def flush() -> None:
+            if run and run[-1]["ts"] - run[0]["ts"] >= min_s:
+                out.append({"member": member, "start": run[0]["ts"], "end": run[-1]["ts"], "count": len(run),
+                            "codes": sorted({e.get("code") for e in run}, key=str)})
+            run.clear()
+
+        for e in events:
+            if e["ev"] == "commit_failed":
+                run.append(e)
+            elif e["ev"] in ("commit", "start", "closed"):
+                flush()
+        flush()
+    return sorted(out, key=lambda r: r["start"])
+
+
+class JournalTail:
+    """Reads the lines appended to a journal since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._pos = 0
+        self._rest = b""
+
+    def new_events(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._pos += len(data)
+        data = self._rest + data
+        lines = data.split(b"\n")
+        self._rest = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+class CommitWatcher(threading.Thread):
+    """Watches the members' journals; while a member's commits have kept failing for
+    ``diagnose_after_s``, asks it for every thread's stack (SIGUSR1) and dumps the
+    coordinator broker's threads with py-spy when it is installed -- every 5 s, at most 4
+    times per run of failures."""
+
+    def __init__(self, run: "ChaosRun", every_s: float = 5.0, per_run: int = 4):
+        super().__init__(name="commit-watcher", daemon=True)
+        self.run_ = run
+        self.every = every_s
+        self.per_run = per_run
+        self._stop_event = threading.Event()
+        self._tails: dict[str, JournalTail] = {}
+        self._state: dict[str, dict] = {}
+        self.dir = run.workdir / "diagnostics"
+        self.py_spy = shutil.which("py-spy") or next(
+            (str(p) for p in [Path(sys.executable).parent / "py-spy"] if p.exists()), None)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(30)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(1.0):
+            try:
+                self._scan()
+            except Exception:
+                log.exception("commit watcher failed")
+
+    def _scan(self) -> None:
+        r = self.run_
+        for name, m in list(r.members.items()):
+            tail = self._tails.setdefault(name, JournalTail(m.journal_path))
+            st = self._state.setdefault(name, {"since": None, "failed": 0.0, "dumps": 0, "last": 0.0,
+                                               "started": False})
+            for e in tail.new_events():
+                if e["ev"] == "start":
+                    st["started"] = True
+                elif e["ev"] == "commit_failed":
+                    if st["since"] is None:
+                        st["since"], st["dumps"] = e["ts"], 0
+                    st["failed"] = e["ts"]
+                elif e["ev"] == "commit":
+                    st["since"] = None
+            now = time.time()
+            # commits still failing (the last one lately) and for long enough
+            if st["since"] is None or not st["started"] or not m.alive() or now - st["failed"] > 2.0 \
+                    or st["failed"] - st["since"] < r.s.diagnose_after_s:
+                continue
+            if any(a <= now <= (b or now) for a, b in [(f.at, f.until) for f in r.faults if f.target == name]):
+                continue  # paused by a fault: it is not answering anything, and that is expected
+            if st["dumps"] >= self.per_run or now - st["last"] < self.every:
+                continue
+            st["dumps"] += 1
+            st["last"] = now
+            self._dump(name, m, now, now - st["since"])
+
+    def _dump(self, name: str, m, now: float, failing_s: float) -> None:
+        r = self.run_
+        log.warning("%s: commits failing for %.1f s; dumping its threads (SIGUSR1 -> %s)", name, failing_s,
+                    m.log_path.name)
+        m.signal(signal.SIGUSR1)
+        r.diagnostics.append({"target": name, "at": now, "where": str(m.log_path.name)})
+        coordinator = r._coordinator()
+        if self.py_spy is None or coordinator is None:
+            return
+        proc = r.cluster.procs.get(coordinator)
+        if proc is None or proc.poll() is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        out = self.dir / f"broker-{coordinator}-{now - r.t0:.0f}s-for-{name}.txt"
+        try:
+            res = subprocess.run([self.py_spy, "dump", "--pid", str(proc.pid)], capture_output=True, timeout=30)
+            out.write_bytes(res.stdout + res.stderr)
+            r.diagnostics.append({"target": f"broker {coordinator}", "at": now, "where": out.name})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.info("py-spy dump of broker %d failed: %s", coordinator, e)
 
 
 def write_report(report: ChaosReport, path: str | Path) -> None:

@@ -35,11 +35,12 @@ Journal = Sequence[Mapping[str, Any]]
 
 
 def assignments_by_generation(journals: Mapping[str, Journal]) -> dict[int, dict[str, set[TopicPartition]]]:
-    """generation -> member -> partitions it was started with (from ``assign`` events)."""
+    """generation -> member -> partitions it was started with (from ``assign`` events; those of
+    Kafka-protocol members carry no generation and are left out)."""
     out: dict[int, dict[str, set[TopicPartition]]] = defaultdict(dict)
     for member, events in journals.items():
         for e in events:
-            if e["ev"] == "assign":
+            if e["ev"] == "assign" and e.get("gen") is not None:
                 out[e["gen"]][member] = {(t, p) for t, p, _ in e["parts"]}
     return dict(out)
 
@@ -154,7 +155,11 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
                         end_of_run: float = float("inf")) -> dict[TopicPartition, list[tuple[float, float, str]]]:
     """partition -> [(start, end, member)]: a member owns a partition from an ``assign`` or
     ``resume`` naming it until its next ``stop``, ``lost`` (at its ``lease_end`` when earlier),
-    ``closed``, another ``assign``, or its death (``deaths``: member -> time of its SIGKILL)."""
+    ``closed``, another ``assign``, or its death (``deaths``: member -> time of its SIGKILL).
+
+    Kafka-protocol members (``testing.kafka_member``) journal what their rebalance callbacks
+    received: an ``assign`` marked ``incremental`` (cooperative protocol) adds partitions to
+    those held, a ``revoke`` or a ``lost`` naming ``parts`` ends the ownership of those only."""
     out: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
     for member, events in journals.items():
         open_: dict[TopicPartition, float] = {}
@@ -164,10 +169,21 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
                 out[tp].append((start, max(start, at), member))
             open_.clear()
 
+        def close(tps: Iterable[TopicPartition], at: float) -> None:
+            for tp in tps:
+                start = open_.pop(tp, None)
+                if start is not None:
+                    out[tp].append((start, max(start, at), member))
+
         for e in events:
-            if e["ev"] in ("assign", "resume"):
+            if e["ev"] == "assign" and e.get("incremental"):
+                for t, p, _ in e["parts"]:
+                    open_.setdefault((t, p), e["ts"])
+            elif e["ev"] in ("assign", "resume"):
                 close_all(e["ts"])
                 open_.update({(t, p): e["ts"] for t, p, _ in e["parts"]})
+            elif e["ev"] in ("revoke", "lost") and "parts" in e:
+                close([(t, p) for t, p in e["parts"]], e["ts"])
             elif e["ev"] in ("stop", "closed"):
                 close_all(e["ts"])
             elif e["ev"] == "lost":
@@ -276,6 +292,30 @@ def duplicates(journals: Mapping[str, Journal]) -> dict[str, int]:
                         same += 1
                 seen[key].add(member)
     return {"records": len(seen), "deliveries": total, "extra": extra, "same_member": same}
+
+
+def duplicates_by_member(journals: Mapping[str, Journal]) -> dict[str, dict[str, int]]:
+    """member -> ``records`` (distinct records it delivered), ``extra`` (its deliveries of a record
+    some member had delivered before: a duplicate it handed out), ``same_member`` (of those, the
+    records it had delivered itself before).  Deliveries are ordered by time across members."""
+    events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
+                    key=lambda x: x[0])
+    seen: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+    out: dict[str, dict[str, int]] = {m: {"records": 0, "extra": 0, "same_member": 0} for m in journals}
+    mine: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+    for _, member, e in events:
+        stats = out[member]
+        for o in e["offs"]:
+            key = (e["t"], e["p"], o)
+            if key in seen:
+                stats["extra"] += 1
+                if member in seen[key]:
+                    stats["same_member"] += 1
+            seen[key].add(member)
+            if key not in mine[member]:
+                mine[member].add(key)
+                stats["records"] += 1
+    return out
 
 
 def committed_at_log_end(committed: Mapping[TopicPartition, int], log_end: Mapping[TopicPartition, int]) -> list[str]:

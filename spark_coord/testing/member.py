@@ -35,6 +35,7 @@ reports what the application took instead (exact hand-offs on clean rebalances).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         **({"filename": args.log_file} if args.log_file else {"stream": sys.stderr}))
+    # SIGUSR1 dumps every thread's stack to stderr (the member's log): how a chaos run sees where it is stuck
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())

@@ -65,3 +65,39 @@ def test_duplicates_count_extra_deliveries_and_those_to_the_same_member():
 def test_committed_at_log_end():
     assert invariants.committed_at_log_end({(T, 0): 5, (T, 1): 3}, {(T, 0): 5, (T, 1): 4, (T, 2): 0}) == [
         "t-1: committed 3, log end 4"]
+
+
+def test_kafka_members_callbacks_give_ownership_eager_and_incremental():
+    """An eager member's assign replaces what it holds and its revoke ends all of it; a
+    cooperative member's assign adds partitions and its revoke/lost end only those named."""
+    journals = {
+        "eager": [{"ts": 1.0, "ev": "assign", "gen": None, "incremental": False, "parts": [[T, 0, -1], [T, 1, -1]]},
+                  {"ts": 4.0, "ev": "revoke", "incremental": False, "parts": [[T, 0], [T, 1]]},
+                  {"ts": 5.0, "ev": "assign", "gen": None, "incremental": False, "parts": [[T, 1, -1]]}],
+        "coop": [{"ts": 2.0, "ev": "assign", "gen": None, "incremental": True, "parts": [[T, 2, -1], [T, 3, -1]]},
+                 {"ts": 3.0, "ev": "assign", "gen": None, "incremental": True, "parts": [[T, 4, -1]]},
+                 {"ts": 6.0, "ev": "revoke", "incremental": True, "parts": [[T, 3]]},
+                 {"ts": 7.0, "ev": "lost", "parts": [[T, 2]]}],
+    }
+    spans = invariants.ownership_intervals(journals, end_of_run=10.0)
+    assert spans[(T, 0)] == [(1.0, 4.0, "eager")]
+    assert spans[(T, 1)] == [(1.0, 4.0, "eager"), (5.0, 10.0, "eager")]
+    assert spans[(T, 2)] == [(2.0, 7.0, "coop")]
+    assert spans[(T, 3)] == [(2.0, 6.0, "coop")]
+    assert spans[(T, 4)] == [(3.0, 10.0, "coop")]
+    # a thin member taking t-3 at 6.5 overlaps nobody; at 5.5 it overlaps the cooperative member
+    thin = {"ts": 6.5, "ev": "assign", "gen": 3, "parts": [[T, 3, 0]]}
+    assert invariants.one_owner_at_a_time(invariants.ownership_intervals(dict(journals, thin=[thin]), end_of_run=10)) == []
+    early = dict(thin, ts=5.5)
+    found = invariants.one_owner_at_a_time(invariants.ownership_intervals(dict(journals, thin=[early]), end_of_run=10))
+    assert len(found) == 1 and "t-3 owned by coop" in found[0]
+    # assignments without a generation (Kafka members) are not grouped by generation
+    assert invariants.assignments_by_generation(dict(journals, thin=[thin])) == {3: {"thin": {(T, 3)}}}
+
+
+def test_duplicates_by_member_blames_the_member_that_got_the_record_again():
+    journals = {"a": [_recs(1.0, 0, 0, 1, 2), _recs(5.0, 0, 1, 2)], "b": [_recs(3.0, 0, 2, 3)], "c": []}
+    assert invariants.duplicates_by_member(journals) == {
+        "a": {"records": 3, "extra": 2, "same_member": 2},
+        "b": {"records": 2, "extra": 1, "same_member": 0},
+        "c": {"records": 0, "extra": 0, "same_member": 0}}

@@ -1,0 +1,50 @@
+"""The chaos run's own helpers, on hand-made journals: member kinds, runs of failed commits,
+reading a journal as it grows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_coord.testing.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds
+
+
+def test_member_kinds_parse_and_default_to_thin_consumers():
+    assert parse_kinds("thin, thin,eager,cooperative") == ("thin", "thin", "eager", "cooperative")
+    for bad in ("", "thin,sticky", ",,"):
+        with pytest.raises(ValueError):
+            parse_kinds(bad)
+    assert ChaosSettings(members=3).member_kinds() == ("thin", "thin", "thin")
+    assert ChaosSettings(members=3, kinds=("eager", "thin")).member_kinds() == ("eager", "thin")
+
+
+def _ev(ts, ev, **kw):
+    return {"ts": ts, "ev": ev, **kw}
+
+
+def test_commit_failure_runs_are_consecutive_failures_long_enough():
+    journals = {
+        "a": [_ev(0, "start"), _ev(1, "commit_failed", code=15), _ev(5, "commit_failed", code=15),
+              _ev(13, "commit_failed", code=7), _ev(14, "commit"), _ev(20, "commit_failed", code=15),
+              _ev(22, "commit")],
+        "b": [_ev(2, "commit_failed", code=15), _ev(40, "closed"), _ev(41, "start"),
+              _ev(42, "commit_failed", code=15)],
+    }
+    runs = commit_failure_runs(journals, 10.0)
+    assert runs == [{"member": "a", "start": 1, "end": 13, "count": 3, "codes": [15, 7]}]
+    assert [(r["member"], r["start"]) for r in commit_failure_runs(journals, 0.0)] == [
+        ("a", 1), ("b", 2), ("a", 20), ("b", 42)]
+
+
+def test_journal_tail_reads_only_complete_new_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    tail = JournalTail(path)
+    assert tail.new_events() == []
+    with open(path, "w") as f:
+        f.write(json.dumps(_ev(1, "start")) + "\n" + '{"ts": 2, "ev": "re')
+    assert tail.new_events() == [_ev(1, "start")]
+    with open(path, "a") as f:
+        f.write('cs"}\n')
+    assert tail.new_events() == [{"ts": 2, "ev": "recs"}]
+    assert tail.new_events() == []
