@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--weights", help="relative weights of the fault kinds, e.g. "
+                                     "member_kill=2,member_stop=2,coordinator_kill=3,broker_kill=1,coordinator_expiry=0 "
+                                     "(kinds not named keep their default weight)")
     p.add_argument("--diagnose-after", type=float, default=5.0,
                    help="dump a member's threads once its commits failed for this many seconds (0: never)")
     p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
@@ -68,6 +71,16 @@ def main(argv: list[str] | None = None) -> int:
                              member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
                              duration_s=args.duration, faults=args.faults, seed=args.seed,
                              diagnose_after_s=args.diagnose_after)
+    for item in (args.weights or "").split(","):
+        if not item.strip():
+            continue
+        kind, _, weight = item.partition("=")
+        if kind.strip() not in settings.weights:
+            p.error(f"--weights: unknown fault kind {kind.strip()!r} (one of {', '.join(settings.weights)})")
+        try:
+            settings.weights[kind.strip()] = float(weight)
+        except ValueError:
+            p.error(f"--weights: {item!r} is not kind=number")
     from spark_coord.zk.embedded import EmbeddedZooKeeper
 
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:

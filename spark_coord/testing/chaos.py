@@ -33,10 +33,11 @@ delivery) over the following session timeout and rebalance, against the same
 measure at quiet moments; and every run of failed commits of a member lasting
 ``commit_failure_report_s`` or more.
 
-Diagnostics: while a member's commits keep failing for ``diagnose_after_s`` the
-run asks it for a dump of every thread's stack (SIGUSR1: ``faulthandler``, into
-the member's log), and, when ``py-spy`` is installed, dumps the coordinator
-broker's threads into ``<workdir>/diagnostics/``.
+Diagnostics: while a member's commits keep failing for ``diagnose_after_s`` although
+another member's commits succeed meanwhile (so a coordinator is there), the run
+asks it for a dump of every thread's stack (SIGUSR1: ``faulthandler``, into the
+member's log), and, when ``py-spy`` is installed, dumps the coordinator broker's
+threads into ``<workdir>/diagnostics/``.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class ChaosSettings:
     diagnose_after_s: float = 5.0
     #: Runs of failed commits at least this long are listed in the report.
     commit_failure_report_s: float = 10.0
+    #: Thin members journal their connector's state this often (0: never).
+    state_every_s: float = 1.0
 
     def member_kinds(self) -> tuple[str, ...]:
         return tuple(self.kinds) if self.kinds else ("thin",) * self.members
@@ -195,8 +198,11 @@ class ChaosReport:
         if self.commit_failure_runs:
             lines.append("runs of failed commits:")
             for r in self.commit_failure_runs:
+                msgs = "; ".join(f"{n}x {m[:60]}" for m, n in sorted(r.get("messages", {}).items(),
+                                                                      key=lambda x: -x[1])[:3])
                 lines.append(f"  {r['member']} ({r['kind']}): {r['count']} failed from +{r['start']:.1f} to "
-                             f"+{r['end']:.1f} ({r['end'] - r['start']:.1f} s), codes {r['codes']}")
+                             f"+{r['end']:.1f} ({r['end'] - r['start']:.1f} s), codes {r['codes']}"
+                             + (f" ({msgs})" if msgs else ""))
         for d in self.diagnostics:
             lines.append(f"stack dump of {d['target']} at +{d['at']:.1f}: {d['where']}")
         return "\n".join(lines)
@@ -244,7 +250,8 @@ class ChaosRun:
         kind = self.kinds[slot]
         if kind == "thin":
             m = MemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
-                              topics=[self.topic], session_timeout_ms=self.s.member_session_ms, consumer_id=base)
+                              topics=[self.topic], session_timeout_ms=self.s.member_session_ms, consumer_id=base,
+                              state_every=self.s.state_every_s)
         else:
             m = KafkaMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
                                    topics=[self.topic], strategy=kind, session_timeout_ms=self.s.member_session_ms,
@@ -443,10 +450,11 @@ class ChaosRun:
             not_consumed=invariants.at_least_once(journals, ends),
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
-            overlaps=invariants.one_owner_at_a_time(intervals),
+            overlaps=invariants.one_owner_at_a_time(
+                intervals, unleased=[n for n in self.members if self._kind_of(n) != "thin"], journals=journals),
             outside_ownership=invariants.delivered_outside_ownership(journals, intervals),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
-                                         self.member_paused, unknown_start=0),
+                                         self._waiting_members(), unknown_start=0),
             final_offsets=invariants.committed_at_log_end(committed, ends),  # type: ignore[arg-type]
             coordinator_kill_stalls=stalls, baseline_stalls=self._baseline(journals, log_ends),
             wall_s=time.monotonic() - started, t0=self.t0, members=self._member_figures(journals),
@@ -455,6 +463,19 @@ class ChaosRun:
                                       end=r["end"] - self.t0)
                                  for r in commit_failure_runs(journals, s.commit_failure_report_s)],
             diagnostics=[dict(d, at=d["at"] - self.t0) for d in self.diagnostics])
+
+    def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
+        """Member -> windows in which it could not deliver: paused by a fault, and, for a Kafka
+        member, while the coordinator was down or paused and until librdkafka reconnects (its
+        synchronous commit after a batch waits for a coordinator; its reconnect backoff grows
+        to 10 s)."""
+        out = {m: list(w) for m, w in self.member_paused.items()}
+        stalls = [(f.at, (f.until or f.at) + 15.0) for f in self.faults
+                  if f.kind in ("coordinator_kill", "coordinator_expiry")]
+        for name, m in self.members.items():
+            if getattr(m, "kind", "thin") != "thin":
+                out.setdefault(name, []).extend(stalls)
+        return out
 
     def _journals(self) -> dict[str, list[dict]]:
         return {name: m.events() for name, m in self.members.items()}
@@ -570,15 +591,24 @@ class ChaosRun:
         return worst
 
     def _latency_baseline(self, first, log_ends, length: float = 10.0, n: int = 10) -> list[float]:
-        """The longest wait of a record over windows of ``length`` seconds with no fault within 8 s."""
-        busy = [(f.at - 8, (f.until or f.at) + 8) for f in self.faults]
+        """The longest wait of a record over windows of ``length`` seconds away from faults: 8 s
+        from a broker fault, and from a member fault until its session timeout and a rebalance
+        have passed (what it causes comes then); with fewer than 3 such windows, 8 s from any."""
         samples = [ts for v in log_ends.values() for ts, _ in v]
         if not samples:
             return []
         lo, hi = max(min(samples), self.t0) + self.s.warmup_s * 0.7, max(samples) - 30 - length
-        quiet = [t for t in (lo + i for i in range(int(max(0, hi - lo))))
-                 if not any(a <= t + length and b >= t for a, b in busy)]
-        picked = quiet[:: max(1, len(quiet) // n)][:n]
+
+        def quiet(busy):
+            return [t for t in (lo + i for i in range(int(max(0, hi - lo))))
+                    if not any(a <= t + length and b >= t for a, b in busy)]
+
+        after = self._kill_window_s()
+        picked = quiet([(f.at - 8, (f.until or f.at) + (after if f.kind.startswith("member") else 8))
+                        for f in self.faults])
+        if len(picked) < 3:
+            picked = quiet([(f.at - 8, (f.until or f.at) + 8) for f in self.faults])
+        picked = picked[:: max(1, len(picked) // n)][:n]
         return [self._max_latency(sorted(self.leaders), t, t + length, first, log_ends) for t in picked]
 
     # ---------------------------------------------------------------- teardown
@@ -618,20 +648,27 @@ def _first_deliveries(journals) -> dict[tuple[str, int, int], float]:
 
 def commit_failure_runs(journals, min_s: float) -> list[dict]:
     """Runs of a member's consecutive ``commit_failed`` lines (no ``commit`` between) spanning
-    ``min_s`` seconds or more: member, start, end (epoch s), count, codes."""
+    ``min_s`` seconds or more: member, start, end (epoch s), count, codes, and the distinct
+    messages of the thin member's ``commit_error`` lines among them."""
     out = []
     for member, events in journals.items():
         run: list[dict] = []
+        msgs: dict[str, int] = {}
 
         def flush() -> None:
             if run and run[-1]["ts"] - run[0]["ts"] >= min_s:
                 out.append({"member": member, "start": run[0]["ts"], "end": run[-1]["ts"], "count": len(run),
-                            "codes": sorted({e.get("code") for e in run}, key=str)})
+                            "codes": sorted({e.get("code") for e in run}, key=str), "messages": dict(msgs)})
             run.clear()
+            msgs.clear()
 
         for e in events:
             if e["ev"] == "commit_failed":
                 run.append(e)
+                if e.get("msg"):
+                    msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
+            elif e["ev"] == "commit_error" and run is not None:
+                msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
             elif e["ev"] in ("commit", "start", "closed"):
                 flush()
         flush()
@@ -668,7 +705,8 @@ class JournalTail:
 
 class CommitWatcher(threading.Thread):
     """Watches the members' journals; while a member's commits have kept failing for
-    ``diagnose_after_s``, asks it for every thread's stack (SIGUSR1) and dumps the
+    ``diagnose_after_s`` and another member committed meanwhile (a coordinator answers
+    others: not an outage), asks it for every thread's stack (SIGUSR1) and dumps the
     coordinator broker's threads with py-spy when it is installed -- every 5 s, at most 4
     times per run of failures."""
 
@@ -701,7 +739,7 @@ class CommitWatcher(threading.Thread):
         for name, m in list(r.members.items()):
             tail = self._tails.setdefault(name, JournalTail(m.journal_path))
             st = self._state.setdefault(name, {"since": None, "failed": 0.0, "dumps": 0, "last": 0.0,
-                                               "started": False})
+                                               "started": False, "committed": 0.0})
             for e in tail.new_events():
                 if e["ev"] == "start":
                     st["started"] = True
@@ -711,10 +749,15 @@ class CommitWatcher(threading.Thread):
                     st["failed"] = e["ts"]
                 elif e["ev"] == "commit":
                     st["since"] = None
-            now = time.time()
-            # commits still failing (the last one lately) and for long enough
+                    st["committed"] = e["ts"]
+        now = time.time()
+        for name, m in list(r.members.items()):
+            st = self._state[name]
+            # commits still failing (the last one lately), for long enough, while another member commits
             if st["since"] is None or not st["started"] or not m.alive() or now - st["failed"] > 2.0 \
                     or st["failed"] - st["since"] < r.s.diagnose_after_s:
+                continue
+            if not any(o["committed"] > st["since"] + 1.0 for n, o in self._state.items() if n != name):
                 continue
             if any(a <= now <= (b or now) for a, b in [(f.at, f.until) for f in r.faults if f.target == name]):
                 continue  # paused by a fault: it is not answering anything, and that is expected

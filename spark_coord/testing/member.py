@@ -19,7 +19,12 @@ The journal is JSON lines, each with ``ts`` (epoch seconds) and ``ev``:
 - ``recs``: records the application took: ``t``, ``p``, ``offs`` (their offsets), ``gen``;
 - ``commit``: an active commit was confirmed (``t``, ``p``, ``off``), or ``commit_failed``;
 - ``closed``: ``close()`` returned (clean shutdown), ``left``: whether the coordinator
-  confirmed the final commit.
+  confirmed the final commit;
+- ``commit_error``: beside each ``commit_failed`` of a raised ``CommitFailed``: ``code``,
+  ``msg`` and ``registered`` (did the connector count itself registered);
+- ``state`` (with ``--state-every``): the connector's state -- ``registered``, ``gen``,
+  ``coordinator``, ``epoch``, ``suspended``, ``lease_left`` (seconds), ``alive``,
+  ``registrations``.
 
 So a member owns a partition from an ``assign``/``resume`` until the next ``stop``,
 ``lost`` or ``closed`` (or its death): ``invariants.ownership_intervals``.
@@ -98,6 +103,29 @@ class JournalingConsumer(Consumer):
                            parts=[[t, p, positions.get((t, p), -1)] for t, p in self.assignment()])
         super().resume_fetchers()
 
+    def commit(self, offsets, timeout: float | None = None) -> dict[tuple[str, int], int]:
+        """``Consumer.commit``; a failure is also journaled as ``commit_error`` with its message and
+        whether the connector counted itself registered (diagnostics: which kind of failure)."""
+        try:
+            return super().commit(offsets, timeout)
+        except CommitFailed as e:
+            self.journal.write("commit_error", code=e.code, msg=str(e), registered=self.connector.registered.is_set())
+            raise
+
+
+def journal_state(consumer: "JournalingConsumer", journal: Journal, every: float, stop: threading.Event) -> None:
+    """Every ``every`` seconds a ``state`` line: whether the connector counts itself registered,
+    the coordinator and epoch, the generation held, whether the lease ran out, how much of it
+    is left, and whether the connector thread is alive (diagnostics of a chaos run)."""
+    connector = consumer.connector
+    while not stop.wait(every):
+        coordinator = connector.coordinator
+        journal.write("state", registered=connector.registered.is_set(), gen=connector.generation_id,
+                      coordinator=coordinator.coordinator_id if coordinator is not None else None,
+                      epoch=connector.coordinator_epoch, suspended=connector._suspended,
+                      lease_left=round(connector._lease_until - time.monotonic(), 3),
+                      alive=connector.is_alive(), registrations=connector.registrations)
+
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m spark_coord.testing.member", description=__doc__.split("\n\n")[0])
@@ -114,6 +142,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="report what the application took (no explicit commit): exact hand-offs on clean "
                         "rebalances, but a SIGKILL may lose journal lines of reported records")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--state-every", type=float, default=0.0,
+                   help="journal the connector's state every this many seconds (0: never)")
     return p.parse_args(argv)
 
 
@@ -133,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                                   consumer_id=args.consumer_id, session_timeout_ms=args.session_timeout_ms,
                                   auto_commit=args.auto_commit, auto_offset_reset=args.reset)
     journal.write("start", id=consumer.consumer_id, pid=os.getpid())
+    if args.state_every > 0:
+        threading.Thread(target=journal_state, args=(consumer, journal, args.state_every, stop), name="journal-state",
+                         daemon=True).start()
     try:
         while not stop.is_set():
             for batch in consumer.batches(timeout=0.2):
@@ -191,7 +224,8 @@ class MemberProcess:
 
     def __init__(self, name: str, workdir: str | os.PathLike, bootstrap: str, group: str, *,
                  topics: list[str] | None = None, pattern: str | None = None, session_timeout_ms: int = 3000,
-                 reset: str = "smallest", consumer_id: str | None = None, auto_commit: bool = False):
+                 reset: str = "smallest", consumer_id: str | None = None, auto_commit: bool = False,
+                 state_every: float = 0.0):
         self.name = name
         workdir = Path(workdir)
         self.journal_path = workdir / f"{name}.jsonl"
@@ -206,6 +240,8 @@ class MemberProcess:
             cmd += ["--pattern", pattern]
         if auto_commit:
             cmd.append("--auto-commit")
+        if state_every > 0:
+            cmd += ["--state-every", str(state_every)]
         self._log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

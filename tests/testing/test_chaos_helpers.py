@@ -32,7 +32,7 @@ def test_commit_failure_runs_are_consecutive_failures_long_enough():
               _ev(42, "commit_failed", code=15)],
     }
     runs = commit_failure_runs(journals, 10.0)
-    assert runs == [{"member": "a", "start": 1, "end": 13, "count": 3, "codes": [15, 7]}]
+    assert runs == [{"member": "a", "start": 1, "end": 13, "count": 3, "codes": [15, 7], "messages": {}}]
     assert [(r["member"], r["start"]) for r in commit_failure_runs(journals, 0.0)] == [
         ("a", 1), ("b", 2), ("a", 20), ("b", 42)]
 

@@ -101,3 +101,17 @@ def test_duplicates_by_member_blames_the_member_that_got_the_record_again():
         "a": {"records": 3, "extra": 2, "same_member": 2},
         "b": {"records": 2, "extra": 1, "same_member": 0},
         "c": {"records": 0, "extra": 0, "same_member": 0}}
+
+
+def test_an_unleased_member_overlaps_only_where_it_delivered():
+    """A Kafka member paused past its session journals ``lost`` only once it runs again: its
+    ownership overlaps the next owner's, which counts only if it delivered meanwhile."""
+    quiet = {"k": [{"ts": 1.0, "ev": "assign", "gen": None, "incremental": False, "parts": [[T, 0, -1]]},
+                   _recs(2.0, 0, 0, 1), {"ts": 9.0, "ev": "lost", "parts": [[T, 0]]}],
+             "thin": [_assign(6.0, 2, (0, 2))]}
+    spans = invariants.ownership_intervals(quiet, end_of_run=12)
+    assert len(invariants.one_owner_at_a_time(spans)) == 1
+    assert invariants.one_owner_at_a_time(spans, unleased=["k"], journals=quiet) == []
+    zombie = dict(quiet, k=quiet["k"][:2] + [_recs(7.0, 0, 2)] + quiet["k"][2:])
+    spans = invariants.ownership_intervals(zombie, end_of_run=12)
+    assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=zombie)) == 1
