@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
+    p.add_argument("--kafka-session-ms", type=int, help="Kafka members' session.timeout.ms (default: --session-ms)")
+    p.add_argument("--coordinator-defaults", action="store_true",
+                   help="coordinator offset commit interval and rebalance backoff at their defaults (not 200 ms)")
+    p.add_argument("--zk-tick-ms", type=int, default=500, help="ZooKeeper's tickTime")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--weights", help="relative weights of the fault kinds, e.g. "
                                      "member_kill=2,member_stop=2,coordinator_kill=3,broker_kill=1,coordinator_expiry=0 "
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ChaosSettings(partitions=args.partitions, members=len(kinds) or args.members, kinds=kinds,
                              member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
                              duration_s=args.duration, faults=args.faults, seed=args.seed,
-                             diagnose_after_s=args.diagnose_after)
+                             diagnose_after_s=args.diagnose_after, kafka_session_ms=args.kafka_session_ms,
+                             coordinator_defaults=args.coordinator_defaults)
     for item in (args.weights or "").split(","):
         if not item.strip():
             continue
@@ -87,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         zk = EmbeddedZooKeeper(port=0, data_dir=workdir / "zookeeper",
-                               settings={"tickTime": 500, "minSessionTimeout": 1000})
+                               settings={"tickTime": args.zk_tick_ms, "minSessionTimeout": 1000,
+                                         "maxSessionTimeout": max(60000, 20 * args.zk_tick_ms)})
         zk.start(timeout=60)
         try:
             report = ChaosRun(settings, workdir, zk.connect_string).run()

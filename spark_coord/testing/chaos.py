@@ -106,6 +106,11 @@ class ChaosSettings:
     commit_failure_report_s: float = 10.0
     #: Thin members journal their connector's state this often (0: never).
     state_every_s: float = 1.0
+    #: Kafka members' session.timeout.ms (None: ``member_session_ms``; librdkafka's default is 45000).
+    kafka_session_ms: int | None = None
+    #: Leave the coordinator's offset commit interval and rebalance backoff at their defaults
+    #: (1000 ms, 500 ms) instead of the run's quicker 200 ms.
+    coordinator_defaults: bool = False
 
     def member_kinds(self) -> tuple[str, ...]:
         return tuple(self.kinds) if self.kinds else ("thin",) * self.members
@@ -236,7 +241,8 @@ class ChaosRun:
         from spark_coord.zk.client import connect
 
         overrides = {"zookeeper.session.timeout.ms": self.s.broker_zk_session_ms,
-                     "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200,
+                     **({} if self.s.coordinator_defaults else {
+                         "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200}),
                      "coordinator.min.session.timeout.ms": 1000}
         self.cluster = LocalCluster(self.s.brokers, self.workdir / "cluster", zk_connect=self.zk_connect,
                                     overrides=overrides)
@@ -254,7 +260,8 @@ class ChaosRun:
                               state_every=self.s.state_every_s)
         else:
             m = KafkaMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
-                                   topics=[self.topic], strategy=kind, session_timeout_ms=self.s.member_session_ms,
+                                   topics=[self.topic], strategy=kind,
+                                   session_timeout_ms=self.s.kafka_session_ms or self.s.member_session_ms,
                                    consumer_id=base)
         m.kind = kind  # type: ignore[attr-defined]
         self.members[name] = m
