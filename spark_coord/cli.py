@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "and topics from the cluster's Metadata API, and keeps offsets in ZooKeeper (and, "
                                 "with coordinator.offsets.mirror=true, in the cluster's own offset store).")
     _add_config_args(p, None)
-    p.set_defaults(func="spark_coord.coordinator.standalone:run_cli")
+    p.set_defaults(func="spark_coord.standalone:run_cli")
 
     p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",
                     description="Join a consumer group through the coordinator and print one record per line "

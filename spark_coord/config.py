@@ -339,8 +339,12 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("coordinator.rebalance.max.retries", "int", 10,
         "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged (the next group change retries).",
         minimum=1),
-    Key("coordinator.partition.assignment.strategy", "str", "range",
-        "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) or roundrobin."),
+    Key("coordinator.partition.assignment.strategy", "str", "sticky",
+        "How the coordinator assigns partitions to consumer threads. sticky: balanced (shares differ by at\n"
+        "most one partition when members subscribe alike) with the fewest moves: a partition stays with its\n"
+        "holder unless balance needs it elsewhere, so a rebalance stops only the partitions that move.\n"
+        "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) and\n"
+        "roundrobin recompute from scratch, so more partitions move at each rebalance."),
 ], footer="""
 Per-listener settings, as Kafka takes them (the listener name in lower case):
   listener.name.<listener>.<key> for any ssl.* key above and sasl.enabled.mechanisms, e.g.

@@ -33,8 +33,8 @@ class MemberChannel(Protocol):
     #: lease runs from their own last request instead (``kafka_members``).
     renews_lease: bool
 
-    def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
-        """Queue a coordinator request (Ping/StopFetcher/StartFetcher) to the member.
+    def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
+        """Queue a coordinator request (Ping/StopFetcher/StartFetcher) of ``version`` to the member.
 
         Raises ``ChannelClosed`` when the connection is closed."""
         ...

@@ -82,7 +82,7 @@ class PingScheduler:
         member.ping = op
         self.purgatory.try_complete_else_watch(op, [MemberKey(group.group_id, member.consumer_id)])
         self.c.send(group, member, CoordinatorApi.PING, {
-            "coordinator_epoch": self.c.epoch, "generation_id": group.generation_id,
+            "coordinator_epoch": self.c.epoch, "generation_id": member.epoch if member.epoch is not None else -1,
             "consumer_id": member.consumer_id, "num_retries": member.failed_pings},
             lambda body: self._answered(member, op, body))
 

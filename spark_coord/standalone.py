@@ -48,7 +48,7 @@ from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security.broker import BrokerSecurity
 from spark_coord.zk import client as zk_client
-from spark_coord.zk import model, paths
+from spark_coord.zk import model
 from spark_coord.zk.client import ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
@@ -283,23 +283,23 @@ class StandaloneCoordination(CoordinationService):
                 log.debug("coordinator registration %s: %s", child, e)
         return found
 
-    def _live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+    def live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """The data cluster's brokers (members fetch from them whichever listener they came in on)."""
         return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
 
-    def _coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
-        info = self.coordinators.get(self.coordinator_id)
-        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
-        return None if ep is None else (info.id, ep.host, ep.port)
-
-    async def _cluster_metadata(self, ctx, conn, header, body) -> dict:
-        listener = conn.auth.listener_name
-        coordinators = []
+    def coordinator_nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
+        """ClusterMetadata names the coordinator processes, where members look for the coordinator."""
+        out = []
         for cid, info in sorted(self.coordinators.items()):
             ep = info.endpoint_for(listener)
             if ep is not None:
-                coordinators.append({"node_id": cid, "host": ep.host, "port": ep.port})
-        return {"error_code": ErrorCode.NONE, "coordinator_id": self.coordinator_id,
-                "coordinator_epoch": self.coordinator_epoch, "brokers": coordinators}
+                out.append((cid, ep.host, ep.port))
+        return out
+
+    def coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
+        info = self.coordinators.get(self.coordinator_id)
+        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
+        return None if ep is None else (info.id, ep.host, ep.port)
 
 
 class StandaloneCoordinator:
