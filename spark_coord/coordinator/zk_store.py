@@ -111,12 +111,7 @@ class ZkGroupStore(GroupStore):
     async def save_assignment(self, group_id: str, generation_id: int, members: list[StoredMember],
                               owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()
-        current = cache.owners.get(group_id)
-        if current is None:
-            try:
-                current = await self._read_owner_map(group_id, cache)
-            except KazooException as e:
-                raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        current = await self._current_owners(group_id, cache)
         ops: list[Op] = [("put", paths.group_state(group_id), encode_state(generation_id))]
         ops += [("put", paths.member(group_id, m.consumer_id),
                  json.dumps(m.to_json(), separators=(",", ":")).encode()) for m in members]
@@ -179,15 +174,20 @@ class ZkGroupStore(GroupStore):
 
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()
+        current = await self._current_owners(group_id, cache)
+        ops = self._owner_ops(group_id, current, owners)
+        await self.writer.write(f"write {len(owners)} owners of {group_id}", ops, planned_in=cache)
+        cache.owners[group_id] = dict(owners)
+
+    async def _current_owners(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, str | None]:
+        """The owner znodes as this store wrote or read them last in this term (read when unknown)."""
         current = cache.owners.get(group_id)
         if current is None:
             try:
                 current = await self._read_owner_map(group_id, cache)
             except KazooException as e:
                 raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
-        ops = self._owner_ops(group_id, current, owners)
-        await self.writer.write(f"write {len(owners)} owners of {group_id}", ops, planned_in=cache)
-        cache.owners[group_id] = dict(owners)
+        return current
 
     @staticmethod
     def _owner_ops(group_id: str, current: dict[TopicPartition, str | None],
@@ -250,13 +250,7 @@ class ZkGroupStore(GroupStore):
 
     async def read_owners(self, group_id: str) -> dict[TopicPartition, str]:
         """The owners this store wrote or read last in this term; read (pipelined) when it has none."""
-        cache = self.writer.cache()
-        owners = cache.owners.get(group_id)
-        if owners is None:
-            try:
-                owners = await self._read_owner_map(group_id, cache)
-            except KazooException as e:
-                raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        owners = await self._current_owners(group_id, self.writer.cache())
         return {tp: o for tp, o in owners.items() if o is not None}
 
     async def _load_group(self, group_id: str, cache: ZnodeCache) -> StoredGroup:

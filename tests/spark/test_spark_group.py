@@ -43,6 +43,19 @@ class Collect:
             return [r for b in sorted(self.batches) for r in self.batches[b]]
 
 
+def drain_in_thread(consumer, got: list, stop: threading.Event) -> threading.Thread:
+    """A thread appending (topic, partition, offset) of what ``consumer`` delivers until ``stop``."""
+    def drain():
+        while not stop.is_set():
+            for b in consumer.batches(timeout=0.2):
+                d = b.to_pydict()
+                got.extend(zip(d["topic"], d["partition"], d["offset"]))
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    return t
+
+
 def zk_offsets(cluster, group, topic):
     from spark_coord.zk import paths
     from spark_coord.zk.client import connect
@@ -139,15 +152,7 @@ def test_plain_consumer_and_query_in_one_group(spark, cluster, tmp_path):
     consumer = Consumer(cluster.bootstrap, "spark-g3", topics=[topic], session_timeout_ms=3000,
                         auto_offset_reset="smallest")
     got_consumer, stop = [], threading.Event()
-
-    def drain():
-        while not stop.is_set():
-            for b in consumer.batches(timeout=0.2):
-                d = b.to_pydict()
-                got_consumer.extend(zip(d["topic"], d["partition"], d["offset"]))
-
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
+    t = drain_in_thread(consumer, got_consumer, stop)
     sink = Collect()
     query = (group_reader(spark, cluster, topic, "spark-g3").writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
@@ -304,15 +309,7 @@ def test_a_joining_member_takes_only_its_share_from_a_running_query(spark, clust
                    message="the query read the first records")
         consumer = Consumer(cluster.bootstrap, group, topics=[topic], session_timeout_ms=3000, consumer_id="joiner",
                             auto_offset_reset="smallest")
-
-        def drain():
-            while not stop.is_set():
-                for b in consumer.batches(timeout=0.2):
-                    d = b.to_pydict()
-                    got_consumer.extend(zip(d["topic"], d["partition"], d["offset"]))
-
-        t = threading.Thread(target=drain, daemon=True)
-        t.start()
+        drain_in_thread(consumer, got_consumer, stop)
         wait_until(lambda: len(set(zk_owners(cluster, group, topic).values())) == 2, timeout=60,
                    message=lambda: f"the joiner owning partitions: {zk_owners(cluster, group, topic)}")
         owners = zk_owners(cluster, group, topic)

@@ -32,6 +32,16 @@ def topic_filter(ctx: Any, conn: Any) -> Callable[[str], bool] | None:
     return lambda t: not authz.unreadable_topics(authorizer, principal, host, [t])
 
 
+def refused(door: Any, ctx: Any, conn: Any, group: Any, operation: AclOperation = AclOperation.READ) -> int | None:
+    """Why a group request cannot be served here now: this process does not coordinate
+    (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), or the principal may not do
+    ``operation`` on the group; None when it can."""
+    code = door.not_serving()
+    if code is None:
+        code = group_refused(ctx, conn, operation, group) or None
+    return code
+
+
 def group_refused(ctx: Any, conn: Any, operation: AclOperation, group: Any) -> int:
     if not ctx.authorizer.enabled:
         return ErrorCode.NONE

@@ -7,7 +7,6 @@ how a StopFetcher or StartFetcher reaches it.
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import GroupApi, authz
-from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 
 
@@ -16,9 +15,7 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is None:
-        code = authz.group_refused(ctx, conn, AclOperation.READ, body.get("group_id")) or None
+    code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
     return door.classic.heartbeat(body)

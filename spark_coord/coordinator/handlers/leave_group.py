@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import GroupApi, authz
-from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 
 
@@ -12,9 +11,7 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is None:
-        code = authz.group_refused(ctx, conn, AclOperation.READ, body.get("group_id")) or None
+    code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
     return door.classic.leave_group(body, header.api_version)

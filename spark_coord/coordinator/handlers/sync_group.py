@@ -8,7 +8,6 @@ answers the member's StartFetcher.
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import GroupApi, authz
-from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 
 
@@ -17,9 +16,7 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is None:
-        code = authz.group_refused(ctx, conn, AclOperation.READ, body.get("group_id")) or None
+    code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
     return door.classic.sync_group(body)
