@@ -17,6 +17,7 @@ from helpers import BrokerThread, fresh_chroot, wait_until
 from spark_coord.broker import topics as topic_admin
 from spark_coord.cluster import LocalCluster
 from spark_coord.client.connection import BrokerConnection
+from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
@@ -116,6 +117,8 @@ def test_create_topics_v7_answers_the_id_zookeeper_keeps(broker, conn, zk):
         assert [t["topic_id"] for t in metadata(conn, None, version)] == [topic_id]
     assert broker.broker.view.topic_id("created") == topic_id
     assert broker.broker.view.topic_name(topic_id) == "created"
+    with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        assert client.topic("created").topic_id == topic_id
     # another topic, another id; a failed or validate-only create answers the zero uuid
     assert create_id(conn, "created-2") not in (topic_id, ZERO)
     assert create(conn, "created")["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
@@ -197,6 +200,8 @@ def test_fetch_answers_unknown_topic_id_per_topic(conn):
         assert got == [(unknown, [(0, ErrorCode.UNKNOWN_TOPIC_ID), (1, ErrorCode.UNKNOWN_TOPIC_ID)]),
                        (topic_id, [(0, ErrorCode.NONE)]), (ZERO, [(0, ErrorCode.UNKNOWN_TOPIC_ID)])]
         assert values_of(out["responses"][1]["partitions"][0]) == [b"x"]
+        # with an error the record set is empty, not null: librdkafka cannot parse a null one
+        assert [p["records"] for t in out["responses"] for p in t["partitions"] if p["error_code"]] == [b""] * 3
         # a known topic, a partition it does not have
         [t] = fetch(conn, version, [(topic_id, [5])])["responses"]
         assert t["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -391,9 +396,11 @@ def test_ids_are_given_once_shared_by_every_broker_and_survive_restarts(zookeepe
                 created = create_id(conn, "created-in-cluster", 3)
             given_ids["created-in-cluster"] = created
             names.append("created-in-cluster")
+            # (the other brokers' watches fire a moment after the creating broker answered)
             for broker_id, address in cluster.brokers.items():
                 with BrokerConnection(*address, timeout=15) as conn:
-                    assert metadata(conn, [(None, created)])[0]["name"] == "created-in-cluster"
+                    wait_until(lambda: metadata(conn, [(None, created)])[0]["name"] == "created-in-cluster", 20,
+                               message=lambda: f"broker {broker_id} to know the new topic's id")
 
             # every broker restarted (killed: nothing is handed over): the same ids
             for broker_id in cluster.brokers:

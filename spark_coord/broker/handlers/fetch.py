@@ -41,7 +41,9 @@ FIRST_BY_ID = 13
 FIRST_NODE_ENDPOINTS = 16
 
 
-def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records=None) -> dict:
+def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records=b"") -> dict:
+    # Records are empty, never null, with an error: as Kafka answers, and what librdkafka parses (a
+    # null record set is a protocol error to it, so it would retry without ever seeing the code)
     return {"partition_index": index, "error_code": code, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": log_start, "aborted_transactions": None, "preferred_read_replica": -1,
             "records": records}
