@@ -186,14 +186,17 @@ class ClusterView:
         with what it wrote."""
         topic_id = self.topic_ids.get(name) or model.new_topic_id()
         try:
-            self.zk.set(paths.topic(name), model.with_topic_id(data, topic_id, name), version=version)
+            content = model.with_topic_id(data, topic_id, name)
+            # retried over a lost connection: a write that went through answers BadVersionError then
+            self.zk.retry(self.zk.set, paths.topic(name), content, version=version)
         except (BadVersionError, NoNodeError):
             log.debug("topic %s changed before this broker gave it an id", name)
             return
         except ValueError as e:
             log.warning("cannot give topic %s an id: %s", name, e)
             return
-        except Exception as e:  # connection trouble: the watch re-runs on reconnect and tries again
+        except Exception as e:  # the session expired meanwhile: the other brokers try too, and every
+            # broker tries again when it next reads the topic (a change, its restart)
             log.warning("giving topic %s an id failed: %s", name, e)
             return
         log.info("topic %s had no topic id: gave it %s", name, model.format_topic_id(topic_id))

@@ -448,3 +448,36 @@ def test_a_malformed_id_in_zookeeper_leaves_the_topic_alone(broker, conn, zk):
     assert metadata(conn, [("garbled", ZERO)])[0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert metadata(conn, [(None, good)])[0]["name"] == "sound"
 
+
+
+def test_ids_are_authorized_by_the_topic_they_name(broker_factory, zk):
+    """Looked up by id, a topic is authorized as by name: Describe for Metadata (refused with
+    its id and no name, as Kafka does: ids are not secret), Read for Fetch, Delete for
+    DeleteTopics; an id of nothing stays UNKNOWN_TOPIC_ID."""
+    from spark_coord.security.client import ClientSecurity
+    from spark_coord.security.credentials import UserStore
+    from spark_coord.security.secret import Password
+
+    passwords = {"admin": "admin-s3cret-pw", "alice": "alice-s3cret-pw"}
+    for user, password in passwords.items():
+        UserStore(zk).set_password(user, password)
+    b = broker_factory(0, **{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                             "super.users": "User:admin"})
+    port = b.broker.bound_ports["SASL_PLAINTEXT"]
+
+    def as_user(user):
+        return BrokerConnection("127.0.0.1", port, timeout=15, security=ClientSecurity(
+            protocol="SASL_PLAINTEXT", mechanism="SCRAM-SHA-512", username=user, password=Password(passwords[user])))
+
+    with as_user("admin") as admin, as_user("alice") as alice:
+        topic_id = create_id(admin, "guarded", 1)
+        unknown = model.new_topic_id()
+        got = metadata(alice, [(None, topic_id), (None, unknown)])
+        assert [(t["error_code"], t["name"], t["topic_id"]) for t in got] == [
+            (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, topic_id), (ErrorCode.UNKNOWN_TOPIC_ID, None, unknown)]
+        [t] = fetch(alice, 13, [(topic_id, [0])])["responses"]
+        assert t["partitions"][0]["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        [r] = delete(alice, [(None, topic_id)])
+        assert (r["error_code"], r["name"]) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+        assert metadata(admin, [(None, topic_id)])[0]["name"] == "guarded"
