@@ -90,6 +90,8 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         responses, total, error = _read_all(ctx, body, denied)
         remaining = deadline - loop.time()
         if error or total >= min_bytes or remaining <= 0 or not tps or conn.closed:
+            if total:
+                ctx.metrics.fetched(responses)
             return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
         await ctx.appends.wait_any(tps, remaining)
 
