@@ -64,7 +64,8 @@ def error_counts(body: Any, depth: int = 3) -> dict[int, int]:
 
     def visit(obj: dict, level: int) -> None:
         code = obj.get("error_code")
-        if type(code) is int:
+        if code is not None and isinstance(code, int):  # an int or an ErrorCode
+            code = int(code)
             counts[code] = counts.get(code, 0) + 1
         if level == 0:
             return

@@ -116,13 +116,13 @@ class MetricsHttpServer:
     """``app`` served on ``host:port`` (0: a free port) from a thread of its own until ``stop()``."""
 
     def __init__(self, host: str, port: int, app: WsgiApp, ssl_context: ssl.SSLContext | None = None,
-                 max_connections: int = MAX_CONNECTIONS, timeout: float = TIMEOUT_S):
+                 max_connections: int | None = None, timeout: float | None = None):
         self.host = host
         self.requested_port = port
         self.app = app
         self.ssl_context = ssl_context
-        self.max_connections = max_connections
-        self.timeout = timeout
+        self.max_connections = max_connections if max_connections is not None else MAX_CONNECTIONS
+        self.timeout = timeout if timeout is not None else TIMEOUT_S
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
