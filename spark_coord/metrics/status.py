@@ -145,17 +145,21 @@ function table(headers, rows, numeric) {
   return t;
 }
 
+function ago(seconds) {
+  return seconds < 120 ? `-${Math.round(seconds)} s` : `-${Math.round(seconds / 60)} min`;
+}
+
 function plot(g, now, span) {
   const s = svg("svg", {class: "lag-plot", width: PLOT_W, height: PLOT_H, viewBox: `0 0 ${PLOT_W} ${PLOT_H}`,
                         "data-group": g.group, "data-points": g.history.length, role: "img",
-                        "aria-label": `total lag of ${g.group} over the last ${Math.round(span / 60)} minutes`});
+                        "aria-label": `total lag of ${g.group} over the last ${ago(span).slice(1)}`});
   const max = Math.max(1, ...g.history.map(p => p[1]));
   const x = t => PAD + (PLOT_W - PAD - 8) * Math.min(1, Math.max(0, 1 - (now - t) / span));
   const y = v => PLOT_H - 18 - (PLOT_H - 30) * (v / max);
   s.appendChild(svg("line", {x1: PAD, y1: y(0), x2: PLOT_W - 8, y2: y(0), stroke: "#ccc"}));
   s.appendChild(svg("text", {x: 2, y: y(max) + 4}, fmt(max)));
   s.appendChild(svg("text", {x: 2, y: y(0) + 4}, "0"));
-  s.appendChild(svg("text", {x: PAD, y: PLOT_H - 3}, `-${Math.round(span / 60)} min`));
+  s.appendChild(svg("text", {x: PAD, y: PLOT_H - 3}, ago(span)));
   s.appendChild(svg("text", {x: PLOT_W - 40, y: PLOT_H - 3}, "now"));
   const points = g.history.map(p => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
   s.appendChild(svg("polyline", {points: points}));
@@ -170,6 +174,9 @@ function render(doc) {
   document.getElementById("error").textContent = doc.error || "";
   const container = document.getElementById("groups");
   const seen = new Set();
+  // the plots span the history kept so far (at least a minute), up to what the process keeps
+  const oldest = Math.min(doc.time, ...doc.groups.flatMap(g => g.history.length ? [g.history[0][0]] : []));
+  const span = Math.min(doc.history_seconds, Math.max(60, doc.time - oldest));
   for (const g of doc.groups) {
     seen.add(g.group);
     let sec = sections.get(g.group);
@@ -185,7 +192,7 @@ function render(doc) {
                  " \\u00b7 members ", el("b", {}, g.members_total), " \\u00b7 total lag ",
                  el("b", {class: g.lag > 0 ? "lagging group-lag" : "group-lag"}, fmt(g.lag)));
     sec.appendChild(facts);
-    sec.appendChild(plot(g, doc.time, doc.history_seconds));
+    sec.appendChild(plot(g, doc.time, span));
     sec.appendChild(table(["member", "protocol", "address", "partitions"],
       g.members.map(m => ({cls: m.connected ? "member" : "member absent",
                            cells: [m.id, m.protocol, m.connected ? m.peer : "(absent)", m.partitions]})),
@@ -211,6 +218,7 @@ async function refresh() {
   try {
     const r = await fetch("status.json", {cache: "no-store"});
     render(await r.json());
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
   } catch (e) {
     document.getElementById("error").textContent = `refresh failed: ${e}`;
   }
