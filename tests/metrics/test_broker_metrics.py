@@ -133,3 +133,32 @@ def test_group_lag_comes_from_the_coordinator_only_with_every_brokers_log_ends(b
                                f"{series(scrape(coordinator), 'kafka_consumergroup_lag')}")
     with BrokerConnection("127.0.0.1", coordinator.port, timeout=10) as conn:
         assert conn.request(ApiKey.API_VERSIONS, {})["error_code"] == 0
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_exported(broker_factory):
+    """conf/grafana's dashboard names only metrics a broker (and its coordinator) export."""
+    import re
+    from pathlib import Path
+
+    from spark_coord.consumer import Consumer
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "conf/grafana/spark-coord-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    wanted = {m for e in exprs for m in re.findall(r"\b(?:kafka|spark_coord|process)_[a-z0-9_]+", e)}
+    b = broker_factory(0, **METRICS)
+    bootstrap = f"127.0.0.1:{b.port}"
+    with ClusterClient(bootstrap) as cc:
+        AdminClient(cc).create_topic("t", 1)
+        producer = Producer(cc)
+        producer.send("t", b"x", partition=0)
+        producer.flush()
+    with Consumer(bootstrap, "g", topics=["t"], auto_offset_reset="smallest", session_timeout_ms=1500) as c:
+        next(c.batches(timeout=30))
+        c.commit({("t", 0): 1}, timeout=10)
+        text = urllib.request.urlopen(f"{b.broker.metrics.url}/metrics", timeout=10).read().decode()
+    exported = set()
+    for family in text_string_to_metric_families(text):
+        exported.update({family.name, f"{family.name}_total", f"{family.name}_bucket", f"{family.name}_sum",
+                         f"{family.name}_count"})
+        exported.update(s.name for s in family.samples)
+    assert len(wanted) > 25 and wanted <= exported, f"not exported: {sorted(wanted - exported)}"

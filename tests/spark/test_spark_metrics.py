@@ -4,7 +4,9 @@ records wait for a commit and 0 once they are committed, and exactly one broker 
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 from helpers import fresh_chroot, wait_until
 from metrics_support import PrometheusServer, require
@@ -129,6 +131,14 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
                 assert prom.value("sum(spark_coord_coordinator_rebalances_completed_total)") >= 1
                 assert prom.value('sum(kafka_server_brokertopicmetrics_messagesin_total{topic="pclicks"})') \
                     == 110 * PARTITIONS
+                # every query of the Grafana dashboard is valid PromQL here, and the group's panels have data
+                dashboard = json.loads((Path(__file__).resolve().parents[2] / "conf/grafana/spark-coord-dashboard.json")
+                                       .read_text())
+                for panel in dashboard["panels"]:
+                    for target in panel.get("targets", []):
+                        result = prom.query(target["expr"].replace("$group", ".*"))
+                        if panel["title"] in ("Lag per group", "Members per group", "Members by protocol"):
+                            assert result, f"no data for {panel['title']}: {target['expr']}"
             finally:
                 query.stop()
                 kafka.stop()
