@@ -40,10 +40,6 @@ from spark_coord.metrics.lag import LagTracker, Unavailable
 
 log = logging.getLogger(__name__)
 
-#: A scrape reuses a lag sample taken this recently (another scrape's, or the history sampler's).
-SCRAPE_MAX_AGE_S = 1.0
-
-
 class GroupCollector(Collector):
     """The coordinator's groups and their lag (kafka_exporter's metrics), and its own state."""
 
@@ -52,7 +48,7 @@ class GroupCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            sample = self.tracker.current(SCRAPE_MAX_AGE_S)
+            sample = self.tracker.current()
         except Unavailable as e:
             log.warning("metrics: coordinator state not exported: %s", e)
             return
@@ -166,7 +162,7 @@ class BrokerCollector(Collector):
         yield oldest
         yield size
         try:
-            snap = self.tracker.current(SCRAPE_MAX_AGE_S).snapshot
+            snap = self.tracker.current().snapshot
         except Unavailable as e:
             log.warning("metrics: cluster view not exported: %s", e)
             return

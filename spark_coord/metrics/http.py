@@ -1,7 +1,7 @@
 """The metrics endpoint's HTTP server: ``/metrics``, the status page ``/``, ``/status.json``.
 
-``/metrics`` is prometheus_client's own WSGI application (Prometheus' text format, or
-OpenMetrics when the scraper asks for it; gzip when it accepts it; ``name[]`` filters).
+``/metrics`` is prometheus_client's own WSGI application (Prometheus' text format; gzip
+when the scraper accepts it; ``name[]`` filters).
 The server around it is the standard library's threading WSGI server -- the one
 prometheus_client's ``start_http_server`` runs -- set up here rather than through
 ``start_http_server`` because that one answers metrics on *every* path and does a TLS

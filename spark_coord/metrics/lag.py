@@ -20,9 +20,10 @@ brokers' inter-broker listener (a standalone coordinator: the data cluster's bro
 its Metadata names them).  A leader that cannot be reached leaves its partitions' lag out
 of that scrape, as kafka_exporter does, with a warning at most once a minute.
 
-``LagTracker`` caches one ``LagSample`` (a scrape within ``max_age`` of the last sample
-reuses it) and, from a thread of its own, takes a sample every ``metrics.lag.sample.ms``
-to keep each group's total lag over the last ``metrics.lag.history.ms`` for the status page.
+``LagTracker`` takes a sample every ``metrics.lag.sample.ms`` from a thread of its own and
+keeps each group's total lag over the last ``metrics.lag.history.ms`` for the status page;
+scrapes format the latest sample (so what they show is at most one sampling interval old,
+and they never wait for the loop).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from spark_coord.metrics.coordinator import member_protocol
 
@@ -82,8 +83,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any], timeout: flo
 
 
 # ---------------------------------------------------------------------- snapshots (loop thread)
-@dataclass(frozen=True)
-class MemberView:
+class MemberView(NamedTuple):  # tuples: thousands are made on the loop thread per snapshot
     consumer_id: str
     protocol: str
     peer: str
@@ -91,8 +91,7 @@ class MemberView:
     partitions: tuple[TopicPartition, ...]
 
 
-@dataclass(frozen=True)
-class GroupView:
+class GroupView(NamedTuple):
     group_id: str
     state: str
     generation: int
@@ -130,7 +129,7 @@ def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, 
     for group in coordinator.groups.values():
         members = tuple(
             MemberView(m.consumer_id, member_protocol(m.channel, m.consumer_id), m.peer, m.channel is not None,
-                       tuple(tp for tps in (m.assignment or {}).values() for tp in tps))
+                       tuple(tp for tps in m.assignment.values() for tp in tps) if m.assignment else ())
             for m in group.members.values())
         groups.append(GroupView(group.group_id, group.state.value, group.generation_id, members,
                                 dict(group.offsets)))
@@ -274,20 +273,20 @@ class LogEnds:
 
 
 # ---------------------------------------------------------------------- lag
-@dataclass(frozen=True)
-class PartitionLag:
+class PartitionLag(NamedTuple):
     topic: str
     partition: int
     owner: str | None
     committed: int | None
     log_end: int | None
+    #: Records between the committed offset and the log end (None when either is unknown).
+    lag: int | None
 
-    @property
-    def lag(self) -> int | None:
-        """Records between the committed offset and the log end (None when either is unknown)."""
-        if self.committed is None or self.log_end is None:
-            return None
-        return max(0, self.log_end - self.committed)
+
+def partition_lag(topic: str, partition: int, owner: str | None, committed: int | None,
+                  log_end: int | None) -> PartitionLag:
+    lag = None if committed is None or log_end is None else max(0, log_end - committed)
+    return PartitionLag(topic, partition, owner, committed, log_end, lag)
 
 
 @dataclass(frozen=True)
@@ -325,7 +324,7 @@ def compute_lag(snapshot: ClusterSnapshot, log_ends: Mapping[TopicPartition, int
     out = []
     for g in snapshot.groups:
         owners = {tp: m.consumer_id for m in g.members for tp in m.partitions}
-        rows = tuple(PartitionLag(t, p, owners.get((t, p)), g.offsets.get((t, p)), log_ends.get((t, p)))
+        rows = tuple(partition_lag(t, p, owners.get((t, p)), g.offsets.get((t, p)), log_ends.get((t, p)))
                      for t, p in partitions_of(g, snapshot.topics))
         out.append(GroupLag(g, rows, frozenset(t for t, _ in g.offsets)))
     return tuple(sorted(out, key=lambda gl: gl.view.group_id))
@@ -344,9 +343,12 @@ def sample_lag(snapshot: ClusterSnapshot, log_ends: LogEnds) -> LagSample:
 class LagTracker:
     """The latest ``LagSample`` and each group's total lag over time.
 
-    ``current(max_age)`` returns a sample at most ``max_age`` seconds old, taking one when
-    needed (one sampling at a time: concurrent scrapes share it).  ``start()`` samples every
-    ``sample_ms`` in a thread of its own and keeps ``history_ms`` of totals per group."""
+    A thread of its own takes a sample every ``sample_ms`` (the only regular caller of the
+    event loop) and keeps ``history_ms`` of totals per group.  ``current()`` hands out the
+    latest sample without waiting for anything while it is at most two sampling intervals
+    old (scrapes and the status page: they never wait for the loop, and any number of them
+    cost the loop nothing), and takes a sample itself only when there is none that recent
+    (before the first, or while the sampler is stuck)."""
 
     def __init__(self, snapshot: Callable[[], ClusterSnapshot], log_ends: LogEnds, history_ms: int = 900_000,
                  sample_ms: int = 5_000):
@@ -354,21 +356,43 @@ class LagTracker:
         self.log_ends = log_ends
         self.history_ms = history_ms
         self.sample_ms = sample_ms
-        self._lock = threading.Lock()
-        self._latest: LagSample | None = None
-        self._latest_at = 0.0
+        self._lock = threading.Lock()  # one sampling at a time
+        self._latest: tuple[float, LagSample] | None = None
         self._history: dict[str, deque[tuple[float, int]]] = {}
         self._history_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def current(self, max_age: float = 1.0) -> LagSample:
+    @property
+    def max_age(self) -> float:
+        return 2 * self.sample_ms / 1000
+
+    def current(self, max_age: float | None = None) -> LagSample:
+        """A sample at most ``max_age`` seconds old (default: two sampling intervals)."""
+        limit = self.max_age if max_age is None else max_age
+        latest = self._latest  # one reference read: no lock needed
+        if latest is not None and time.monotonic() - latest[0] <= limit:
+            return latest[1]
         with self._lock:
-            if self._latest is not None and time.monotonic() - self._latest_at <= max_age:
-                return self._latest
-            sample = sample_lag(self._snapshot(), self.log_ends)
-            self._latest, self._latest_at = sample, time.monotonic()
-            return sample
+            latest = self._latest
+            if latest is not None and time.monotonic() - latest[0] <= limit:
+                return latest[1]  # taken by another thread meanwhile
+            return self._take()
+
+    def _take(self) -> LagSample:
+        sample = sample_lag(self._snapshot(), self.log_ends)
+        self._latest = (time.monotonic(), sample)
+        self.record(sample)
+        return sample
+
+    def sample_now(self) -> LagSample | None:
+        """Take a sample now (the sampler's round); None when the loop did not hand one over."""
+        try:
+            with self._lock:
+                return self._take()
+        except Unavailable as e:
+            log.debug("metrics: no lag sample: %s", e)
+            return None
 
     def history(self) -> dict[str, list[tuple[float, int]]]:
         """group -> [(unix time, total lag)], oldest first."""
@@ -391,21 +415,15 @@ class LagTracker:
                 if not points:
                     del self._history[group]
 
-    def sample_now(self) -> LagSample | None:
-        try:
-            sample = self.current(max_age=self.sample_ms / 2000)
-        except Unavailable as e:
-            log.debug("metrics: no lag sample: %s", e)
-            return None
-        self.record(sample)
-        return sample
-
     def _run(self) -> None:
-        while not self._stop.wait(self.sample_ms / 1000):
+        interval = self.sample_ms / 1000
+        due = time.monotonic()
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self.sample_now()
             except Exception:  # a bug must not end the sampling
                 log.exception("metrics: lag sampling failed")
+            due = max(due + interval, time.monotonic() + interval / 10)  # a slow round does not pile up
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="metrics-lag-sampler", daemon=True)

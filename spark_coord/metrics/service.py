@@ -18,6 +18,7 @@ loop (``run_in_executor``), since the sampler may be waiting for the loop.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import re
@@ -43,10 +44,6 @@ log = logging.getLogger(__name__)
 # Counters' and histograms' *_created series (their creation times) say nothing to an operator and
 # double the lines of a scrape; prometheus_client leaves them out for the whole process from here on.
 disable_created_metrics()
-
-#: The status page's data is at most this old (a page refreshing every 2 s shares samples).
-STATUS_MAX_AGE_S = 1.0
-
 
 def metrics_ssl_context(cfg: Config) -> ssl.SSLContext | None:
     """The endpoint's TLS context from ``metrics.ssl.*`` (None: plain HTTP).  Errors name the
@@ -165,21 +162,36 @@ class MetricsEndpoint:
         sample, error = None, None
         if self.tracker is not None:
             try:
-                sample = self.tracker.current(STATUS_MAX_AGE_S)
+                sample = self.tracker.current()
             except Unavailable as e:
                 error = f"no data: {e}"
         history = self.tracker.history() if self.tracker is not None else {}
         return status_document(self.process, sample, history, self.history_ms, error)
 
     def wsgi_app(self) -> Callable[..., Any]:
-        metrics_app = make_wsgi_app(self.registry)
+        metrics_app = make_wsgi_app(self.registry, disable_compression=True)
         common = [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
+
+        def metrics(environ: dict, start_response: Callable[..., Any]) -> list[bytes]:
+            # Prometheus' text format whatever the scraper prefers: prometheus_client writes OpenMetrics at
+            # half the speed (it checks label names character by character), and Prometheus reads both.
+            # gzip at level 1 when accepted (prometheus_client's level 9 costs 4 times the CPU for 10% less).
+            environ = {k: v for k, v in environ.items() if k != "HTTP_ACCEPT"}
+            answer: list = []
+            body = b"".join(metrics_app(environ, lambda status, headers: answer.extend((status, headers))))
+            status, headers = answer
+            if status.startswith("200") and "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+                body = gzip.compress(body, compresslevel=1)
+                headers = list(headers) + [("Content-Encoding", "gzip")]
+            start_response(status, [(k, v) for k, v in headers if k.lower() != "content-length"]
+                           + [("Content-Length", str(len(body)))])
+            return [body]
 
         def app(environ: dict, start_response: Callable[..., Any]) -> list[bytes]:
             path = environ.get("PATH_INFO") or "/"
             method = environ.get("REQUEST_METHOD", "GET")
             if path == "/metrics":
-                return metrics_app(environ, start_response)
+                return metrics(environ, start_response)
             if path not in ("/", "/status.json"):
                 start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")] + common)
                 return [b"not found: this endpoint serves /metrics, / and /status.json\n"]

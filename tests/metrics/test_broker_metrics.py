@@ -19,7 +19,8 @@ from spark_coord.client.producer import Producer
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
-METRICS = {"metrics.port": 0}
+#: Group lag and the cluster view are sampled every 100 ms here: what a scrape shows is that recent.
+METRICS = {"metrics.port": 0, "metrics.lag.sample.ms": 100}
 
 
 def scrape(broker) -> dict[tuple[str, tuple], float]:
@@ -45,7 +46,7 @@ def test_requests_errors_bytes_connections_and_logs(broker_factory):
         assert got[0].error == 0
         missing = cc.request_any(ApiKey.METADATA, {"topics": [{"name": "nope"}], "allow_auto_topic_creation": False})
         assert missing["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        found = scrape(b)  # this client's connections are open
+        found = opened = scrape(b)  # this client's connections are open
     size = found[("kafka_log_log_size", (("partition", "0"), ("topic", "t")))]
     assert size > 10 * len(b"value-0")
     assert found[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == size
@@ -54,7 +55,8 @@ def test_requests_errors_bytes_connections_and_logs(broker_factory):
     assert found[("kafka_topic_partition_current_offset", (("partition", "0"), ("topic", "t")))] == 10
     assert found[("kafka_topic_partition_current_offset", (("partition", "1"), ("topic", "t")))] == 0
     assert found[("kafka_topic_partition_oldest_offset", (("partition", "0"), ("topic", "t")))] == 0
-    assert found[("kafka_topic_partitions", (("topic", "t"),))] == 2  # the controller exports it
+    found = wait_until(lambda: (f := scrape(b)).get(("kafka_topic_partitions", (("topic", "t"),))) == 2 and f,
+                       timeout=10, message="the controller exporting the topic")  # from the latest sample
     assert found[("kafka_brokers", ())] == 1
     errors = series(found, "kafka_network_requestmetrics_errors_total")
     assert errors[(("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Metadata"))] >= 1
@@ -63,8 +65,8 @@ def test_requests_errors_bytes_connections_and_logs(broker_factory):
     assert sum(v for labels, v in requests.items() if ("request", "Produce") in labels) >= 1
     latency = series(found, "spark_coord_broker_request_duration_seconds_count")
     assert latency[(("request", "Fetch"),)] >= 1
-    assert found[("kafka_server_socket_server_metrics_connection_count", (("listener", "PLAINTEXT"),))] >= 1
-    assert found[("kafka_server_socket_server_metrics_connection_creation_total", (("listener", "PLAINTEXT"),))] >= 1
+    assert opened[("kafka_server_socket_server_metrics_connection_count", (("listener", "PLAINTEXT"),))] >= 1
+    assert opened[("kafka_server_socket_server_metrics_connection_creation_total", (("listener", "PLAINTEXT"),))] >= 1
     wait_until(lambda: scrape(b)[("kafka_server_socket_server_metrics_connection_count",
                                   (("listener", "PLAINTEXT"),))] == 0,
                timeout=10, message="the connection gauge back to 0 once the client closed")
@@ -107,9 +109,9 @@ def test_group_lag_comes_from_the_coordinator_only_with_every_brokers_log_ends(b
         GroupClient(cc).commit_offsets("g", {("t", p): p for p in range(4)})  # lag 10 on each
     coordinator = next(b for b in brokers if b.broker.coordination.coordinator.active)
     other = next(b for b in brokers if b is not coordinator)
-    found = scrape(coordinator)
-    lag = {labels: v for labels, v in series(found, "kafka_consumergroup_lag").items()}
-    assert lag == {(("consumergroup", "g"), ("partition", str(p)), ("topic", "t")): 10 for p in range(4)}
+    want = {(("consumergroup", "g"), ("partition", str(p)), ("topic", "t")): 10 for p in range(4)}
+    found = wait_until(lambda: series(f := scrape(coordinator), "kafka_consumergroup_lag") == want and f,
+                       timeout=10, message=lambda: f"lag {series(scrape(coordinator), 'kafka_consumergroup_lag')}")
     assert found[("kafka_consumergroup_lag_sum", (("consumergroup", "g"), ("topic", "t")))] == 40
     assert found[("kafka_consumergroup_current_offset_sum", (("consumergroup", "g"), ("topic", "t")))] == 0 + 1 + 2 + 3
     assert found[("kafka_consumergroup_members", (("consumergroup", "g"),))] == 0
