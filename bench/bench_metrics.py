@@ -37,6 +37,7 @@ import argparse
 import gzip
 import http.client
 import logging
+import os
 import resource
 import shutil
 import statistics
@@ -81,6 +82,14 @@ def timed_get(port: int, path: str, headers: dict) -> tuple[float, int, bytes]:
         conn.close()
 
 
+def load_average() -> float:
+    """The machine's 1-minute load average (runnable threads, all processes): how shared the cores were."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -123,7 +132,7 @@ class MetricsBench(Bench):
         cpu = cpu_seconds(self.broker_pid) - cpu0
         stats = self.sim.call("stats")
         self.scrapes.extend(scrapes)
-        return {"wall": wall, "cpu": cpu, "scrapes": len(scrapes), "stats": stats}
+        return {"wall": wall, "cpu": cpu, "scrapes": len(scrapes), "stats": stats, "load": load_average()}
 
 
 def main() -> int:
@@ -243,6 +252,9 @@ def report(args, members: int, groups: int, bench: MetricsBench, rounds, status_
     lines.append(f"{'/status.json latency median (s), size (KB)':46}{statistics.median(status_times):>12.3f}, "
                  f"{status_bytes / 1024:,.0f}")
     lines.append(f"{'broker RSS at the end (MB)':46}{rss:>12.0f}")
+    lines.append(f"{'machine load average quiet / scraped':46}"
+                 f"{statistics.median(q['load'] for q, _ in rounds):>12.1f} / "
+                 f"{statistics.median(s['load'] for _, s in rounds):.1f}    ({os.cpu_count()} cores)")
     lines.append("\nquiet windows include the endpoint's own lag sampling for the status page "
                  f"(every {args.sample_ms} ms); a scrape's CPU is the scraped window's CPU above the quiet one's, "
                  "divided by its scrapes.")

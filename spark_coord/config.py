@@ -248,8 +248,10 @@ METRICS_KEYS = [
     Key("metrics.ssl.truststore.location", "str", None,
         "PEM file of the CA certificates scrapers' client certificates must chain to."),
     Key("metrics.lag.sample.ms", "int", 5000,
-        "How often each group's total lag is sampled for the status page's plot (scrapes read lag afresh).",
-        minimum=100),
+        "How often the endpoint samples the coordinator's groups, their lag and the cluster's topics (in a\n"
+        "thread of its own; the broker's event loop only hands over a copy of its groups). Scrapes and the\n"
+        "status page show the latest sample, so what they show is at most this old; each sample is one\n"
+        "point of the status page's lag plot.", minimum=100),
     Key("metrics.lag.history.ms", "int", 900000,
         "How far back the status page's lag plot reaches (kept in memory: one number per group per sample).",
         minimum=1000),
