@@ -176,8 +176,8 @@ class LogEnds:
     """Log end offsets: ``local(tp)`` for partitions this process holds, ListOffsets for the rest.
 
     ``local_id``: this broker's id (None: a standalone coordinator, everything is remote).
-    ``remote``: whether other brokers may be asked (False where the inter-broker listener needs
-    credentials the endpoint does not have: SASL).  Used by one thread at a time."""
+    ``remote``: whether other brokers may be asked (False unless the inter-broker listener is
+    PLAINTEXT: the endpoint holds no client TLS or SASL settings).  Used by one thread at a time."""
 
     def __init__(self, local: Callable[[TopicPartition], int | None] | None = None, local_id: int | None = None,
                  remote: bool = True, client_id: str = "spark-coord-metrics", timeout: float = LOG_END_TIMEOUT_S):
@@ -204,7 +204,7 @@ class LogEnds:
                 by_leader.setdefault(leader, []).append(tp)
         if by_leader and not self.remote:
             self._warn("remote", "log ends of partitions other brokers lead are not read (the inter-broker listener "
-                                 "needs SASL credentials): their lag is left out")
+                                 "is not PLAINTEXT): their lag is left out")
             return ends
         for leader, tps in by_leader.items():
             address = endpoints.get(leader)
