@@ -208,4 +208,3 @@ class Broker:
         if self.started:
             log.info("broker %d stopped", self.broker_id)
         self.started = False
-
