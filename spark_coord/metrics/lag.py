@@ -105,6 +105,8 @@ class ClusterSnapshot:
     """What a scrape needs from the loop thread, copied out of live structures."""
 
     taken: float = field(default_factory=time.time)
+    #: When it was taken, on the monotonic clock (how old its data is).
+    taken_monotonic: float = field(default_factory=time.monotonic)
     #: This process's coordinator is the elected, active one: it exports its groups.
     coordinating: bool = False
     epoch: int = -1
@@ -357,7 +359,7 @@ class LagTracker:
         self.history_ms = history_ms
         self.sample_ms = sample_ms
         self._lock = threading.Lock()  # one sampling at a time
-        self._latest: tuple[float, LagSample] | None = None
+        self._latest: LagSample | None = None
         self._history: dict[str, deque[tuple[float, int]]] = {}
         self._history_lock = threading.Lock()
         self._stop = threading.Event()
@@ -368,20 +370,20 @@ class LagTracker:
         return 2 * self.sample_ms / 1000
 
     def current(self, max_age: float | None = None) -> LagSample:
-        """A sample at most ``max_age`` seconds old (default: two sampling intervals)."""
+        """A sample whose data is at most ``max_age`` seconds old (default: two sampling intervals)."""
         limit = self.max_age if max_age is None else max_age
         latest = self._latest  # one reference read: no lock needed
-        if latest is not None and time.monotonic() - latest[0] <= limit:
-            return latest[1]
+        if latest is not None and time.monotonic() - latest.snapshot.taken_monotonic <= limit:
+            return latest
         with self._lock:
             latest = self._latest
-            if latest is not None and time.monotonic() - latest[0] <= limit:
-                return latest[1]  # taken by another thread meanwhile
+            if latest is not None and time.monotonic() - latest.snapshot.taken_monotonic <= limit:
+                return latest  # taken by another thread meanwhile
             return self._take()
 
     def _take(self) -> LagSample:
         sample = sample_lag(self._snapshot(), self.log_ends)
-        self._latest = (time.monotonic(), sample)
+        self._latest = sample
         self.record(sample)
         return sample
 

@@ -154,13 +154,19 @@ def test_every_metric_the_grafana_dashboard_queries_is_exported(broker_factory):
         producer = Producer(cc)
         producer.send("t", b"x", partition=0)
         producer.flush()
+
+    def exported() -> set[str]:
+        text = urllib.request.urlopen(f"{b.broker.metrics.url}/metrics", timeout=10).read().decode()
+        names = set()
+        for family in text_string_to_metric_families(text):
+            names.update({family.name, f"{family.name}_total", f"{family.name}_bucket", f"{family.name}_sum",
+                          f"{family.name}_count"})
+            names.update(s.name for s in family.samples)
+        return names
+
     with Consumer(bootstrap, "g", topics=["t"], auto_offset_reset="smallest", session_timeout_ms=1500) as c:
         next(c.batches(timeout=30))
         c.commit({("t", 0): 1}, timeout=10)
-        text = urllib.request.urlopen(f"{b.broker.metrics.url}/metrics", timeout=10).read().decode()
-    exported = set()
-    for family in text_string_to_metric_families(text):
-        exported.update({family.name, f"{family.name}_total", f"{family.name}_bucket", f"{family.name}_sum",
-                         f"{family.name}_count"})
-        exported.update(s.name for s in family.samples)
-    assert len(wanted) > 25 and wanted <= exported, f"not exported: {sorted(wanted - exported)}"
+        assert len(wanted) > 25
+        wait_until(lambda: wanted <= exported(), timeout=10,  # group metrics: from the next sample on
+                   message=lambda: f"not exported: {sorted(wanted - exported())}")
