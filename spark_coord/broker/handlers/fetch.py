@@ -150,6 +150,8 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         tps = [(name, p.get("partition", -1)) for (name, _), t in zip(resolved, topics)
                for p in t.get("partitions") or []]
         if error or total >= min_bytes or remaining <= 0 or not tps or conn.closed:
+            if total:
+                ctx.metrics.fetched(responses)
             out = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
             if error and version >= FIRST_NODE_ENDPOINTS:
                 out["node_endpoints"] = _current_leaders(ctx, conn, responses)
