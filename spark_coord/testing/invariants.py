@@ -154,8 +154,10 @@ Windows = Mapping[str, Sequence[Interval]]
 def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, float] | None = None,
                         end_of_run: float = float("inf")) -> dict[TopicPartition, list[tuple[float, float, str]]]:
     """partition -> [(start, end, member)]: a member owns a partition from an ``assign`` or
-    ``resume`` naming it until its next ``stop``, ``lost`` (at its ``lease_end`` when earlier),
-    ``closed``, another ``assign``, or its death (``deaths``: member -> time of its SIGKILL).
+    ``resume`` naming it until its next ``stop`` (of everything, or naming it in ``parts``),
+    ``lost`` (at its ``lease_end`` when earlier), ``closed``, an ``assign`` without it, or
+    its death (``deaths``: member -> time of its SIGKILL).  An ``assign`` is the member's
+    complete assignment: a partition it already owned goes on being owned.
 
     Kafka-protocol members (``testing.kafka_member``) journal what their rebalance callbacks
     received: an ``assign`` marked ``incremental`` (cooperative protocol) adds partitions to
@@ -180,9 +182,13 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
                 for t, p, _ in e["parts"]:
                     open_.setdefault((t, p), e["ts"])
             elif e["ev"] in ("assign", "resume"):
-                close_all(e["ts"])
-                open_.update({(t, p): e["ts"] for t, p, _ in e["parts"]})
+                named = {(t, p) for t, p, _ in e["parts"]}
+                close([tp for tp in open_ if tp not in named], e["ts"])
+                for tp in named:
+                    open_.setdefault(tp, e["ts"])
             elif e["ev"] in ("revoke", "lost") and "parts" in e:
+                close([(t, p) for t, p in e["parts"]], e["ts"])
+            elif e["ev"] == "stop" and e.get("parts") is not None:
                 close([(t, p) for t, p in e["parts"]], e["ts"])
             elif e["ev"] in ("stop", "closed"):
                 close_all(e["ts"])
