@@ -208,12 +208,18 @@ class ConsumerCoordinatorConnector(threading.Thread):
                     if self._closing.is_set():
                         continue
                     break
-                channel = self._register(view)
+                try:
+                    channel = self._register(view)
+                except Exception:  # the channel is closed: the coordinator counts us absent, not here
+                    log.exception("%s: registration failed unexpectedly; starting over", self.name)
+                    channel = None
                 if channel is None:
                     self._wait_backoff()
                     continue
                 try:
                     self._serve(channel)
+                except Exception:
+                    log.exception("%s: serving the coordinator failed unexpectedly; reconnecting", self.name)
                 finally:
                     self.registered.clear()
                     self._channel = None
@@ -300,12 +306,24 @@ class ConsumerCoordinatorConnector(threading.Thread):
 
     def _register(self, view: ClusterView) -> CoordinatorChannel | None:
         host, port = view.coordinator_address  # type: ignore[misc]
-        reg = self.registration
         try:
             channel = CoordinatorChannel(host, port, self.client_id, self.socket_timeout, security=self.security)
         except ChannelClosed as e:
             log.info("cannot connect to coordinator %d: %s", view.coordinator_id, e)
             return None
+        try:
+            return self._register_on(channel, view)
+        except BaseException:
+            # Whatever failed (even after the coordinator took us back), close the channel: a
+            # coordinator that counts us registered on a connection nobody reads would ping it in
+            # vain while our commits fail as unregistered.  It sees the member go and takes it back
+            # at the next registration.
+            channel.close()
+            raise
+
+    def _register_on(self, channel: CoordinatorChannel, view: ClusterView) -> CoordinatorChannel | None:
+        host, port = view.coordinator_address  # type: ignore[misc]
+        reg = self.registration
         claim = self._claim()
         try:
             resp = channel.request(api.REGISTER_CONSUMER, dict(reg.body(), **claim), version=api.REGISTER_VERSION)
@@ -344,8 +362,8 @@ class ConsumerCoordinatorConnector(threading.Thread):
                 log.info("back in generation %d with %d partition(s)", claimed, len(self._threads))
                 self._renew_lease()
                 if self._suspended:
-                    self._suspended = False
                     self.member.resume_fetchers()
+                    self._suspended = False  # only once it fetches again: a failed resume is retried
             elif claimed != api.NO_GENERATION:
                 log.info("coordinator %d did not take back generation %d: dropping its %d partition(s)",
                          view.coordinator_id, claimed, len(self._threads))

@@ -164,6 +164,41 @@ def test_silence_for_a_session_timeout_stops_fetching_then_resumes_when_taken_ba
     assert conn.generation_id == 4
 
 
+class ResumeFailsOnce(RecordingMember):
+    """A member whose first resume after a take-back fails (an unexpected error of the application)."""
+
+    def __init__(self, offsets):
+        super().__init__(offsets)
+        self.failures = 1
+
+    def resume_fetchers(self) -> None:
+        super().resume_fetchers()
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("resume failed")
+
+
+def test_a_failure_after_the_take_back_never_leaves_the_coordinator_counting_a_member_that_is_gone(
+        fake, make_connector):
+    """Taken back, then something fails before the connector serves the channel: it closes that
+    channel (the coordinator sees the member go) and registers again, instead of leaving the
+    coordinator pinging a connection nobody reads while its own commits fail as unregistered."""
+    member = ResumeFailsOnce(OFFSETS)
+    conn = make_connector(member, session_timeout_ms=600)
+    first = fake.next_session()
+    first.start_fetcher(7, 4, {("t", 0): 40, ("t", 1): 7})
+    assert first.is_closed_by_peer(timeout=5)  # silence: the lease ran out, the member reconnects
+    second = fake.next_session()               # taken back; the resume fails
+    assert second.registration["generation_id"] == 4
+    assert second.is_closed_by_peer(timeout=5), "the channel the coordinator took the member back on stays open"
+    third = fake.next_session()                # it claims what it holds again, and is taken back
+    assert third.registration["generation_id"] == 4
+    wait_until(conn.registered.is_set, 5)
+    assert conn.is_alive()
+    assert third.ping(7, 4)["error_code"] == 0
+    assert member.names().count("resume") == 2
+
+
 def test_lost_connection_keeps_fetching_and_claims_its_assignment(fake, make_connector):
     """seeds 004: the member does not stop consumption while it rediscovers the coordinator."""
     member = RecordingMember(OFFSETS)
