@@ -54,6 +54,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from spark_coord.testing import invariants
 from spark_coord.testing.kafka_member import KafkaMemberProcess
@@ -67,6 +68,9 @@ BROKER_KINDS = ("coordinator_kill", "broker_kill", "coordinator_expiry")
 #: Member kinds: our thin consumer, confluent-kafka with the default (eager) assignors, and with
 #: cooperative-sticky.
 MEMBER_KINDS = ("thin", "eager", "cooperative")
+#: How long after SIGCONT a Kafka member paused past its session may still deliver what it fetched
+#: before the pause, at most, before it journals the loss (its next poll tells it).
+ZOMBIE_GRACE_S = 5.0
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
@@ -458,7 +462,8 @@ class ChaosRun:
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
             overlaps=invariants.one_owner_at_a_time(
-                intervals, unleased=[n for n in self.members if self._kind_of(n) != "thin"], journals=journals),
+                intervals, unleased=[n for n in self.members if self._kind_of(n) != "thin"], journals=journals,
+                zombie=self._zombie_windows(journals)),
             outside_ownership=invariants.delivered_outside_ownership(journals, intervals),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
                                          self._waiting_members(), unknown_start=0),
@@ -482,6 +487,21 @@ class ChaosRun:
         for name, m in self.members.items():
             if getattr(m, "kind", "thin") != "thin":
                 out.setdefault(name, []).extend(stalls)
+        return out
+
+    def _zombie_windows(self, journals: Mapping[str, list[dict]]) -> dict[str, list[tuple[float, float]]]:
+        """Kafka member -> windows from a pause (SIGSTOP) longer than its session timeout until it
+        journaled the loss after SIGCONT (at most ``ZOMBIE_GRACE_S`` later): what it delivers then
+        was fetched before the pause, and Kafka's guarantee ends at its session timeout."""
+        session_s = (self.s.kafka_session_ms or self.s.member_session_ms) / 1000
+        out: dict[str, list[tuple[float, float]]] = {}
+        for f in self.faults:
+            if f.kind != "member_stop" or f.until is None or self._kind_of(f.target) == "thin" \
+                    or f.until - f.at <= session_s:
+                continue
+            learnt = [e["ts"] for e in journals.get(f.target, ()) if e["ev"] in ("lost", "revoke", "closed")
+                      and f.until <= e["ts"] <= f.until + ZOMBIE_GRACE_S]
+            out.setdefault(f.target, []).append((f.at, min(learnt, default=f.until + ZOMBIE_GRACE_S)))
         return out
 
     def _journals(self) -> dict[str, list[dict]]:

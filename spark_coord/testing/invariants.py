@@ -200,14 +200,22 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
 
 
 def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]],
-                        unleased: Iterable[str] = (), journals: Mapping[str, Journal] | None = None) -> list[str]:
+                        unleased: Iterable[str] = (), journals: Mapping[str, Journal] | None = None,
+                        zombie: Windows | None = None) -> list[str]:
     """Invariant 1 over time: no two members own a partition at the same moment.
 
     ``unleased`` members (Kafka-protocol members: no lease; a member paused past its session
     learns that it lost its partitions, and journals it, only once it runs again) count in an
-    overlap only when they delivered a record of the partition during it (from ``journals``)."""
+    overlap only when they delivered a record of the partition during it (from ``journals``).
+    Deliveries inside one of an unleased member's ``zombie`` windows (member -> windows: from a
+    pause past its session until it learnt of the loss) do not count: a Kafka client hands out
+    what it fetched before the pause before it hears that its session ended, and Kafka fences
+    only its commits (which fail), not that delivery."""
     unleased = set(unleased)
     recs = deliveries(journals) if unleased and journals is not None else {}
+    for m, windows in (zombie or {}).items():
+        if m in recs:
+            recs[m] = [r for r in recs[m] if not any(a <= r[0] <= b for a, b in windows)]
     bad = []
     for tp, spans in sorted(intervals.items()):
         for i, (s1, e1, m1) in enumerate(spans):

@@ -115,3 +115,16 @@ def test_an_unleased_member_overlaps_only_where_it_delivered():
     zombie = dict(quiet, k=quiet["k"][:2] + [_recs(7.0, 0, 2)] + quiet["k"][2:])
     spans = invariants.ownership_intervals(zombie, end_of_run=12)
     assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=zombie)) == 1
+
+
+def test_a_kafka_member_resumed_past_its_session_may_hand_out_what_it_fetched_before_the_pause():
+    """Delivery inside a zombie window (a pause past the session, until the member learnt the loss)
+    is Kafka's own guarantee, not an overlap; the same delivery outside such a window is one."""
+    journals = {"k": [{"ts": 1.0, "ev": "assign", "gen": None, "incremental": False, "parts": [[T, 0, -1]]},
+                      _recs(8.9, 0, 2), {"ts": 9.0, "ev": "lost", "parts": [[T, 0]]}],
+                "thin": [_assign(6.0, 2, (0, 2))]}
+    spans = invariants.ownership_intervals(journals, end_of_run=12)
+    assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=journals)) == 1
+    assert invariants.one_owner_at_a_time(spans, unleased=["k"], journals=journals, zombie={"k": [(2.0, 9.0)]}) == []
+    assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=journals,
+                                              zombie={"k": [(2.0, 8.0)]})) == 1
