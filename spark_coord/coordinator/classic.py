@@ -421,6 +421,9 @@ class ClassicGroups:
         group, member = self._registry(km.group_id, km.member_id)
         if km.closed or group is None or member is None or member.channel is not km:
             return
+        if not self.c.leadership.fresh():  # maybe deposed while paused: look again once confirmed
+            km._arm(self.c.leadership.recheck_ms())
+            return
         km.close()
         self.c.handle_consumer_failure(group, member, f"no heartbeat within its session timeout "
                                                       f"({km.session_timeout_ms} ms)")

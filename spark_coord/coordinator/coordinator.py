@@ -308,6 +308,8 @@ class Coordinator:
 
         if not self.active:
             return answer(ErrorCode.NOT_COORDINATOR, "this broker is not the coordinator")
+        if not self.leadership.fresh():  # maybe deposed while paused: decide nobody's membership
+            return answer(ErrorCode.NOT_COORDINATOR, "ZooKeeper has not confirmed this coordinator's election lately")
         reg = parse_registration(body, self.config.min_session_timeout_ms)
         if isinstance(reg, Refusal):
             return answer(reg.code, reg.message)
@@ -457,6 +459,10 @@ class Coordinator:
     def _absence_over(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
         if self.groups.get(group.group_id) is not group or group.members.get(member.consumer_id) is not member \
                 or member.channel is not None:
+            return
+        if not self.leadership.fresh():  # maybe deposed while paused: the member may be back at the successor
+            member.absent_handle = self.timer.call_later(self.leadership.recheck_ms(),
+                                                         lambda: self.post(self._absence_over, group, member))
             return
         member.absent_handle = None
         self._remove(group, member, f"did not come back within its session timeout ({member.session_timeout_ms} ms)")

@@ -14,6 +14,16 @@ request it answered, and no other broker can be elected before it did; so every
 ping of a deposed coordinator was sent before its successor was elected, and the
 successor's wait for absent members (their session timeout from its election)
 outlasts every lease such a ping renewed.
+
+For the same reason a coordinator whose election is not fresh decides no
+membership: it fails nobody for pings that expired meanwhile (they could not be
+answered while it was paused), removes no absent member, expires no Kafka member's
+session, and takes no registration (NOT_COORDINATOR: the member tries again, and
+keeps what it claims).  A deposed coordinator that told a member, which its
+successor would take back, that it "is not a member" would make it drop its
+partitions and the positions it claimed, and read them again from the offsets
+in ZooKeeper (invariant 7).  Each put-off decision is looked at again once the
+election is confirmed, or dropped when the coordinator resigns.
 """
 
 from __future__ import annotations
@@ -64,6 +74,11 @@ class LeadershipLease:
                         self.c.clock.now_ms() - (self.confirmed_at or 0))
             self._check()
         return ok
+
+    def recheck_ms(self) -> int:
+        """How long a decision put off until the election is confirmed again waits before it looks
+        again (the interval of the election checks)."""
+        return max(1, self.timeout_ms // 4)
 
     def _schedule(self) -> None:
         if self.timeout_ms > 0:

@@ -115,6 +115,8 @@ class PingScheduler:
         if group is None or member.ping is not op:
             return
         member.ping = None
+        if not self.c.leadership.fresh():
+            return  # expired while we were paused (maybe deposed): no answer could have been read
         member.failed_pings += 1
         self.c.metrics.ping_expired()  # metrics
         log.warning("group %s: consumer %s did not answer ping (%d unanswered in a row)",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coord_harness import PING, START, STOP, Harness, async_test
+from coord_harness import EPOCH, PING, START, STOP, Harness, async_test
 from spark_coord.coordinator.group import LEASE_MARGIN_MS, GroupState
 from spark_coord.errors import ErrorCode
 
@@ -310,3 +310,37 @@ async def test_no_pings_while_zookeeper_does_not_confirm_the_election():
     h.store.fenced = True
     await h.advance(1500)       # a check that finds another coordinator elected: everything dropped
     assert not h.coord.active and m.channel.closed
+
+
+@async_test
+async def test_a_coordinator_zookeeper_does_not_confirm_decides_no_membership():
+    """A coordinator paused past its ZooKeeper session resumes with every timer due at once and may
+    already be deposed: until ZooKeeper confirms its election again it removes nobody (an absent
+    member's lease, a ping that expired during the pause) and takes no registration -- else it tells a
+    member that its successor would take back that it "is not a member", and the member drops its
+    partitions and the positions it claimed and starts them again from the offsets in ZooKeeper."""
+    h = await Harness({"t": 2}, leadership_timeout_ms=6000).start()
+    m, _ = h.register("c1", version=2)
+    await h.settle()
+    assert len(m.positions) == 2 and h.group().state == GroupState.STABLE
+    m.consume(40)
+    h.store.fail_writes = True      # ZooKeeper confirms nothing from now on (the broker is paused)
+    m.muted = True                  # nor does the member hear from us
+    await h.advance(10000)          # resumed: its ping expired, its lease bound passed long ago
+    assert "c1" in h.group().members, "removed by a coordinator ZooKeeper no longer confirms"
+    h.coord.on_channel_closed(m.channel)  # the member gave up on us and comes back with its claim
+    m2, r = h.register("c1", version=2, like=m, **m.claim())
+    assert r["error_code"] == ErrorCode.NOT_COORDINATOR, r
+    assert "c1" in h.group().members and h.group().members["c1"].owned() == {("t", 0), ("t", 1)}
+    h.store.fail_writes = False
+    h.store.fenced = True           # the next check finds another coordinator elected: it resigns
+    await h.advance(1500)
+    assert not h.coord.active
+    h.store.fenced = False
+    successor = Harness({"t": 2}, leadership_timeout_ms=6000)
+    successor.store = successor.coord.store = h.store
+    await successor.start(EPOCH + 1)
+    m3, r = successor.register("c1", version=2, like=m, **m.claim())
+    assert r["error_code"] == 0 and r["generation_id"] == m.generation  # taken back, with its positions
+    await successor.settle()
+    assert successor.group().offsets == {("t", 0): 40, ("t", 1): 40}
