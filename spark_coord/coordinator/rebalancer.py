@@ -314,7 +314,18 @@ class Rebalancer:
         # epochs: one for the stops, one for the starts, persisted before any request carries them
         stop_epoch = group.generation_id + 1
         start_epoch = group.generation_id + (2 if stops else 1)
-        await self._store(group, "save generation", c.store.save_generation, gid, start_epoch)
+        # A member stopped only in part takes the StopFetcher's epoch and may get no StartFetcher
+        # before a failover: its epoch is stored with the generation, or a successor would refuse
+        # its claim as newer than the one it knows
+        partial = [touched[cid] for cid, parts in sorted(stops.items())
+                   if parts is not None and touched[cid].incremental]
+        if partial:
+            for m in partial:
+                m.sent_epoch = max(m.sent_epoch, stop_epoch)
+            await self._store(group, "save generation", c.store.save_assignment, gid, start_epoch,
+                              [m.to_stored() for m in partial], dict(group.owners))
+        else:
+            await self._store(group, "save generation", c.store.save_generation, gid, start_epoch)
         self._check(group, "saving the generation")
         group.generation_id = max(group.generation_id, start_epoch)
         failures: list[str] = []

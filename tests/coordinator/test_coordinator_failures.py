@@ -344,3 +344,29 @@ async def test_a_coordinator_zookeeper_does_not_confirm_decides_no_membership():
     assert r["error_code"] == 0 and r["generation_id"] == m.generation  # taken back, with its positions
     await successor.settle()
     assert successor.group().offsets == {("t", 0): 40, ("t", 1): 40}
+
+
+@async_test
+async def test_a_member_that_only_gave_up_a_partition_is_taken_back_after_a_failover():
+    """StopFetcher v1 gives the member a new epoch without a StartFetcher; the successor restores
+    the epoch stored for it, so it must be stored before the StopFetcher carries it -- else the
+    member's claim is "newer than" what the successor knows, refused, and the member drops the
+    partitions it kept and reads them again from ZooKeeper's offsets."""
+    h = await Harness({"t": 2}).start()
+    m1, _ = h.register("c1", version=2)
+    await h.settle()
+    m1.auto = False
+    h.register("c2", version=2)
+    await h.settle()
+    m1.answer(STOP)                 # c1 gives up one partition, in the StopFetcher's epoch...
+    m1.consume(30)
+    assert len(m1.positions) == 1
+    successor = Harness({"t": 2})   # ...and the coordinator dies before any StartFetcher
+    successor.store = successor.coord.store = h.store
+    await h.coord.deactivate()
+    await successor.start(EPOCH + 1)
+    back, r = successor.register("c1", version=2, like=m1, **m1.claim())
+    assert r["error_code"] == 0 and r["generation_id"] == m1.generation, r
+    await successor.settle()
+    (kept,) = m1.positions
+    assert successor.group().offsets[kept] == m1.positions[kept]
