@@ -344,7 +344,17 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "most one partition when members subscribe alike) with the fewest moves: a partition stays with its\n"
         "holder unless balance needs it elsewhere, so a rebalance stops only the partitions that move.\n"
         "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) and\n"
-        "roundrobin recompute from scratch, so more partitions move at each rebalance."),
+        "roundrobin recompute from scratch, so more partitions move at each rebalance.\n"
+        "A group whose Kafka 4 consumers (group.protocol=consumer) name a server-side assignor\n"
+        "(group.remote.assignor: uniform or range, both sticky) uses that one instead."),
+    # Kafka 4's consumer group protocol (KIP-848): the coordinator sets these for its members
+    Key("group.consumer.session.timeout.ms", "int", 45000,
+        "Session timeout of members of Kafka's consumer group protocol (group.protocol=consumer, KIP-848):\n"
+        "a member that sends no ConsumerGroupHeartbeat for this long is failed and its partitions move.\n"
+        "Set by the coordinator, as Kafka does (the clients' session.timeout.ms does not apply).", minimum=1),
+    Key("group.consumer.heartbeat.interval.ms", "int", 5000,
+        "How often members of Kafka's consumer group protocol heartbeat (told in every heartbeat answer):\n"
+        "the longest a member waits to hear of a new assignment.", minimum=1),
 ], footer="""
 Per-listener settings, as Kafka takes them (the listener name in lower case):
   listener.name.<listener>.<key> for any ssl.* key above and sasl.enabled.mechanisms, e.g.

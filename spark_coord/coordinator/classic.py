@@ -79,6 +79,7 @@ from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_su
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
+    from spark_coord.coordinator.consumer_group import ConsumerGroups
     from spark_coord.coordinator.coordinator import Coordinator
 
 __all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
@@ -104,6 +105,12 @@ _STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RE
            GroupState.STARTING_FETCHERS: "CompletingRebalance", GroupState.DEAD: "Dead"}
 
 Partitions = dict[str, list[int]]
+
+
+def group_type(group: GroupRegistry) -> str:
+    """Kafka's group type (ListGroups v5): ``consumer`` once a member of Kafka 4's consumer group
+    protocol is in it, else ``classic``."""
+    return "consumer" if any(m.kind == "consumer" for m in group.members.values()) else "classic"
 
 
 def kafka_state(state: GroupState) -> str:
@@ -393,8 +400,10 @@ class ClassicMember:
 class ClassicGroups:
     """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "Coordinator", consumer: "ConsumerGroups | None" = None):
         self.c = coordinator
+        #: Kafka 4's consumer group protocol door: its members commit and are described here too.
+        self.consumer = consumer
         self.purgatory = Purgatory(coordinator.timer, "join")
         #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (KIP-394), and when.
         self._pending_ids: dict[str, dict[str, int]] = {}
@@ -699,20 +708,27 @@ class ClassicGroups:
         offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in wanted]
         if generation == NO_GENERATION and not member_id:
             return await self._standalone_commit(group_id, wanted, answer)
-        km = self._member_for(group_id, member_id, generation)
-        if isinstance(km, ErrorCode):
-            return answer(km)
-        group, member = self._registry(group_id, member_id)
+        if self.consumer is not None and (modern := self.consumer.live(group_id, member_id)) is not None:
+            modern.contact()
+            group, member = self.consumer.find(group_id, member_id)
+            stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
+        else:
+            km = self._member_for(group_id, member_id, generation)
+            if isinstance(km, ErrorCode):
+                return answer(km)
+            group, member = self._registry(group_id, member_id)
+            stale = ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION
         assert group is not None and member is not None
         code, codes = self.c.offsets.accept(group, member, offsets, generation)
         if code == ErrorCode.STALE_GENERATION:
-            return answer(ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION)
+            return answer(stale)
         if code != ErrorCode.NONE:
             return answer(ErrorCode.INVALID_REQUEST)
+        not_now = ErrorCode.ILLEGAL_GENERATION if stale != ErrorCode.STALE_MEMBER_EPOCH else stale
         kafka_codes = {tp: {ErrorCode.NONE: ErrorCode.NONE, ErrorCode.OFFSET_BACKWARDS: ErrorCode.NONE,
                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.STALE_GENERATION: ErrorCode.ILLEGAL_GENERATION,
-                            ErrorCode.PARTITION_NOT_OWNED: ErrorCode.ILLEGAL_GENERATION}.get(e, ErrorCode.INVALID_REQUEST)
+                            ErrorCode.STALE_GENERATION: not_now,
+                            ErrorCode.PARTITION_NOT_OWNED: not_now}.get(e, ErrorCode.INVALID_REQUEST)
                        for tp, e in codes.items()}
         if any(e == ErrorCode.NONE for e in codes.values()):
             failure = await self._write(group)
@@ -777,10 +793,11 @@ class ClassicGroups:
         groups = []
         for gid, group in sorted(self.c.groups.items()):
             state = kafka_state(group.state)
-            if (states and state.lower() not in states) or (types and "classic" not in types):
+            kind = group_type(group)
+            if (states and state.lower() not in states) or (types and kind not in types):
                 continue
             groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
-                           "group_type": "classic"})
+                           "group_type": kind})
         return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
 
     def describe_groups(self, body: Mapping[str, Any]) -> dict:
@@ -805,6 +822,13 @@ class ClassicGroups:
                                     "member_metadata": km.metadata()
                                     or encode_subscription({"topics": m.topic_count.static_topics()}, 0),
                                     "member_assignment": _encode(km.partitions)})
+                elif hasattr(m.channel, "member_id") and hasattr(m.channel, "client_id"):  # Kafka 4's consumers
+                    members.append({"member_id": m.channel.member_id, "group_instance_id": m.channel.instance_id,
+                                    "client_id": m.channel.client_id, "client_host": m.channel.client_host,
+                                    "member_metadata": encode_subscription(
+                                        {"topics": m.topic_count.topics_in(self.c.topics)
+                                         if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0),
+                                    "member_assignment": _assignment_bytes(m)})
                 else:
                     members.append({"member_id": cid, "group_instance_id": None, "client_id": "coordkafka",
                                     "client_host": m.peer,

@@ -143,6 +143,10 @@ class ConsumerRegistry:
     #: Hands partitions over incrementally (StopFetcher/StartFetcher v1, Kafka's cooperative
     #: protocol); else every change of its assignment stops all it holds first.
     incremental: bool = False
+    #: The door it came in by: None (the seeds' channel), "classic" or "consumer" (Kafka's protocols).
+    kind: str | None = None
+    #: Its Kafka member id when the registry knows it by another name (a static member: its instance id).
+    external_id: str | None = None
     #: The ping awaiting its answer, if any.
     ping: "DelayedPing | None" = None
     #: Consecutive pings that expired unanswered.
@@ -240,7 +244,7 @@ class ConsumerRegistry:
         """What the store keeps about the member, to restore it after a failover."""
         return StoredMember(self.consumer_id, self.topic_count, self.auto_commit,
                             self.auto_offset_reset, self.session_timeout_ms, self.sent_epoch
-                            if self.sent_epoch >= 0 else None, self.incremental)
+                            if self.sent_epoch >= 0 else None, self.incremental, self.kind, self.external_id)
 
     @property
     def peer(self) -> str:

@@ -56,6 +56,8 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True)
