@@ -46,6 +46,8 @@ from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.metrics import metrics_endpoint
+from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.security.broker import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model
@@ -317,6 +319,7 @@ class StandaloneCoordinator:
         self.coordination: StandaloneCoordination | None = None
         self.registration: BrokerRegistration | None = None
         self.mirror: OffsetMirror | None = None
+        self.metrics = metrics_endpoint(cfg, f"coordinator {self.coordinator_id}")  # metrics
 
     @property
     def bound_ports(self) -> dict[str, int]:
@@ -336,7 +339,8 @@ class StandaloneCoordinator:
             self.ctx = SimpleNamespace(authorizer=self.security.authorizer, server=None)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
                                        cfg["connections.max.idle.ms"] / 1000,
-                                       connection_auth=self.security.connection_auth)
+                                       connection_auth=self.security.connection_auth,
+                                       metrics=self.metrics.broker if self.metrics else NO_BROKER_METRICS)  # metrics
             self.ctx.server = self.server
             self.coordination = StandaloneCoordination(self)
             for handler in [api_versions.HANDLER, sasl_handshake.HANDLER, sasl_authenticate.HANDLER,
@@ -355,6 +359,8 @@ class StandaloneCoordinator:
             await self.coordination.start()
             if self.mirror is not None and self.coordination.coordinator is not None:
                 self.coordination.coordinator.on_committed = self.mirror.offer
+            if self.metrics is not None:  # metrics
+                self.metrics.start_for_standalone(self, loop)  # metrics
         except BaseException:
             await self.stop()
             raise
@@ -365,6 +371,8 @@ class StandaloneCoordinator:
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:  # metrics
+            await loop.run_in_executor(None, self.metrics.stop)  # metrics
         if self.coordination is not None:
             await self.coordination.stop()
             self.coordination = None

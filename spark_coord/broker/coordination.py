@@ -40,6 +40,7 @@ from spark_coord.coordinator.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.metrics.coordinator import NO_METRICS
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api
 from spark_coord.zk import paths
@@ -114,9 +115,10 @@ class CoordinationService:
         self._watch = DataWatch(zk, paths.COORDINATOR, to_loop(loop, self._on_coordinator_node))
         if not self.enabled:
             return
+        observer = getattr(getattr(self.broker, "metrics", None), "coordinator", None) or NO_METRICS  # metrics
         self.coordinator = Coordinator(
-            CoordinatorConfig.from_broker_config(self.broker.config), self._make_store(),
-            LoopTimer(loop), SystemClock(), self.live_brokers, on_fenced=self._fenced)
+            CoordinatorConfig.from_broker_config(self.broker.config), observer.timed(self._make_store()),
+            LoopTimer(loop), SystemClock(), self.live_brokers, on_fenced=self._fenced, metrics=observer)
         self.consumer = ConsumerGroups(self.coordinator)
         self.classic = ClassicGroups(self.coordinator, self.consumer)
         self.broker.view.add_listener(self._topics_changed)

@@ -30,7 +30,7 @@ class MemberChannel(Protocol):
 
     #: Optional (default True): a request sent renews the member's lease (it may fetch for its
     #: session timeout after receiving it).  Kafka-protocol members never see our requests: their
-    #: lease runs from their own last request instead (``kafka_members``).
+    #: lease runs from their own last request instead (``classic``).
     renews_lease: bool
 
     #: Optional: the server-side assignor the member asks its group to use (Kafka 4's consumers:

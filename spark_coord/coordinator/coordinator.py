@@ -28,7 +28,7 @@ partitions until its session timeout plus ``group.LEASE_MARGIN_MS`` has passed
 since the last request sent to it -- for a restored member, since this
 coordinator was elected, which is after anything the old coordinator sent.
 Rebalances of its group wait until then.  If the member comes back first with a
-claim that matches (``registration.claim_matches``: same generation, same
+claim that matches (``registration.claim_fits``: same generation, same
 partitions), it is back in its generation and nothing is stopped; if not, it
 has stopped (it does on any refused claim) and joins as a new member.
 """
@@ -54,6 +54,7 @@ from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
+from spark_coord.metrics.coordinator import NO_METRICS, CoordinatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,15 @@ class Coordinator:
 
     def __init__(self, config: CoordinatorConfig, store: GroupStore, timer: Timer, clock: Clock,
                  cluster_view: ClusterView, *, on_fenced: Callable[[], None] | None = None,
-                 first_ping_jitter: float = FIRST_PING_JITTER, rng: random.Random | None = None):
+                 first_ping_jitter: float = FIRST_PING_JITTER, rng: random.Random | None = None,
+                 metrics: CoordinatorMetrics | None = None):
         self.config = config
         self.store = store
         self.timer = timer
         self.clock = clock
         self.cluster_view = cluster_view
         self.on_fenced = on_fenced
+        self.metrics = metrics if metrics is not None else NO_METRICS  # metrics
         self.assignor = get_assignor(config.assignment_strategy)
         self.epoch: int | None = None
         self.active = False
@@ -111,6 +114,7 @@ class Coordinator:
             return
         self.topics = dict(topics)
         self.active = True
+        self.metrics.elected(epoch)  # metrics
         self.rebalancer.start()
         for sg in stored.values():
             self._restore_group(sg)
@@ -439,6 +443,7 @@ class Coordinator:
         if group.members.get(member.consumer_id) is not member:
             return
         log.warning("group %s: consumer %s failed: %s", group.group_id, member.consumer_id, reason)
+        self.metrics.member_failed(reason)  # metrics
         channel = member.channel
         if channel is not None:
             self._channels.pop(id(channel), None)

@@ -81,6 +81,7 @@ class OffsetCommitter:
                 log.warning("group %s: committing %d offsets failed: %s", group.group_id, len(batch), e)
                 return False
         log.debug("group %s: committed %d offsets", group.group_id, len(batch))
+        self.c.metrics.offsets_committed(group.group_id, len(batch))  # metrics
         if self.c.on_committed is not None:
             try:
                 self.c.on_committed(group.group_id, dict(batch))

@@ -154,6 +154,8 @@ class Rebalancer:
         cfg = self.c.config
         failures = 0
         failed_at = group.changes
+        began, owners_before = self.c.clock.now_ms(), dict(group.owners)  # metrics
+        self.c.metrics.rebalance_started(group.group_id)  # metrics
         try:
             while group.state == GroupState.PREPARING_REBALANCE and self.c.groups.get(group.group_id) is group:
                 if group.changes != failed_at:
@@ -161,10 +163,13 @@ class Rebalancer:
                 assert self._slots is not None
                 async with self._slots:
                     outcome = await self._attempt_once(group)
+                if outcome is Outcome.SETTLED:  # metrics
+                    self.c.metrics.rebalance_completed(group, self.c.clock.now_ms() - began, owners_before)  # metrics
                 if outcome in (Outcome.SETTLED, Outcome.WAITING):
                     return  # WAITING: the absent members' return or expiry requests again
                 if outcome is Outcome.AGAIN:
                     continue
+                self.c.metrics.rebalance_failed(group.group_id, outcome)  # metrics
                 failures += 1
                 failed_at = group.changes
                 backoff = cfg.rebalance_backoff_ms
