@@ -87,6 +87,7 @@ def subscription(names: Iterable[str] | None, regex: str | None) -> TopicCount:
     if regex is not None:
         if _NOT_RE2.search(regex):
             raise re.error(f"{regex!r} uses lookaround or backreferences, which RE2 does not have")
+        re.compile(regex)  # re.error: the client is told INVALID_REGULAR_EXPRESSION
         return TopicCount.wildcard(regex, 1)
     return TopicCount.static({t: 1 for t in names or ()})
 
@@ -468,6 +469,12 @@ class ConsumerGroups:
                 m.join = None
         if m.closed or not self.c.active:
             return self._error(m.member_id, ErrorCode.UNKNOWN_MEMBER_ID if self.c.active else ErrorCode.NOT_COORDINATOR)
+        if m._pending_epoch is None and m.epoch == JOIN:
+            # nothing for it yet (its partitions are still being given up by others): it is a member
+            # all the same, in the group's epoch with an empty assignment, and hears of more later
+            group = self.c.groups.get(m.group_id)
+            m.epoch = max(1, group.generation_id if group is not None else 1)
+            return m.answer(with_assignment=True)
         return m.answer()
 
     def _leave(self, group_id: str, member_id: str, m: ConsumerGroupMember | None, epoch: int) -> dict:

@@ -130,7 +130,7 @@ def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, 
     groups = []
     for group in coordinator.groups.values():
         members = tuple(
-            MemberView(m.consumer_id, member_protocol(m.channel, m.consumer_id), m.peer, m.channel is not None,
+            MemberView(m.consumer_id, member_protocol(m.channel, m.consumer_id, m.kind), m.peer, m.channel is not None,
                        tuple(tp for tps in m.assignment.values() for tp in tps) if m.assignment else ())
             for m in group.members.values())
         groups.append(GroupView(group.group_id, group.state.value, group.generation_id, members,
