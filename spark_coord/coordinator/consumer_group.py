@@ -77,6 +77,18 @@ _STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RE
 TopicPartitions = set[tuple[str, int]]
 
 
+def registry_key(name: str) -> str:
+    """The registry's (and ZooKeeper's) name for a member id or instance id a client chose:
+    librdkafka's member ids are standard base64, whose '/' cannot be in a znode name
+    ('%' and '/' are escaped, so two ids never share a key)."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def client_name(key: str) -> str:
+    """The member id or instance id ``registry_key`` made ``key`` of."""
+    return key.replace("%2F", "/").replace("%25", "%")
+
+
 def consumer_state(state: GroupState) -> str:
     """Kafka's name (KIP-848) of the group state closest to ours, for ConsumerGroupDescribe."""
     return _STATES[state]
@@ -307,7 +319,7 @@ class ConsumerGroups:
                                                       f"({m.session_timeout_ms} ms)")
 
     def _key(self, group_id: str, member_id: str) -> str:
-        return self._static.get((group_id, member_id), member_id)
+        return self._static.get((group_id, member_id), registry_key(member_id))
 
     def find(self, group_id: str, member_id: str) -> tuple[GroupRegistry | None, ConsumerRegistry | None]:
         group = self.c.groups.get(group_id)
@@ -353,6 +365,9 @@ class ConsumerGroups:
             return error(ErrorCode.UNSUPPORTED_ASSIGNOR,
                          f"server assignor {assignor!r} (known: {', '.join(SERVER_ASSIGNORS)})")
         names, regex = body.get("subscribed_topic_names"), body.get("subscribed_topic_regex")
+        if regex == "":  # as Kafka reads it: no regular expression (librdkafka sends "" beside topic names)
+            regex = None
+            names = [] if names is None else names
         try:
             sub = subscription(names, regex) if names is not None or regex is not None else None
         except re.error as e:
@@ -404,7 +419,7 @@ class ConsumerGroups:
                     regex: str | None, client_id: str, client_host: str,
                     topic_filter: Callable[[str], bool] | None) -> dict:
         instance = body.get("instance_id")
-        key = instance if instance else member_id
+        key = registry_key(instance if instance else member_id)
         try:
             paths.validate_consumer_id(key)
         except ValueError as e:
@@ -513,7 +528,7 @@ class ConsumerGroups:
             by_thread.setdefault(th, []).append({"topic": t, "partition": p, "offset": -1})
         m = ConsumerGroupMember(self, group_id, member.consumer_id, member_id, client_id=client_id,
                                 client_host=client_host, instance_id=body.get("instance_id") or (
-                                    member.consumer_id if member.external_id else None),
+                                    client_name(member.consumer_id) if member.external_id else None),
                                 rack_id=body.get("rack_id"), rebalance_timeout_ms=DEFAULT_REBALANCE_TIMEOUT_MS,
                                 names=member.topic_count.static_topics() or None, regex=member.topic_count.pattern,
                                 assignor=body.get("server_assignor"))
@@ -574,7 +589,8 @@ class ConsumerGroups:
 
         ch = m.channel
         mine = [tp for tp, th in target.items() if thread_owner(th) == m.consumer_id]
-        out = {"member_id": m.external_id or m.consumer_id, "instance_id": m.consumer_id if m.external_id else None,
+        out = {"member_id": m.external_id or client_name(m.consumer_id),
+               "instance_id": client_name(m.consumer_id) if m.external_id else None,
                "rack_id": None, "member_epoch": m.epoch if m.epoch is not None else 0, "client_id": "coordkafka",
                "client_host": m.peer, "subscribed_topic_names": m.topic_count.static_topics() or
                m.topic_count.topics_in(self.c.topics), "subscribed_topic_regex": m.topic_count.pattern,
