@@ -39,7 +39,12 @@ class KafkaPeer:
 
     @property
     def cooperative(self) -> bool:
-        return self.strategy == "cooperative-sticky"
+        return self.strategy in ("cooperative-sticky", "consumer")
+
+    def member_id(self) -> str | None:
+        """Its member id, as its last assignment callback saw it (confluent-kafka peers)."""
+        ids = [e["member"] for e in self.events() if e["event"] == "assigned" and e.get("member")]
+        return ids[-1] if ids else None
 
     def events(self) -> list[dict]:
         lines = self.out.read_text().splitlines()
