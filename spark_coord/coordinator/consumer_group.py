@@ -516,15 +516,20 @@ class ConsumerGroups:
     def _take_back(self, group_id: str, member_id: str, epoch: int, owned: TopicPartitions | None,
                    body: Mapping[str, Any], client_id: str, client_host: str) -> ConsumerGroupMember | None:
         """A member the registry knows but has no live channel for (restored after a failover, or
-        its channel closed), heartbeating in the epoch stored for it: back with what it owns."""
+        its channel closed), heartbeating in an epoch the coordinator sent it: back with everything
+        the registry counts for it, in the newest epoch sent to it.  Its epoch may be older when the
+        answer that carried the newest one never reached it (the coordinator died first): that
+        answer -- its complete assignment -- is what this heartbeat's answer carries now (Kafka
+        accepts a member's previous epoch for the same reason)."""
         group, member = self.find(group_id, member_id)
-        if group is None or member is None or member.channel is not None or member.kind != "consumer" \
-                or epoch != member.sent_epoch:
+        if group is None or member is None or member.channel is not None or member.kind != "consumer":
+            return None
+        newest = max(member.sent_epoch, member.epoch if member.epoch is not None else -1)
+        if epoch < 1 or epoch > newest:
             return None
         held = member.threads()
-        claimed = held if owned is None else {tp: th for tp, th in held.items() if tp in owned}
         by_thread: dict[str, list[dict]] = {}
-        for (t, p), th in sorted(claimed.items()):
+        for (t, p), th in sorted(held.items()):
             by_thread.setdefault(th, []).append({"topic": t, "partition": p, "offset": -1})
         m = ConsumerGroupMember(self, group_id, member.consumer_id, member_id, client_id=client_id,
                                 client_host=client_host, instance_id=body.get("instance_id") or (
@@ -534,15 +539,17 @@ class ConsumerGroups:
                                 assignor=body.get("server_assignor"))
         answer = self.c.register(m, {"group_id": group_id, "consumer_id": member.consumer_id, "topics": [
             {"topic": t, "streams": 1} for t in member.topic_count.static_topics()], "pattern": member.topic_count.pattern,
-            "auto_commit": False, "session_timeout_ms": m.session_timeout_ms, "generation_id": epoch,
+            "auto_commit": False, "session_timeout_ms": m.session_timeout_ms, "generation_id": newest,
             "owned": [{"consumer_thread_id": th, "partitions": ps} for th, ps in sorted(by_thread.items())]},
             incremental=True, kind="consumer", external_id=member.external_id)
-        if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != epoch:
+        if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != newest:
             m.close()
             return None
-        m.epoch, m.partitions = epoch, set(claimed)
-        log.info("group %s: consumer-protocol member %s taken back in epoch %d with %d partition(s)", group_id,
-                 member_id, epoch, len(claimed))
+        m.epoch, m.partitions = epoch, set(held)
+        if epoch != newest or (owned is not None and owned != m.partitions):
+            m._pending_epoch = newest  # this heartbeat's answer carries its assignment
+        log.info("group %s: consumer-protocol member %s taken back in epoch %d with %d partition(s)%s", group_id,
+                 member_id, newest, len(held), f" (it was told up to epoch {epoch})" if epoch != newest else "")
         return m
 
     @staticmethod

@@ -294,8 +294,8 @@ async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
     h.coord.topic_ids = {"t": uuid.uuid4().bytes}
     door = ConsumerGroups(h.coord)
     a = Modern(h, door, member_id=mid)
-    a.owned, a.epoch = {("t", p) for p in range(4)}, 6
-    assert (await a.heartbeat())["error_code"] == ErrorCode.FENCED_MEMBER_EPOCH  # not the stored epoch
+    a.owned, a.epoch = {("t", p) for p in range(4)}, 8
+    assert (await a.heartbeat())["error_code"] == ErrorCode.FENCED_MEMBER_EPOCH  # newer than any it was sent
     a.epoch, a.changed = 7, True
     answer = await a.heartbeat()
     assert answer["error_code"] == 0 and answer["member_epoch"] == 7
@@ -304,6 +304,29 @@ async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
     assert g.state == GroupState.STABLE and g.generation_id == 7 and g.members[mid].channel is not None
     await a.heartbeat()
     assert a.owned == {("t", p) for p in range(4)} and a.revoked == []
+
+
+@async_test
+async def test_a_member_told_an_older_epoch_is_taken_back_in_the_newest_with_its_assignment():
+    """The coordinator died after saving epoch 7 for the member and before an answer told it so:
+    the member heartbeats in epoch 5 and is answered epoch 7 with its whole assignment, nothing moves."""
+    h = Harness({"t": 4}, consumer_session_timeout_ms=SESSION, consumer_heartbeat_interval_ms=INTERVAL)
+    mid = str(uuid.uuid4())
+    h.store.groups["g"] = StoredGroup("g", generation_id=7, members={
+        mid: StoredMember(mid, TopicCount.static({"t": 1}), False, "largest", SESSION, epoch=7, incremental=True,
+                          kind="consumer")}, owners={("t", p): f"{mid}-0" for p in range(4)})
+    await h.start()
+    h.coord.topic_ids = {"t": uuid.uuid4().bytes}
+    door = ConsumerGroups(h.coord)
+    a = Modern(h, door, member_id=mid)
+    a.owned, a.epoch, a.changed = {("t", 0), ("t", 1)}, 5, False  # the StartFetcher of epoch 7 never reached it
+    answer = await a.heartbeat()
+    assert answer["error_code"] == 0 and answer["member_epoch"] == 7
+    assert a.owned == {("t", p) for p in range(4)} and a.revoked == []
+    await h.settle()
+    g = h.group()
+    assert g.state == GroupState.STABLE and g.generation_id == 7
+    assert set(g.owners) == {("t", p) for p in range(4)}
 
 
 @async_test
