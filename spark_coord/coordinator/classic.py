@@ -593,7 +593,7 @@ class ClassicGroups:
         answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.member_id,
                                       "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": None,
                                       "auto_commit": False, "session_timeout_ms": km.session_timeout_ms},
-                                 incremental=km.cooperative)
+                                 incremental=km.cooperative, kind="classic")
         code = answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != ErrorCode.NONE:
             km.close()
@@ -636,7 +636,8 @@ class ClassicGroups:
                                       "topics": [{"topic": t, "streams": 1} for t in member.topic_count.static_topics()],
                                       "pattern": member.topic_count.pattern, "auto_commit": False,
                                       "session_timeout_ms": member.session_timeout_ms,
-                                      "generation_id": generation, "owned": owned}, incremental=member.incremental)
+                                      "generation_id": generation, "owned": owned}, incremental=member.incremental,
+                                 kind="classic")
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
             km.close()
             return None

@@ -630,7 +630,8 @@ class Coordinator:
             "group_id": group.group_id,
             "state": group.state.value,
             "generation_id": group.generation_id,
-            "members": [{"consumer_id": m.consumer_id, "peer": m.peer, "subscription": m.topic_count.to_json(),
+            "members": [{"consumer_id": m.consumer_id, "peer": m.peer, "protocol": m.protocol,
+                         "subscription": m.topic_count.to_json(),
                          "session_timeout_ms": m.session_timeout_ms, "auto_commit": m.auto_commit,
                          "generation_id": m.epoch, "incremental": m.incremental,
                          "assignment": {t: [[tp[0], tp[1]] for tp in tps] for t, tps in (m.assignment or {}).items()}}

@@ -120,6 +120,10 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 ROUND_STATES = frozenset({GroupState.STOPPING_FETCHERS, GroupState.STARTING_FETCHERS})
 
 
+#: Consumer ids of the Spark source's members start with this (``spark_coord.spark.group``).
+SPARK_MEMBER_PREFIX = "coordkafka-"
+
+
 @dataclass
 class ConsumerRegistry:
     """One member: what it registered with, its channel, and the coordinator's bookkeeping.
@@ -191,6 +195,14 @@ class ConsumerRegistry:
         allowed = {t: self.topic_count.streams_for(t) for t in self.topic_count.topics_in(topics)
                    if self.topic_filter(t)}
         return TopicCount.static(allowed) if allowed else NOTHING
+
+    @property
+    def protocol(self) -> str:
+        """The protocol it speaks, as ``groups describe`` and the metrics name it: ``classic`` or
+        ``consumer`` (Kafka's), ``spark`` (a Spark query's member) or ``coordinator`` (the seeds')."""
+        if self.kind in ("classic", "consumer"):
+            return self.kind
+        return "spark" if self.consumer_id.startswith(SPARK_MEMBER_PREFIX) else "coordinator"
 
     def owned(self) -> set[TopicPartition]:
         """Partitions this member holds (may be fetching)."""

@@ -37,8 +37,6 @@ CLASSIC_PROTOCOL = "classic"
 CONSUMER_PROTOCOL = "consumer"
 #: Every value the protocol label takes, so a gauge shows 0 rather than nothing for an absent kind.
 PROTOCOLS = (COORDINATOR_PROTOCOL, SPARK_PROTOCOL, CLASSIC_PROTOCOL, CONSUMER_PROTOCOL)
-#: Consumer ids of the Spark source's members start with this (``spark_coord.spark.group``).
-SPARK_MEMBER_PREFIX = "coordkafka-"
 
 _CHANNEL_KINDS: list[tuple[type, str]] | None = None
 
@@ -65,6 +63,8 @@ def member_protocol(channel: Any, consumer_id: str, kind: str | None = None) -> 
             return label
     if kind in (CLASSIC_PROTOCOL, CONSUMER_PROTOCOL):
         return kind
+    from spark_coord.coordinator.group import SPARK_MEMBER_PREFIX
+
     return SPARK_PROTOCOL if consumer_id.startswith(SPARK_MEMBER_PREFIX) else COORDINATOR_PROTOCOL
 
 

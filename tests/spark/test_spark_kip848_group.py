@@ -7,8 +7,9 @@ callbacks received: the assignment is disjoint, complete and balanced and agrees
 ZooKeeper's owners; when a KIP-848 member and then the CLI consumer are SIGKILLed,
 only the dead member's partitions move, within the session timeout, and no survivor's
 revocation callback fires; every record is read and the group's offsets reach the log
-end, in ZooKeeper and through OffsetFetch.  confluent-kafka's AdminClient lists the
-group with its type and describes all six members.
+end, in ZooKeeper and through OffsetFetch.  ``spark-coord groups describe`` names each
+member's protocol; confluent-kafka's AdminClient lists the group with its type and
+describes all six members.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def test_consumer_protocol_members_share_a_group_with_every_other_kind(spark, cl
 
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
+    from spark_coord.consumer.cli import describe_groups
     from spark_coord.testing.producer import AckingProducer
 
     group, topic = "kip848", "kip848"
@@ -90,6 +92,11 @@ def test_consumer_protocol_members_share_a_group_with_every_other_kind(spark, cl
                            message=lambda: f"six members sharing the topic: {by_name()}; callbacks "
                                            f"{ {n: p.owned() for n, p in peers.items()} }")
         assert sorted(map(len, after.values())) == [2] * 6
+
+        described = {m["consumer_id"]: m["protocol"]
+                     for m in describe_groups(cluster.bootstrap, [group], with_lag=False)[0]["members"]}
+        assert sorted(described.values()) == ["classic", "consumer", "consumer", "consumer", "coordinator", "spark"]
+        assert all(described[registry_key(peers[n].member_id())] == "consumer" for n in MODERN)
 
         admin = KafkaAdmin({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
         listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(30)
