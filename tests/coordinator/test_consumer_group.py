@@ -346,3 +346,72 @@ async def test_malformed_heartbeats_change_nothing():
     await h.settle()
     assert (g.generation_id, dict(g.owners), set(g.members)) == before
     assert (await a.heartbeat())["error_code"] == 0
+
+
+# ------------------------------------------------------------------ fuzzing
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ANSWERED = {ErrorCode.NONE, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_GROUP_ID, ErrorCode.UNSUPPORTED_ASSIGNOR,
+            ErrorCode.INVALID_REGULAR_EXPRESSION, ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID,
+            ErrorCode.UNRELEASED_INSTANCE_ID}
+_INT32 = st.integers(-2**31, 2**31 - 1)
+
+
+def _heartbeats():
+    """Heartbeat bodies as the wire decodes them (each field of its schema type), near the real
+    ones: known and unknown ids, epochs around the member's, odd subscriptions and regexes."""
+    names = st.lists(st.sampled_from(["t", "u", "", "nope", "x" * 300, "a/b"]), max_size=3)
+    owned = st.lists(st.fixed_dictionaries({
+        "topic_id": st.one_of(st.just(b"t"), st.binary(min_size=16, max_size=16), st.just(bytes(16))),
+        "partitions": st.lists(st.one_of(st.integers(-2, 8), _INT32), max_size=4)}), max_size=3)
+    return st.fixed_dictionaries({
+        "group_id": st.one_of(st.just("g"), st.sampled_from(["", "h", "/", "a" * 300]), st.text(max_size=8)),
+        "member_id": st.one_of(st.sampled_from(["a", "b", "", "x/y", "%2F", "."]), st.text(max_size=8)),
+        "member_epoch": st.one_of(st.integers(-3, 12), _INT32),
+        "instance_id": st.one_of(st.none(), st.sampled_from(["i1", "i2", "", "/"])),
+        "rack_id": st.one_of(st.none(), st.text(max_size=4)),
+        "rebalance_timeout_ms": st.one_of(st.integers(-5, 60000), _INT32),
+        "subscribed_topic_names": st.one_of(st.none(), names),
+        "subscribed_topic_regex": st.one_of(st.none(), st.sampled_from(["", "t.*", "(", "(?=x)", "[a-", "a{99999}"]),
+                                            st.text(max_size=6)),
+        "server_assignor": st.one_of(st.none(), st.sampled_from(["uniform", "range", "magic", ""])),
+        "topic_partitions": st.one_of(st.none(), owned)})
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bodies=st.lists(st.tuples(_heartbeats(), st.sampled_from([0, 1])), min_size=1, max_size=6))
+def test_arbitrary_heartbeats_get_an_error_code_and_never_break_the_group(bodies):
+    """Whatever heartbeats arrive, each gets an answer with one of the protocol's error codes, no
+    partition ever has two holders, and a member that heartbeats correctly keeps working."""
+
+    async def run():
+        h, door, _ = await _start()
+        tid = h.coord.topic_ids["t"]
+        a = Modern(h, door)
+        await a.join()
+        for body, version in bodies:
+            body = dict(body)
+            if body.get("topic_partitions"):
+                body["topic_partitions"] = [dict(e, topic_id=tid if e["topic_id"] == b"t" else e["topic_id"])
+                                            for e in body["topic_partitions"]]
+            task = asyncio.get_running_loop().create_task(door.heartbeat(body, version, "fuzz", "127.0.0.1"))
+            await h.settle()
+            if not task.done():
+                await h.advance(JOIN_WAIT_MS)
+            answer = await asyncio.wait_for(task, 5)
+            assert answer["error_code"] in ANSWERED, (body, answer)
+            g = h.coord.groups.get("g")
+            if g is not None:
+                held = [tp for m in g.members.values() for tp in m.owned()]
+                assert len(held) == len(set(held)), g.members
+            door.describe(["g", body["group_id"]])
+        answer = await a.heartbeat()
+        assert answer["error_code"] in (0, ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID)
+        if answer["error_code"]:  # a fuzzed heartbeat spoke for it (same member id): it joins again
+            a.epoch, a.owned = 0, set()
+            await a.join()
+        await _settle(h, a)
+        assert a.owned <= {("t", p) for p in range(6)} and a.owned
+
+    asyncio.run(run())
