@@ -47,7 +47,7 @@ from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.assignors import SERVER_ASSIGNORS
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.delayed import DelayedJoin
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
 from spark_coord.coordinator.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
@@ -75,18 +75,6 @@ _STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RE
            GroupState.STARTING_FETCHERS: "Reconciling", GroupState.DEAD: "Dead"}
 
 TopicPartitions = set[tuple[str, int]]
-
-
-def registry_key(name: str) -> str:
-    """The registry's (and ZooKeeper's) name for a member id or instance id a client chose:
-    librdkafka's member ids are standard base64, whose '/' cannot be in a znode name
-    ('%' and '/' are escaped, so two ids never share a key)."""
-    return name.replace("%", "%25").replace("/", "%2F")
-
-
-def client_name(key: str) -> str:
-    """The member id or instance id ``registry_key`` made ``key`` of."""
-    return key.replace("%2F", "/").replace("%25", "%")
 
 
 def consumer_state(state: GroupState) -> str:

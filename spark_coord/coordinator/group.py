@@ -120,6 +120,18 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 ROUND_STATES = frozenset({GroupState.STOPPING_FETCHERS, GroupState.STARTING_FETCHERS})
 
 
+def registry_key(name: str) -> str:
+    """The registry's (and ZooKeeper's) name for a member id or instance id a client chose:
+    Kafka clients' member ids (librdkafka's are standard base64), whose '/' cannot be in a znode name
+    ('%' and '/' are escaped, so two ids never share a key)."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def client_name(key: str) -> str:
+    """The member id or instance id ``registry_key`` made ``key`` of."""
+    return key.replace("%2F", "/").replace("%25", "%")
+
+
 #: Consumer ids of the Spark source's members start with this (``spark_coord.spark.group``).
 SPARK_MEMBER_PREFIX = "coordkafka-"
 

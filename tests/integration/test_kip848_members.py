@@ -4,9 +4,10 @@ consumers (``group.protocol=consumer``) on three broker processes.
 * SIGKILL of the coordinator's broker: the members find the new coordinator, which
   takes them back in the epochs ZooKeeper holds for them -- no partition moves, no
   revocation callback fires -- and they read on; the group's offsets reach the log end.
-* A static member (``group.instance.id``) closed and started again within its session
-  timeout gets the same partitions back in the same epoch, and the other member's
-  callbacks never fire: no rebalance.
+* A static member (``group.instance.id``, KIP-345) closed and started again within its
+  session timeout gets the same partitions back in the same epoch, and the other
+  member's callbacks never fire: no rebalance -- with Kafka 4's protocol and with the
+  classic one (cooperative and eager).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from support import leaders, log_end, topic_partitions, wait_caught_up
 
 from helpers import wait_until
 from peers.group_peers import KafkaPeer
 from spark_coord.coordinator.assignors import thread_owner
-from spark_coord.coordinator.consumer_group import registry_key
+from spark_coord.coordinator.group import registry_key
 from spark_coord.testing.zk_history import read_coordinator, read_partitions
 
 PARTITIONS = 12
@@ -84,25 +87,26 @@ def test_consumer_protocol_members_ride_through_a_coordinator_sigkill(cluster, c
             p.stop()
 
 
-def test_a_static_consumer_protocol_member_restarts_without_a_rebalance(cluster, czk, producer_factory, create,
-                                                                        tmp_path):
+@pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky", None],
+                         ids=["kip848", "classic-cooperative", "classic-eager"])
+def test_a_static_member_restarts_without_a_rebalance(protocol, cluster, czk, producer_factory, create, tmp_path):
     from spark_coord.coordinator.zk_store import parse_state
     from spark_coord.zk import paths
 
-    group, topic = "g-kip848-static", "k848static"
+    group = topic = f"static-{protocol or 'eager'}"
     create(topic, PARTITIONS)
     parts = topic_partitions(topic, PARTITIONS)
     producer = producer_factory(topic, PARTITIONS)
-    peers = {"s": KafkaPeer("confluent", cluster.bootstrap, group, topic, "s", tmp_path, "consumer",
+    peers = {"s": KafkaPeer("confluent", cluster.bootstrap, group, topic, "s", tmp_path, protocol,
                             instance="static-1"),
-             "d": KafkaPeer("confluent", cluster.bootstrap, group, topic, "d", tmp_path, "consumer")}
+             "d": KafkaPeer("confluent", cluster.bootstrap, group, topic, "d", tmp_path, protocol)}
     try:
         before = wait_until(lambda: _settled(czk, group, peers, parts, {"s", "d"}), timeout=60, interval=0.2,
                             message=lambda: f"both members owning partitions: {_owners(czk, group, peers)}")
         epoch = parse_state(czk.get(paths.group_state(group))[0], group)
         t_stop = time.time()
-        peers["s"].stop()  # closes: a static member's leave (epoch -2) keeps its partitions waiting
-        peers["s2"] = KafkaPeer("confluent", cluster.bootstrap, group, topic, "s2", tmp_path, "consumer",
+        peers["s"].stop()  # closes: a static member's leave (epoch -2; classic: none) keeps its partitions waiting
+        peers["s2"] = KafkaPeer("confluent", cluster.bootstrap, group, topic, "s2", tmp_path, protocol,
                                 instance="static-1")
         del peers["s"]
         got = wait_until(lambda: _settled(czk, group, peers, parts, {"s2", "d"}), timeout=60, interval=0.2,

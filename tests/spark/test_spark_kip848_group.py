@@ -21,7 +21,7 @@ import pytest
 
 from helpers import group_owners, local_cluster, owners_by_member, wait_until
 from peers.group_peers import CliConsumer, KafkaPeer, topic_index
-from spark_coord.coordinator.consumer_group import registry_key
+from spark_coord.coordinator.group import registry_key
 from test_spark_group import Collect, group_reader, zk_offsets
 
 PARTITIONS = 12
