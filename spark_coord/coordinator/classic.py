@@ -74,6 +74,7 @@ from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.delayed import DelayedJoin
 from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.lease import HeartbeatLease
 from spark_coord.coordinator.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
@@ -159,12 +160,9 @@ def _pairs(partitions: Partitions) -> set[tuple[str, int]]:
     return {(t, p) for t, ps in partitions.items() for p in ps}
 
 
-class ClassicMember:
-    """A Kafka classic-protocol member as the coordinator's ``MemberChannel``."""
-
-    #: Our requests never reach the client: its lease runs from its own last request (``contact``),
-    #: which is when Kafka's session timeout starts too.
-    renews_lease = False
+class ClassicMember(HeartbeatLease):
+    """A Kafka classic-protocol member as the coordinator's ``MemberChannel`` (its liveness:
+    ``HeartbeatLease``, from its own requests)."""
 
     def __init__(self, door: "ClassicGroups", group_id: str, member_id: str, *, client_id: str, client_host: str,
                  session_timeout_ms: int, rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]] | None,
@@ -186,8 +184,6 @@ class ClassicMember:
         self.protocol = choose_protocol(n for n, _ in protocols or [])
         self.cooperative = self.protocol in COOPERATIVE_PROTOCOLS if cooperative is None else cooperative
         self.closed = False
-        self.last_contact_ms = door.c.clock.now_ms()
-        self._held_ping: tuple[dict, OnAnswer] | None = None
         #: A StopFetcher waiting for the member to give the partitions up, with the partitions (None: all).
         self._stop: tuple[dict, OnAnswer, list[dict] | None] | None = None
         #: Cooperative: the generation in which its assignment without the stopped partitions was handed
@@ -203,21 +199,14 @@ class ClassicMember:
         #: The generation it synced last, and the assignment it got then.
         self.generation = NO_GENERATION
         self.partitions: Partitions = {}
-        #: Fails the member when no request came for its session timeout (Kafka's rule, to the ms).
-        self._expiry = None
-        self._arm()
+        self._start_lease()
 
     # ------------------------------------------------------------ MemberChannel
     def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
         if self.closed:
             raise ChannelClosed(f"Kafka member {self.member_id} left")
         if api_key == CoordinatorApi.PING:
-            if self._alive_lately():
-                on_answer(self._answer(body))
-            elif self.door.c.clock.now_ms() - self.last_contact_ms > self.session_timeout_ms:
-                self.door.c.post(self.door.session_expired, self)  # Kafka's rule: no heartbeat for a session
-            else:
-                self._held_ping = (body, on_answer)
+            self._ping(body, on_answer)
         elif api_key == CoordinatorApi.STOP_FETCHER:
             self._on_stop(body, on_answer)
         elif api_key == CoordinatorApi.START_FETCHER:
@@ -229,10 +218,8 @@ class ClassicMember:
         if self.closed:
             return
         self.closed = True
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self._held_ping = self._stop = self._start = self._offered = None
+        self._end_lease()
+        self._stop = self._start = self._offered = None
         self._wake_join(None)
 
     def _on_stop(self, body: dict, on_answer: OnAnswer) -> None:
@@ -259,52 +246,10 @@ class ClassicMember:
             self._offered = None
 
     # ------------------------------------------------------------ state
-    def _joining(self, now: int) -> bool:
-        """Is its JoinGroup waiting here, within its rebalance timeout?"""
+    def _waiting_here(self) -> bool:
+        """Is its JoinGroup waiting here (it is alive while it waits)?"""
         return self.join is not None and not self.join.is_completed
 
-    def _alive_lately(self) -> bool:
-        now = self.door.c.clock.now_ms()
-        if self._joining(now):
-            return True
-        return now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3)
-
-    def _answer(self, body: Mapping[str, Any]) -> dict:
-        """A ping's or StopFetcher's answer: no offsets (a Kafka member commits them itself)."""
-        return {"error_code": ErrorCode.NONE, "consumer_id": self.key,
-                "generation_id": body.get("generation_id", NO_GENERATION), "offsets": []}
-
-    def _arm(self, delay_ms: int | None = None) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-        c = self.door.c
-        self._expiry = None if self.closed else c.timer.call_later(
-            self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
-
-    def _check_expiry(self) -> None:
-        self._expiry = None
-        if self.closed:
-            return
-        now = self.door.c.clock.now_ms()
-        if self._joining(now):
-            self._arm(max(1, self.session_timeout_ms))  # waiting in a JoinGroup here: alive
-            return
-        left = self.last_contact_ms + self.session_timeout_ms - now
-        if left > 0:
-            self._arm(left)
-        else:
-            self.door.session_expired(self)
-
-    def contact(self) -> None:
-        """The member sent a request: it is alive (answers a held ping), and may fetch for its
-        session timeout from now."""
-        self.last_contact_ms = self.door.c.clock.now_ms()
-        if self._expiry is None:  # an armed timer finds the new contact when it fires, and waits on
-            self._arm()
-        self.door.c.heard_from(self.group_id, self.key, self, self.last_contact_ms)
-        held, self._held_ping = self._held_ping, None
-        if held is not None:
-            held[1](self._answer(held[0]))
 
     @property
     def rebalancing(self) -> bool:

@@ -48,6 +48,7 @@ from spark_coord.coordinator.assignors import SERVER_ASSIGNORS
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.delayed import DelayedJoin
 from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.lease import HeartbeatLease
 from spark_coord.coordinator.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
@@ -92,10 +93,9 @@ def subscription(names: Iterable[str] | None, regex: str | None) -> TopicCount:
     return TopicCount.static({t: 1 for t in names or ()})
 
 
-class ConsumerGroupMember:
-    """A member of Kafka's consumer group protocol, as the coordinator's ``MemberChannel``."""
-
-    renews_lease = False
+class ConsumerGroupMember(HeartbeatLease):
+    """A member of Kafka's consumer group protocol, as the coordinator's ``MemberChannel`` (its
+    liveness: ``HeartbeatLease``, from its own heartbeats)."""
 
     def __init__(self, door: "ConsumerGroups", group_id: str, key: str, member_id: str, *, client_id: str,
                  client_host: str, instance_id: str | None, rack_id: str | None, rebalance_timeout_ms: int,
@@ -117,7 +117,6 @@ class ConsumerGroupMember:
         self.session_timeout_ms = door.c.config.consumer_session_timeout_ms
         self.closed = False
         self.left_for_now = False
-        self.last_contact_ms = door.c.clock.now_ms()
         #: The epoch it was last told, and the one before (a heartbeat may carry either).
         self.epoch = 0
         self.previous_epoch = -1
@@ -132,23 +131,15 @@ class ConsumerGroupMember:
         self._start: tuple[dict, OnAnswer] | None = None
         #: What it said it owns, last time it said.
         self.reported: TopicPartitions | None = None
-        self._held_ping: tuple[dict, OnAnswer] | None = None
         self.join: DelayedJoin | None = None
-        self._expiry = None
-        self._arm()
+        self._start_lease()
 
     # ------------------------------------------------------------ MemberChannel
     def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
         if self.closed:
             raise ChannelClosed(f"consumer group member {self.member_id} left")
         if api_key == CoordinatorApi.PING:
-            now = self.door.c.clock.now_ms()
-            if now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3):
-                on_answer(self._answer(body))
-            elif now - self.last_contact_ms > self.session_timeout_ms:
-                self.door.c.post(self.door.session_expired, self)
-            else:
-                self._held_ping = (body, on_answer)
+            self._ping(body, on_answer)
         elif api_key == CoordinatorApi.STOP_FETCHER:
             named = body.get("partitions")
             asked = set(self.partitions) if named is None else \
@@ -170,45 +161,12 @@ class ConsumerGroupMember:
         if self.closed:
             return
         self.closed = True
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self._held_ping = self._stop = self._start = None
+        self._end_lease()
+        self._stop = self._start = None
         join = self.join
         if join is not None and not join.is_completed:
             join.gone = True
             self.door.purgatory.check_and_complete(MemberKey(self.group_id, self.member_id))
-
-    # ------------------------------------------------------------ liveness
-    def _answer(self, body: Mapping[str, Any]) -> dict:
-        return {"error_code": ErrorCode.NONE, "consumer_id": self.key,
-                "generation_id": body.get("generation_id", -1), "offsets": []}
-
-    def _arm(self, delay_ms: int | None = None) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-        c = self.door.c
-        self._expiry = None if self.closed else c.timer.call_later(
-            self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
-
-    def _check_expiry(self) -> None:
-        self._expiry = None
-        if self.closed:
-            return
-        left = self.last_contact_ms + self.session_timeout_ms - self.door.c.clock.now_ms()
-        if left > 0:
-            self._arm(left)
-        else:
-            self.door.session_expired(self)
-
-    def contact(self) -> None:
-        self.last_contact_ms = self.door.c.clock.now_ms()
-        if self._expiry is None:
-            self._arm()
-        self.door.c.heard_from(self.group_id, self.key, self, self.last_contact_ms)
-        held, self._held_ping = self._held_ping, None
-        if held is not None:
-            held[1](self._answer(held[0]))
 
     # ------------------------------------------------------------ heartbeats
     def _wake_join(self) -> None:
