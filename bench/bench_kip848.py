@@ -1,7 +1,7 @@
 """Kafka 4's consumer group protocol (KIP-848) at 1,000 members: heartbeat latency, coordinator
 CPU, and the time a joining member takes to receive its partitions.
 
-Run:  .venv/bin/python bench/bench_kip848.py [--baseline 100] [--big 1000] [--partitions 1000]
+Run:  .venv/bin/python bench/bench_kip848.py [--baseline 100] [--big 1000] [--partitions 2000]
       (about 3 minutes on 2 cores; ``--quick`` runs 20 / 200 members with 10 s windows)
 
 Set-up: one broker (so its coordinator is the elected one) and an embedded ZooKeeper in
@@ -205,7 +205,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline", type=int, default=100, help="members in the baseline phase")
     ap.add_argument("--big", type=int, default=1000, help="members in the second phase")
-    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=2000, help="at least twice --big: the member joining last "
+                                                                       "must have partitions to get")
     ap.add_argument("--interval-ms", type=int, default=5000, help="group.consumer.heartbeat.interval.ms")
     ap.add_argument("--session-ms", type=int, default=45000, help="group.consumer.session.timeout.ms")
     ap.add_argument("--window", type=float, default=30.0, help="seconds of steady heartbeats measured per phase")
@@ -214,6 +215,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.baseline, args.big, args.partitions, args.window = 20, 200, 400, 10.0
+    if args.partitions < 2 * args.big:
+        ap.error(f"--partitions must be at least twice --big ({2 * args.big}): with fewer, a balanced "
+                 f"assignment gives the member joining last nothing")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("spark_coord").setLevel(logging.WARNING)
     results = asyncio.run(run(args))
