@@ -4,6 +4,7 @@ consumers (``group.protocol=consumer``) on three broker processes.
 * SIGKILL of the coordinator's broker: the members find the new coordinator, which
   takes them back in the epochs ZooKeeper holds for them -- no partition moves, no
   revocation callback fires -- and they read on; the group's offsets reach the log end.
+* A regex subscription follows topics created later.
 * A static member (``group.instance.id``, KIP-345) closed and started again within its
   session timeout gets the same partitions back in the same epoch, and the other
   member's callbacks never fire: no rebalance -- with Kafka 4's protocol and with the
@@ -119,3 +120,31 @@ def test_a_static_member_restarts_without_a_rebalance(protocol, cluster, czk, pr
     finally:
         for p in peers.values():
             p.stop(signal.SIGTERM)
+
+
+def test_a_regex_subscription_follows_topics_created_later(cluster, create):
+    """librdkafka's regex subscription (``^ev-.*``) under KIP-848: the coordinator matches it against
+    whole topic names and re-evaluates it when a topic appears; an unmatched topic is never assigned."""
+    from confluent_kafka import Consumer
+
+    create("rx-ev-a", 2)
+    create("rx-other", 2)
+    seen: list[set] = []
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-kip848-regex", "group.protocol": "consumer",
+                  "topic.metadata.refresh.interval.ms": 1000, "log_level": 3})
+    c.subscribe(["^rx-ev-.*"], on_assign=lambda _c, ps: seen.append({(p.topic, p.partition) for p in ps}))
+
+    def assigned() -> set:
+        c.poll(0.2)
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    try:
+        wait_until(lambda: assigned() == {("rx-ev-a", 0), ("rx-ev-a", 1)}, timeout=30,
+                   message=lambda: f"the matching topic's partitions; callbacks {seen}")
+        create("rx-ev-b", 1)
+        wait_until(lambda: ("rx-ev-b", 0) in assigned(), timeout=30,
+                   message=lambda: f"the new matching topic; callbacks {seen}")
+        assert not any(t == "rx-other" for got in seen for t, _ in got)
+        assert seen[-1] == {("rx-ev-b", 0)}  # incremental: only what is new
+    finally:
+        c.close()
