@@ -79,7 +79,7 @@ def _actions(p: argparse.ArgumentParser, *shared: SharedOption) -> Callable[...,
 
 def build_parser() -> argparse.ArgumentParser:
     from spark_coord.records.compression import CODEC_IDS
-    from spark_coord.security.cli import add_client_options, add_parsers as add_security_parsers
+    from spark_coord.client.security_cli import add_client_options, add_parsers as add_security_parsers
 
     parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected consumer-group coordinator, and tools to drive them.")
     _add_log_level(parser)
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "and topics from the cluster's Metadata API, and keeps offsets in ZooKeeper (and, "
                                 "with coordinator.offsets.mirror=true, in the cluster's own offset store).")
     _add_config_args(p, None)
-    p.set_defaults(func="spark_coord.coordinator.standalone:run_cli")
+    p.set_defaults(func="spark_coord.broker.standalone:run_cli")
 
     p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",
                     description="Join a consumer group through the coordinator and print one record per line "

@@ -26,7 +26,7 @@ from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
 from spark_coord.config import Config
-from spark_coord.security.broker import BrokerSecurity
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 

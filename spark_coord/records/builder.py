@@ -237,7 +237,7 @@ class ArrowColumns:
             arrow_jit._murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
                                           partitions, out)
             return out
-        from spark_coord.client.producer import partition_for_key
+        from spark_coord.records.partitioner import partition_for_key
 
         for r in np.flatnonzero(self.kvalid):
             out[r] = partition_for_key(bytes(self.kdata[self.koff[r]:self.koff[r + 1]]), partitions)

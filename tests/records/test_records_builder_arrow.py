@@ -98,7 +98,7 @@ def test_partitions_out_of_range_are_refused():
 def test_key_partitions_match_the_producer():
     import random
 
-    from spark_coord.client.producer import partition_for_key
+    from spark_coord.records.partitioner import partition_for_key
 
     rnd = random.Random(5)
     keys = [None if i % 9 == 0 else bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(40))) for i in range(3000)]

@@ -46,7 +46,7 @@ from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
-from spark_coord.security.broker import BrokerSecurity
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import ZooKeeperUnavailable
