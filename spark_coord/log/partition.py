@@ -266,14 +266,16 @@ class PartitionLog:
         return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(base offset, maxTimestamp) of the first batch whose maxTimestamp >= ``timestamp_ms``.
+        """(offset, timestamp) of the first record whose timestamp >= ``timestamp_ms``, as Kafka's
+        ListOffsets answers it (what ``KafkaConsumer.offsetsForTimes`` and Spark's timestamp
+        options rely on).
 
-        Batch granularity: the answer is the batch's base offset, even when its first
-        records are older than ``timestamp_ms`` (Kafka answers at record granularity).
+        The first batch whose maxTimestamp is recent enough is found from the headers, and
+        that one batch is decoded to find the record (its first records may be older).
         Whole segments whose largest timestamp is too old are skipped (an old segment's
         largest timestamp is computed on first use by walking its headers, so the first
         call after a restart may read a lot): run it off the event loop.
-        None if no batch is that recent.
+        None if no record is that recent.
         """
         with self._lock:
             self._check_open()
@@ -282,10 +284,23 @@ class PartitionLog:
         for seg, size in snapshot:
             if seg.max_timestamp(size) < timestamp_ms:
                 continue
-            for _, h in seg.headers(size):
+            for pos, h in seg.headers(size):
                 if h.last_offset >= start and h.max_timestamp >= timestamp_ms:
-                    return max(h.base_offset, start), h.max_timestamp
+                    return self._first_record_since(seg, pos, h, start, timestamp_ms)
         return None
+
+    def _first_record_since(self, seg: LogSegment, pos: int, h: BatchHeader, start: int,
+                            timestamp_ms: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record of the batch at ``pos`` at or after ``timestamp_ms``
+        (an undecodable batch answers with its base offset and maxTimestamp)."""
+        try:
+            raw = os.pread(seg.file.fileno(), h.size, pos)
+            for record in iter_records(raw, start, verify_crc=False):
+                if record.timestamp >= timestamp_ms:
+                    return record.offset, record.timestamp
+        except (ValueError, OSError) as e:
+            log.warning("%s: cannot decode the batch at offset %d: %s", self, h.base_offset, e)
+        return max(h.base_offset, start), h.max_timestamp
 
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp
