@@ -55,6 +55,7 @@ class KafkaInputPartition(InputPartition):
     fetch_max_bytes: int = 52428800
     max_partition_fetch_bytes: int = 8 * 1048576
     fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark"
     security: Any = None  # a security.client.ClientSecurity (pickled to executors; its repr hides secrets)
@@ -65,7 +66,12 @@ class KafkaInputPartition(InputPartition):
 
 
 def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-    """Yield the records of ``p`` as RecordBatches of Spark's Kafka schema, in offset order."""
+    """Yield the records of ``p`` as RecordBatches of Spark's Kafka schema, in offset order.
+
+    Nothing for anything else: PySpark plans a read with no input partitions as one
+    ``InputPartition(None)``."""
+    if not isinstance(p, KafkaInputPartition):
+        return
     reader = _RangeReader(p)
     try:
         yield from reader.batches()
@@ -140,7 +146,7 @@ class _RangeReader:
             buf = self._buffers[self._turn] = bytearray(want)
         self._turn ^= 1
         pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
-                             min_bytes=1, max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes,
+                             min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes,
                              into=buf)
         return _Fetch(offset, pending)
 

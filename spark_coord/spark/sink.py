@@ -3,7 +3,8 @@
 Input columns are those of Spark's Kafka sink: ``value`` (binary or string,
 required), and optionally ``key`` (binary or string), ``topic`` (string; the
 ``topic`` option wins when both are given), ``partition`` (int; else by key hash,
-else round-robin) and ``headers`` (array<struct<key: string, value: binary>>).
+else round-robin) and ``headers`` (array<struct<key: string, value: binary>>);
+other columns are not written, as with Spark's sink.
 Each executor task produces its rows and flushes before it reports success, so a
 committed batch is durably in the log (with ``acks=-1``/``1``).  Delivery is at
 least once: a retried task or an aborted batch may have produced some rows
@@ -24,6 +25,7 @@ pyspark versions get the row writers, which produce row by row with
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -63,11 +65,12 @@ def check_input_schema(schema, opts: SinkOptions) -> SinkColumns:
                                    StructType)
 
     names = [f.name for f in schema.fields]
-    lower = {n.lower(): i for i, n in enumerate(names)}
-    unknown = [n for n in names if n.lower() not in _ALLOWED]
-    if unknown:
-        raise ValueError(f"column {unknown[0]!r}: the coordkafka sink takes only key, value, topic, partition "
-                         f"and headers columns (select them first), got {names}")
+    lower: dict[str, int] = {}
+    for i, n in enumerate(names):
+        lower.setdefault(n.lower(), i)
+    unused = [n for n in names if n.lower() not in _ALLOWED]
+    if unused:  # as Spark's Kafka sink: other columns are not written
+        log.debug("columns %s are not written (the sink writes key, value, topic, partition, headers)", unused)
     if "value" not in lower:
         raise ValueError(f"column 'value': required by the coordkafka sink, got {names}")
 
@@ -150,7 +153,7 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
                             retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
         sticky: dict[str, tuple[int, int]] = {}
         arena = BatchArena()  # the record batches of one gathered Arrow batch, reused for the next
-        for rb in _gathered(batches, _REQUEST_BYTES):
+        for rb in _gathered(batches, _REQUEST_BYTES, opts.linger_ms):
             pending = _arrow_record_batches(rb, opts, cols, producer, sticky, arena)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
@@ -165,18 +168,22 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
 _REQUEST_BYTES = 4 * 1048576
 
 
-def _gathered(batches, min_bytes: int):
+def _gathered(batches, min_bytes: int, linger_ms: int | None = None):
     """The non-empty Arrow batches of ``batches`` joined into batches of at least ``min_bytes``
     (the last may be smaller): record batches then fill ``batch.size`` whatever rows per
     Arrow batch Spark sends (``spark.sql.execution.arrow.maxRecordsPerBatch``), as a Kafka
-    producer's per-partition accumulator does."""
-    held, size = [], 0
+    producer's per-partition accumulator does.  With ``linger_ms`` (``kafka.linger.ms``) the
+    rows held go out once the first of them has waited that long (checked as each Arrow batch
+    arrives), however few they are."""
+    held, size, since = [], 0, 0.0
     for rb in batches:
         if not rb.num_rows:
             continue
+        if not held:
+            since = time.monotonic()
         held.append(rb)
         size += rb.nbytes
-        if size >= min_bytes:
+        if size >= min_bytes or (linger_ms is not None and (time.monotonic() - since) * 1000 >= linger_ms):
             yield _joined(held)
             held, size = [], 0
     if held:
@@ -267,8 +274,6 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
                           arena=None) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
     """The record batches of one Arrow batch's rows, by (topic, partition); uncompressed ones in
     ``arena`` (a ``BatchArena``) when given."""
-    import time
-
     import numpy as np
     import pyarrow.compute as pc
 
