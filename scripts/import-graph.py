@@ -70,6 +70,17 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def _absolute(source: str, is_package: bool, level: int, module: str | None) -> str:
+    """The absolute name ``from <level dots><module> import ...`` in module ``source`` refers to."""
+    if level == 0:
+        return module or ""
+    parts = source.split(".")
+    if not is_package:
+        parts = parts[:-1]
+    parts = parts[:len(parts) - (level - 1)]
+    return ".".join(parts + ([module] if module else []))
+
+
 def _is_module(dotted: str, root: Path) -> bool:
     base = root.joinpath(*dotted.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
@@ -85,10 +96,11 @@ def imports(root: Path = ROOT, packages: tuple[str, ...] = ("spark_coord", "pysp
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
                     targets = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                elif isinstance(node, ast.ImportFrom):
+                    base = _absolute(source, path.name == "__init__.py", node.level, node.module)
                     # ``from spark_coord import config`` imports the module spark_coord.config
-                    targets = [f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}", root)
-                               else node.module for a in node.names]
+                    targets = [f"{base}.{a.name}" if _is_module(f"{base}.{a.name}", root) else base
+                               for a in node.names]
                 else:
                     continue
                 for target in dict.fromkeys(targets):

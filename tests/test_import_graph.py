@@ -68,3 +68,16 @@ def test_dot_output_has_every_layer(graph):
     text = graph.dot(graph.imports())
     assert text.startswith("digraph") and text.count("rank=same") == len(graph.LAYERS)
     assert '"spark" -> "client"' in text
+
+
+def test_relative_imports_count(graph, tmp_path):
+    _write(tmp_path, {"spark_coord/__init__.py": "", "spark_coord/records/__init__.py": "",
+                      "spark_coord/log/__init__.py": "from . import segment\n",
+                      "spark_coord/log/segment.py": "from ..records import header\nfrom .names import x\n",
+                      "spark_coord/log/names.py": "", "spark_coord/records/header.py": "from ..log import segment\n"})
+    found = graph.imports(tmp_path, ("spark_coord",))
+    assert {(i.source, i.target) for i in found} == {
+        ("spark_coord.log", "spark_coord.log.segment"), ("spark_coord.log.segment", "spark_coord.records.header"),
+        ("spark_coord.log.segment", "spark_coord.log.names"), ("spark_coord.records.header", "spark_coord.log.segment")}
+    problems = graph.violations(found, [("records",), ("log",)])
+    assert any("upward import: spark_coord/records/header.py:1" in p for p in problems), problems

@@ -29,6 +29,7 @@ import os
 import shutil
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -51,6 +52,10 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]  # seconds since the epoch, like time.time
+
+#: Idempotent batches kept per producer in ``idempotent_tail``: the most an idempotent producer
+#: has in flight (Kafka's rule), so every batch it may retry.
+PRODUCER_TAIL = 5
 
 
 class PartitionLog:
@@ -121,8 +126,22 @@ class PartitionLog:
             raise
         self._bases = [s.base_offset for s in self._segments]
         self._log_start = min(max(checkpoint or 0, self._bases[0]), self.log_end_offset)
+        self.idempotent_tail = self._idempotent_tail(self._segments[-1])
         log.info("opened %s: %d segment(s), offsets [%d, %d)", self.directory, len(self._segments),
                  self._log_start, self.log_end_offset)
+
+    @staticmethod
+    def _idempotent_tail(seg: LogSegment) -> list[BatchHeader]:
+        """Headers of the idempotent batches (producer id >= 0) of ``seg`` (the last segment), the
+        newest ``PRODUCER_TAIL`` of each producer, in log order: a broker rebuilds its producers'
+        sequence state from them when it starts, so a producer retrying a batch appended just before
+        a restart gets the duplicate's answer instead of a second copy.  Producers whose last batches
+        are in older segments are not found (Kafka keeps snapshots of that state; we do not)."""
+        newest: dict[int, deque] = {}
+        for _, h in seg.headers(seg.size):
+            if h.producer_id >= 0:
+                newest.setdefault(h.producer_id, deque(maxlen=PRODUCER_TAIL)).append(h)
+        return sorted((h for batches in newest.values() for h in batches), key=lambda h: h.base_offset)
 
     # ------------------------------------------------------------------ offsets
 

@@ -199,7 +199,8 @@ class SinkOptions:
     compression: str = "none"
     acks: int = -1
     batch_size: int = 262144
-    retries: int = 5
+    #: attempts per batch after a retriable failure (backing off 0.1 s, doubling up to 2 s: 13 s in all)
+    retries: int = 10
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark-sink"
     #: ``kafka.linger.ms``: the longest rows wait in a task for more rows before they are sent
@@ -594,7 +595,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         compression=compression,
         acks=acks,
         batch_size=_int(opts, "batch.size", 262144, 1024),
-        retries=_int(opts, "retries", 5, 0),
+        retries=_int(opts, "retries", 10, 0),
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
         client_id=str(opts.get("client.id") or "spark-coord-spark-sink"),
         linger_ms=_int(opts, "linger.ms", None, 0),

@@ -6,9 +6,12 @@ required), and optionally ``key`` (binary or string), ``topic`` (string; the
 else round-robin) and ``headers`` (array<struct<key: string, value: binary>>);
 other columns are not written, as with Spark's sink.
 Each executor task produces its rows and flushes before it reports success, so a
-committed batch is durably in the log (with ``acks=-1``/``1``).  Delivery is at
-least once: a retried task or an aborted batch may have produced some rows
-already, which cannot be taken back.
+committed batch is durably in the log (with ``acks=-1``/``1``).  The sink is an
+idempotent producer by default (``kafka.enable.idempotence``): a producer id and
+sequence numbers on every record batch, so a Produce sent again after a lost answer
+or a broker restart is neither stored twice nor out of order.  Delivery across Spark
+tasks is still at least once, as with Spark's Kafka sink: a retried task or an
+aborted batch may have produced some rows already, which cannot be taken back.
 
 With pyspark 4.x's ``DataSourceArrowWriter`` / ``DataSourceStreamArrowWriter``
 (Spark hands those writers Arrow record batches instead of rows), the writers
@@ -118,7 +121,7 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
     count = 0
     try:
         producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
+                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
         for row in rows:
             topic = opts.topic if opts.topic is not None else row[cols.topic]
             if topic is None:
@@ -150,14 +153,14 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
     count = 0
     try:
         producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
+                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
         sticky: dict[str, tuple[int, int]] = {}
         arena = BatchArena()  # the record batches of one gathered Arrow batch, reused for the next
         for rb in _gathered(batches, _REQUEST_BYTES, opts.linger_ms):
             pending = _arrow_record_batches(rb, opts, cols, producer, sticky, arena)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
-            _send_all(producer, pending)  # returns once every batch is acknowledged (or failed)
+            _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
             arena.reset()
     finally:
         cluster.close()
@@ -199,20 +202,23 @@ def _joined(held: list):
     return pa.Table.from_batches(held).combine_chunks().to_batches()[0]
 
 
-#: Produce requests the Arrow writer keeps in flight per task (Kafka's max.in.flight.requests.per.connection).
-MAX_IN_FLIGHT = 5
-
-
-def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]]) -> None:
+def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]], max_in_flight: int = 5) -> None:
     """Produce every pending batch: one batch per partition per request (Kafka's rule), up to
-    ``MAX_IN_FLIGHT`` requests pipelined.  A batch that fails with a retriable error (or whose
-    connection breaks) is produced again through ``Producer.send_batches`` (its retries and
-    leader refresh), so, as with any Kafka producer with several requests in flight and no
-    idempotence, a retried batch may land after batches sent behind it."""
+    ``max_in_flight`` requests pipelined (Kafka's max.in.flight.requests.per.connection).
+
+    A request that fails -- its connection broke before the answer came, or a partition was
+    refused with a retriable code -- is produced again through ``Producer.send_batches`` (its
+    retries and leader refresh), in the order the requests were sent: the requests before it
+    are settled first, so a partition's batches go out again in their order.  With idempotence
+    (the producer's id and sequence numbers in every batch) the broker answers a batch it
+    already holds as a duplicate and refuses one that would skip a sequence
+    (OUT_OF_ORDER_SEQUENCE_NUMBER, retried in its turn), so nothing is stored twice or out of
+    order.  Without it, as with any Kafka producer with several requests in flight and no
+    idempotence, a retried batch may be stored twice or land after batches sent behind it."""
     from collections import deque
 
     from spark_coord.client.connection import BrokerConnectionError
-    from spark_coord.errors import KafkaError, is_retriable
+    from spark_coord.errors import KafkaError
     from spark_coord.wire.registry import ApiKey
 
     if producer.acks == 0:
@@ -228,16 +234,19 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
         try:
             resp = answer.result()
         except BrokerConnectionError as e:
-            log.info("produce of %d batch(es) failed (%s); retrying them", len(group), e)
+            log.info("produce of %d batch(es) lost its answer (%s); producing them again", len(group), e)
             producer.send_batches(group)
             return
+        again = {}
         for t in resp["responses"]:
             for p in t["partition_responses"]:
                 tp, code = (t["name"], p["index"]), p["error_code"]
-                if is_retriable(code):
-                    producer.send_batches({tp: group[tp]})
+                if producer.retriable(code):
+                    again[tp] = group[tp]
                 elif code:
                     raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
+        if again:
+            producer.send_batches(again)
 
     while pending:
         by_leader: dict[int, dict] = {}
@@ -253,10 +262,12 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
             try:
                 answer = cluster.connection(leader).send(ApiKey.PRODUCE, body)
             except BrokerConnectionError:
+                while in_flight:  # the requests sent before it go again first
+                    settle()
                 producer.send_batches(group)
                 continue
             in_flight.append((group, answer))
-            while len(in_flight) >= MAX_IN_FLIGHT:
+            while len(in_flight) >= max_in_flight:
                 settle()
     while in_flight:
         settle()
@@ -311,10 +322,13 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
             keyless = unset[parts[unset] < 0]
             if len(keyless):
                 parts[keyless] = _sticky_partitions(columns, keyless, n, opts.batch_size, sticky, topic)
+        ident = producer.ensure_producer_id() if producer.idempotence else None
+        sequences = {q: seq for (t, q), seq in producer.sequences.items() if t == topic}
         by_partition = arrow_batches_by_partition(columns, rows, parts[rows], n, codec, opts.batch_size, now,
-                                                  arena=arena)
+                                                  arena=arena, producer=ident, sequences=sequences)
         for part, batches in by_partition.items():
             out[(topic, part)] = batches
+        producer.sequences.update({(topic, q): seq for q, seq in sequences.items()})
     return out
 
 
