@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import select
 import socket
+import ssl
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -100,6 +102,27 @@ class BrokerConnection:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def usable(self) -> bool:
+        """Whether a connection kept idle can take the next request: open, and, when no request
+        waits for an answer, nothing to read (the broker closing it, or anything it sent unasked,
+        makes the socket readable).  Closes it when not."""
+        if self._closed:
+            return False
+        with self._state:
+            if self._pending:
+                return True
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if readable and isinstance(self._sock, ssl.SSLSocket):
+                readable = not _only_tls_records(self._sock)
+        except (OSError, ValueError):
+            readable = True
+        if readable:
+            log.debug("%s: closed by the broker while idle", self)
+            self.close()
+            return False
+        return True
 
     def close(self) -> None:
         """Close the socket and fail every pending request (idempotent)."""
@@ -288,6 +311,20 @@ class BrokerConnection:
         except OSError as e:
             self.close()
             raise BrokerConnectionError(f"receiving from {peer}: {e}") from e
+
+
+def _only_tls_records(sock: ssl.SSLSocket) -> bool:
+    """Whether what made an idle TLS socket readable was TLS's own (a TLS 1.3 session ticket), not
+    application data or the end of the stream."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+        return False  # application data nobody asked for, or b"": the peer closed
+    except ssl.SSLWantReadError:
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 class PendingResponse:

@@ -239,7 +239,7 @@ def make_partition(opts: SourceOptions, tp: TopicPartition, start: int, end: int
         fetch_max_bytes=opts.fetch_max_bytes, max_partition_fetch_bytes=opts.max_partition_fetch_bytes,
         fetch_max_wait_ms=opts.fetch_max_wait_ms, fetch_min_bytes=opts.fetch_min_bytes,
         socket_timeout_ms=opts.poll_timeout_ms or opts.socket_timeout_ms, client_id=opts.client_id,
-        security=opts.security)
+        security=opts.security, connections_max_idle_ms=opts.connections_max_idle_ms)
 
 
 def split_ranges(ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None,

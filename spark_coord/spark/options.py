@@ -55,10 +55,11 @@ _SOURCE_KEYS = {
     "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "session.timeout.ms", "members",
     "minPartitions", "maxRecordsPerPartition", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
     "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
-    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
-              "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection"}
+              "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
+              "connections.max.idle.ms"}
 
 #: Kafka consumer settings (``kafka.`` + name) the source implements -> the option they set.
 KAFKA_CONSUMER_SETTINGS = {
@@ -70,6 +71,7 @@ KAFKA_CONSUMER_SETTINGS = {
     "fetch.min.bytes": "fetch.min.bytes",
     "request.timeout.ms": "socket.timeout.ms",
     "session.timeout.ms": "session.timeout.ms",
+    "connections.max.idle.ms": "connections.max.idle.ms",
 }
 #: Kafka producer settings (``kafka.`` + name) the sink implements -> the option they set.
 KAFKA_PRODUCER_SETTINGS = {
@@ -83,6 +85,7 @@ KAFKA_PRODUCER_SETTINGS = {
     "request.timeout.ms": "socket.timeout.ms",
     "enable.idempotence": "enable.idempotence",
     "max.in.flight.requests.per.connection": "max.in.flight.requests.per.connection",
+    "connections.max.idle.ms": "connections.max.idle.ms",
 }
 #: librdkafka's (or older) names of those settings -> the Java client's.
 KAFKA_ALIASES = {
@@ -178,6 +181,9 @@ class SourceOptions:
     offset_retries: int = 3
     offset_retry_interval_ms: int = 10
     client_id: str = "spark-coord-spark"
+    #: ``kafka.connections.max.idle.ms``: executors' Python workers keep their connections this long
+    #: for the next task (0: every task connects anew).
+    connections_max_idle_ms: int = 540_000
     #: TLS/SASL of every connection (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``);
     #: None: PLAINTEXT.  Its repr hides the password.
     security: "ClientSecurity | None" = None
@@ -210,6 +216,9 @@ class SinkOptions:
     idempotence: bool = True
     #: ``kafka.max.in.flight.requests.per.connection``: Produce requests a task keeps in flight.
     max_in_flight: int = 5
+    #: ``kafka.connections.max.idle.ms``: how long a Python worker keeps its connections and producer id
+    #: for the next task (0: every task connects anew).
+    connections_max_idle_ms: int = 540_000
     security: "ClientSecurity | None" = None
 
 
@@ -549,6 +558,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         offset_retries=_int(opts, "fetchOffset.numRetries", 3, 0),
         offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", 10, 0),
         client_id=str(opts.get("client.id") or "spark-coord-spark"),
+        connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
         coordinator_bootstrap=_coordinator_bootstrap(opts),
     )
@@ -601,6 +611,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         linger_ms=_int(opts, "linger.ms", None, 0),
         idempotence=idempotence,
         max_in_flight=max_in_flight,
+        connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
     )
 

@@ -59,6 +59,8 @@ class KafkaInputPartition(InputPartition):
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark"
     security: Any = None  # a security.client.ClientSecurity (pickled to executors; its repr hides secrets)
+    #: how long the executor's Python worker keeps the connections for the next task (0: none)
+    connections_max_idle_ms: int = 540_000
 
     @property
     def name(self) -> str:
@@ -75,65 +77,68 @@ def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  
     reader = _RangeReader(p)
     try:
         yield from reader.batches()
+    except Exception:
+        reader.failed = True
+        raise
     finally:
         reader.close()
 
 
 class _RangeReader:
-    """Fetch loop for one range; owns its connections and closes them at the end."""
+    """Fetch loop for one range.  Its connections and receive buffers are leased from the worker's
+    ``client.pool`` (kept for the next task with the same cluster and security settings: no new
+    connection, TLS handshake or SASL log-in, no fresh pages for the buffers) and given back at
+    the end -- or closed, after a failure or with a fetch still in flight."""
 
     def __init__(self, p: KafkaInputPartition) -> None:
+        from spark_coord.client import pool
+
         self.p = p
+        self.lease = pool.lease(p.bootstrap, p.client_id, p.socket_timeout_ms / 1000, p.security,
+                                p.connections_max_idle_ms)
+        self.cluster = self.lease.cluster
         self.conn = None
-        self.cluster = None
+        self.use_hint = p.leader_host is not None  # until a failure: then leaders from fresh metadata
         self.partition_max_bytes = min(p.max_partition_fetch_bytes, p.fetch_max_bytes)
-        self._buffers = [bytearray(), bytearray()]  # alternating receive buffers
+        # alternating receive buffers, kept with the lease for the next task
+        self._buffers = self.lease.state.setdefault("fetch_buffers", [bytearray(), bytearray()])
         self._turn = 0
+        self._in_flight: _Fetch | None = None
+        self.failed = False  # set on an error: the leased client is then closed, not kept
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        if self._in_flight is not None and self.conn is not None:
+            self.conn.close()  # a fetch still coming: this connection's stream is not reusable
+        elif self.conn is not None:
+            self.conn.usable()  # closes it if the broker closed it meanwhile
+        if self.failed:
+            self.lease.discard()
+        self.lease.__exit__(None, None, None)
+        self.conn = None
 
     # ------------------------------------------------------------------ leaders
-    def _cluster(self):
-        from spark_coord.client.metadata import ClusterClient
-
-        if self.cluster is None:
-            self.cluster = ClusterClient(self.p.bootstrap, client_id=self.p.client_id,
-                                         timeout=self.p.socket_timeout_ms / 1000, security=self.p.security)
-        return self.cluster
-
     def _connection(self):
-        from spark_coord.client.connection import BrokerConnection
-
         if self.conn is not None and not self.conn.closed:
             return self.conn
         timeout = self.p.socket_timeout_ms / 1000
-        if self.p.leader_host is not None and self.cluster is None:
+        if self.use_hint:
             try:
-                self.conn = BrokerConnection(self.p.leader_host, self.p.leader_port, client_id=self.p.client_id,
-                                             timeout=timeout, security=self.p.security)
+                self.conn = self.cluster.connection_to(self.p.leader_host, self.p.leader_port)
                 return self.conn
             except OSError as e:
                 log.info("%s: leader hint %s:%s unreachable (%s); asking the cluster", self.p.name,
                          self.p.leader_host, self.p.leader_port, e)
-        cluster = self._cluster()
-        cluster.topic(self.p.topic, refresh=True, wait=timeout)
-        host, port = cluster.brokers[cluster.leader(self.p.topic, self.p.partition)]
-        self.conn = BrokerConnection(host, port, client_id=self.p.client_id, timeout=timeout,
-                                     security=self.p.security)
+                self.use_hint = False
+        self.cluster.topic(self.p.topic, refresh=True, wait=timeout)
+        self.conn = self.cluster.connection(self.cluster.leader(self.p.topic, self.p.partition))
         return self.conn
 
     def _drop_connection(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        if self.cluster is None:
-            self._cluster()  # from now on, leaders come from fresh metadata
+        self._in_flight = None
+        self.use_hint = False  # from now on, leaders come from fresh metadata
 
     # ---------------------------------------------------------------- the loop
     def _send(self, offset: int) -> "_Fetch":
@@ -178,10 +183,12 @@ class _RangeReader:
             try:
                 if ahead is not None and ahead.offset != offset:
                     ahead.discard()  # its buffer is about to be reused
-                    ahead = None
+                    ahead = self._in_flight = None
                 fetch = ahead if ahead is not None else self._send(offset)
                 ahead = None
+                self._in_flight = fetch
                 data = fetch.result()[0]
+                self._in_flight = None
             except (BrokerConnectionError, OSError, KafkaError) as e:
                 failures = self._retry(failures, f"fetch failed: {e}")
                 self._drop_connection()
@@ -214,7 +221,7 @@ class _RangeReader:
                                                   f"{data.high_watermark}, {len(records or b'')} bytes)")
                 continue
             if max(offset, next_offset) < until:
-                ahead = self._prefetch(max(offset, next_offset))
+                ahead = self._in_flight = self._prefetch(max(offset, next_offset))
             rb = decode_to_arrow(records, p.topic, p.partition, offset, until, p.include_headers)
             del records, data  # the receive buffer is reused two fetches later
             if rb.num_rows:
@@ -234,8 +241,8 @@ class _RangeReader:
         """The broker says ``offset`` does not exist: find out which side and treat it as data loss."""
         from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 
-        admin = AdminClient(self._cluster())
-        self._cluster().topic(self.p.topic, refresh=True)
+        admin = AdminClient(self.cluster)
+        self.cluster.topic(self.p.topic, refresh=True)
         earliest = admin.list_offsets(self.p.topic, [self.p.partition], EARLIEST)[self.p.partition]
         latest = admin.list_offsets(self.p.topic, [self.p.partition], LATEST)[self.p.partition]
         if offset < earliest:

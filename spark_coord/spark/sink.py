@@ -110,18 +110,36 @@ def _bytes(value) -> bytes | None:
     return bytes(value)
 
 
-def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
-    """Produce every row, flush, and say how many went where (executor side)."""
-    from spark_coord.client.metadata import ClusterClient
+def _producer(lease, opts: SinkOptions):
+    """The ``Producer`` kept with the leased client for these settings (made on first use), so the
+    tasks of one Python worker share one producer id and its sequences."""
     from spark_coord.client.producer import Producer
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
-                            security=opts.security)
+    key = ("producer", opts.acks, opts.compression, opts.batch_size, opts.retries, opts.socket_timeout_ms,
+           opts.idempotence)
+    producer = lease.state.get(key)
+    if producer is None:
+        producer = lease.state[key] = Producer(lease.cluster, acks=opts.acks, compression=opts.compression,
+                                               batch_size=opts.batch_size, retries=opts.retries,
+                                               timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
+    return producer
+
+
+def _lease(opts: SinkOptions):
+    """The worker's client for these settings, kept between tasks (``client.pool``); a task that
+    fails closes it instead, so no later task inherits an unknown producer sequence."""
+    from spark_coord.client import pool
+
+    return pool.lease(opts.bootstrap, opts.client_id, opts.socket_timeout_ms / 1000, opts.security,
+                      opts.connections_max_idle_ms)
+
+
+def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
+    """Produce every row, flush, and say how many went where (executor side)."""
     topics = set()
     count = 0
-    try:
-        producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
+    with _lease(opts) as lease:
+        producer = _producer(lease, opts)
         for row in rows:
             topic = opts.topic if opts.topic is not None else row[cols.topic]
             if topic is None:
@@ -136,34 +154,28 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
             topics.add(topic)
             count += 1
         producer.flush()
-    finally:
-        cluster.close()
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
 def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
     """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
-    from spark_coord.client.metadata import ClusterClient
-    from spark_coord.client.producer import Producer
     from spark_coord.records.builder import BatchArena
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
-                            security=opts.security)
     topics: set[str] = set()
     count = 0
-    try:
-        producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
+    with _lease(opts) as lease:
+        producer = _producer(lease, opts)
         sticky: dict[str, tuple[int, int]] = {}
-        arena = BatchArena()  # the record batches of one gathered Arrow batch, reused for the next
+        # the record batches of one gathered Arrow batch, reused for the next (and the next task)
+        arena = lease.state.setdefault("arena", BatchArena())
         for rb in _gathered(batches, _REQUEST_BYTES, opts.linger_ms):
             pending = _arrow_record_batches(rb, opts, cols, producer, sticky, arena)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
-            _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
-            arena.reset()
-    finally:
-        cluster.close()
+            try:
+                _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
+            finally:
+                arena.reset()
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
