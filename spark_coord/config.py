@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import javaproperties
-
 from spark_coord.secret import Password
 
 
@@ -199,6 +197,8 @@ def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
     (typed keys strip them).  ZooKeeper reads zookeeper.properties the same way.
     A malformed ``\\u`` escape raises ``ConfigError`` naming the line.
     """
+    import javaproperties  # here: most processes (Spark's among them) never read a properties file
+
     out: dict[str, str] = {}
     line = 1
     try:

@@ -5,11 +5,13 @@ executor reads it.
 from the partition's leader (the driver's leader hint first, fresh metadata after
 NOT_LEADER or a broken connection) and yields ``pyarrow.RecordBatch``es decoded
 straight from the fetched bytes (``records.arrow.decode_to_arrow``), never per-row
-tuples.  I/O and decoding overlap: as soon as an answer is in, the fetch of the
-next chunk is written (pipelined on the same connection) and a background thread
-receives it while this one decodes (the compiled decoder releases the GIL).  The
-two receive buffers alternate, so a task's memory stays at about two fetches plus
-the batch being decoded, and no fetch faults in fresh pages.  Records that retention removed before we got to them are data loss:
+tuples.  I/O, decoding and Spark's serialization overlap: as soon as an answer is
+in, the fetch of the next chunk is written (pipelined on the same connection) and
+a background thread receives and decodes it (CRC checks, decompression and the
+compiled decoder release the GIL) while Spark serializes the batch before it.
+The two receive buffers alternate and stay with the worker (``client.pool``), so a
+task's memory stays at about two fetches plus two decoded batches, and no fetch
+faults in fresh pages.  Records that retention removed before we got to them are data loss:
 with ``failOnDataLoss`` (the default) the task fails with a message naming the
 topic, partition and offsets; without it a WARNING is logged and the read skips
 ahead to the log start offset.
@@ -74,6 +76,7 @@ def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  
     ``InputPartition(None)``."""
     if not isinstance(p, KafkaInputPartition):
         return
+    worker_memory()
     reader = _RangeReader(p)
     try:
         yield from reader.batches()
@@ -82,6 +85,22 @@ def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  
         raise
     finally:
         reader.close()
+
+
+_memory_kept = False
+
+
+def worker_memory() -> None:
+    """Once per Python worker: freed memory is kept for reuse (``spark_coord.memory``).  Every fetch
+    decodes into fresh Arrow columns of megabytes, freed once Spark has them; glibc would hand such
+    blocks back to the kernel and take fresh pages for the next ones, which the kernel zeroes on
+    first touch (a sixth of the read path's CPU time for 100-byte records, a quarter with zstd)."""
+    global _memory_kept
+    if not _memory_kept:
+        from spark_coord.memory import keep_freed_memory
+
+        keep_freed_memory()
+        _memory_kept = True
 
 
 class _RangeReader:
@@ -151,8 +170,8 @@ class _RangeReader:
             buf = self._buffers[self._turn] = bytearray(want)
         self._turn ^= 1
         pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
-                             min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes,
-                             into=buf)
+                             min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes,
+                             partition_max_bytes=self.partition_max_bytes, into=buf)
         return _Fetch(offset, pending)
 
     def _prefetch(self, offset: int) -> "_Fetch | None":
@@ -166,8 +185,29 @@ class _RangeReader:
         except (BrokerConnectionError, OSError, KafkaError) as e:
             log.debug("%s: prefetch at %d not sent: %s", self.p.name, offset, e)
             return None
-        fetch.receive_in_background()
+        fetch.receive_in_background(self._decoder(offset))
         return fetch
+
+    def _decoder(self, offset: int):
+        """What the background thread does with a fetch at ``offset`` once it is in: decode its
+        records (CRC checks, decompression and the compiled decoder all release the GIL), so the
+        next batch is decoded while Spark serializes this one.  Anything but a plain answer (an
+        error, nothing whole, records below the log start) is left to the loop."""
+        from spark_coord.records.arrow import decode_to_arrow
+        from spark_coord.records.reader import next_offset as next_offset_of
+
+        p = self.p
+
+        def decode(outcome) -> tuple[int, object] | None:
+            data = outcome[0]
+            if data.error or data.records is None or (0 <= data.log_start_offset and offset < data.log_start_offset):
+                return None
+            next_offset = next_offset_of(data.records)
+            if next_offset is None:
+                return None
+            return next_offset, decode_to_arrow(data.records, p.topic, p.partition, offset, p.until_offset,
+                                                p.include_headers)
+        return decode
 
     def batches(self):
         from spark_coord.client.connection import BrokerConnectionError
@@ -207,7 +247,8 @@ class _RangeReader:
             if 0 <= data.log_start_offset and offset < data.log_start_offset:
                 offset = self._lost(offset, data.log_start_offset, "below the log start offset")
                 continue
-            next_offset = next_offset_of(records)
+            decoded = fetch.decoded
+            next_offset = decoded[0] if decoded is not None else next_offset_of(records)
             if next_offset is None:  # nothing whole came back
                 if data.high_watermark <= offset:
                     offset = self._lost(offset, until, f"beyond the high watermark {data.high_watermark}")
@@ -222,8 +263,9 @@ class _RangeReader:
                 continue
             if max(offset, next_offset) < until:
                 ahead = self._in_flight = self._prefetch(max(offset, next_offset))
-            rb = decode_to_arrow(records, p.topic, p.partition, offset, until, p.include_headers)
-            del records, data  # the receive buffer is reused two fetches later
+            rb = decoded[1] if decoded is not None else decode_to_arrow(records, p.topic, p.partition, offset, until,
+                                                                         p.include_headers)
+            del records, data, decoded, fetch  # the receive buffer is reused two fetches later
             if rb.num_rows:
                 yield rb
             offset = max(offset, next_offset)
@@ -278,16 +320,26 @@ class _Fetch:
         self._thread: threading.Thread | None = None
         self._outcome = None
         self._error: BaseException | None = None
+        #: (next offset, RecordBatch) when the background thread decoded the answer
+        self.decoded: tuple[int, object] | None = None
 
-    def receive_in_background(self) -> None:
-        self._thread = threading.Thread(target=self._receive, name=f"coordkafka-fetch-{self.offset}", daemon=True)
+    def receive_in_background(self, decoder=None) -> None:
+        """Receive (and with ``decoder``, decode) the answer in a thread of its own."""
+        self._thread = threading.Thread(target=self._receive, args=(decoder,), name=f"coordkafka-fetch-{self.offset}",
+                                        daemon=True)
         self._thread.start()
 
-    def _receive(self) -> None:
+    def _receive(self, decoder) -> None:
         try:
             self._outcome = self.pending.result()
         except BaseException as e:  # handed to the reading thread by result()
             self._error = e
+            return
+        if decoder is not None:
+            try:
+                self.decoded = decoder(self._outcome)
+            except Exception as e:  # the reading thread decodes it again and meets the error itself
+                log.debug("decoding the fetch at %d in the background: %s", self.offset, e)
 
     def discard(self) -> None:
         """Wait until nothing is received into this fetch's buffer any more; ignore its answer."""

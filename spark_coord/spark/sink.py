@@ -160,7 +160,9 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
 def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
     """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
     from spark_coord.records.builder import BatchArena
+    from spark_coord.spark.partition import worker_memory
 
+    worker_memory()  # Spark's gathered Arrow batches and the compressed record batches reuse memory
     topics: set[str] = set()
     count = 0
     with _lease(opts) as lease:
