@@ -15,11 +15,15 @@ then in one SparkSession, ``--runs`` times each and interleaved:
 1. **coordkafka**: ``readStream.format("coordkafka")`` from earliest into the ``noop``
    sink with ``Trigger.AvailableNow``: rows per second of the whole query;
 2. **ceiling**: a Python streaming data source with exactly coordkafka's schema and
-   the same partitions, rows, value/key/header sizes and rows per Arrow batch, whose
+   the same partitions (each with as many rows as the topic's partition holds: kcat's
+   sticky partitioner fills them unevenly), value/key/header sizes and rows per Arrow batch, whose
    ``read()`` yields prebuilt Arrow batches (no fetch, no decode) into the same sink:
    how fast Spark takes Arrow batches from any Python data source;
 
-and then the **baseline**: a confluent-kafka ``Consumer`` assigned the same
+With ``--batch`` each shape is also read as a batch (``spark.read`` into the ``noop``
+sink) beside the same ceiling read as a batch, interleaved.
+
+And then the **baseline**: a confluent-kafka ``Consumer`` assigned the same
 partitions, building pyarrow tables (key, value, partition, offset, timestamp and,
 for ``d``, headers) until every record is in.
 
@@ -32,6 +36,7 @@ Python workers (one task at a time each) during the first coordkafka query of th
     ./spark-submit.sh bench/bench_spark_source.py
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --runs 5
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --option max.partition.fetch.bytes=67108864
+    ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --batch --runs 5
 """
 
 from __future__ import annotations
@@ -168,13 +173,13 @@ def ceiling_source(ddl: str, layout: dict):
 
     class CeilingReader(DataSourceStreamReader):
         def initialOffset(self):
-            return {"rows": 0}
+            return {str(i): 0 for i in range(layout["partitions"])}
 
         def latestOffset(self):
-            return {"rows": layout["rows"]}
+            return {str(i): n for i, n in enumerate(layout["rows"])}
 
         def partitions(self, start, end):
-            return [CeilingPartition(i, end["rows"] - start["rows"]) for i in range(layout["partitions"])]
+            return [CeilingPartition(i, end[str(i)] - start[str(i)]) for i in range(layout["partitions"])]
 
         def commit(self, end):
             pass
@@ -189,7 +194,7 @@ def ceiling_source(ddl: str, layout: dict):
 
     class CeilingBatchReader(DataSourceReader):
         def partitions(self):
-            return [CeilingPartition(i, layout["rows"]) for i in range(layout["partitions"])]
+            return [CeilingPartition(i, n) for i, n in enumerate(layout["rows"])]
 
         def read(self, partition):
             return CeilingReader.read(None, partition)
@@ -257,6 +262,16 @@ def batch_rows_of(bootstrap: str, topic: str, include_headers: bool, fetch_bytes
     rb = decode_to_arrow(data.records, topic, 0, include_headers=include_headers)
     sizes = [len(v) for v in rb.column("value").to_pylist()[:5000]]
     return rb.num_rows, sizes
+
+
+def rows_per_partition(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Records in each partition of ``topic``: the ceiling's partitions hold as many rows."""
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc:
+        ends = AdminClient(cc).list_offsets(topic, list(range(partitions)), LATEST)
+    return [ends[p] for p in range(partitions)]
 
 
 # ------------------------------------------------------------------------- measuring
@@ -426,8 +441,8 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
     log.info("shape %s: produced %d records in %.1f s", shape.name, records, secs)
     fetch_bytes = int(options.get("max.partition.fetch.bytes", 8 * 1048576))
     batch_rows, sizes = batch_rows_of(bootstrap, topic, shape.headers, fetch_bytes)
-    per_partition = records // args.partitions
-    layout = {"partitions": args.partitions, "rows": per_partition, "batch_rows": batch_rows,
+    per_partition = rows_per_partition(bootstrap, topic, args.partitions)  # as produced: kcat's sticky
+    layout = {"partitions": args.partitions, "rows": per_partition, "batch_rows": batch_rows,  # partitioner is uneven
               "key_size": shape.key_size, "value_sizes": sizes, "topic": topic,
               "headers": HEADERS if shape.headers else None}
     ddl = source_ddl(shape.headers)
@@ -447,7 +462,7 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
         coord.append(rate)
         cpu.append(c)
         rate, _ = timed_query(spark, spark.readStream.format("ceiling").load(),
-                              f"shape {shape.name} ceiling run {run + 1}", per_partition * args.partitions)
+                              f"shape {shape.name} ceiling run {run + 1}", sum(per_partition))
         ceiling.append(rate)
     confluent = confluent_rate(bootstrap, topic, records, args.partitions, shape.headers)
     warm = coord[1:] or coord
@@ -510,7 +525,6 @@ def main(argv=None) -> int:
             for letter in args.shapes:
                 shape = SHAPES[letter]
                 records = args.records if letter == "a" else args.records_json
-                records -= records % args.partitions  # the ceiling splits rows evenly
                 results.extend(run_shape(spark, bootstrap, shape, records, args, options))
         finally:
             spark.stop()

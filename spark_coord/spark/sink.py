@@ -160,9 +160,9 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
 def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
     """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
     from spark_coord.records.builder import BatchArena
-    from spark_coord.spark.partition import worker_memory
+    from spark_coord.spark.partition import prepare_worker, settle_worker
 
-    worker_memory()  # Spark's gathered Arrow batches and the compressed record batches reuse memory
+    prepare_worker()  # Spark's gathered Arrow batches and the compressed record batches reuse memory
     topics: set[str] = set()
     count = 0
     with _lease(opts) as lease:
@@ -178,6 +178,7 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
                 _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
             finally:
                 arena.reset()
+    settle_worker()  # the worker's long-lived objects out of the collector's way
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
