@@ -214,7 +214,8 @@ def _headers(d, p: int, rend: int, cols: _Columns) -> int:
 
 def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
                     include_headers: bool = False, *, verify_crc: bool = True,
-                    max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> pa.RecordBatch:
+                    max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                    scratch: "compression.Scratch | None" = None) -> pa.RecordBatch:
     """Decode every record of ``buf`` (a fetched record set: batches back to back,
     compressed or not, possibly ending with a partial batch) whose offset lies in
     ``[start_offset, end_offset)`` into one RecordBatch of ``kafka_schema``.
@@ -222,9 +223,11 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     Control batches are skipped.  Raises ``InvalidBatch`` (a ``ValueError``) on
     malformed input and ``DecompressedTooLarge`` beyond ``max_decompressed_bytes``
     per batch.  The records are decoded by the compiled kernel (``records.arrow_jit``)
-    where numba is installed, else (and to explain a rejected input) in Python.
+    where numba is installed, else (and to explain a rejected input) in Python.  ``scratch``:
+    where compressed batches are decompressed, reused from one call to the next (the batch
+    returned does not refer to it).
     """
-    plan = _plan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes)
+    plan = _plan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes, scratch)
     if arrow_jit.AVAILABLE and _USE_JIT:
         rb = _decode_compiled(plan, topic, partition, include_headers)
         if rb is not None:
@@ -253,7 +256,8 @@ class _Plan:
         self.arena = None  # compressed: every batch's records decompressed side by side
 
 
-def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_decompressed_bytes: int) -> _Plan:
+def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_decompressed_bytes: int,
+          scratch: "compression.Scratch | None" = None) -> _Plan:
     plan = _Plan(buf)
     chosen: list[tuple[BatchHeader, memoryview, int]] = []
     pos = 0
@@ -272,7 +276,7 @@ def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_
     if plan.compressed:
         try:  # into one arena: no pieces to join afterwards
             plan.arena, spans = compression.decompress_all([(h.codec, b[HEADER_SIZE:]) for h, b, _ in chosen],
-                                                           max_decompressed_bytes)
+                                                           max_decompressed_bytes, scratch)
             plan.spans = [(h, start, end) for (h, _, _), (start, end) in zip(chosen, spans)]
             return plan
         except compression.DecompressedTooLarge:

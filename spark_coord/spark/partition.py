@@ -20,6 +20,7 @@ ahead to the log start offset.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -129,6 +130,7 @@ class _RangeReader:
 
     def __init__(self, p: KafkaInputPartition) -> None:
         from spark_coord.client import pool
+        from spark_coord.records.compression import Scratch
 
         self.p = p
         self.lease = pool.lease(p.bootstrap, p.client_id, p.socket_timeout_ms / 1000, p.security,
@@ -137,8 +139,9 @@ class _RangeReader:
         self.conn = None
         self.use_hint = p.leader_host is not None  # until a failure: then leaders from fresh metadata
         self.partition_max_bytes = min(p.max_partition_fetch_bytes, p.fetch_max_bytes)
-        # alternating receive buffers, kept with the lease for the next task
+        # alternating receive buffers, and buffers to decompress them in, kept with the lease for the next task
         self._buffers = self.lease.state.setdefault("fetch_buffers", [bytearray(), bytearray()])
+        self._scratch = self.lease.state.setdefault("decompress_buffers", [Scratch(), Scratch()])
         self._turn = 0
         self._in_flight: _Fetch | None = None
         self.failed = False  # set on an error: the leased client is then closed, not kept
@@ -182,15 +185,16 @@ class _RangeReader:
         from spark_coord.client.fetcher import send_fetch
 
         p = self.p
-        buf = self._buffers[self._turn]
+        slot = self._turn
+        buf = self._buffers[slot]
         want = self.partition_max_bytes + _RESPONSE_SLACK
         if len(buf) < want:
-            buf = self._buffers[self._turn] = bytearray(want)
+            buf = self._buffers[slot] = bytearray(want)
         self._turn ^= 1
         pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
                              min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes,
                              partition_max_bytes=self.partition_max_bytes, into=buf)
-        return _Fetch(offset, pending)
+        return _Fetch(offset, pending, self._scratch[slot])
 
     def _prefetch(self, offset: int) -> "_Fetch | None":
         """Write the fetch at ``offset`` and start receiving it in the background (None if writing fails:
@@ -203,10 +207,10 @@ class _RangeReader:
         except (BrokerConnectionError, OSError, KafkaError) as e:
             log.debug("%s: prefetch at %d not sent: %s", self.p.name, offset, e)
             return None
-        fetch.receive_in_background(self._decoder(offset))
+        fetch.receive_in_background(self._decoder(offset, fetch.scratch))
         return fetch
 
-    def _decoder(self, offset: int):
+    def _decoder(self, offset: int, scratch):
         """What the background thread does with a fetch at ``offset`` once it is in: decode its
         records (CRC checks, decompression and the compiled decoder all release the GIL), so the
         next batch is decoded while Spark serializes this one.  Anything but a plain answer (an
@@ -224,7 +228,7 @@ class _RangeReader:
             if next_offset is None:
                 return None
             return next_offset, decode_to_arrow(data.records, p.topic, p.partition, offset, p.until_offset,
-                                                p.include_headers)
+                                                p.include_headers, scratch=scratch)
         return decode
 
     def batches(self):
@@ -282,7 +286,7 @@ class _RangeReader:
             if max(offset, next_offset) < until:
                 ahead = self._in_flight = self._prefetch(max(offset, next_offset))
             rb = decoded[1] if decoded is not None else decode_to_arrow(records, p.topic, p.partition, offset, until,
-                                                                         p.include_headers)
+                                                                         p.include_headers, scratch=fetch.scratch)
             del records, data, decoded, fetch  # the receive buffer is reused two fetches later
             if rb.num_rows:
                 yield rb
@@ -330,34 +334,35 @@ _RESPONSE_SLACK = 64 * 1024
 
 
 class _Fetch:
-    """One Fetch in flight, received in this thread or in a background one."""
+    """One Fetch in flight, received in this thread or by one of the process's background threads."""
 
-    def __init__(self, offset: int, pending) -> None:
+    def __init__(self, offset: int, pending, scratch=None) -> None:
         self.offset = offset
         self.pending = pending
-        self._thread: threading.Thread | None = None
+        self.scratch = scratch  # where its compressed batches are decompressed
+        self._done: threading.Event | None = None
         self._outcome = None
         self._error: BaseException | None = None
         #: (next offset, RecordBatch) when the background thread decoded the answer
         self.decoded: tuple[int, object] | None = None
 
     def receive_in_background(self, decoder=None) -> None:
-        """Receive (and with ``decoder``, decode) the answer in a thread of its own."""
-        self._thread = threading.Thread(target=self._receive, args=(decoder,), name=f"coordkafka-fetch-{self.offset}",
-                                        daemon=True)
-        self._thread.start()
+        """Receive (and with ``decoder``, decode) the answer on a background thread."""
+        self._done = threading.Event()
+        _BACKGROUND.run(lambda: self._receive(decoder))
 
     def _receive(self, decoder) -> None:
         try:
             self._outcome = self.pending.result()
+            if decoder is not None:
+                try:
+                    self.decoded = decoder(self._outcome)
+                except Exception as e:  # the reading thread decodes it again and meets the error itself
+                    log.debug("decoding the fetch at %d in the background: %s", self.offset, e)
         except BaseException as e:  # handed to the reading thread by result()
             self._error = e
-            return
-        if decoder is not None:
-            try:
-                self.decoded = decoder(self._outcome)
-            except Exception as e:  # the reading thread decodes it again and meets the error itself
-                log.debug("decoding the fetch at %d in the background: %s", self.offset, e)
+        finally:
+            self._done.set()
 
     def discard(self) -> None:
         """Wait until nothing is received into this fetch's buffer any more; ignore its answer."""
@@ -367,10 +372,42 @@ class _Fetch:
             log.debug("discarded fetch at %d: %s", self.offset, e)
 
     def result(self):
-        if self._thread is None:
+        if self._done is None:
             return self.pending.result()
-        self._thread.join()
+        self._done.wait()
         if self._error is not None:
             raise self._error
         return self._outcome
+
+
+class _Background:
+    """Threads that receive and decode fetches, kept for the process's life: a job goes to an idle
+    one, or a new one when all are busy (one per reader at a time, so one in a Spark worker).  A
+    thread per fetch would map, and have the kernel zero, a fresh stack and fresh malloc heaps for
+    every fetch; kept threads decode into memory their previous fetches freed."""
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def run(self, job) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), name="coordkafka-fetch", daemon=True).start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            job = jobs.get()
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - a job hands its own errors on; keep serving
+                log.debug("background job failed: %s", e)
+            with self._lock:
+                self._idle.append(jobs)
+
+
+_BACKGROUND = _Background()
 
