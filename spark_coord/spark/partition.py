@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -108,13 +109,15 @@ def prepare_worker() -> None:
 
 
 def settle_worker() -> None:
-    """After a Python worker's first task: the objects it holds by then -- pyspark, pyarrow, numba
-    and the compiled decoder, ours, all loaded -- are moved out of the cyclic garbage collector's
-    sight (``gc.freeze``, after one collection).  They live as long as the worker, and every full
-    collection walked all of them: the collections that each batch's objects set off cost a
-    worker a tenth of its CPU time, more than the decoding of 100-byte records."""
+    """After a Spark Python worker's first task: the objects it holds by then -- pyspark, pyarrow,
+    numba and the compiled decoder, ours, all loaded -- are moved out of the cyclic garbage
+    collector's sight (``gc.freeze``, after one collection).  They live as long as the worker,
+    and every full collection walked all of them: the collections that each batch's objects set
+    off cost a worker a tenth of its CPU time, more than the decoding of 100-byte records.
+    Only in Spark's workers (``pyspark.worker`` runs them): a process of another kind may hold
+    objects that become garbage later, which a frozen collector would never reclaim."""
     global _objects_frozen
-    if not _objects_frozen:
+    if not _objects_frozen and "pyspark.worker" in sys.modules:
         import gc
 
         gc.collect()
