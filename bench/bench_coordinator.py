@@ -35,11 +35,12 @@ How each figure is measured:
   plus one round trip.  Together with the lateness this bounds the ping round trip.
 * coordinator CPU: broker process CPU time (/proc/<pid>/stat) over wall time of the
   window; RSS: VmRSS at the end of the window (and its peak over the whole run).
-* join time: from just before the new member connects until the last member of
-  the big group received the StartFetcher of the generation that includes it
-  (member-side CLOCK_MONOTONIC, shared by all processes); the StopFetcher round,
-  the number of generations it took, and the time until the coordinator reports
-  the group Stable again (owners written to ZooKeeper) are shown too.
+* join time: from just before the new member connects until it received its
+  StartFetcher (member-side CLOCK_MONOTONIC, shared by all processes), and until the
+  coordinator reports the group Stable again (owners written to ZooKeeper); the
+  members that were stopped or started on the way (members register with
+  RegisterConsumer v2 and hand partitions over incrementally, unless
+  ``--register-version`` says otherwise), and the partitions that moved.
 * offsets written to ZooKeeper: the sum of the version increments of every
   ``/consumers/<g>/offsets/<t>/<p>`` znode over the window (a create counts 1),
   against the expected rate (every owned partition advances once per ping
@@ -218,7 +219,7 @@ class Bench:
     def add(self, group: str, topic: str, partitions: int, consumers: list[str]) -> float:
         """Register ``consumers`` in ``group``; returns the seconds it took."""
         a = self.args
-        specs = [{"group": group, "consumer": c, "topic": topic,
+        specs = [{"group": group, "consumer": c, "topic": topic, "version": a.register_version,
                   "probe": (sum(self.sizes.values()) + i) % a.probe_every == 0} for i, c in enumerate(consumers)]
         self.groups[group] = (topic, partitions)
         self.sizes[group] = self.sizes.get(group, 0) + len(consumers)
@@ -235,7 +236,7 @@ class Bench:
         return {g["group_id"]: g for g in resp["groups"]}
 
     def wait_settled(self, timeout: float) -> float:
-        """Wait until every group is Stable with every member started in its generation."""
+        """Wait until every group is Stable with every member started (each in its own epoch)."""
         start = time.monotonic()
         deadline = start + timeout
         pending = set(self.sizes)
@@ -249,8 +250,7 @@ class Bench:
                 for g in ready:
                     d = described.get(g)
                     last[g] = d and (d["state"], d["generation_id"], len(d["members"]))
-                    if d and d["state"] == "Stable" and d["generation_id"] == sim_groups[g]["generation"] \
-                            and len(d["members"]) == self.sizes[g]:
+                    if d and d["state"] == "Stable" and len(d["members"]) == self.sizes[g]:
                         pending.discard(g)
             if not pending:
                 return time.monotonic() - start
@@ -289,7 +289,8 @@ class Bench:
         return {"coordinator": self.broker_pid, "zookeeper": self.zk_pid, "simulator": self.sim.pid}
 
     def measure_join(self, timeout: float) -> dict:
-        """One member joins the big group: time until every member has the new generation's StartFetcher."""
+        """One member joins the big group: time until it has its StartFetcher and until the group is
+        Stable again, and which members were stopped or started on the way."""
         self.joins += 1
         consumer = f"join-{self.joins:02d}"
         self.sim.call("mark", group=BIG_GROUP)
@@ -300,39 +301,28 @@ class Bench:
         deadline = t0 + timeout
         while True:
             reply = self.sim.call("events", group=BIG_GROUP)
-            events, registered = reply["events"], reply["registered"]
-            starts = {c: [(t, g) for kind, t, g in evs if kind == "start"] for c, evs in events.items()}
-            joined = starts.get(consumer) or []
+            events = reply["events"]
+            joined = [t for kind, t, _, _ in events.get(consumer, []) if kind == "start"]
             if joined:
-                gen = max(g for _, g in joined)
-                last = [max((t for t, g in s if g == gen), default=None) for s in starts.values()]
-                if all(registered.values()) and all(x is not None for x in last):
+                d = self.describe([BIG_GROUP]).get(BIG_GROUP)
+                if d is not None and d["state"] == "Stable" and len(d["members"]) == self.sizes[BIG_GROUP]:
+                    stable = time.monotonic()
+                    events = self.sim.call("events", group=BIG_GROUP)["events"]
                     break
             if time.monotonic() > deadline:
-                missing = sum(1 for s in starts.values() if not s)
-                raise BenchError(f"join of {consumer}: {missing} of {len(starts)} members without a StartFetcher "
-                                 f"after {timeout:.0f} s")
-            time.sleep(0.1)
-        done = max(last)
-        while True:  # then the owners are written and the group is Stable again
-            d = self.describe([BIG_GROUP]).get(BIG_GROUP)
-            if d is not None and d["state"] == "Stable" and d["generation_id"] == gen:
-                stable = time.monotonic()
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"join of {consumer}: group not Stable in generation {gen} after {timeout:.0f} s "
-                                 f"(state {d and d['state']}, generation {d and d['generation_id']})")
+                raise BenchError(f"join of {consumer}: no StartFetcher and Stable group after {timeout:.0f} s")
             time.sleep(0.1)
         cpu = cpu_seconds(self.broker_pid) - cpu0
         zk_requests = zk_packets(*self.zk_addr) - q0
-        stops = [t for evs in events.values() for kind, t, _ in evs if kind == "stop"]
-        gen_starts = [t for s in starts.values() for t, g in s if g == gen]
-        generations = {g for s in starts.values() for _, g in s}
-        return {"group_size": len(events), "all_started_s": done - t0, "stable_s": stable - t0,
+        stops = [t for evs in events.values() for kind, t, _, _ in evs if kind == "stop"]
+        starts = [t for evs in events.values() for kind, t, _, _ in evs if kind == "start"]
+        return {"group_size": len(events), "new_member_started_s": min(joined) - t0, "stable_s": stable - t0,
                 "first_stop_s": (min(stops) - t0) if stops else None,
                 "last_stop_s": (max(stops) - t0) if stops else None,
-                "first_start_s": min(gen_starts) - t0, "generations": len(generations),
-                "cpu_s": cpu, "zk_requests": zk_requests}
+                "members_stopped": sum(1 for evs in events.values() if any(e[0] == "stop" for e in evs)),
+                "members_started": sum(1 for evs in events.values() if any(e[0] == "start" for e in evs)),
+                "partitions_moved": sum(e[3] for c, evs in events.items() for e in evs if e[0] == "start"),
+                "first_start_s": (min(starts) - t0) if starts else None, "cpu_s": cpu, "zk_requests": zk_requests}
 
     # ------------------------------------------------------------------ phases
     def run_phase(self, label: str, adds: list[tuple[str, str, int, list[str]]]) -> Phase:
@@ -347,8 +337,8 @@ class Bench:
         phase.window = self.measure_window()
         log.info("%s: window done: %s", label, _brief(phase.window))
         phase.join = self.measure_join(self.args.settle_timeout)
-        log.info("%s: join into %d-member group: every StartFetcher after %.2f s", label,
-                 phase.join["group_size"], phase.join["all_started_s"])
+        log.info("%s: join into %d-member group: its StartFetcher after %.2f s, %d member(s) stopped", label,
+                 phase.join["group_size"], phase.join["new_member_started_s"], phase.join["members_stopped"])
         self.wait_settled(self.args.settle_timeout)
         return phase
 
@@ -381,12 +371,13 @@ def report(phases: list[Phase], idle_rss: float, peak_rss: float, args: argparse
         ("coordinator CPU (% of a core)", lambda p: 100 * p.window["cpu"]["coordinator"], ".1f", True),
         ("coordinator RSS (MB)", lambda p: p.window["rss_mb"], ".0f", True),
         ("  RSS above idle per member (KB)", lambda p: (p.window["rss_mb"] - idle_rss) * 1024 / p.members, ".0f", True),
-        ("join -> all StartFetcher (s)", lambda p: p.join["all_started_s"], ".2f", True),
+        ("join -> its StartFetcher (s)", lambda p: p.join["new_member_started_s"], ".2f", True),
         ("  join -> first StopFetcher (s)", lambda p: p.join["first_stop_s"], ".2f", True),
         ("  join -> last StopFetcher (s)", lambda p: p.join["last_stop_s"], ".2f", True),
-        ("  join -> first StartFetcher (s)", lambda p: p.join["first_start_s"], ".2f", True),
         ("  join -> group Stable, owners written (s)", lambda p: p.join["stable_s"], ".2f", True),
-        ("  generations started", lambda p: p.join["generations"], "d", False),
+        ("  members stopped / started", lambda p: f"{p.join['members_stopped']} / {p.join['members_started']}",
+         "", False),
+        ("  partitions moved", lambda p: p.join["partitions_moved"], "d", False),
         ("  coordinator CPU join -> Stable (s)", lambda p: p.join["cpu_s"], ".2f", True),
         ("  ZooKeeper requests join -> Stable", lambda p: p.join["zk_requests"], ",", True),
         ("offsets reported in pings /s", lambda p: p.window["offsets_reported_s"], ".0f", True),
@@ -436,6 +427,9 @@ def main() -> int:
     ap.add_argument("--probe-every", type=int, default=5, help="every n-th member sends a probe after each ping")
     ap.add_argument("--concurrency", type=int, default=64, help="registrations in flight at once")
     ap.add_argument("--settle-timeout", type=float, default=240.0)
+    ap.add_argument("--register-version", type=int, default=2, choices=(0, 1, 2),
+                    help="RegisterConsumer version of the members: 2 hands partitions over incrementally, "
+                         "0 and 1 stop everything a member holds whenever its assignment changes")
     ap.add_argument("--quick", action="store_true", help="50 / 300 / +70 members, 12 s windows (a smoke run)")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (broker and simulator logs)")
     args = ap.parse_args()

@@ -95,8 +95,11 @@ class Stats:
 class SimMember:
     """One member: its connection, generation, assignment and event log."""
 
-    def __init__(self, sim: "Simulator", group: str, consumer_id: str, topic: str, session_ms: int, probe: bool):
+    def __init__(self, sim: "Simulator", group: str, consumer_id: str, topic: str, session_ms: int, probe: bool,
+                 version: int = api.VERSION):
         self.sim = sim
+        #: RegisterConsumer version: 2 hands partitions over incrementally (StopFetcher/StartFetcher v1)
+        self.version = version
         self.group = group
         self.consumer_id = consumer_id
         self.topic = topic
@@ -109,7 +112,9 @@ class SimMember:
         self.connected = False
         self.registered = False
         self.last_ping: float | None = None
-        self.events: list[tuple[str, float, int]] = []   # (stop|start, monotonic time, generation)
+        #: (stop|start, monotonic time, generation, partitions stopped | partitions new to it)
+        self.events: list[tuple[str, float, int, int]] = []
+        self.marked: set[tuple[str, int]] = set()   # what it owned at the last ``mark``
         self._corr = 0
         self._probes: dict[int, float] = {}
         self.writer: asyncio.StreamWriter | None = None
@@ -126,9 +131,9 @@ class SimMember:
         body = {"group_id": self.group, "consumer_id": self.consumer_id,
                 "topics": [{"topic": self.topic, "streams": 1}], "pattern": None, "pattern_streams": 1,
                 "auto_commit": True, "auto_offset_reset": "smallest", "session_timeout_ms": self.session_ms}
-        writer.write(protocol.encode_request(api.REGISTER_CONSUMER, api.VERSION, self._next_corr(), "bench", body))
+        writer.write(protocol.encode_request(api.REGISTER_CONSUMER, self.version, self._next_corr(), "bench", body))
         frame = await _read_frame(reader)
-        _, resp = protocol.decode_response(api.REGISTER_CONSUMER, api.VERSION, frame)
+        _, resp = protocol.decode_response(api.REGISTER_CONSUMER, self.version, frame)
         code = resp["error_code"]
         if code:
             log.warning("%s/%s refused: %s %s", self.group, self.consumer_id, ErrorCode.name_of(code),
@@ -194,15 +199,32 @@ class SimMember:
             stats.offsets_reported += len(answer["offsets"])
         elif key == api.STOP_FETCHER:
             stats.stops += 1
-            self.events.append(("stop", now, body["generation_id"]))
-            answer["offsets"] = self._offsets(now, rate)
-            self.owned = {}
+            named = body.get("partitions")
+            offsets = self._offsets(now, rate)
+            if named is None:  # everything
+                self.events.append(("stop", now, body["generation_id"], len(self.owned)))
+                answer["offsets"] = offsets
+                self.owned = {}
+            else:  # just these: the others go on
+                gone = {(e["topic"], p) for e in named for p in e["partitions"]}
+                self.events.append(("stop", now, body["generation_id"], len(gone & set(self.owned))))
+                answer["offsets"] = [o for o in offsets if (o["topic"], o["partition"]) in gone]
+                advanced = int((now - self.started_at) * rate)
+                self.owned = {tp: base + advanced for tp, base in self.owned.items() if tp not in gone}
+                self.started_at = now
+                self.generation = answer["generation_id"] = body["generation_id"]
         else:
             stats.starts += 1
-            self.events.append(("start", now, body["generation_id"]))
+            given = {(p["topic"], p["partition"]): max(0, p["offset"])
+                     for own in body["ownership"] for p in own["partitions"]}
+            new = {tp: o for tp, o in given.items() if tp not in self.owned}
+            self.events.append(("start", now, body["generation_id"], len(new)))
             self.generation = answer["generation_id"] = body["generation_id"]
-            self.owned = {(p["topic"], p["partition"]): max(0, p["offset"])
-                          for own in body["ownership"] for p in own["partitions"]}
+            if header.api_version >= 1 and self.owned:  # incremental: what it fetches goes on
+                advanced = int((now - self.started_at) * rate)
+                self.owned = {**{tp: base + advanced for tp, base in self.owned.items() if tp in given}, **new}
+            else:
+                self.owned = given
             self.started_at = now
         writer.write(b"".join(protocol.encode_response(header, answer)))
         if key == api.PING and self.probe:
@@ -248,7 +270,8 @@ class Simulator:
         t0 = time.monotonic()
 
         async def one(spec: dict) -> None:
-            m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")))
+            m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")),
+                          int(spec.get("version", api.VERSION)))
             self.members[(m.group, m.consumer_id)] = m
             async with sem:
                 try:
@@ -264,17 +287,17 @@ class Simulator:
                 "t0": t0, "t1": time.monotonic()}
 
     def op_groups(self, cmd: dict) -> dict:
-        """Per group: members, registered, and whether all run one generation."""
+        """Per group: members, registered, the newest epoch a member runs, and whether every member
+        was started (members whose partitions did not move keep older epochs)."""
         out: dict[str, dict] = {}
         for (g, _), m in self.members.items():
-            d = out.setdefault(g, {"members": 0, "registered": 0, "generations": set()})
+            d = out.setdefault(g, {"members": 0, "registered": 0, "generation": -1, "started": 0})
             d["members"] += 1
             d["registered"] += m.registered
-            d["generations"].add(m.generation)
+            d["generation"] = max(d["generation"], m.generation)
+            d["started"] += m.generation >= 1
         for d in out.values():
-            gens = d.pop("generations")
-            d["generation"] = max(gens)
-            d["settled"] = d["registered"] == d["members"] and len(gens) == 1 and d["generation"] >= 1
+            d["settled"] = d["registered"] == d["members"] == d["started"]
         return {"groups": out}
 
     def op_mark(self, cmd: dict) -> dict:
@@ -282,13 +305,17 @@ class Simulator:
         for (g, _), m in self.members.items():
             if g == cmd["group"]:
                 m.events = []
+                m.marked = set(m.owned)
         return {"t": time.monotonic()}
 
     def op_events(self, cmd: dict) -> dict:
-        """``group``'s members' rebalance events since ``mark``: {consumer: [[kind, t, gen], ...]}."""
+        """``group``'s members' rebalance events since ``mark``: {consumer: [[kind, t, gen, n], ...]}, and how
+        many partitions each no longer owns of those it owned at the ``mark``."""
         return {"events": {m.consumer_id: m.events for (g, _), m in self.members.items() if g == cmd["group"]},
                 "registered": {m.consumer_id: m.registered for (g, _), m in self.members.items()
-                               if g == cmd["group"]}}
+                               if g == cmd["group"]},
+                "lost": {m.consumer_id: len(m.marked - set(m.owned)) for (g, _), m in self.members.items()
+                         if g == cmd["group"]}}
 
     def op_reset(self, cmd: dict) -> dict:
         self.stats.reset()

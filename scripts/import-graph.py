@@ -39,9 +39,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("client",),            # the one client transport (sockets, framing, TLS/SASL handshake) and clients
     ("coordinator",),       # groups, rebalancing, offsets (no sockets of its own)
     ("consumer",),          # the thin consumer (a group member)
-    ("broker",),            # servers: the broker, and the standalone coordinator built from its parts
+    ("metrics",),           # Prometheus endpoint, status page, lag: reads the coordinator's state and log ends
+    ("broker",),            # the broker server, its handlers and security
     ("spark",),             # the coordkafka data source
-    ("cli", "cluster", "demo", "testing", "pyspark_coordkafka"),  # processes and tools
+    # processes and tools: the CLI, local clusters, the standalone coordinator's process
+    ("cli", "cluster", "demo", "standalone", "testing", "pyspark_coordkafka"),
 ]
 
 

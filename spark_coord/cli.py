@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper client port (default: %(default)s; 0 = free port)")
     p.add_argument("--port", type=int, default=9092, help="first broker port; broker i listens on port+i (default: %(default)s; 0 = free ports)")
     p.add_argument("--data-dir", default="data/local-cluster", help="where ZooKeeper and broker data live (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="first metrics endpoint port (Prometheus /metrics and the status page /); broker i serves "
+                        "port+i (0 = free ports; default: no metrics)")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="broker setting applied to every broker; repeatable")
     p.set_defaults(func="spark_coord.cluster:run_cli")
@@ -150,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "and topics from the cluster's Metadata API, and keeps offsets in ZooKeeper (and, "
                                 "with coordinator.offsets.mirror=true, in the cluster's own offset store).")
     _add_config_args(p, None)
-    p.set_defaults(func="spark_coord.broker.standalone:run_cli")
+    p.set_defaults(func="spark_coord.standalone:run_cli")
 
     p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",
                     description="Join a consumer group through the coordinator and print one record per line "

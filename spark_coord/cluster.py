@@ -4,7 +4,9 @@ Used by ``spark-coord up``, the demo and the integration tests.  Each broker is
 ``python -m spark_coord.cli broker --override ...`` with its output in
 ``<data_dir>/broker-<id>.log`` and its partitions in ``<data_dir>/broker-<id>/``.
 With ``base_port=0`` every broker gets a free port picked once, so a broker
-restarted with ``start_broker`` comes back at the same address.
+restarted with ``start_broker`` comes back at the same address.  ``metrics_port``
+turns on every broker's metrics endpoint: broker i at ``metrics_port + i``, or free
+ports picked once with 0 (``metrics_ports``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class LocalCluster:
     """
 
     def __init__(self, n_brokers: int, data_dir: str | os.PathLike, zk_connect: str | None = None, zk_port: int = 0,
-                 base_port: int = 0, overrides: Mapping[str, object] | None = None, host: str = "127.0.0.1"):
+                 base_port: int = 0, overrides: Mapping[str, object] | None = None, host: str = "127.0.0.1",
+                 metrics_port: int | None = None):
         if n_brokers < 1:
             raise ValueError(f"n_brokers must be at least 1, got {n_brokers}")
         self.n_brokers = n_brokers
@@ -54,6 +57,9 @@ class LocalCluster:
         self._zk_connect = zk_connect
         self.zk_port = zk_port
         self.base_port = base_port
+        self.metrics_port = metrics_port
+        #: broker id -> port of its metrics endpoint (with ``metrics_port``).
+        self.metrics_ports: dict[int, int] = {}
         self.overrides = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (overrides or {}).items()}
         from spark_coord import config
 
@@ -96,6 +102,8 @@ class LocalCluster:
                 self._zk_connect = self.zookeeper.connect_string
             for i in range(self.n_brokers):
                 self.ports[i] = self.base_port + i if self.base_port else free_port(self.host)
+                if self.metrics_port is not None:
+                    self.metrics_ports[i] = self.metrics_port + i if self.metrics_port else free_port(self.host)
             for i in range(self.n_brokers):
                 self._spawn(i)
             deadline = time.monotonic() + timeout
@@ -113,6 +121,8 @@ class LocalCluster:
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "zookeeper.connect": self.zk_connect,
         }
+        if broker_id in self.metrics_ports:
+            settings["metrics.port"] = self.metrics_ports[broker_id]
         settings.update(self.overrides)
         cmd = [sys.executable, "-m", "spark_coord.cli", "broker"]
         for k, v in settings.items():
@@ -167,6 +177,8 @@ class LocalCluster:
                 if self.base_port or "address already in use" not in str(e) or attempt == attempts - 1:
                     raise
                 old, self.ports[broker_id] = self.ports[broker_id], free_port(self.host)
+                if self.metrics_port == 0:  # either port may be the one taken
+                    self.metrics_ports[broker_id] = free_port(self.host)
                 log.info("broker %d lost port %d before binding it; starting it on %d", broker_id, old,
                          self.ports[broker_id])
                 self._close_log(broker_id)
@@ -233,7 +245,7 @@ def run_cli(args) -> int:
 
     overrides = parse_overrides(args.override)
     cluster = LocalCluster(args.brokers, args.data_dir, zk_port=args.zk_port, base_port=args.port,
-                           overrides=overrides)
+                           overrides=overrides, metrics_port=args.metrics_port)
     stopping = {"signal": None}
 
     def on_signal(signum, _frame) -> None:
@@ -245,6 +257,9 @@ def run_cli(args) -> int:
         log.info("ZooKeeper at %s", cluster.zk_connect)
         for broker_id, (host, port) in cluster.brokers.items():
             log.info("broker %d at %s:%d (log %s)", broker_id, host, port, cluster.log_path(broker_id))
+            if broker_id in cluster.metrics_ports:
+                log.info("broker %d metrics at http://%s:%d/metrics, status page at http://%s:%d/", broker_id, host,
+                         cluster.metrics_ports[broker_id], host, cluster.metrics_ports[broker_id])
         log.info("bootstrap: %s -- stop with Ctrl-C", cluster.bootstrap)
         while stopping["signal"] is None:
             for broker_id, proc in cluster.procs.items():

@@ -253,6 +253,41 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
     return Config(keyset, values)
 
 
+# -------------------------------------------------------------------------- metrics
+
+#: The metrics endpoint's keys, the same for brokers and standalone coordinators (``spark_coord.metrics``).
+METRICS_KEYS = [
+    Key("metrics.port", "int", None,
+        "Port of the metrics endpoint: Prometheus metrics at /metrics, a status page with every group's\n"
+        "members, partitions, offsets and lag at /, its data at /status.json. Empty: no endpoint (the\n"
+        "default; nothing is counted). 0: a free port, named in the log. A broker exports its requests,\n"
+        "bytes, connections and logs; the elected coordinator (broker or standalone) exports every group's\n"
+        "lag with kafka_exporter's names, so a sum over the cluster counts each group once.", minimum=0),
+    Key("metrics.host", "str", "127.0.0.1",
+        "Address the metrics endpoint listens on. The default serves this host only; 0.0.0.0 (or a\n"
+        "host's address) lets a Prometheus elsewhere scrape it: then protect it with the metrics.ssl.*\n"
+        "keys (HTTPS, client certificates) or a firewall. The endpoint shows group and topic names,\n"
+        "member addresses and offsets, never record data or secrets."),
+    Key("metrics.ssl.keystore.location", "str", None,
+        "PEM file with the endpoint's private key and certificate chain: set, the endpoint serves HTTPS\n"
+        "only (Prometheus: scheme: https and tls_config.ca_file)."),
+    Key("metrics.ssl.key.password", "password", None, "Password of that private key, when it is encrypted."),
+    Key("metrics.ssl.client.auth", "str", "none",
+        "Client certificates on the HTTPS endpoint: none, requested or required. required: only scrapers\n"
+        "presenting a certificate that chains to metrics.ssl.truststore.location get an answer\n"
+        "(Prometheus: tls_config.cert_file and key_file)."),
+    Key("metrics.ssl.truststore.location", "str", None,
+        "PEM file of the CA certificates scrapers' client certificates must chain to."),
+    Key("metrics.lag.sample.ms", "int", 5000,
+        "How often the endpoint samples the coordinator's groups, their lag and the cluster's topics (in a\n"
+        "thread of its own; the broker's event loop only hands over a copy of its groups). Scrapes and the\n"
+        "status page show the latest sample, so what they show is at most this old; each sample is one\n"
+        "point of the status page's lag plot.", minimum=100),
+    Key("metrics.lag.history.ms", "int", 900000,
+        "How far back the status page's lag plot reaches (kept in memory: one number per group per sample).",
+        minimum=1000),
+]
+
 # --------------------------------------------------------------------------- broker
 
 BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --config conf/broker.properties)", [
@@ -370,8 +405,13 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("coordinator.rebalance.max.retries", "int", 10,
         "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged (the next group change retries).",
         minimum=1),
-    Key("coordinator.partition.assignment.strategy", "str", "range",
-        "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) or roundrobin."),
+    Key("coordinator.partition.assignment.strategy", "str", "sticky",
+        "How the coordinator assigns partitions to consumer threads. sticky: balanced (shares differ by at\n"
+        "most one partition when members subscribe alike) with the fewest moves: a partition stays with its\n"
+        "holder unless balance needs it elsewhere, so a rebalance stops only the partitions that move.\n"
+        "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) and\n"
+        "roundrobin recompute from scratch, so more partitions move at each rebalance."),
+    *METRICS_KEYS,
 ], footer="""
 Per-listener settings, as Kafka takes them (the listener name in lower case):
   listener.name.<listener>.<key> for any ssl.* key above and sasl.enabled.mechanisms, e.g.
@@ -518,7 +558,7 @@ CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produ
 _COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
                        "socket.request.max.bytes", "connections.max.idle.ms", "authorizer.class.name", "super.users",
                        "allow.everyone.if.no.acl.found")
-_COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.")
+_COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.", "metrics.")
 
 COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings (spark-coord coordinator --config "
                      "conf/coordinator.properties):\n# the coordinator beside an existing Kafka-protocol cluster", [

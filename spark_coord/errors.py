@@ -115,6 +115,7 @@ class ErrorCode(IntEnum):
     PARTITION_NOT_OWNED = 1006
     INVALID_SUBSCRIPTION = 1007
     OFFSET_BACKWARDS = 1008  # below the offset already committed for the partition in this generation
+    CLAIM_REFUSED = 1009  # not taken back with what it claims: stop it all, register again without a claim
 
     @property
     def retriable(self) -> bool:

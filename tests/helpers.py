@@ -66,6 +66,29 @@ def group_offsets(zk_connect: str, group: str, topic: str) -> dict[int, int]:
         close(zk)
 
 
+def group_owners(zk_connect: str, group: str, topic: str) -> dict[int, str]:
+    """The group's partition owners of ``topic`` in ZooKeeper (consumer thread ids), by partition."""
+    from spark_coord.zk import paths
+    from spark_coord.zk.client import close, connect
+
+    zk = connect(zk_connect)
+    try:
+        base = paths.topic_owners(group, topic)
+        return {int(p): zk.get(f"{base}/{p}")[0].decode() for p in (zk.get_children(base) if zk.exists(base) else [])}
+    finally:
+        close(zk)
+
+
+def owners_by_member(owners: dict[int, str]) -> dict[str, set[int]]:
+    """``{partition: thread}`` as ``{consumer id: partitions}``."""
+    from spark_coord.coordinator.assignors import thread_owner
+
+    out: dict[str, set[int]] = {}
+    for p, thread in owners.items():
+        out.setdefault(thread_owner(thread), set()).add(p)
+    return out
+
+
 def read_exactly(conn, n: int) -> bytes:
     """``n`` bytes from a blocking socket (for in-test fake servers); EOFError if it closes first."""
     buf = b""

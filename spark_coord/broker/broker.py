@@ -2,9 +2,10 @@
 
 Start order: open the logs (recovery), listen (so the bound port is known),
 connect to ZooKeeper, read or create the cluster id, load the cluster view,
-register ``/brokers/ids/<id>``.  Stop order is the reverse, so clients see the
-broker leave ZooKeeper before its socket closes.  Log flush and retention run
-periodically in a worker thread, off the event loop.
+register ``/brokers/ids/<id>``, stand for coordinator, and last open the metrics
+endpoint (``metrics.port``; ``spark_coord.metrics``).  Stop order is the reverse, so
+clients see the broker leave ZooKeeper before its socket closes.  Log flush and
+retention run periodically in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import data_handlers
 from spark_coord.broker.registration import BrokerRegistration
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
 from spark_coord.config import Config
-from spark_coord.broker.security import BrokerSecurity
+from spark_coord.metrics import metrics_endpoint
+from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 
@@ -54,6 +57,8 @@ class Broker:
         self.ctx: BrokerContext | None = None
         self.registration: BrokerRegistration | None = None
         self.coordination: CoordinationService | None = None
+        #: The metrics endpoint (None without metrics.port); its observers exist before the parts they watch.
+        self.metrics = metrics_endpoint(config, f"broker {self.broker_id}")
         self._tasks: list[asyncio.Task] = []
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"broker-{self.broker_id}-logs")
         self.started = False
@@ -92,11 +97,12 @@ class Broker:
             self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
             await loop.run_in_executor(None, self.security.start, self.zk)
             self.view = ClusterView(self.zk, loop)
+            counters = self.metrics.broker if self.metrics is not None else NO_BROKER_METRICS
             self.ctx = BrokerContext(cfg, self.broker_id, self.logs, self.view, self.zk,
-                                     authorizer=self.security.authorizer)
+                                     authorizer=self.security.authorizer, metrics=counters)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
                                        cfg["connections.max.idle.ms"] / 1000,
-                                       connection_auth=self.security.connection_auth)
+                                       connection_auth=self.security.connection_auth, metrics=counters)
             self.ctx.server = self.server
             self.coordination = CoordinationService(self)
             for handler in data_handlers() + self.coordination.handlers():
@@ -115,6 +121,8 @@ class Broker:
             # Serve Metadata that lists this broker from the first request on.
             if not await self.view.wait_for(lambda v: self.broker_id in v.brokers, cfg["zookeeper.connection.timeout.ms"] / 1000):
                 log.warning("broker %d: own registration not yet visible in ZooKeeper", self.broker_id)
+            if self.metrics is not None:
+                self.metrics.start_for_broker(self, loop)
         except BaseException:
             await self.stop()
             raise
@@ -172,6 +180,8 @@ class Broker:
     async def stop(self) -> None:
         """Deregister, close connections, stop watches, close logs and ZooKeeper. Idempotent."""
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:
+            await loop.run_in_executor(None, self.metrics.stop)
         for task in self._tasks:
             task.cancel()
         if self._tasks:

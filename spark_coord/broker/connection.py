@@ -40,6 +40,7 @@ import os
 import struct
 from typing import Any, Awaitable, Callable
 
+from spark_coord.metrics.broker import NO_BROKER_METRICS, BrokerMetrics
 from spark_coord.records.region import FileRegion
 from spark_coord.security.principal import ConnectionAuth
 from spark_coord.wire.protocol import (ProtocolError, RequestHeader, UnsupportedRequest, decode_request,
@@ -76,7 +77,8 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
                  max_request_bytes: int, idle_timeout: float,
-                 advertised: Callable[[], list[dict]] | None = None, auth: ConnectionAuth | None = None):
+                 advertised: Callable[[], list[dict]] | None = None, auth: ConnectionAuth | None = None,
+                 metrics: BrokerMetrics = NO_BROKER_METRICS):
         self.id = next(self._ids)
         self.reader = reader
         self.writer = writer
@@ -89,6 +91,7 @@ class Connection:
         self._tls = writer.get_extra_info("ssl_object") is not None
         host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
         self.auth = auth if auth is not None else ConnectionAuth(None, host)
+        self.metrics = metrics
         self.close_after_response = False  # set by a handler whose answer ends the connection
         self.closed = False
         self._write_lock = asyncio.Lock()
@@ -177,9 +180,11 @@ class Connection:
         also size-prefixed; a failure closes the connection unanswered, as Kafka does."""
         step = await self.auth.sasl.authenticate(bytes(frame))
         if step.error_code:
+            self.metrics.authentication(self.auth.listener_name, False)
             return False
         if step.principal is not None:
             self.auth.authenticated_as(step.principal)
+            self.metrics.authentication(self.auth.listener_name, True)
             log.info("%r: authenticated as %s (%s, SaslHandshake v0, on %s)", self, step.principal,
                      self.auth.sasl.mechanism, self.auth.listener_name)
         return await self.write_parts([_SIZE.pack(len(step.token)), step.token])

@@ -12,6 +12,7 @@ from spark_coord.broker.producer_state import BrokerProducers
 from spark_coord.broker.waiters import AppendWaiters
 from spark_coord.config import Config
 from spark_coord.errors import ErrorCode
+from spark_coord.metrics.broker import NO_BROKER_METRICS, BrokerMetrics
 from spark_coord.security.authorizer import NoAuthorizer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +43,8 @@ class BrokerContext:
     #: ``authorize(principal, host, operation, resource) -> bool`` for every API (``security.authorizer``);
     #: handlers call ``ctx.authorized(conn, operation, resource)``.
     authorizer: Any = field(default_factory=lambda: NoAuthorizer())
+    #: Request, byte and connection counters (``spark_coord.metrics.broker``; nothing without metrics.port).
+    metrics: BrokerMetrics = NO_BROKER_METRICS
 
     async def zk_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking kazoo call off the event loop thread (with kazoo's command retry)."""

@@ -20,13 +20,16 @@ import asyncio
 import functools
 import logging
 import ssl
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from spark_coord.broker.connection import Connection
 from spark_coord.broker.handlers import Handler
 from spark_coord.errors import ErrorCode
+from spark_coord.metrics.broker import NO_BROKER_METRICS, BrokerMetrics
 from spark_coord.security.principal import ConnectionAuth
+from spark_coord.wire.registry import ApiKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.broker.context import BrokerContext
@@ -62,7 +65,8 @@ class BrokerServer:
 
     def __init__(self, ctx: "BrokerContext", listeners: "list[ServedListener]", max_request_bytes: int,
                  idle_timeout: float,
-                 connection_auth: "Callable[[Listener, asyncio.StreamWriter], ConnectionAuth] | None" = None):
+                 connection_auth: "Callable[[Listener, asyncio.StreamWriter], ConnectionAuth] | None" = None,
+                 metrics: BrokerMetrics = NO_BROKER_METRICS):
         if not listeners:
             raise ValueError("a broker needs at least one listener")
         self.ctx = ctx
@@ -70,6 +74,7 @@ class BrokerServer:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout = idle_timeout
         self.connection_auth = connection_auth
+        self.metrics = metrics
         self.handlers: dict[int, Handler] = {}
         self.connections: set[Connection] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -138,9 +143,10 @@ class BrokerServer:
             peer = writer.get_extra_info("peername")
             auth = ConnectionAuth(listener, str(peer[0]) if isinstance(peer, tuple) and peer else str(peer))
         conn = Connection(reader, writer, self._dispatch, self.max_request_bytes, self.idle_timeout,
-                          advertised=self.api_versions, auth=auth)
+                          advertised=self.api_versions, auth=auth, metrics=self.metrics)
         log.debug("%r: connected", conn)
         self.connections.add(conn)
+        self.metrics.connection_opened(listener.name)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -150,6 +156,7 @@ class BrokerServer:
             pass  # server stopping: end quietly (asyncio's stream callback would log a cancelled task)
         finally:
             self.connections.discard(conn)
+            self.metrics.connection_closed(listener.name)
             if task is not None:
                 self._tasks.discard(task)
             log.debug("%r: disconnected", conn)
@@ -161,6 +168,17 @@ class BrokerServer:
             log.warning("%r: no handler for api_key=%d v%d; closing", conn, header.api_key, header.api_version)
             await conn.close()
             return None
+        if not self.metrics.enabled:
+            return await self._handle(handler, conn, header, body)
+        started = time.perf_counter()
+        response = await self._handle(handler, conn, header, body)
+        self.metrics.request(handler.name, header.api_version, time.perf_counter() - started, response)
+        if header.api_key == ApiKey.SASL_AUTHENTICATE and response is not None \
+                and (conn.auth.authenticated or response.get("error_code")):
+            self.metrics.authentication(conn.auth.listener_name, not response.get("error_code"))
+        return response
+
+    async def _handle(self, handler: Handler, conn: Connection, header: "RequestHeader", body: dict) -> dict | None:
         try:
             return await handler.handle(self.ctx, conn, header, body)
         except asyncio.CancelledError:

@@ -1,8 +1,10 @@
 """Topic administration against ZooKeeper: create (explicit and automatic) and delete.
 
-A topic is the znode ``/brokers/topics/<topic>`` holding Kafka's assignment JSON;
-every broker's ``ClusterView`` picks it up by watch, and the leader of each
-partition creates its log.  One replica per partition.
+A topic is the znode ``/brokers/topics/<topic>`` holding Kafka's assignment JSON
+(Kafka 2.8+'s version 3, with the topic id a new topic is given here); every
+broker's ``ClusterView`` picks it up by watch, and the leader of each partition
+creates its log.  One replica per partition.  A topic deleted and created again
+is a new topic with a new id.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from spark_coord.errors import ErrorCode
 from spark_coord.zk import model, paths
@@ -20,11 +22,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TopicResult:
-    """Outcome of one create or delete: error code, message, partition count."""
+    """Outcome of one create or delete: error code, message, partition count, topic id
+    (the zero UUID when there is none to report)."""
 
     code: int
     message: str | None = None
     num_partitions: int = -1
+    topic_id: bytes = model.ZERO_TOPIC_ID
 
 
 def check_name(name) -> str | None:
@@ -79,7 +83,8 @@ def plan_assignment(ctx, num_partitions: int, replication_factor: int,
 async def create_topic(ctx, name: str, num_partitions: int = -1, replication_factor: int = -1,
                        assignments: list[dict] | None = None, validate_only: bool = False,
                        timeout_ms: int = 30000) -> TopicResult:
-    """Create ``name`` in ZooKeeper and wait (up to ``timeout_ms``) until this broker's view has it."""
+    """Create ``name`` in ZooKeeper with a new topic id and wait (up to ``timeout_ms``) until this
+    broker's view has it."""
     reason = check_name(name)
     if reason is not None:
         return TopicResult(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
@@ -90,14 +95,16 @@ async def create_topic(ctx, name: str, num_partitions: int = -1, replication_fac
         return error
     if validate_only:
         return TopicResult(ErrorCode.NONE, None, len(plan))
+    topic_id = model.new_topic_id()
     try:
-        await ctx.zk_call(ctx.zk.create, paths.topic(name), model.topic_assignment(plan), makepath=True)
+        await ctx.zk_call(ctx.zk.create, paths.topic(name), model.topic_assignment(plan, topic_id), makepath=True)
     except NodeExistsError:
         return TopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-    log.info("created topic %s: %s", name, plan)
-    if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: name in v.topics, timeout_ms / 1000):
-        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} created but not yet visible", len(plan))
-    return TopicResult(ErrorCode.NONE, None, len(plan))
+    log.info("created topic %s (id %s): %s", name, model.format_topic_id(topic_id), plan)
+    if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: v.topic_id(name) == topic_id, timeout_ms / 1000):
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} created but not yet visible", len(plan),
+                           topic_id)
+    return TopicResult(ErrorCode.NONE, None, len(plan), topic_id)
 
 
 async def auto_create(ctx, name: str) -> int:
@@ -110,21 +117,47 @@ async def auto_create(ctx, name: str) -> int:
     return result.code
 
 
-async def delete_topic(ctx, name: str, timeout_ms: int = 30000) -> TopicResult:
-    """Delete ``name``'s znode; every broker drops its logs when its view loses the topic."""
+async def delete_topic(ctx, name: str, timeout_ms: int = 30000, topic_id: bytes | None = None) -> TopicResult:
+    """Delete ``name``'s znode; every broker drops its logs when its view loses the topic.
+
+    With ``topic_id``, only the topic of that id: the znode is deleted at the version whose
+    id was checked, so a topic created again under the name meanwhile is left alone and the
+    answer is UNKNOWN_TOPIC_ID.  The result carries the id of the topic deleted."""
     if not ctx.config["delete.topic.enable"]:
         return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
     if check_name(name) is not None:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-    try:
-        # kazoo's recursive delete ignores a missing node: a plain delete of the (childless)
-        # topic znode raises NoNodeError for a topic that does not exist
-        await ctx.zk_call(ctx.zk.delete, paths.topic(name))
-    except NoNodeError:
-        return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-    except NotEmptyError:  # a child appeared during the recursive delete: try once more
-        await ctx.zk_call(ctx.zk.delete, paths.topic(name), recursive=True)
-    log.info("deleted topic %s", name)
-    if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: name not in v.topics, timeout_ms / 1000):
-        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} deleted but still visible")
-    return TopicResult(ErrorCode.NONE)
+    path = paths.topic(name)
+    for _ in range(5):
+        try:
+            data, stat = await ctx.zk_call(ctx.zk.get, path)
+        except NoNodeError:
+            break
+        try:
+            found = model.parse_topic(data, name).topic_id
+        except ValueError:
+            found = None
+        found = found or ctx.view.topic_id(name)
+        if topic_id is not None and found != topic_id:
+            return TopicResult(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {model.format_topic_id(topic_id)}")
+        try:
+            # a plain delete of the (childless) topic znode, at the version just read
+            await ctx.zk_call(ctx.zk.delete, path, version=stat.version)
+        except NoNodeError:
+            break
+        except BadVersionError:
+            continue  # rewritten since the read (an id given, a partition added): read again
+        except NotEmptyError:  # a child appeared (a tool's partition state): delete it all
+            await ctx.zk_call(ctx.zk.delete, path, recursive=True)
+        log.info("deleted topic %s (id %s)", name, model.format_topic_id(found) if found else "none")
+        if timeout_ms > 0 and not await ctx.view.wait_for(
+                lambda v: name not in v.topics or (found is not None and v.topic_id(name) not in (None, found)),
+                timeout_ms / 1000):
+            return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} deleted but still visible",
+                               topic_id=found or model.ZERO_TOPIC_ID)
+        return TopicResult(ErrorCode.NONE, topic_id=found or model.ZERO_TOPIC_ID)
+    else:  # five reads, each followed by a change: give up rather than delete what was not checked
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} kept changing while being deleted")
+    if topic_id is not None:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {model.format_topic_id(topic_id)}")
+    return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")

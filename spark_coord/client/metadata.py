@@ -54,6 +54,8 @@ class TopicInfo:
     name: str
     error: int
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    #: the topic's id (KIP-516, Metadata v10+), 16 bytes; all zero when the broker gives none
+    topic_id: bytes = bytes(16)
 
 
 class ClusterClient:
@@ -179,7 +181,7 @@ class ClusterClient:
             self.cluster_id = resp.get("cluster_id")
             seen = {}
             for t in resp["topics"]:
-                info = TopicInfo(t["name"], t["error_code"])
+                info = TopicInfo(t["name"], t["error_code"], topic_id=t.get("topic_id") or bytes(16))
                 for p in t["partitions"]:
                     info.partitions[p["partition_index"]] = PartitionInfo(
                         t["name"], p["partition_index"], p["leader_id"], list(p["replica_nodes"]), p["error_code"])

@@ -8,9 +8,11 @@ never disagree:
 - the *consumed* position of a partition is the next offset after the last record
   the application took from the iterator (at-least-once: data the fetchers read
   ahead does not count);
-- every change of assignment (StopFetcher, StartFetcher, a lost coordinator) bumps
-  a *token*; fetchers put batches with the token they were started under, so a
-  late batch of a revoked partition is dropped instead of delivered;
+- every change of the whole assignment (a StopFetcher of everything, a lost
+  coordinator) bumps a *token*, and every partition added gets a new
+  *incarnation*; fetchers put batches with the token and incarnation they were
+  given, so a late batch of a revoked partition -- revoked alone, or with
+  everything -- is dropped instead of delivered;
 - taking a batch and advancing its position happen under one lock, so a
   StopFetcher answer never misses a batch the application already has;
 - nothing is handed out after the member's lease ran out (``set_lease``): a member
@@ -40,6 +42,7 @@ class Item:
     partition: int
     batch: Any          # pyarrow.RecordBatch
     next_offset: int
+    incarnation: int = 0
 
 
 class PartitionBuffer:
@@ -54,6 +57,8 @@ class PartitionBuffer:
         self._token = 0
         self._consumed: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
+        self._incarnations: dict[TopicPartition, int] = {}
+        self._next_incarnation = 1
         self._closed = False
         self._lease_until = float("inf")
 
@@ -72,8 +77,54 @@ class PartitionBuffer:
             self._items.clear()
             self._assigned = set(assignment)
             self._consumed = {tp: off for tp, off in assignment.items() if off >= 0}
+            self._incarnations = {}
+            self._incarnate(assignment)
             self._cond.notify_all()
             return self._token
+
+    def _incarnate(self, partitions) -> dict[TopicPartition, int]:
+        out = {}
+        for tp in partitions:
+            out[tp] = self._incarnations[tp] = self._next_incarnation
+            self._next_incarnation += 1
+        return out
+
+    def incarnations(self) -> dict[TopicPartition, int]:
+        with self._cond:
+            return dict(self._incarnations)
+
+    def add(self, partitions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """More partitions (start offsets as in ``assign``), the others untouched; returns each new
+        partition's incarnation for its fetcher."""
+        with self._cond:
+            self._assigned.update(partitions)
+            self._consumed.update({tp: off for tp, off in partitions.items() if off >= 0})
+            return self._incarnate(partitions)
+
+    def revoke(self, partitions) -> dict[TopicPartition, int]:
+        """Take partitions away (StopFetcher of just these): nothing more of them is delivered, their
+        buffered batches are dropped.  Returns their consumed positions at this moment."""
+        gone = set(partitions)
+        with self._cond:
+            final = {tp: self._consumed[tp] for tp in gone if tp in self._consumed}
+            self._assigned -= gone
+            for tp in gone:
+                self._consumed.pop(tp, None)
+                self._incarnations.pop(tp, None)
+            if any((i.topic, i.partition) in gone for i in self._items):
+                self._items = deque(i for i in self._items if (i.topic, i.partition) not in gone)
+            self._cond.notify_all()
+            return final
+
+    def is_current(self, item: "Item") -> bool:
+        """Would ``item`` still be delivered (its partition not revoked since it was fetched)?"""
+        with self._cond:
+            return self._current(item)
+
+    def _current(self, item: "Item") -> bool:
+        tp = (item.topic, item.partition)
+        return item.token == self._token and tp in self._assigned and \
+            self._incarnations.get(tp, item.incarnation) == item.incarnation
 
     def clear(self) -> int:
         """Drop every buffered batch (fetchers stopped); positions stay for the answer."""
@@ -115,7 +166,7 @@ class PartitionBuffer:
         token is stale, ``stop`` was set, or the buffer closed."""
         with self._cond:
             while True:
-                if self._closed or stop.is_set() or item.token != self._token:
+                if self._closed or stop.is_set() or not self._current(item):
                     return False
                 if len(self._items) < self.max_batches:
                     self._items.append(item)
@@ -143,7 +194,7 @@ class PartitionBuffer:
         ignored once the assignment changed."""
         with self._cond:
             tp = (item.topic, item.partition)
-            if item.token == self._token and tp in self._assigned:
+            if self._current(item):
                 self._consumed[tp] = max(next_offset, self._consumed.get(tp, next_offset))
 
     def close(self) -> None:

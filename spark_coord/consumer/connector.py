@@ -5,16 +5,19 @@ and 003 sections 7, 8 and 11, with the consumer states of seeds 004:
 
 1. Discovery: ClusterMetadata round-robin over the brokers (``Discovery``),
    retrying with exponential backoff until closed.
-2. Connect to the coordinator and send RegisterConsumer (v1).  A member that
-   still holds an assignment claims it (generation, partitions per thread, its
-   positions); the answer says whether it is back in that generation.  An error
-   code is logged, the channel closed, and after a backoff discovery starts
-   again (CONSUMER_ID_ALREADY_REGISTERED is expected for a moment after a
-   reconnect, until the coordinator has noticed our old connection closed).
+2. Connect to the coordinator and send RegisterConsumer (v2: this member hands
+   partitions over incrementally).  A member that still holds an assignment
+   claims it (its epoch, partitions per thread, its positions); the answer says
+   whether it is back in that epoch.  CLAIM_REFUSED means it must stop what it
+   holds and register again without a claim (at once).  Any other error code is
+   logged, the channel closed, and after a backoff discovery starts again
+   (CONSUMER_ID_ALREADY_REGISTERED is expected for a moment after a reconnect,
+   until the coordinator has noticed our old connection closed).
 3. Serve the channel: read requests FROM the coordinator and answer each with the
    same correlation id -- Ping (offsets when there are any to report), StopFetcher
-   (stop the fetchers, then answer with the offsets), StartFetcher (adopt the
-   generation, assignment and start offsets, start the fetchers, answer).
+   (v1: stop just the partitions it names, the others go on; v0: stop
+   everything; then answer with the offsets), StartFetcher (the complete
+   assignment and the new epoch: start what is new, answer).
    A request stamped with a coordinator epoch older than the newest one seen is
    refused with STALE_COORDINATOR_EPOCH (a deposed coordinator, DESIGN 6).
    ``commit()`` (any thread) sends CommitOffsets on the same channel; its answer
@@ -72,12 +75,15 @@ class Member(Protocol):
     def report_offsets(self) -> list[dict]:
         """``[{topic, partition, offset}]`` to put in a Ping/StopFetcher answer (may be empty)."""
 
-    def stop_fetchers(self) -> None:
-        """Stop fetching and drop buffered data (positions are kept for the answer)."""
+    def stop_fetchers(self, partitions: set[TopicPartition] | None = None) -> list[dict] | None:
+        """Stop fetching (and drop buffered data of) everything (None: positions are kept, and
+        ``report_offsets`` answers), or just ``partitions`` while the others go on: then return the
+        ``[{topic, partition, offset}]`` to report for them."""
 
     def start_fetchers(self, generation_id: int, assignment: dict[TopicPartition, int],
                        threads: dict[TopicPartition, str], brokers: dict[int, tuple[str, int]]) -> None:
-        """Adopt a new assignment (start offset -1: apply auto.offset.reset) and fetch it."""
+        """Adopt the complete assignment (start offset -1: apply auto.offset.reset) and fetch it;
+        partitions already being fetched go on from where they are."""
 
     def connection_lost(self) -> None:
         """The assignment is no longer confirmed by a coordinator (lease over, or a claim refused):
@@ -309,6 +315,15 @@ class ConsumerCoordinatorConnector(threading.Thread):
             return None
         code = resp["error_code"]
         self.last_error = code
+        if code == ErrorCode.CLAIM_REFUSED:
+            log.info("coordinator %d refused our claim of epoch %d (%s): dropping its %d partition(s) and "
+                     "registering again", view.coordinator_id, claim["generation_id"], resp["error_message"],
+                     len(self._threads))
+            channel.close()
+            with self._member_lock:
+                self._drop_assignment()
+            self._failures = 0
+            return None
         if code:
             level = logging.INFO if code == ErrorCode.CONSUMER_ID_ALREADY_REGISTERED else logging.WARNING
             log.log(level, "coordinator %d refused %s in group %s: %s%s", view.coordinator_id, reg.consumer_id,
@@ -440,13 +455,7 @@ class ConsumerCoordinatorConnector(threading.Thread):
                 offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
                 channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=offsets))
             elif key == api.STOP_FETCHER:
-                log.info("StopFetcher (generation %d)", body["generation_id"])
-                self.member.stop_fetchers()
-                offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
-                self._threads = {}
-                self.generation_id = api.NO_GENERATION
-                self._suspended = False
-                channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=offsets))
+                self._stop_fetchers(channel, header, body, answer)
             else:
                 code = ErrorCode.NONE
                 if not self._closing.is_set():
@@ -455,6 +464,29 @@ class ConsumerCoordinatorConnector(threading.Thread):
                     log.info("StartFetcher during close: not starting fetchers")
                 channel.respond(header, {"error_code": code, "consumer_id": self.registration.consumer_id,
                                          "generation_id": self.generation_id})
+
+    def _stop_fetchers(self, channel: CoordinatorChannel, header: RequestHeader, body: dict, answer: dict) -> None:
+        """StopFetcher: everything (v0, or v1 without a list), or just the partitions named (v1)."""
+        named = body.get("partitions")
+        if named is None:
+            log.info("StopFetcher (epoch %d): everything", body["generation_id"])
+            self.member.stop_fetchers()
+            offsets = self.member.report_offsets() if self.generation_id != api.NO_GENERATION else []
+            self._threads = {}
+            self.generation_id = api.NO_GENERATION
+            self._suspended = False
+            channel.respond(header, dict(answer, error_code=ErrorCode.NONE, offsets=offsets))
+            return
+        stop = {(e["topic"], p) for e in named for p in e["partitions"]} & set(self._threads)
+        log.info("StopFetcher (epoch %d): %d partition(s): %s", body["generation_id"], len(stop),
+                 ", ".join(f"{t}-{p}" for t, p in sorted(stop)))
+        offsets = self.member.stop_fetchers(stop) if stop else []
+        if offsets is None:
+            offsets = [o for o in self.member.report_offsets() if (o["topic"], o["partition"]) in stop]
+        self._threads = {tp: th for tp, th in self._threads.items() if tp not in stop}
+        self.generation_id = body["generation_id"]
+        channel.respond(header, dict(answer, error_code=ErrorCode.NONE, generation_id=self.generation_id,
+                                     offsets=offsets))
 
     def _start_fetchers(self, body: dict) -> int:
         assignment: dict[TopicPartition, int] = {}

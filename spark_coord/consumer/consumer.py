@@ -186,7 +186,7 @@ class Consumer:
                     return
                 self._pending = (item, _rows(item.batch), 0)
             item, rows, i = self._pending
-            if i >= len(rows) or item.token != self._buffer.token:  # done, or the assignment changed
+            if i >= len(rows) or not self._buffer.is_current(item):  # done, or its partition was taken away
                 self._pending = None
                 continue
             self._pending = (item, rows, i + 1)
@@ -261,13 +261,48 @@ class Consumer:
             out.update(self._buffer.positions())
         return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(out.items())]
 
-    def stop_fetchers(self) -> None:
-        self._fetchers.stop()
+    def stop_fetchers(self, partitions: set[TopicPartition] | None = None) -> list[dict] | None:
+        """StopFetcher: stop everything (None), or just ``partitions`` -- the others go on -- and
+        return the offsets to report for those."""
+        if partitions is None:
+            self._fetchers.stop()
+            return None
+        self._fetchers.remove(partitions)
+        positions = self._buffer.revoke(partitions)
+        with self._lock:
+            out = {tp: o for tp, o in self._committed.items() if tp in partitions}
+            for tp in partitions:
+                self._committed.pop(tp, None)
+                self._threads.pop(tp, None)
+                self._start_offsets.pop(tp, None)
+        if self.auto_commit:
+            out.update(positions)
+        log.info("stopped %d partition(s): %s", len(partitions), ", ".join(f"{t}-{p}" for t, p in sorted(partitions)))
+        return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(out.items())]
 
     def start_fetchers(self, generation_id: int, assignment: dict[TopicPartition, int],
                        threads: dict[TopicPartition, str], brokers: dict[int, tuple[str, int]]) -> None:
-        self._fetchers.stop()
+        """StartFetcher: ``assignment`` is the complete assignment.  While fetching (a member that
+        hands over incrementally), partitions it already fetches go on from where they are and only
+        new ones start at the offsets given; otherwise everything starts at the offsets given."""
         if self._closed:
+            return
+        if self._fetchers.running:
+            current = set(self._buffer.assigned())
+            gone = current - set(assignment)
+            if gone:  # a StartFetcher never takes partitions away; tolerate it like a StopFetcher
+                self.stop_fetchers(gone)
+            new = {tp: o for tp, o in assignment.items() if tp not in current}
+            incarnations = self._buffer.add(new)
+            self._fetchers.add(new, incarnations)
+            with self._lock:
+                self._generation = generation_id
+                self._threads = dict(threads)
+                self._start_offsets = {tp: self._start_offsets.get(tp, o) if tp in current else o
+                                       for tp, o in assignment.items()}
+            if new:
+                log.info("started %d more partition(s): %s", len(new),
+                         ", ".join(f"{t}-{p}" for t, p in sorted(new)))
             return
         previous = set(self._buffer.assigned())
         token = self._buffer.assign(assignment)
@@ -279,8 +314,7 @@ class Consumer:
             self._generation = generation_id
             self._threads = dict(threads)
             self._start_offsets = dict(assignment)
-        if assignment:
-            self._fetchers.start(assignment, token)
+        self._fetchers.start(assignment, token)
 
     def connection_lost(self) -> None:
         """No coordinator confirms the assignment any more: stop fetching (positions kept)."""

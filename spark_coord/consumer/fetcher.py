@@ -94,16 +94,19 @@ class FetcherThread(threading.Thread):
         self.run_halt = manager._halt  # the run this fetcher belongs to
         self._cond = threading.Condition()
         self._positions: dict[TopicPartition, int] = {}
+        self._incarnations: dict[TopicPartition, int] = {}
         self._halt = threading.Event()
 
-    def add(self, tp: TopicPartition, offset: int) -> None:
+    def add(self, tp: TopicPartition, offset: int, incarnation: int = 0) -> None:
         with self._cond:
             self._positions[tp] = offset
+            self._incarnations[tp] = incarnation
             self._cond.notify_all()
 
     def take_all(self) -> dict[TopicPartition, int]:
         with self._cond:
             out, self._positions = self._positions, {}
+            self._incarnations = {}
             return out
 
     def stop(self) -> None:
@@ -154,7 +157,12 @@ class FetcherThread(threading.Thread):
 
     def _remove(self, tp: TopicPartition) -> int | None:
         with self._cond:
+            self._incarnations.pop(tp, None)
             return self._positions.pop(tp, None)
+
+    def incarnation(self, tp: TopicPartition) -> int:
+        with self._cond:
+            return self._incarnations.get(tp, 0)
 
     def _handle(self, pd, offsets: dict[TopicPartition, int]) -> None:
         m = self.manager
@@ -182,7 +190,7 @@ class FetcherThread(threading.Thread):
                 return
             if batch.num_rows:
                 last = batch.column(4)[batch.num_rows - 1].as_py()
-                item = Item(self.token, pd.topic, pd.partition, batch, last + 1)
+                item = Item(self.token, pd.topic, pd.partition, batch, last + 1, self.incarnation(tp))
                 if not m.buffer.put(item, self._halt):
                     return
             self._advance(tp, offset, max(after, offset))
@@ -220,6 +228,7 @@ class FetcherManager:
         self._token = -1
         self._backoff_pending = False
         self._assigned: dict[TopicPartition, int] = {}
+        self._incarnations: dict[TopicPartition, int] = {}
         self._lease_until = float("inf")
         self._leader_failures: dict[int, int] = {}
 
@@ -280,9 +289,35 @@ class FetcherManager:
         with self._lock:
             self._orphans = dict(assignment)
             self._assigned = dict(assignment)
+            self._incarnations = self.buffer.incarnations()
         self._finder = threading.Thread(target=self._find_leaders, args=(self._halt, token), name="leader-finder",
                                         daemon=True)
         self._finder.start()
+
+    def add(self, partitions: dict[TopicPartition, int], incarnations: dict[TopicPartition, int]) -> None:
+        """Fetch more partitions ({tp: start offset}, -1 = apply the reset; their buffer incarnations),
+        the others going on undisturbed.  ``start()`` must have run."""
+        if not partitions:
+            return
+        with self._lock:
+            self._assigned.update(partitions)
+            self._incarnations.update(incarnations)
+            self._orphans.update(partitions)
+            self._lock.notify_all()
+
+    def remove(self, partitions) -> None:
+        """Stop fetching these partitions; the others go on undisturbed.  A fetch of them in flight
+        is dropped when it returns (the buffer has revoked them)."""
+        gone = set(partitions)
+        with self._lock:
+            for tp in gone:
+                self._assigned.pop(tp, None)
+                self._orphans.pop(tp, None)
+                self._incarnations.pop(tp, None)
+            fetchers = list(self._fetchers.values())
+        for f in fetchers:
+            for tp in gone:
+                f._remove(tp)
 
     def stop(self) -> None:
         """Stop and join every thread (a fetch in flight ends within max_wait_ms + the socket timeout)."""
@@ -313,7 +348,7 @@ class FetcherManager:
         with self._lock:
             if self._halt.is_set() or (run is not None and run is not self._halt):
                 return
-            self._orphans.update(partitions)
+            self._orphans.update({tp: o for tp, o in partitions.items() if tp in self._assigned})
             self._backoff_pending = self._backoff_pending or backoff
             self._lock.notify_all()
 
@@ -397,12 +432,14 @@ class FetcherManager:
                 with self._lock:
                     if stop.is_set():
                         return placed
+                    if tp not in self._assigned:
+                        continue  # removed meanwhile
                     fetcher = self._fetchers.get(leader)
                     if fetcher is None:
                         fetcher = FetcherThread(self, leader, token)
                         self._fetchers[leader] = fetcher
                         fetcher.start()
-                    fetcher.add(tp, offset)
+                    fetcher.add(tp, offset, self._incarnations.get(tp, 0))
                 placed.append(tp)
         return placed
 

@@ -30,11 +30,11 @@ class MemberChannel(Protocol):
 
     #: Optional (default True): a request sent renews the member's lease (it may fetch for its
     #: session timeout after receiving it).  Kafka-protocol members never see our requests: their
-    #: lease runs from their own last request instead (``kafka_members``).
+    #: lease runs from their own last request instead (``classic``).
     renews_lease: bool
 
-    def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
-        """Queue a coordinator request (Ping/StopFetcher/StartFetcher) to the member.
+    def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
+        """Queue a coordinator request (Ping/StopFetcher/StartFetcher) of ``version`` to the member.
 
         Raises ``ChannelClosed`` when the connection is closed."""
         ...

@@ -32,8 +32,8 @@ class CoordinatorConfig:
     rebalance_backoff_ms: int = 500
     #: Retries after a failed rebalance attempt before ConsumerRebalanceFailed (coordinator.rebalance.max.retries).
     rebalance_max_retries: int = 10
-    #: range | roundrobin (coordinator.partition.assignment.strategy).
-    assignment_strategy: str = "range"
+    #: sticky | range | roundrobin (coordinator.partition.assignment.strategy).
+    assignment_strategy: str = "sticky"
     #: The broker's ZooKeeper session timeout (zookeeper.session.timeout.ms): the coordinator renews
     #: members' leases (pings them) only while ZooKeeper confirmed its election less than 2/3 of this
     #: ago.  0 turns the check off (unit tests of the core).

@@ -28,7 +28,7 @@ partitions until its session timeout plus ``group.LEASE_MARGIN_MS`` has passed
 since the last request sent to it -- for a restored member, since this
 coordinator was elected, which is after anything the old coordinator sent.
 Rebalances of its group wait until then.  If the member comes back first with a
-claim that matches (``registration.claim_matches``: same generation, same
+claim that matches (``registration.claim_fits``: same generation, same
 partitions), it is back in its generation and nothing is stopped; if not, it
 has stopped (it does on any refused claim) and joins as a new member.
 """
@@ -40,19 +40,20 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from spark_coord.coordinator.assignors import get_assignor
+from spark_coord.coordinator.assignors import Assignor, get_assignor
 from spark_coord.coordinator.channel import ChannelClosed, MemberChannel, OnAnswer
 from spark_coord.coordinator.clock import Clock, Timer
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
 from spark_coord.coordinator.leadership import LeadershipLease
+from spark_coord.coordinator.metrics import NO_METRICS, CoordinatorMetrics
 from spark_coord.coordinator.offsets import OffsetCommitter
 from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
 from spark_coord.coordinator.rebalancer import Rebalancer
-from spark_coord.coordinator.registration import Refusal, Registration, claim_matches, is_int, parse_registration
+from spark_coord.coordinator.registration import Refusal, Registration, claim_fits, is_int, parse_registration
 from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.coordinator import NO_GENERATION
+from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,15 @@ class Coordinator:
 
     def __init__(self, config: CoordinatorConfig, store: GroupStore, timer: Timer, clock: Clock,
                  cluster_view: ClusterView, *, on_fenced: Callable[[], None] | None = None,
-                 first_ping_jitter: float = FIRST_PING_JITTER, rng: random.Random | None = None):
+                 first_ping_jitter: float = FIRST_PING_JITTER, rng: random.Random | None = None,
+                 metrics: CoordinatorMetrics | None = None):
         self.config = config
         self.store = store
         self.timer = timer
         self.clock = clock
         self.cluster_view = cluster_view
         self.on_fenced = on_fenced
+        self.metrics = metrics if metrics is not None else NO_METRICS  # metrics
         self.assignor = get_assignor(config.assignment_strategy)
         self.epoch: int | None = None
         self.active = False
@@ -106,6 +109,7 @@ class Coordinator:
             return
         self.topics = dict(topics)
         self.active = True
+        self.metrics.elected(epoch)  # metrics
         self.rebalancer.start()
         for sg in stored.values():
             self._restore_group(sg)
@@ -198,13 +202,13 @@ class Coordinator:
         return task
 
     def send(self, group: GroupRegistry, member: ConsumerRegistry, api_key: int, body: dict,
-             on_answer: OnAnswer) -> bool:
+             on_answer: OnAnswer, version: int = 0) -> bool:
         """Send a request to a member (its lease runs from now); False if its connection is gone."""
         channel = member.channel
         if channel is None:
             return False
         try:
-            channel.send(api_key, body, on_answer)
+            channel.send(api_key, body, on_answer, version)
         except ChannelClosed:
             self.post(self._channel_gone, group, member, channel, "connection closed")
             return False
@@ -230,25 +234,40 @@ class Coordinator:
             return None
         return group, member
 
+    def assignor_for(self, group: GroupRegistry) -> Assignor:
+        """The assignor that computes ``group``'s targets (``coordinator.partition.assignment.strategy``)."""
+        return self.assignor
+
     async def _write_member(self, group: GroupRegistry, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         async with group.store_lock:
             await fn(*args)
 
+    async def _save_member(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
+        """Persist the member as it is when the write's turn comes (a rebalance may have given it an
+        epoch meanwhile, which an earlier snapshot would overwrite); nothing once it left."""
+        async with group.store_lock:
+            if group.members.get(member.consumer_id) is member:
+                await self.store.save_member(group.group_id, member.to_stored())
+
     # ------------------------------------------------------------ restore (failover)
 
     def _restore_group(self, sg: StoredGroup) -> None:
-        group = GroupRegistry(sg.group_id, state=GroupState.RESTORING, generation_id=sg.generation_id,
+        generation = max([sg.generation_id] + [sm.epoch for sm in sg.members.values() if sm.epoch is not None])
+        group = GroupRegistry(sg.group_id, state=GroupState.RESTORING, generation_id=generation,
                               offsets=dict(sg.offsets), owners=dict(sg.owners))
-        group.offset_generation = {tp: sg.generation_id for tp in sg.offsets}
         self.groups[sg.group_id] = group
         for topic in sorted({t for t, _ in set(sg.offsets) | set(sg.owners) if t not in self.topics}):
             self._forget_topic(group, topic)
         now = self.clock.now_ms()
         for cid, sm in sg.members.items():
-            m = ConsumerRegistry(sg.group_id, cid, sm.topic_count, sm.auto_commit, sm.auto_offset_reset, sm.session_timeout_ms)
-            # it may still be fetching what the owners give it, until its lease (counted from now) ends
-            m.generation_id = sg.generation_id
-            m.assignment = group.owned_by(cid)
+            m = ConsumerRegistry(sg.group_id, cid, sm.topic_count, sm.auto_commit, sm.auto_offset_reset,
+                                 sm.session_timeout_ms, incremental=sm.incremental)
+            # it may still be fetching what the owners give it, until its lease (counted from now) ends;
+            # in which epoch it got each partition is not kept: any of its epochs up to the newest counts
+            m.epoch = m.sent_epoch = sm.epoch if sm.epoch is not None else sg.generation_id
+            owned = group.owned_by(cid)
+            m.assignment = owned or None
+            m.acquired = {tp: 0 for tps in owned.values() for tp in tps}
             m.last_sent_ms = now
             group.members[cid] = m
             self._await_return(group, m)
@@ -277,8 +296,10 @@ class Coordinator:
 
     # ------------------------------------------------------------ registration
 
-    def register(self, channel: MemberChannel, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Answer a RegisterConsumer request (any version); on success the member joins its group."""
+    def register(self, channel: MemberChannel, body: Mapping[str, Any], version: int = 1,
+                 incremental: bool | None = None) -> dict[str, Any]:
+        """Answer a RegisterConsumer request of ``version``; on success the member joins its group.
+        ``incremental`` (default: ``version`` >= 2) says whether it hands partitions over one by one."""
         def answer(code: ErrorCode, message: str = "", generation: int = NO_GENERATION) -> dict[str, Any]:
             if code != ErrorCode.NONE:
                 log.info("RegisterConsumer from %s refused: %s %s", getattr(channel, "peer", "?"), code.name, message)
@@ -297,13 +318,16 @@ class Coordinator:
         if existing is not None and existing.channel is not None:
             return answer(ErrorCode.CONSUMER_ID_ALREADY_REGISTERED,
                           f"consumer {reg.consumer_id!r} is already registered in group {reg.group_id!r}")
+        incremental = version >= INCREMENTAL_REGISTER_VERSION if incremental is None else incremental
         if existing is not None and reg.claim is not None:
-            refused = claim_matches(reg.claim, group.generation_id, existing.assignment)
+            refused = claim_fits(reg.claim, existing)
             if refused is None and existing.topic_count != reg.topic_count:
                 refused = "its subscription changed"
             if refused is None:
-                self._rejoin(group, existing, channel, reg)
-                return answer(ErrorCode.NONE, generation=group.generation_id)
+                self._rejoin(group, existing, channel, reg, incremental)
+                return answer(ErrorCode.NONE, generation=reg.claim.generation_id)
+            if incremental:  # it stops what it holds and registers again; till then its partitions stay
+                return answer(ErrorCode.CLAIM_REFUSED, f"claim refused: consumer {reg.consumer_id} {refused}")
             log.info("group %s: consumer %s's claim refused (%s); it joins as a new member", group.group_id,
                      reg.consumer_id, refused)
         elif reg.claim is not None:
@@ -312,7 +336,8 @@ class Coordinator:
         if existing is not None:  # absent and not taken back: it has stopped (refused claim) or never started
             self._drop(group, existing)
         member = ConsumerRegistry(reg.group_id, reg.consumer_id, reg.topic_count, reg.auto_commit,
-                                  reg.auto_offset_reset, reg.session_timeout_ms, channel=channel)
+                                  reg.auto_offset_reset, reg.session_timeout_ms, channel=channel,
+                                  incremental=incremental)
         self._handle_added_consumer(group, member)
         return answer(ErrorCode.NONE)
 
@@ -335,7 +360,7 @@ class Coordinator:
         assert member.channel is not None
         group.members[member.consumer_id] = member
         self._attach(group, member, member.channel)
-        self.spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
+        self.spawn(self._save_member(group, member),
                    f"save member {group.group_id}/{member.consumer_id}")
         log.info("group %s: consumer %s registered from %s (%s, session %d ms)", group.group_id,
                  member.consumer_id, member.peer, member.topic_count.describe(), member.session_timeout_ms)
@@ -345,24 +370,33 @@ class Coordinator:
         self.request_rebalance(group, f"consumer {member.consumer_id} joined")
 
     def _rejoin(self, group: GroupRegistry, member: ConsumerRegistry, channel: MemberChannel,
-                reg: Registration) -> None:
-        """An absent member is back with a matching claim: into its generation, nothing stopped."""
+                reg: Registration, incremental: bool) -> None:
+        """An absent member is back with a claim that fits: in its epoch, holding what it claims
+        (nothing stopped); what it was counted for and does not claim is free again."""
         assert reg.claim is not None
         _cancel_absence(member)
         member.auto_commit, member.auto_offset_reset = reg.auto_commit, reg.auto_offset_reset
-        if member.session_timeout_ms != reg.session_timeout_ms:
-            member.session_timeout_ms = reg.session_timeout_ms
-            self.spawn(self._write_member(group, self.store.save_member, group.group_id, member.to_stored()),
+        changed = member.session_timeout_ms != reg.session_timeout_ms or member.incremental != incremental
+        member.session_timeout_ms, member.incremental = reg.session_timeout_ms, incremental
+        if changed:
+            self.spawn(self._save_member(group, member),
                        f"save member {group.group_id}/{member.consumer_id}")
-        member.generation_id = group.generation_id
+        claimed = {tp: thread for thread, tps in reg.claim.assignment.items() for tp in tps}
+        dropped = member.owned() - set(claimed)
+        member.release(dropped)
+        if member.assignment is None:
+            member.assignment = {}
+        member.epoch = reg.claim.generation_id
         self._attach(group, member, channel)
-        log.info("group %s: consumer %s is back from %s, in generation %d with %d partition(s)", group.group_id,
-                 member.consumer_id, member.peer, group.generation_id, len(member.owned()))
+        log.info("group %s: consumer %s is back from %s, in epoch %d with %d partition(s)%s", group.group_id,
+                 member.consumer_id, member.peer, member.epoch, len(claimed),
+                 f" ({len(dropped)} it was counted for are free again)" if dropped else "")
         self.offsets.accept(group, member, reg.claim.offsets, reg.claim.generation_id)
         if group.state == GroupState.RESTORING:
             self._maybe_finish_restore(group)
-        elif group.state == GroupState.PREPARING_REBALANCE:
-            self.rebalancer.kick(group)  # a rebalance waiting for this member can go on
+        elif dropped:
+            self.request_rebalance(group, f"consumer {member.consumer_id} came back without {len(dropped)} "
+                                          f"partition(s)")
 
     def request_rebalance(self, group: GroupRegistry, reason: str) -> None:
         """The group needs a new assignment (no-op while RESTORING: finishing the restore rebalances)."""
@@ -394,6 +428,7 @@ class Coordinator:
         if group.members.get(member.consumer_id) is not member:
             return
         log.warning("group %s: consumer %s failed: %s", group.group_id, member.consumer_id, reason)
+        self.metrics.member_failed(reason)  # metrics
         channel = member.channel
         if channel is not None:
             self._channels.pop(id(channel), None)
@@ -403,15 +438,13 @@ class Coordinator:
     def _go_absent(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
         self.pings.stop(member)
         member.channel = None
+        self.rebalancer.member_gone(group, member, reason)
         if not member.holds_assignment:
             self._remove(group, member, reason)
             return
         self._await_return(group, member)
         log.info("group %s: consumer %s is gone (%s); its partitions wait for it until its lease ends in %d ms",
                  group.group_id, member.consumer_id, reason, (member.absent_until_ms or 0) - self.clock.now_ms())
-        if group.state not in (GroupState.STABLE, GroupState.RESTORING):
-            # a rebalance under way counted on it: start over (the next attempt waits for it)
-            self.request_rebalance(group, f"consumer {member.consumer_id} is gone ({reason})")
 
     def _await_return(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
         """Keep the absent ``member`` (and what it holds) until its lease has surely ended."""
@@ -428,6 +461,44 @@ class Coordinator:
         member.absent_handle = None
         self._remove(group, member, f"did not come back within its session timeout ({member.session_timeout_ms} ms)")
 
+    def released(self, group: GroupRegistry, member: ConsumerRegistry, partitions: "set | None", reason: str) -> None:
+        """A member stopped ``partitions`` (None: everything) on its own -- a Kafka eager member that
+        joins again has revoked all it held --: they are free, and the group gets a new assignment."""
+        if group.members.get(member.consumer_id) is not member:
+            return
+        member.release(partitions)
+        self.request_rebalance(group, reason)
+
+    def heard_from(self, group_id: str, consumer_id: str, channel: MemberChannel, at_ms: int) -> None:
+        """A member whose lease runs from its own requests (``renews_lease`` False) sent one."""
+        group = self.groups.get(group_id)
+        member = group.members.get(consumer_id) if group is not None else None
+        if member is not None and member.channel is channel:
+            member.last_sent_ms = at_ms
+
+    def set_topic_filter(self, group_id: str, consumer_id: str, topic_filter: "Callable[[str], bool] | None") -> None:
+        """Limit what the member is given to topics ``topic_filter`` lets through (its principal's
+        Read rights; checked at every rebalance)."""
+        group = self.groups.get(group_id)
+        member = group.members.get(consumer_id) if group is not None else None
+        if member is not None:
+            member.topic_filter = topic_filter
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """Kafka's DeleteGroups: forget an empty group, here and in the store (Fenced, StoreError)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members or group.rebalance_task is not None:
+            return ErrorCode.NON_EMPTY_GROUP
+        async with group.store_lock:
+            await self.store.delete_group(group_id)
+        if self.groups.get(group_id) is group and not group.members:
+            del self.groups[group_id]
+            log.info("group %s deleted", group_id)
+            return ErrorCode.NONE
+        return ErrorCode.NON_EMPTY_GROUP
+
     def member_left(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
         """The member stopped fetching and leaves (CommitOffsets with ``leave``): rebalance at once."""
         if group.members.get(member.consumer_id) is not member:
@@ -441,6 +512,7 @@ class Coordinator:
         """Forget a member entry without a rebalance of its own (it is replaced at once)."""
         self.pings.stop(member)
         _cancel_absence(member)
+        self.rebalancer.member_gone(group, member, "removed")
         if member.channel is not None:
             self._channels.pop(id(member.channel), None)
         group.members.pop(member.consumer_id, None)
@@ -511,7 +583,7 @@ class Coordinator:
             "generation_id": group.generation_id,
             "members": [{"consumer_id": m.consumer_id, "peer": m.peer, "subscription": m.topic_count.to_json(),
                          "session_timeout_ms": m.session_timeout_ms, "auto_commit": m.auto_commit,
-                         "generation_id": m.generation_id,
+                         "generation_id": m.epoch, "incremental": m.incremental,
                          "assignment": {t: [[tp[0], tp[1]] for tp in tps] for t, tps in (m.assignment or {}).items()}}
                         for m in sorted(group.members.values(), key=lambda m: m.consumer_id)],
             "owners": [{"topic": t, "partition": p, "owner": o} for (t, p), o in sorted(group.owners.items())],

@@ -40,7 +40,7 @@ from spark_coord.coordinator.subscription import TopicCount
 NOTHING = TopicCount.wildcard("(?!)", 1)
 
 if TYPE_CHECKING:
-    from typing import Callable, Mapping
+    from typing import Callable, Iterable, Mapping
 
     from spark_coord.coordinator.channel import MemberChannel
     from spark_coord.coordinator.clock import TimerHandle
@@ -111,7 +111,7 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
         GroupState.EMPTY, GroupState.RESTORING, GroupState.STABLE,
         GroupState.STOPPING_FETCHERS, GroupState.STARTING_FETCHERS}),
     GroupState.STOPPING_FETCHERS: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STARTING_FETCHERS: frozenset({GroupState.STOPPING_FETCHERS}),
+    GroupState.STARTING_FETCHERS: frozenset({GroupState.STOPPING_FETCHERS, GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.STARTING_FETCHERS, GroupState.PREPARING_REBALANCE}),
     GroupState.DEAD: frozenset(set(GroupState) - {GroupState.DEAD}),
 }
@@ -122,7 +122,15 @@ ROUND_STATES = frozenset({GroupState.STOPPING_FETCHERS, GroupState.STARTING_FETC
 
 @dataclass
 class ConsumerRegistry:
-    """One member: what it registered with, its channel, and the coordinator's bookkeeping."""
+    """One member: what it registered with, its channel, and the coordinator's bookkeeping.
+
+    Epochs (DESIGN 12): ``epoch`` is the member's own, from the group's counter
+    (``GroupRegistry.generation_id``); a member gets a new one with each StopFetcher v1
+    and StartFetcher it answers, and keeps it while others are rebalanced.  ``acquired``
+    says in which epoch the member was given each partition it holds: offsets for a
+    partition are taken from its holder, stamped with an epoch from that one up to the
+    newest sent to it (``sent_epoch``), so a report from an earlier holding of the same
+    partition never counts."""
 
     group_id: str
     consumer_id: str
@@ -132,6 +140,9 @@ class ConsumerRegistry:
     session_timeout_ms: int = 10000
     #: The live connection; None while the member is absent (restored, or its connection closed).
     channel: "MemberChannel | None" = None
+    #: Hands partitions over incrementally (StopFetcher/StartFetcher v1, Kafka's cooperative
+    #: protocol); else every change of its assignment stops all it holds first.
+    incremental: bool = False
     #: The ping awaiting its answer, if any.
     ping: "DelayedPing | None" = None
     #: Consecutive pings that expired unanswered.
@@ -140,11 +151,20 @@ class ConsumerRegistry:
     failed_rounds: int = 0
     #: The scheduler's next ping for this member.
     ping_handle: "TimerHandle | None" = None
-    #: Generation whose StartFetcher this member answered (or whose claim was accepted); None until then.
-    generation_id: int | None = None
-    #: ``{thread_id: [(topic, partition)]}`` the member was started with; None: never started
-    #: (or stopped since), so it needs a rebalance round.
+    #: The member's epoch: of the last StopFetcher v1 / StartFetcher it answered, or of its accepted
+    #: claim; None until its first StartFetcher.
+    epoch: int | None = None
+    #: The newest epoch sent to it (>= ``epoch``; greater while a request carrying it is unanswered).
+    sent_epoch: int = -1
+    #: It answered a StopFetcher and was not sent a StartFetcher since (an attempt failed between):
+    #: the next attempt sends it one, even if nothing else changes for it.
+    needs_start: bool = False
+    #: ``{thread_id: [(topic, partition)]}`` it holds: it may be fetching these (a StartFetcher sent
+    #: counts at once, before its answer).  None: holds nothing and was never started since it
+    #: (re)joined, so it needs a StartFetcher.
     assignment: Assignment | None = None
+    #: Epoch in which it was given each partition it holds.
+    acquired: dict[TopicPartition, int] = field(default_factory=dict)
     #: The offsets the member reported last, per partition.
     last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     #: When the coordinator last sent this member a request (its clock, ms): the member's lease
@@ -169,8 +189,39 @@ class ConsumerRegistry:
         return TopicCount.static(allowed) if allowed else NOTHING
 
     def owned(self) -> set[TopicPartition]:
-        """Partitions this member owns in its generation."""
+        """Partitions this member holds (may be fetching)."""
         return {tp for tps in (self.assignment or {}).values() for tp in tps}
+
+    def threads(self) -> dict[TopicPartition, str]:
+        """``{partition: thread}`` of what it holds."""
+        return {tp: thread for thread, tps in (self.assignment or {}).items() for tp in tps}
+
+    def hold(self, threads: "Mapping[TopicPartition, str]", epoch: int) -> None:
+        """It holds exactly ``threads`` from now on; partitions new to it were given in ``epoch``."""
+        before = self.owned()
+        assignment: Assignment = {}
+        for tp, thread in sorted(threads.items()):
+            assignment.setdefault(thread, []).append(tp)
+        self.assignment = assignment
+        self.acquired = {tp: (self.acquired.get(tp, epoch) if tp in before else epoch) for tp in threads}
+
+    def release(self, partitions: "Iterable[TopicPartition] | None") -> None:
+        """It stopped ``partitions`` (None: everything, and it needs a StartFetcher again)."""
+        if partitions is None:
+            self.assignment = None
+            self.acquired = {}
+            return
+        gone = set(partitions)
+        if self.assignment is not None:
+            self.assignment = {th: [tp for tp in tps if tp not in gone] for th, tps in self.assignment.items()}
+            self.assignment = {th: tps for th, tps in self.assignment.items() if tps}
+        for tp in gone:
+            self.acquired.pop(tp, None)
+
+    def accepts_epoch(self, epoch: object) -> bool:
+        """May a report stamped ``epoch`` come from this member at all?"""
+        return isinstance(epoch, int) and not isinstance(epoch, bool) and self.epoch is not None \
+            and 0 <= epoch <= max(self.sent_epoch, self.epoch)
 
     @property
     def connected(self) -> bool:
@@ -178,8 +229,8 @@ class ConsumerRegistry:
 
     @property
     def holds_assignment(self) -> bool:
-        """Started (or claimed) and not stopped since: it may be fetching."""
-        return self.assignment is not None
+        """It may be fetching something."""
+        return bool(self.assignment)
 
     def lease_bound_ms(self) -> int:
         """The latest time this member can still be fetching, judged from the requests sent to it."""
@@ -188,7 +239,8 @@ class ConsumerRegistry:
     def to_stored(self) -> StoredMember:
         """What the store keeps about the member, to restore it after a failover."""
         return StoredMember(self.consumer_id, self.topic_count, self.auto_commit,
-                            self.auto_offset_reset, self.session_timeout_ms)
+                            self.auto_offset_reset, self.session_timeout_ms, self.sent_epoch
+                            if self.sent_epoch >= 0 else None, self.incremental)
 
     @property
     def peer(self) -> str:
@@ -197,22 +249,25 @@ class ConsumerRegistry:
 
 @dataclass
 class GroupRegistry:
-    """One group: members, generation, offsets, owners and its rebalance task."""
+    """One group: members, its epoch counter, offsets, owners and its rebalance task."""
 
     group_id: str
     state: GroupState = GroupState.EMPTY
     members: dict[str, ConsumerRegistry] = field(default_factory=dict)
+    #: The group's epoch counter (Kafka's group epoch; the seeds' generation): every epoch handed to a
+    #: member comes from it, and it is persisted before a request carries one.
     generation_id: int = 0
     #: Latest consumed offset per partition (next offset to read).
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    #: Generation in which each offset was last set (offsets never go back within one).
-    offset_generation: dict[TopicPartition, int] = field(default_factory=dict)
+    #: Whose holding (consumer id, epoch it got the partition in) set each offset: within one holding
+    #: an offset never goes backwards (DESIGN invariant 3).
+    offset_holding: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
     #: Partitions whose offset changed since the last commit to ZooKeeper.
     dirty: set[TopicPartition] = field(default_factory=set)
-    #: Owners as written to ZooKeeper at the end of the last successful rebalance.
+    #: Owners as last written to ZooKeeper: every partition a member may be fetching, with its thread.
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     #: Bumped by every change that needs a new assignment (a member joined, failed or left, topics
-    #: changed): a rebalance attempt that sees it move under its feet gives way to a fresh one.
+    #: changed): a rebalance attempt that sees it move runs again.
     changes: int = 0
     #: The group's one rebalance task while a rebalance is wanted (seeds: the rebalancer the group
     #: is assigned to); None when the group is settled.
@@ -222,6 +277,8 @@ class GroupRegistry:
     #: Serialises this group's store writes, so they land in the order they were made.
     store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_error: str | None = None
+    #: Partitions that changed owner in the last completed rebalance (for logs and metrics).
+    last_moved: int = 0
 
     def transition_to(self, target: GroupState) -> None:
         """Move to ``target``; ``IllegalStateTransition`` if the table does not allow it."""
@@ -242,6 +299,16 @@ class GroupRegistry:
         """Members without a channel: restored and not back yet, or whose connection closed."""
         return {cid: m for cid, m in self.members.items() if m.channel is None}
 
+    def holder_of(self, tp: TopicPartition) -> ConsumerRegistry | None:
+        for m in self.members.values():
+            if tp in m.acquired:
+                return m
+        return None
+
+    def holdings(self) -> dict[TopicPartition, str]:
+        """``{partition: thread}`` of everything the members hold."""
+        return {tp: thread for m in self.members.values() for tp, thread in m.threads().items()}
+
     def interested_in(self, topic: str) -> bool:
         """Does any member subscribe to ``topic`` (statically or by pattern)?"""
         return any(m.topic_count.matches(topic) for m in self.members.values())
@@ -260,33 +327,41 @@ class GroupRegistry:
                 out.setdefault(thread, []).append(tp)
         return out
 
-    def record_offset(self, tp: TopicPartition, offset: int) -> bool:
-        """Take a reported offset unless it moves backwards within the current generation."""
+    def record_offset(self, tp: TopicPartition, offset: int, holding: tuple[str, int] | None) -> bool:
+        """Take a reported offset unless it moves backwards within ``holding`` (None: outside any)."""
         current = self.offsets.get(tp)
-        if current is not None and offset < current and self.offset_generation.get(tp) == self.generation_id:
+        if current is not None and holding is not None and offset < current \
+                and self.offset_holding.get(tp) == holding:
             log.debug("group %s: ignoring offset %d for %s-%d behind %d", self.group_id, offset, tp[0], tp[1], current)
             return False
         if current == offset:
             return False
         self.offsets[tp] = offset
-        self.offset_generation[tp] = self.generation_id
+        if holding is None:
+            self.offset_holding.pop(tp, None)
+        else:
+            self.offset_holding[tp] = holding
         self.dirty.add(tp)
         return True
 
-    def is_behind(self, tp: TopicPartition, offset: int) -> bool:
-        """Would ``offset`` move ``tp`` backwards within the current generation?"""
+    def is_behind(self, tp: TopicPartition, offset: int, holding: tuple[str, int]) -> bool:
+        """Would ``offset`` move ``tp`` backwards within ``holding``?"""
         current = self.offsets.get(tp)
-        return current is not None and offset < current and self.offset_generation.get(tp) == self.generation_id
+        return current is not None and offset < current and self.offset_holding.get(tp) == holding
 
     def forget_topic(self, topic: str) -> bool:
         """Drop every offset and owner of a deleted topic; True if there was any."""
         gone = [tp for tp in set(self.offsets) | set(self.owners) if tp[0] == topic]
         for tp in gone:
             self.offsets.pop(tp, None)
-            self.offset_generation.pop(tp, None)
+            self.offset_holding.pop(tp, None)
             self.dirty.discard(tp)
             self.owners.pop(tp, None)
         for m in self.members.values():
+            held = [tp for tp in m.owned() if tp[0] == topic]
+            if held:
+                m.release(held)
+                gone.extend(held)
             for tp in [tp for tp in m.last_offsets if tp[0] == topic]:
                 del m.last_offsets[tp]
         return bool(gone)

@@ -7,12 +7,15 @@ Offsets reach the coordinator three ways, all checked the same (``accept``):
 - in a member's own CommitOffsets request (DESIGN 11, "active commit"), answered
   only once the offsets are in ZooKeeper (``handle_commit``).
 
-The checks: the member must be in the group's current generation
-(STALE_GENERATION otherwise, for the whole request), each partition must be one
-it owns (PARTITION_NOT_OWNED) in a topic that exists (UNKNOWN_TOPIC_OR_PARTITION:
-a deleted topic's offsets are dropped, not written again), and an offset never
-moves backwards within a generation (OFFSET_BACKWARDS, which a ping answer's stale offset also just
-skips).  Accepted offsets mark their partitions dirty; the committer writes
+The checks: the epoch stamped on the report must be one the member can have (at
+most the newest sent to it: STALE_GENERATION otherwise, for the whole request);
+each partition must be one it holds (PARTITION_NOT_OWNED), got in that epoch or
+before (STALE_GENERATION: a report from an earlier holding of the same
+partition), in a topic that exists (UNKNOWN_TOPIC_OR_PARTITION: a deleted topic's
+offsets are dropped, not written again); and an offset never moves backwards
+within one holding (OFFSET_BACKWARDS, which a ping answer's stale offset also
+just skips).  Members whose partitions did not move keep their epoch and go on
+committing while the rest of the group is rebalanced.  Accepted offsets mark their partitions dirty; the committer writes
 dirty groups every ``coordinator.offsets.commit.interval.ms``, before every
 StartFetcher (the rebalancer forces it), for every CommitOffsets, and once more
 when the coordinator shuts down cleanly.
@@ -78,6 +81,7 @@ class OffsetCommitter:
                 log.warning("group %s: committing %d offsets failed: %s", group.group_id, len(batch), e)
                 return False
         log.debug("group %s: committed %d offsets", group.group_id, len(batch))
+        self.c.metrics.offsets_committed(group.group_id, len(batch))  # metrics
         if self.c.on_committed is not None:
             try:
                 self.c.on_committed(group.group_id, dict(batch))
@@ -122,31 +126,56 @@ class OffsetCommitter:
                     codes[(t, p)] = ErrorCode.INVALID_REQUEST
                 continue
             entries.append(((t, p), o))
-        if generation != group.generation_id or member.generation_id != group.generation_id:
-            log.warning("group %s: STALE_GENERATION: offsets from consumer %s for generation %r refused "
-                        "(group generation %d, member in %r)", group.group_id, member.consumer_id,
-                        generation, group.generation_id, member.generation_id)
+        if not member.accepts_epoch(generation):
+            log.warning("group %s: STALE_GENERATION: offsets from consumer %s stamped epoch %r refused "
+                        "(its epoch is %r, newest sent %d)", group.group_id, member.consumer_id,
+                        generation, member.epoch, member.sent_epoch)
             codes.update({tp: ErrorCode.STALE_GENERATION for tp, _ in entries})
             return ErrorCode.STALE_GENERATION, codes
-        owned = member.owned()
         for tp, o in entries:
+            got_in = member.acquired.get(tp)
+            holding = (member.consumer_id, got_in) if got_in is not None else None
             if not 0 <= tp[1] < self.c.topics.get(tp[0], 0):
                 log.info("group %s: consumer %s reported an offset for %s-%d, which does not exist (deleted?)",
                          group.group_id, member.consumer_id, tp[0], tp[1])
                 codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif tp not in owned:
-                log.info("group %s: PARTITION_NOT_OWNED: consumer %s reported an offset for %s-%d it does not own",
+            elif holding is None:
+                log.info("group %s: PARTITION_NOT_OWNED: consumer %s reported an offset for %s-%d it does not hold",
                          group.group_id, member.consumer_id, tp[0], tp[1])
                 codes[tp] = ErrorCode.PARTITION_NOT_OWNED
-            elif group.is_behind(tp, o):
+            elif generation < got_in:
+                log.info("group %s: consumer %s reported %s-%d in epoch %d, before it got it (epoch %d); ignored",
+                         group.group_id, member.consumer_id, tp[0], tp[1], generation, got_in)
+                codes[tp] = ErrorCode.STALE_GENERATION
+            elif group.is_behind(tp, o, holding):
                 log.debug("group %s: consumer %s reported %s-%d at %d, behind %d; ignored", group.group_id,
                           member.consumer_id, tp[0], tp[1], o, group.offsets[tp])
                 codes[tp] = ErrorCode.OFFSET_BACKWARDS
             else:
                 member.last_offsets[tp] = o
-                group.record_offset(tp, o)
+                group.record_offset(tp, o, holding)
                 codes[tp] = ErrorCode.NONE
         return ErrorCode.NONE, codes
+
+    def set_outside_generation(self, group_id: str, wanted: list) -> "PartitionCodes | ErrorCode":
+        """Offsets set from outside any generation (a tool resetting a group: Kafka's OffsetCommit
+        with generation -1 and no member): only while the group has no live member, and they may move
+        anywhere.  Returns the code per partition (the caller writes them), or UNKNOWN_MEMBER_ID."""
+        group = self.c.groups.get(group_id)
+        if group is not None and group.live_members():
+            return ErrorCode.UNKNOWN_MEMBER_ID  # Kafka: only an empty group takes them
+        if group is None:
+            group = self.c.groups[group_id] = GroupRegistry(group_id)
+        codes: PartitionCodes = {}
+        for t, p, o in wanted:
+            if not isinstance(t, str) or not is_int(p) or not is_int(o) or o < 0:
+                codes[(t, p)] = ErrorCode.INVALID_REQUEST
+            elif not 0 <= p < self.c.topics.get(t, 0):
+                codes[(t, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                group.record_offset((t, p), o, None)
+                codes[(t, p)] = ErrorCode.NONE
+        return codes
 
     # ------------------------------------------------------------------ CommitOffsets
     async def handle_commit(self, channel: "MemberChannel", body: Any) -> dict[str, Any]:

@@ -82,9 +82,10 @@ class PingScheduler:
         member.ping = op
         self.purgatory.try_complete_else_watch(op, [MemberKey(group.group_id, member.consumer_id)])
         self.c.send(group, member, CoordinatorApi.PING, {
-            "coordinator_epoch": self.c.epoch, "generation_id": group.generation_id,
+            "coordinator_epoch": self.c.epoch, "generation_id": member.epoch if member.epoch is not None else -1,
             "consumer_id": member.consumer_id, "num_retries": member.failed_pings},
             lambda body: self._answered(member, op, body))
+        self.c.metrics.ping_sent()  # metrics
 
     def _answered(self, member: ConsumerRegistry, op: DelayedPing, body: Mapping[str, Any]) -> None:
         group = self.c.current_group(member)
@@ -115,6 +116,7 @@ class PingScheduler:
             return
         member.ping = None
         member.failed_pings += 1
+        self.c.metrics.ping_expired()  # metrics
         log.warning("group %s: consumer %s did not answer ping (%d unanswered in a row)",
                     group.group_id, member.consumer_id, member.failed_pings)
         if member.failed_pings > self.c.config.max_ping_retries:

@@ -1,37 +1,55 @@
-"""The ``Rebalancer``: one task per group that needs a new assignment (seeds 003 sections 9 and 12.7).
+"""The ``Rebalancer``: one task per group that needs a new assignment (seeds 003 sections 9 and 12.7,
+made incremental: DESIGN section 12).
 
 A group has at most one rebalance task (``GroupRegistry.rebalance_task``), so it is
 never rebalanced twice at once; ``coordinator.rebalance.threads`` bounds how many
 groups run an attempt at the same time (the seeds' pool of rebalancer threads).
-``request(group, reason)`` is the only way in: it moves the group to
-PREPARING_REBALANCE, fails a round in flight, bumps ``group.changes`` and starts
-the task if none runs.  The task runs attempts until one settles the group.
+``request(group, reason)`` is the only way in: it bumps ``group.changes``, moves a
+settled group to PREPARING_REBALANCE and starts the task if none runs.  The task
+runs attempts until one settles the group.
 
-One attempt, over a snapshot of the group's members:
+One attempt:
 
-0. wait while a member that holds an assignment is absent: its partitions go to
-   nobody else until it is back (with a claim) or its lease ran out;
-1. compute the assignment (the configured assignor over the known topics);
-2. skip when the store's owners already match it *and* every member was
-   started (or accepted back with its claim) in the current generation with
-   exactly its share -- a coordinator failover with unchanged membership stops
-   nobody;
-3. StopFetcher to every member, wait (answers carry offsets);
-4. commit the group's offsets (forced);
-5. generation += 1, persisted;
-6. StartFetcher to every member with its threads' partitions and start
-   offsets (committed offset, or -1: apply your auto.offset.reset), wait;
-7. write the owners.
+1. the target: the group's assignor over every member's subscription, given what
+   each member holds now (``sticky``, the default, keeps it where it can).  An
+   absent member's partitions stay with it -- it may still be fetching them until
+   its lease ends -- and it gets nothing new;
+2. the plan: a live member is *touched* when it must give up a partition, gets
+   one, was never started, or left a request of an earlier attempt unanswered;
+   nobody else hears anything.  A touched member that
+   hands over incrementally (StopFetcher v1, Kafka's cooperative protocol) is asked
+   to stop only the partitions that leave it; any other touched member that holds
+   something is stopped entirely (StopFetcher v0, an eager Kafka consumer's
+   rejoin), as before;
+3. the epochs: the group's counter moves on by one for the stops and one for the
+   starts, persisted before any request carries them;
+4. StopFetcher to the members that give something up; each answer (with offsets)
+   releases what it stopped, whenever it arrives;
+5. the group's offsets are committed (forced), so new holders start where the old
+   ones stopped;
+6. StartFetcher to every touched member: its complete assignment -- what it
+   holds, plus the partitions of its target that nobody holds any more.  Before
+   it is sent, the owners (every partition some member may be fetching) and the
+   started members' epochs are written to the store in one write, and the
+   coordinator counts those partitions as the member's: a member may start
+   fetching the moment the request reaches it;
+7. when every member holds its target the group is STABLE; otherwise (a member
+   did not answer, a partition was still held) the attempt failed and is retried.
 
-An attempt gives way when ``group.changes`` moved (a member joined, failed or
-left, topics changed: the next attempt sees the new state).  A round that times
-out or a member answering an error fails the attempt; a member that made
-``coordinator.max.ping.retries`` + 1 rounds in a row fail is failed itself (it
-answers pings but cannot be rebalanced).  After a failure the task backs off
-(``coordinator.rebalance.backoff.ms``) and tries again; after
+So a partition has one holder at a time (DESIGN 9, invariant 1): it goes to a new
+holder only after the old one answered that it stopped it, left, or can no longer
+be fetching (its lease ran out and it was removed).
+
+A change while an attempt runs (a member joined or left, topics changed) does not
+break the rounds in flight: the attempt finishes what it sent and the task runs
+another one at once.  A member gone in the middle of a round is no longer waited
+for.  A round that times out, or a member answering an error, fails the attempt; a
+member that made ``coordinator.max.ping.retries`` + 1 rounds in a row fail is
+failed itself (it answers pings but cannot be rebalanced).  After a failure the
+task backs off (``coordinator.rebalance.backoff.ms``) and tries again; after
 ``coordinator.rebalance.max.retries`` failures in a row it logs
 ConsumerRebalanceFailed and keeps trying at the pace of the largest session
-timeout, so a group never stays stopped waiting for an unrelated change.
+timeout, so a group never stays unassigned waiting for an unrelated change.
 """
 
 from __future__ import annotations
@@ -39,23 +57,26 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from spark_coord.coordinator.api import NO_OFFSET, CoordinatorApi
-from spark_coord.coordinator.assignors import by_consumer
+from spark_coord.coordinator.assignors import thread_owner
 from spark_coord.coordinator.delayed import DelayedFetcherRound, RoundKind, response_timeout_ms
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, TopicPartition
 from spark_coord.coordinator.purgatory import GroupKey, Purgatory
 from spark_coord.coordinator.registration import is_int
 from spark_coord.coordinator.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
+from spark_coord.wire.coordinator import INCREMENTAL_VERSION
 
 if TYPE_CHECKING:
     from spark_coord.coordinator.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 
-Plan = dict[str, dict[str, list[tuple[str, int]]]]
+#: ``{partition: thread}``
+Threads = dict[TopicPartition, str]
 
 
 class RebalanceError(Exception):
@@ -69,7 +90,8 @@ class RebalanceError(Exception):
 
 class Outcome(enum.Enum):
     SETTLED = "settled"        # STABLE or EMPTY
-    WAITING = "waiting"        # absent members may still hold partitions: wait for them
+    WAITING = "waiting"        # only absent members, who may still hold partitions: wait for them
+    AGAIN = "again"            # the group changed meanwhile: another attempt at once
 
 
 class Rebalancer:
@@ -87,6 +109,8 @@ class Rebalancer:
         self.completed: list[tuple[str, str]] = []
         #: Groups backing off after a failed attempt -> what wakes them early (a new request).
         self._backing_off: dict[str, asyncio.Future[None]] = {}
+        #: Called after each attempt with (group, outcome or failure, seconds, partitions moved).
+        self.on_attempt: Callable[[GroupRegistry, str, float, int], None] | None = None
 
     def start(self) -> None:
         self._slots = asyncio.Semaphore(self.c.config.rebalance_threads)
@@ -103,15 +127,12 @@ class Rebalancer:
 
     # ------------------------------------------------------------------ requests
     def request(self, group: GroupRegistry, reason: str) -> None:
-        """The group needs a new assignment: fail what is in flight and (re)start its task."""
+        """The group needs a new assignment: (re)start its task; an attempt under way runs again."""
         if not self.c.active or group.state in (GroupState.RESTORING, GroupState.DEAD):
             return
         group.changes += 1
-        rnd = group.current_round
-        if rnd is not None and not rnd.is_completed:
-            log.info("group %s: failing the %s round: %s", group.group_id, rnd.kind.value, reason)
-            rnd.fail(reason)
-        if group.state != GroupState.PREPARING_REBALANCE:
+        log.debug("group %s: rebalance wanted: %s", group.group_id, reason)
+        if group.state in (GroupState.STABLE, GroupState.EMPTY):
             group.transition_to(GroupState.PREPARING_REBALANCE)
         wake = self._backing_off.pop(group.group_id, None)
         if wake is not None and not wake.done():
@@ -123,10 +144,18 @@ class Rebalancer:
         if group.rebalance_task is None and group.state == GroupState.PREPARING_REBALANCE and self.c.active:
             group.rebalance_task = self.c.spawn(self._run(group), f"rebalance {group.group_id}")
 
+    def member_gone(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
+        """A member of a round in flight went away: the round no longer waits for it."""
+        rnd = group.current_round
+        if rnd is not None and not rnd.is_completed and rnd.drop(member.consumer_id, reason):
+            self.purgatory.check_and_complete(GroupKey(group.group_id))
+
     async def _run(self, group: GroupRegistry) -> None:
         cfg = self.c.config
         failures = 0
         failed_at = group.changes
+        began, owners_before = self.c.clock.now_ms(), dict(group.owners)  # metrics
+        self.c.metrics.rebalance_started(group.group_id)  # metrics
         try:
             while group.state == GroupState.PREPARING_REBALANCE and self.c.groups.get(group.group_id) is group:
                 if group.changes != failed_at:
@@ -134,22 +163,26 @@ class Rebalancer:
                 assert self._slots is not None
                 async with self._slots:
                     outcome = await self._attempt_once(group)
-                if outcome is Outcome.SETTLED or outcome is Outcome.WAITING:
-                    return  # WAITING: the absent member's return or expiry requests again
-                if isinstance(outcome, str):  # failed
-                    failures += 1
-                    failed_at = group.changes
-                    backoff = cfg.rebalance_backoff_ms
-                    if failures > cfg.rebalance_max_retries:
-                        backoff = max(backoff, group.max_session_timeout_ms())
-                        if failures == cfg.rebalance_max_retries + 1:
-                            log.error("ConsumerRebalanceFailed: group %s could not be rebalanced in %d attempts "
-                                      "(last failure: %s); retrying every %d ms", group.group_id, failures,
-                                      outcome, backoff)
-                    else:
-                        log.warning("group %s: rebalance attempt %d failed (%s); retrying in %d ms",
-                                    group.group_id, failures, outcome, backoff)
-                    await self._back_off(group, backoff)
+                if outcome is Outcome.SETTLED:  # metrics
+                    self.c.metrics.rebalance_completed(group, self.c.clock.now_ms() - began, owners_before)  # metrics
+                if outcome in (Outcome.SETTLED, Outcome.WAITING):
+                    return  # WAITING: the absent members' return or expiry requests again
+                if outcome is Outcome.AGAIN:
+                    continue
+                self.c.metrics.rebalance_failed(group.group_id, outcome)  # metrics
+                failures += 1
+                failed_at = group.changes
+                backoff = cfg.rebalance_backoff_ms
+                if failures > cfg.rebalance_max_retries:
+                    backoff = max(backoff, group.max_session_timeout_ms())
+                    if failures == cfg.rebalance_max_retries + 1:
+                        log.error("ConsumerRebalanceFailed: group %s could not be rebalanced in %d attempts "
+                                  "(last failure: %s); retrying every %d ms", group.group_id, failures,
+                                  outcome, backoff)
+                else:
+                    log.warning("group %s: rebalance attempt %d failed (%s); retrying in %d ms",
+                                group.group_id, failures, outcome, backoff)
+                await self._back_off(group, backoff)
         finally:
             if group.rebalance_task is asyncio.current_task():
                 group.rebalance_task = None
@@ -166,8 +199,8 @@ class Rebalancer:
             if self._backing_off.get(group.group_id) is wake:
                 del self._backing_off[group.group_id]
 
-    async def _attempt_once(self, group: GroupRegistry) -> Outcome | str | None:
-        """One attempt; returns an Outcome, None (gave way to a newer change: go again) or the failure."""
+    async def _attempt_once(self, group: GroupRegistry) -> Outcome | str:
+        """One attempt: an Outcome, or why it failed."""
         gid = group.group_id
         if gid in self.running:
             self.concurrency_violations += 1
@@ -175,25 +208,33 @@ class Rebalancer:
             return Outcome.WAITING
         self.running.add(gid)
         changes = group.changes
+        started = time.monotonic()
+        group.last_moved = 0
+        result: Outcome | str = "cancelled"
         try:
-            outcome = await self._attempt(group, changes)
-            group.last_error = None
-            self.completed.append((gid, outcome.value))
-            return outcome
+            result = await self._attempt(group, changes)
+            if result is not Outcome.AGAIN:
+                group.last_error = None
         except RebalanceError as e:
-            group.current_round = None
             if group.state not in (GroupState.PREPARING_REBALANCE, GroupState.DEAD):
                 group.transition_to(GroupState.PREPARING_REBALANCE)
-            if group.changes != changes:
-                log.info("group %s: rebalance attempt gave way to a newer change (%s)", gid, e)
-                self.completed.append((gid, f"superseded: {e}"))
-                return None
             group.last_error = str(e)
-            self.completed.append((gid, str(e)))
             self._blame(group, e.culprits)
-            return str(e)
+            result = str(e)
+            if group.changes != changes:
+                log.info("group %s: rebalance attempt left work for the next one (%s)", gid, e)
+                result = Outcome.AGAIN
         finally:
+            group.current_round = None
             self.running.discard(gid)
+            what = result.value if isinstance(result, Outcome) else result
+            self.completed.append((gid, what))
+            if self.on_attempt is not None:
+                try:
+                    self.on_attempt(group, what, time.monotonic() - started, group.last_moved)
+                except Exception:
+                    log.exception("on_attempt callback failed")
+        return result
 
     def _blame(self, group: GroupRegistry, culprits: tuple[str, ...]) -> None:
         """Count failed rounds per member; fail a member that keeps making rounds fail."""
@@ -207,11 +248,9 @@ class Rebalancer:
 
     # ------------------------------------------------------------ one attempt
 
-    def _check(self, group: GroupRegistry, changes: int, step: str) -> None:
+    def _check(self, group: GroupRegistry, step: str) -> None:
         if self.c.groups.get(group.group_id) is not group or not self.c.active:
             raise RebalanceError(f"{step}: group was dropped")
-        if group.changes != changes:
-            raise RebalanceError(f"{step}: {group.last_error or 'membership or topics changed'}")
 
     async def _store(self, group: GroupRegistry, step: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -223,108 +262,194 @@ class Rebalancer:
         except (StoreError, OSError) as e:
             raise RebalanceError(f"{step}: {e}") from None
 
+    def target(self, group: GroupRegistry) -> Threads:
+        """The partitions each member should hold (``{partition: thread}``): the assignor's answer,
+        with absent members keeping what they hold and getting nothing more."""
+        c = self.c
+        held = group.holdings()
+        owners = dict(c.assignor_for(group)({cid: m.assignable(c.topics) for cid, m in group.members.items()},
+                                            c.topics, held))
+        absent = group.absent_members()
+        for m in absent.values():
+            owners.update(m.threads())
+        return {tp: th for tp, th in owners.items()
+                if thread_owner(th) not in absent or held.get(tp) == th}
+
     async def _attempt(self, group: GroupRegistry, changes: int) -> Outcome:
         c = self.c
         gid = group.group_id
-        waiting = {cid: m for cid, m in group.absent_members().items() if m.holds_assignment}
-        if waiting:
-            log.info("group %s: waiting for %s (absent, may still hold partitions) before rebalancing",
-                     gid, ", ".join(sorted(waiting)))
-            return Outcome.WAITING
-        members = dict(group.live_members())
-        if not members:
+        if not group.members:
             if group.owners or await self._store(group, "read owners", c.store.read_owners, gid):
                 await self._store(group, "clear owners", c.store.write_owners, gid, {})
-            self._check(group, changes, "clearing owners")
+            self._check(group, "clearing owners")
             group.owners = {}
             group.transition_to(GroupState.EMPTY)
             log.info("group %s has no members left", gid)
             return Outcome.SETTLED
+        if not group.live_members():
+            log.info("group %s: waiting for %s (absent, may still hold partitions)", gid,
+                     ", ".join(sorted(group.members)))
+            return Outcome.WAITING
 
-        owners = c.assignor({cid: m.assignable(c.topics) for cid, m in members.items()}, c.topics)
-        plan: Plan = {cid: {} for cid in members}
-        plan.update(by_consumer(owners))
-        current = await self._store(group, "read owners", c.store.read_owners, gid)
-        self._check(group, changes, "reading owners")
-        if current == owners and all(m.assignment is not None and m.generation_id == group.generation_id
-                                     and _same(m.assignment, plan[cid]) for cid, m in members.items()):
-            group.owners = dict(current)
-            group.transition_to(GroupState.STABLE)
-            log.info("group %s: assignment of generation %d confirmed (%d members), nobody stopped",
-                     gid, group.generation_id, len(members))
-            return Outcome.SETTLED
+        target = self.target(group)
+        before = group.holdings()
+        stops: dict[str, set[TopicPartition] | None] = {}
+        touched: dict[str, ConsumerRegistry] = {}
+        for cid, m in group.live_members().items():
+            mine = m.threads()
+            wanted = {tp: th for tp, th in target.items() if thread_owner(th) == cid}
+            revoke = {tp for tp, th in mine.items() if wanted.get(tp) != th}
+            gain = {tp for tp, th in wanted.items() if mine.get(tp) != th}
+            unconfirmed = m.assignment is None or m.epoch is None or m.epoch < m.sent_epoch or m.needs_start
+            if not (revoke or gain or unconfirmed):
+                continue
+            touched[cid] = m
+            if mine and not m.incremental:
+                stops[cid] = None      # hands over only by stopping everything
+            elif revoke:
+                stops[cid] = revoke
+        if not touched:
+            return await self._settle(group, changes, target, "confirmed, nobody touched")
 
-        # StopFetcher to everyone, wait
-        group.transition_to(GroupState.STOPPING_FETCHERS)
-        await self._round(group, changes, RoundKind.STOP_FETCHER, members, lambda cid, m: {
-            "coordinator_epoch": c.epoch, "generation_id": group.generation_id, "consumer_id": cid})
+        # epochs: one for the stops, one for the starts, persisted before any request carries them
+        stop_epoch = group.generation_id + 1
+        start_epoch = group.generation_id + (2 if stops else 1)
+        await self._store(group, "save generation", c.store.save_generation, gid, start_epoch)
+        self._check(group, "saving the generation")
+        group.generation_id = max(group.generation_id, start_epoch)
+        failures: list[str] = []
+        culprits: set[str] = set()
+        stopped: set[str] = set()
 
-        # commit (forced), bump the generation
+        if stops:
+            group.transition_to(GroupState.STOPPING_FETCHERS)
+            rnd = await self._round(group, RoundKind.STOP_FETCHER, stop_epoch, {
+                cid: (touched[cid], self._stop_body(touched[cid], stop_epoch, parts))
+                for cid, parts in stops.items()})
+            stopped = rnd.done
+            if rnd.outcome():
+                failures.append(f"StopFetcher: {rnd.outcome()}")
+                culprits |= rnd.blamed
+            self._check(group, "stopping fetchers")
+
         if not await c.offsets.commit_group(group):
-            raise RebalanceError("forced offset commit failed")
-        self._check(group, changes, "committing offsets")
-        generation = group.generation_id + 1
-        await self._store(group, "save generation", c.store.save_generation, gid, generation)
-        self._check(group, changes, "saving the generation")
-        group.generation_id = generation
-        # the committed offsets are where the new generation starts: none may move below them
-        group.offset_generation = {tp: generation for tp in group.offsets}
-        group.transition_to(GroupState.STARTING_FETCHERS)
+            raise RebalanceError("forced offset commit failed", tuple(sorted(culprits)))
+        self._check(group, "committing offsets")
 
-        # StartFetcher to everyone, wait
-        brokers = [{"node_id": int(b), "host": str(h), "port": int(p)} for b, h, p in c.cluster_view()]
+        held = group.holdings()
+        starts: dict[str, Threads] = {}
+        for cid, m in touched.items():
+            if group.members.get(cid) is not m or m.channel is None or (cid in stops and cid not in stopped):
+                continue
+            now = m.threads()
+            for tp, th in target.items():
+                if thread_owner(th) == cid and tp not in held:
+                    now[tp] = th
+                    group.last_moved += before.get(tp) != th
+            starts[cid] = now
+        if starts:
+            for cid, now in starts.items():
+                m = group.members[cid]
+                m.hold(now, start_epoch)
+                m.sent_epoch = start_epoch
+                m.needs_start = False
+            owners = group.holdings()
+            await self._store(group, "save the assignment", c.store.save_assignment, gid, start_epoch,
+                              [group.members[cid].to_stored() for cid in sorted(starts)], owners)
+            self._check(group, "saving the assignment")
+            group.owners = owners
+            group.transition_to(GroupState.STARTING_FETCHERS)
+            brokers = [{"node_id": int(b), "host": str(h), "port": int(p)} for b, h, p in c.cluster_view()]
+            rnd2 = await self._round(group, RoundKind.START_FETCHER, start_epoch, {
+                cid: (group.members[cid], self._start_body(group, group.members[cid], start_epoch, brokers))
+                for cid in starts if group.members.get(cid) is not None})
+            if rnd2.outcome():
+                failures.append(f"StartFetcher: {rnd2.outcome()}")
+                culprits |= rnd2.blamed
+            self._check(group, "starting fetchers")
+        if failures:
+            raise RebalanceError("; ".join(failures), tuple(sorted(culprits)))
+        return await self._settle(group, changes, target, f"epoch {start_epoch}")
 
-        def start_body(cid: str, m: ConsumerRegistry) -> dict[str, Any]:
-            return {"coordinator_epoch": c.epoch, "generation_id": generation, "consumer_id": cid,
-                    "ownership": [{"consumer_thread_id": thread,
-                                   "partitions": [{"topic": t, "partition": p,
-                                                   "offset": group.offsets.get((t, p), NO_OFFSET)} for t, p in tps]}
-                                  for thread, tps in sorted(plan[cid].items())],
-                    "brokers": brokers}
-
-        await self._round(group, changes, RoundKind.START_FETCHER, members, start_body, plan)
-        await self._store(group, "write owners", c.store.write_owners, gid, owners)
-        self._check(group, changes, "writing owners")
-        group.owners = dict(owners)
+    async def _settle(self, group: GroupRegistry, changes: int, target: Threads, how: str) -> Outcome:
+        """Every member holds its target: write the owners if the store differs; STABLE (or another
+        attempt, when the group changed meanwhile)."""
+        held = group.holdings()
+        if held != target:
+            raise RebalanceError(f"the assignment was not reached ({len(set(held.items()) ^ set(target.items()))} "
+                                 f"partition(s) not yet where they go)")
+        if group.owners != held:
+            await self._store(group, "write owners", self.c.store.write_owners, group.group_id, held)
+            self._check(group, "writing owners")
+            group.owners = held
+        if group.changes != changes:
+            if group.state != GroupState.PREPARING_REBALANCE:
+                group.transition_to(GroupState.PREPARING_REBALANCE)
+            return Outcome.AGAIN
         group.transition_to(GroupState.STABLE)
-        log.info("group %s rebalanced: generation %d, %d members, %d partitions assigned",
-                 gid, generation, len(members), len(owners))
+        live = group.live_members()
+        log.info("group %s rebalanced (%s): %d member(s), %d partition(s) held, %d absent", group.group_id, how,
+                 len(live), len(held), len(group.members) - len(live))
+        for m in live.values():
+            m.failed_rounds = 0
         return Outcome.SETTLED
 
-    async def _round(self, group: GroupRegistry, changes: int, kind: RoundKind, members: dict[str, ConsumerRegistry],
-                     body: Callable[[str, ConsumerRegistry], dict[str, Any]], plan: Plan | None = None) -> None:
-        """Send ``kind`` to every member and wait for all answers; RebalanceError when the round fails."""
+    # ------------------------------------------------------------ rounds
+
+    def _stop_body(self, m: ConsumerRegistry, epoch: int, parts: set[TopicPartition] | None) -> dict[str, Any]:
+        c = self.c
+        if parts is None or not m.incremental:
+            return {"coordinator_epoch": c.epoch, "generation_id": m.epoch if m.epoch is not None else -1,
+                    "consumer_id": m.consumer_id}
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(parts):
+            by_topic.setdefault(t, []).append(p)
+        return {"coordinator_epoch": c.epoch, "generation_id": epoch, "consumer_id": m.consumer_id,
+                "partitions": [{"topic": t, "partitions": ps} for t, ps in sorted(by_topic.items())]}
+
+    def _start_body(self, group: GroupRegistry, m: ConsumerRegistry, epoch: int,
+                    brokers: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"coordinator_epoch": self.c.epoch, "generation_id": epoch, "consumer_id": m.consumer_id,
+                "ownership": [{"consumer_thread_id": thread,
+                               "partitions": [{"topic": t, "partition": p,
+                                               "offset": group.offsets.get((t, p), NO_OFFSET)} for t, p in sorted(tps)]}
+                              for thread, tps in sorted((m.assignment or {}).items())],
+                "brokers": brokers}
+
+    async def _round(self, group: GroupRegistry, kind: RoundKind, epoch: int,
+                     sends: Mapping[str, tuple[ConsumerRegistry, dict[str, Any]]]) -> DelayedFetcherRound:
+        """Send ``kind`` to each member of ``sends`` and wait until each answered, failed or went away."""
         c = self.c
         api = CoordinatorApi.STOP_FETCHER if kind == RoundKind.STOP_FETCHER else CoordinatorApi.START_FETCHER
-        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        delay = response_timeout_ms(max(m.session_timeout_ms for m in members.values()))
-        rnd = DelayedFetcherRound(kind, group.group_id, group.generation_id, members, delay, future)
-        rnd.planned = plan or {}
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        delay = response_timeout_ms(max((m.session_timeout_ms for m, _ in sends.values()), default=1))
+        rnd = DelayedFetcherRound(kind, group.group_id, epoch, sends, delay, future)
         group.current_round = rnd
-        try:
-            self.purgatory.try_complete_else_watch(rnd, [GroupKey(group.group_id)])
-            for cid, m in members.items():
-                if rnd.is_completed:
-                    break
-                if group.members.get(cid) is not m or m.channel is None:
-                    rnd.fail(f"member {cid} left before {kind.value}")
-                    break
-                if not c.send(group, m, api, body(cid, m), lambda answer, m=m: self._answered(group, m, rnd, answer)):
-                    rnd.fail(f"member {cid}'s connection closed while sending {kind.value}")
-                    break
-            outcome = await future
-        finally:
-            if group.current_round is rnd:
-                group.current_round = None
-        if outcome is not None:
-            culprits = tuple(sorted(rnd.blamed)) if rnd.blamed else (tuple(sorted(rnd.pending)) if rnd.expired else ())
-            raise RebalanceError(outcome, culprits)
-        self._check(group, changes, kind.value)
-        for m in members.values():
-            m.failed_rounds = 0
+        self.purgatory.try_complete_else_watch(rnd, [GroupKey(group.group_id)])
+        for cid, (m, body) in sends.items():
+            if group.members.get(cid) is not m or m.channel is None:
+                rnd.drop(cid, "gone before the request was sent")
+                continue
+            version = INCREMENTAL_VERSION if m.incremental else 0
+            asked = body.get("partitions")
+            if kind == RoundKind.STOP_FETCHER:
+                if m.incremental and asked is not None:
+                    m.sent_epoch = max(m.sent_epoch, epoch)
+                log.info("group %s: StopFetcher to %s: %s", group.group_id, cid, "everything" if asked is None else
+                         ", ".join(f"{e['topic']}-{p}" for e in asked for p in e["partitions"]))
+            if not c.send(group, m, api, body, lambda answer, m=m, asked=asked: self._answered(group, m, rnd, asked,
+                                                                                             answer),
+                          version=version):
+                rnd.drop(cid, f"connection closed while sending {kind.value}")
+        self.purgatory.check_and_complete(GroupKey(group.group_id))
+        await future
+        if group.current_round is rnd:
+            group.current_round = None
+        return rnd
 
-    def _answered(self, group: GroupRegistry, member: ConsumerRegistry, rnd: DelayedFetcherRound, body: Any) -> None:
-        """A member answered StopFetcher or StartFetcher."""
+    def _answered(self, group: GroupRegistry, member: ConsumerRegistry, rnd: DelayedFetcherRound,
+                  asked: list[dict] | None, body: Any) -> None:
+        """A member answered StopFetcher or StartFetcher (in time or late: what it did counts)."""
         if self.c.current_group(member) is not group:
             return
         cid = member.consumer_id
@@ -333,28 +458,23 @@ class Rebalancer:
                         group.group_id, cid, rnd.kind.value)
             return
         code = body.get("error_code", 0)
-        if code == ErrorCode.NONE and rnd.kind == RoundKind.STOP_FETCHER:
-            self.c.offsets.accept(group, member, body.get("offsets"), body.get("generation_id"))
-        if rnd.is_completed or cid not in rnd.pending:
-            log.debug("group %s: late %s answer from %s ignored", group.group_id, rnd.kind.value, cid)
-            return
-        if rnd.kind == RoundKind.START_FETCHER and body.get("generation_id") != rnd.generation_id:
-            rnd.blame(cid, f"consumer {cid} answered StartFetcher for generation "
-                           f"{body.get('generation_id')!r}, not {rnd.generation_id}")
-            return
         if code != ErrorCode.NONE:
-            rnd.blame(cid, f"consumer {cid} answered {rnd.kind.value} with "
+            rnd.blame(cid, f"answered {rnd.kind.value} with "
                            f"{ErrorCode.name_of(code) if is_int(code) else repr(code)}")
-            return
-        if rnd.answered(cid):
-            if rnd.kind == RoundKind.START_FETCHER:
-                member.generation_id = rnd.generation_id
-                member.assignment = {t: list(tps) for t, tps in rnd.planned.get(cid, {}).items()}
+        elif rnd.kind == RoundKind.STOP_FETCHER:
+            self.c.offsets.accept(group, member, body.get("offsets"), body.get("generation_id"))
+            if asked is None or not member.incremental:
+                member.release(None)
             else:
-                member.assignment = None  # it stopped: it holds nothing until started again
+                member.release((e["topic"], p) for e in asked for p in e["partitions"])
+                member.epoch = max(member.epoch if member.epoch is not None else -1, rnd.epoch)
+            member.needs_start = True
+            rnd.answered(cid)
+        elif body.get("generation_id") != rnd.epoch:
+            rnd.blame(cid, f"answered StartFetcher for epoch {body.get('generation_id')!r}, not {rnd.epoch}")
+        else:
+            if member.epoch is None or member.epoch < rnd.epoch:
+                member.epoch = rnd.epoch
+            member.failed_rounds = 0
+            rnd.answered(cid)
         self.purgatory.check_and_complete(GroupKey(group.group_id))
-
-
-def _same(a: dict[str, list[tuple[str, int]]], b: dict[str, list[tuple[str, int]]]) -> bool:
-    norm = lambda d: {t: sorted(tps) for t, tps in d.items() if tps}  # noqa: E731
-    return norm(a) == norm(b)

@@ -7,22 +7,25 @@ timeout against ``coordinator.min.session.timeout.ms`` -- and everything a
 hostile body could get wrong.  Whether the consumer id is unique in its group is
 the coordinator's check: it needs the group.
 
-A ``Claim`` is what a member that lost its coordinator says it still holds: a
-generation and the partitions of each of its threads, with its positions.
-``claim_matches`` compares it with what the coordinator knows the member holds
-(its assignment, or the owners restored from ZooKeeper after a failover).
+A ``Claim`` is what a member that lost its coordinator says it still holds: its
+epoch and the partitions of each of its threads, with its positions.
+``claim_fits`` compares it with what the coordinator counts the member for (its
+assignment, or the owners restored from ZooKeeper after a failover).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import NO_GENERATION
 from spark_coord.zk import paths
+
+if TYPE_CHECKING:
+    from spark_coord.coordinator.group import ConsumerRegistry
 
 
 Assignment = dict[str, list[TopicPartition]]
@@ -128,18 +131,25 @@ def parse_claim(body: Mapping[str, Any]) -> Claim | None | Refusal:
     return claim
 
 
-def _normal(assignment: Assignment) -> dict[str, list[TopicPartition]]:
-    return {thread: sorted(tps) for thread, tps in assignment.items() if tps}
+def claim_fits(claim: Claim, member: "ConsumerRegistry") -> str | None:
+    """None if ``member`` (absent, known to the coordinator) may be taken back with ``claim``; else why not.
 
-
-def claim_matches(claim: Claim, generation_id: int, holds: Assignment | None) -> str | None:
-    """None if ``claim`` is exactly what the coordinator knows the member ``holds`` in the group's
-    current ``generation_id``; else the reason it is not."""
-    if claim.generation_id != generation_id:
-        return f"claims generation {claim.generation_id}, the group is at {generation_id}"
-    if holds is None:
-        return "holds no assignment in this generation"
-    if _normal(claim.assignment) != _normal(holds):
-        return (f"claims {sorted(claim.partitions())}, holds "
-                f"{sorted(tp for tps in holds.values() for tp in tps)}")
+    A claim fits when every partition it names is one the coordinator counts the member
+    for, on the same thread, and its epoch is one the member can have: at most the newest
+    sent to it, and no older than the epoch in which it got any claimed partition.  The
+    member may claim less than it is counted for (a StopFetcher it carried out, or a
+    StartFetcher that never reached it): the rest is free again.  No partition the
+    coordinator counts for someone else can be claimed, so a claim never makes two holders."""
+    held = member.threads()
+    if member.epoch is None and not held:
+        return "holds nothing"
+    newest = max(member.sent_epoch, member.epoch if member.epoch is not None else -1)
+    if claim.generation_id > newest:
+        return f"claims epoch {claim.generation_id}, newer than {newest}"
+    for thread, tps in claim.assignment.items():
+        for tp in tps:
+            if held.get(tp) != thread:
+                return f"claims {tp[0]}-{tp[1]} on {thread}, which it does not hold"
+            if member.acquired.get(tp, 0) > claim.generation_id:
+                return f"claims {tp[0]}-{tp[1]} in epoch {claim.generation_id}, it got it in {member.acquired[tp]}"
     return None

@@ -34,10 +34,20 @@ class StoredMember:
     auto_commit: bool = True
     auto_offset_reset: str = LARGEST
     session_timeout_ms: int = 10000
+    #: The newest epoch the coordinator sent the member (None: none yet, or stored before epochs
+    #: were per member: the group's generation stands for it).
+    epoch: int | None = None
+    #: The member hands partitions over incrementally.
+    incremental: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, **self.topic_count.to_json(), "auto_commit": self.auto_commit,
-                "auto_offset_reset": self.auto_offset_reset, "session_timeout_ms": self.session_timeout_ms}
+        doc = {"version": 1, **self.topic_count.to_json(), "auto_commit": self.auto_commit,
+               "auto_offset_reset": self.auto_offset_reset, "session_timeout_ms": self.session_timeout_ms}
+        if self.epoch is not None:
+            doc["epoch"] = self.epoch
+        if self.incremental:
+            doc["incremental"] = True
+        return doc
 
     @classmethod
     def from_json(cls, consumer_id: str, doc: Any) -> "StoredMember":
@@ -54,7 +64,13 @@ class StoredMember:
             raise ValueError(f"member {consumer_id!r}: auto_offset_reset {reset!r} is not smallest|largest")
         if isinstance(session, bool) or not isinstance(session, int) or session <= 0:
             raise ValueError(f"member {consumer_id!r}: session_timeout_ms {session!r} is not a positive integer")
-        return cls(consumer_id, tc, auto_commit, reset, session)
+        epoch = doc.get("epoch")
+        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+            raise ValueError(f"member {consumer_id!r}: epoch {epoch!r} is not an integer >= 0")
+        incremental = doc.get("incremental", False)
+        if not isinstance(incremental, bool):
+            raise ValueError(f"member {consumer_id!r}: incremental {incremental!r} is not a boolean")
+        return cls(consumer_id, tc, auto_commit, reset, session, epoch, incremental)
 
 
 @dataclass
@@ -86,6 +102,12 @@ class GroupStore(ABC):
     @abstractmethod
     async def save_generation(self, group_id: str, generation_id: int) -> None:
         """Persist the group's generation."""
+
+    @abstractmethod
+    async def save_assignment(self, group_id: str, generation_id: int, members: list[StoredMember],
+                              owners: dict[TopicPartition, str]) -> None:
+        """In one write: the group's generation, these members (with their new epochs) and the
+        group's owners, replaced by exactly ``owners``."""
 
     @abstractmethod
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
@@ -157,6 +179,14 @@ class MemoryGroupStore(GroupStore):
 
     async def save_generation(self, group_id: str, generation_id: int) -> None:
         self._write("save_generation", group_id, generation_id).generation_id = generation_id
+
+    async def save_assignment(self, group_id: str, generation_id: int, members: list[StoredMember],
+                              owners: dict[TopicPartition, str]) -> None:
+        g = self._write("save_assignment", group_id, (generation_id, [m.consumer_id for m in members], owners))
+        g.generation_id = generation_id
+        for m in members:
+            g.members[m.consumer_id] = copy.deepcopy(m)
+        g.owners = dict(owners)
 
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         self._write("commit_offsets", group_id, offsets).offsets.update(offsets)

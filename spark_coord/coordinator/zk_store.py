@@ -108,6 +108,18 @@ class ZkGroupStore(GroupStore):
         await self.writer.write(f"save generation of {group_id}",
                                 [("put", paths.group_state(group_id), encode_state(generation_id))])
 
+    async def save_assignment(self, group_id: str, generation_id: int, members: list[StoredMember],
+                              owners: dict[TopicPartition, str]) -> None:
+        cache = self.writer.cache()
+        current = await self._current_owners(group_id, cache)
+        ops: list[Op] = [("put", paths.group_state(group_id), encode_state(generation_id))]
+        ops += [("put", paths.member(group_id, m.consumer_id),
+                 json.dumps(m.to_json(), separators=(",", ":")).encode()) for m in members]
+        ops += self._owner_ops(group_id, current, owners)
+        await self.writer.write(f"save the assignment of {group_id} (generation {generation_id})", ops,
+                                planned_in=cache)
+        cache.owners[group_id] = dict(owners)
+
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         if not offsets:
             return
@@ -162,18 +174,30 @@ class ZkGroupStore(GroupStore):
 
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()
+        current = await self._current_owners(group_id, cache)
+        ops = self._owner_ops(group_id, current, owners)
+        await self.writer.write(f"write {len(owners)} owners of {group_id}", ops, planned_in=cache)
+        cache.owners[group_id] = dict(owners)
+
+    async def _current_owners(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, str | None]:
+        """The owner znodes as this store wrote or read them last in this term (read when unknown)."""
         current = cache.owners.get(group_id)
         if current is None:
             try:
                 current = await self._read_owner_map(group_id, cache)
             except KazooException as e:
                 raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        return current
+
+    @staticmethod
+    def _owner_ops(group_id: str, current: dict[TopicPartition, str | None],
+                   owners: dict[TopicPartition, str]) -> list[Op]:
+        """The ops that turn the owner znodes ``current`` into ``owners``."""
         ops: list[Op] = [("delete", paths.owner(group_id, t, p), None) for (t, p) in sorted(current)
                          if (t, p) not in owners]
         ops += [("put", paths.owner(group_id, t, p), model.encode_owner(owner))
                 for (t, p), owner in sorted(owners.items()) if current.get((t, p)) != owner]
-        await self.writer.write(f"write {len(owners)} owners of {group_id}", ops, planned_in=cache)
-        cache.owners[group_id] = dict(owners)
+        return ops
 
     # ------------------------------------------------------------------- reads
 
@@ -226,13 +250,7 @@ class ZkGroupStore(GroupStore):
 
     async def read_owners(self, group_id: str) -> dict[TopicPartition, str]:
         """The owners this store wrote or read last in this term; read (pipelined) when it has none."""
-        cache = self.writer.cache()
-        owners = cache.owners.get(group_id)
-        if owners is None:
-            try:
-                owners = await self._read_owner_map(group_id, cache)
-            except KazooException as e:
-                raise StoreError(f"read owners of {group_id}: {e.__class__.__name__}") from None
+        owners = await self._current_owners(group_id, self.writer.cache())
         return {tp: o for tp, o in owners.items() if o is not None}
 
     async def _load_group(self, group_id: str, cache: ZnodeCache) -> StoredGroup:

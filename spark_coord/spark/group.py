@@ -20,10 +20,13 @@ The mapping (DESIGN.md section 8):
   CommitOffsets for what changed, answered once in ZooKeeper -- and reported in
   Ping answers as before.  ``flush()`` waits for that (the end of a
   Trigger.AvailableNow run does).
-- **StopFetcher**: the member stops offering its partitions at once, waits for
-  the batch in flight on them to commit (bounded by half the session timeout),
-  then answers with the committed offsets -- so the next owner starts exactly
-  where this query stopped.
+- **StopFetcher** (v1: just the partitions that move): the member stops offering
+  those partitions at once, waits for the batch in flight on them to commit
+  (bounded by half the session timeout), then answers with their committed
+  offsets -- so the next owner starts exactly where this query stopped.  The
+  query's other partitions are planned on as before: a batch in flight on them
+  is not disturbed.  StartFetcher gives the complete assignment; only partitions
+  new to the member start at the offsets it carries.
 - **Coordinator lost** (connection gone or silent): the members keep planning
   their partitions while they find the next coordinator, until their session
   timeout passed since a coordinator last confirmed them (the lease); then the
@@ -76,10 +79,14 @@ class _QueryMember:
             return [{"topic": t, "partition": p, "offset": committed[(t, p)]}
                     for (t, p) in sorted(self.owned) if (t, p) in committed]
 
-    def stop_fetchers(self) -> None:
+    def stop_fetchers(self, partitions: set[TopicPartition] | None = None) -> list[dict] | None:
+        """Stop offering ``partitions`` (None: all of them), wait for the batch in flight on them to
+        commit (bounded), and give them up; a batch in flight on the others is not disturbed.
+        Returns the committed offsets of what it gave up (None when it gave up everything:
+        ``report_offsets`` answers then)."""
         src = self.source
         with src.lock:
-            revoked = dict(self.owned)
+            revoked = {tp: o for tp, o in self.owned.items() if partitions is None or tp in partitions}
             src.stopping.update(revoked)
         deadline = time.monotonic() + src.stop_timeout
         with src.changed:  # wait for the batch in flight on these partitions to commit
@@ -91,21 +98,34 @@ class _QueryMember:
                                 sorted(tp for tp in revoked if src.in_flight(tp)), src.stop_timeout)
                     break
                 src.changed.wait(left)
-            self.owned.clear()
-            self.sent.clear()
+            offsets = [{"topic": t, "partition": p, "offset": src.committed[(t, p)]}
+                       for (t, p) in sorted(revoked) if (t, p) in src.committed]
+            for tp in revoked:
+                self.owned.pop(tp, None)
+                self.sent.pop(tp, None)
             src.stopping.difference_update(revoked)
-            self.started.clear()
+            if partitions is None:
+                self.started.clear()
+        if partitions is not None:
+            log.info("%s: gave up %d partition(s): %s", self.consumer_id, len(revoked),
+                     ", ".join(f"{t}-{p}" for t, p in sorted(revoked)))
+            return offsets
+        return None
 
     def start_fetchers(self, generation_id: int, assignment: dict, threads: dict, brokers: dict) -> None:
-        resolved = self.source.resolve_resets({tp: off for tp, off in assignment.items()})
+        """The complete assignment: partitions already planned go on as they are (their handed-out
+        offset was applied already), new ones start at the offsets given."""
         with self.source.lock:
-            self.owned = resolved
+            kept = {tp: off for tp, off in self.owned.items() if tp in assignment}
+        resolved = self.source.resolve_resets({tp: off for tp, off in assignment.items() if tp not in kept})
+        with self.source.lock:
+            self.owned = {**kept, **resolved}
             self.generation = generation_id
             self.suspended = False
-            self.sent = {}
+            self.sent = {tp: o for tp, o in self.sent.items() if tp in kept}
         self.started.set()
-        log.info("%s: generation %d, %d partition(s): %s", self.consumer_id, generation_id, len(resolved),
-                 ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(resolved.items())))
+        log.info("%s: epoch %d, %d partition(s)%s", self.consumer_id, generation_id, len(self.owned),
+                 f"; new: {', '.join(f'{t}-{p}@{o}' for (t, p), o in sorted(resolved.items()))}" if resolved else "")
 
     def connection_lost(self) -> None:
         with self.source.lock:

@@ -153,8 +153,10 @@ Windows = Mapping[str, Sequence[Interval]]
 def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, float] | None = None,
                         end_of_run: float = float("inf")) -> dict[TopicPartition, list[tuple[float, float, str]]]:
     """partition -> [(start, end, member)]: a member owns a partition from an ``assign`` or
-    ``resume`` naming it until its next ``stop``, ``lost`` (at its ``lease_end`` when earlier),
-    ``closed``, another ``assign``, or its death (``deaths``: member -> time of its SIGKILL)."""
+    ``resume`` naming it until its next ``stop`` (of everything, or naming it in ``parts``),
+    ``lost`` (at its ``lease_end`` when earlier), ``closed``, an ``assign`` without it, or
+    its death (``deaths``: member -> time of its SIGKILL).  An ``assign`` is the member's
+    complete assignment: a partition it already owned goes on being owned."""
     out: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
     for member, events in journals.items():
         open_: dict[TopicPartition, float] = {}
@@ -164,10 +166,20 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
                 out[tp].append((start, max(start, at), member))
             open_.clear()
 
+        def close(tps, at: float) -> None:
+            for tp in tps:
+                start = open_.pop(tp, None)
+                if start is not None:
+                    out[tp].append((start, max(start, at), member))
+
         for e in events:
             if e["ev"] in ("assign", "resume"):
-                close_all(e["ts"])
-                open_.update({(t, p): e["ts"] for t, p, _ in e["parts"]})
+                named = {(t, p) for t, p, _ in e["parts"]}
+                close([tp for tp in open_ if tp not in named], e["ts"])
+                for tp in named:
+                    open_.setdefault(tp, e["ts"])
+            elif e["ev"] == "stop" and e.get("parts") is not None:
+                close([(t, p) for t, p in e["parts"]], e["ts"])
             elif e["ev"] in ("stop", "closed"):
                 close_all(e["ts"])
             elif e["ev"] == "lost":

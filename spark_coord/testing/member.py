@@ -8,8 +8,10 @@ The journal is JSON lines, each with ``ts`` (epoch seconds) and ``ev``:
 
 - ``start``: ``id`` (consumer id), ``pid``;
 - ``assign``: a StartFetcher is being adopted (written before the fetchers start):
-  ``gen``, ``epoch`` (coordinator epoch), ``parts`` = ``[[topic, partition, start_offset], ...]``;
-- ``stop``: a StopFetcher stopped the fetchers (written after they stopped);
+  ``gen``, ``epoch`` (coordinator epoch), ``parts`` = ``[[topic, partition, start_offset], ...]``,
+  the complete assignment (partitions it already had go on from where they were);
+- ``stop``: a StopFetcher stopped the fetchers (written after they stopped): of
+  everything, or (``parts`` = ``[[topic, partition], ...]``) of just those partitions;
 - ``lost``: no coordinator confirms the assignment any more -- the lease ran out or a
   claim was refused -- and the fetchers stopped (written after); ``lease_end``: when
   the lease ran out (earlier than the line when the member was paused meanwhile:
@@ -83,9 +85,22 @@ class JournalingConsumer(Consumer):
                            parts=[[t, p, o] for (t, p), o in sorted(assignment.items())])
         super().start_fetchers(generation_id, assignment, threads, brokers)
 
-    def stop_fetchers(self) -> None:
-        super().stop_fetchers()
-        self.journal.write("stop", gen=self.generation)
+    def stop_fetchers(self, partitions=None):
+        offsets = super().stop_fetchers(partitions)
+        if partitions is None:
+            self.journal.write("stop", gen=self.generation)
+        else:
+            self.journal.write("stop", gen=self.generation, parts=[[t, p] for t, p in sorted(partitions)])
+        return offsets
+
+    def close(self, timeout: float | None = None) -> None:
+        """Journal the end of delivery (``stop``) before the final commit leaves the group: from the
+        leave on, the coordinator may hand the partitions to others at once."""
+        if not self._closed:
+            self._buffer.close()
+            self._fetchers.stop()
+            self.journal.write("stop", gen=self.generation)
+        super().close(timeout)
 
     def connection_lost(self) -> None:
         super().connection_lost()

@@ -2,10 +2,25 @@
 
 Api keys 1000-1006, non-flexible: Kafka 0.8 framing (request header v1: api_key,
 api_version, correlation_id, client_id; response header v0: correlation_id).  No
-Kafka version uses these keys.  Versions: every API is served at version 0 only,
-except RegisterConsumer, served at 0-1 (v1 adds the member's claim: the generation
-and partitions it still holds, with its positions, and the generation the
-coordinator accepted it into).
+Kafka version uses these keys.  Versions:
+
+- RegisterConsumer 0-2.  v1 adds the member's claim: the epoch and partitions it
+  still holds, with its positions, and in the answer the epoch the coordinator
+  accepted it into.  v2 has v1's fields; a member that registers with v2 serves
+  StopFetcher and StartFetcher v1 (incremental hand-over), and is sent those.
+- StopFetcher 0-1.  v0 stops everything the member holds.  v1 adds Partitions:
+  the ones to stop (the member keeps fetching the others); null stops everything.
+- StartFetcher 0-1.  Same fields.  v0 follows a StopFetcher of everything: the
+  member starts what it is given at the offsets given.  v1 gives the member's
+  complete assignment: partitions it already fetches go on from its own
+  position (their offset is ignored), the others start at the offset given, and
+  nothing it holds is missing from it (partitions leave only through StopFetcher).
+- Every other API: version 0.
+
+A member's epoch (the GenerationId of these messages) is its own, not the
+group's: the coordinator gives a member a new epoch with each StopFetcher v1 and
+StartFetcher it sends it, from one counter per group, so a member whose
+partitions do not move keeps its epoch while others are rebalanced.
 
 Who sends what:
 
@@ -59,7 +74,8 @@ from spark_coord.wire.registry import register
 from spark_coord.wire.schema import Field, Message
 
 __all__ = ["CoordinatorApiKey", "CLUSTER_METADATA", "REGISTER_CONSUMER", "PING", "STOP_FETCHER", "START_FETCHER",
-           "DESCRIBE_GROUPS", "COMMIT_OFFSETS", "VERSION", "REGISTER_VERSION", "NO_OFFSET", "NO_GENERATION", "MESSAGES",
+           "DESCRIBE_GROUPS", "COMMIT_OFFSETS", "VERSION", "REGISTER_VERSION", "INCREMENTAL_REGISTER_VERSION",
+           "INCREMENTAL_VERSION", "NO_OFFSET", "NO_GENERATION", "MESSAGES",
            "correlation_id", "correlation_ids", "is_response_frame"]
 
 
@@ -85,8 +101,12 @@ COMMIT_OFFSETS = CoordinatorApiKey.COMMIT_OFFSETS
 
 #: The version of every coordinator API but RegisterConsumer.
 VERSION = 0
-#: The newest RegisterConsumer version (members send it; 0 is still served).
-REGISTER_VERSION = 1
+#: The newest RegisterConsumer version (members send it; 0 and 1 are still served).
+REGISTER_VERSION = 2
+#: RegisterConsumer versions whose members are sent StopFetcher/StartFetcher v1 (incremental).
+INCREMENTAL_REGISTER_VERSION = 2
+#: The StopFetcher/StartFetcher version of incremental hand-over.
+INCREMENTAL_VERSION = 1
 #: A StartFetcher start offset meaning "apply auto.offset.reset".
 NO_OFFSET = -1
 #: "No generation": a member that holds no assignment, or a claim that was not accepted.
@@ -138,7 +158,7 @@ def _ownership_fields() -> list[Field]:
 # ----------------------------------------------------------------- RegisterConsumer
 # v1: the member's claim (GenerationId, Owned: the partitions it still holds per thread, each
 # with the member's position), and in the answer the generation it was accepted into.
-REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0-1", flexible="none", fields=[
+REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0-2", flexible="none", fields=[
     Field("GroupId", "string", "0+"),
     Field("ConsumerId", "string", "0+"),
     Field("Topics", "[]TopicCount", "0+", fields=[   # static subscription: topic -> streams
@@ -153,7 +173,7 @@ REGISTER_CONSUMER_REQUEST = Message("RegisterConsumerRequest", valid="0-1", flex
     Field("GenerationId", "int32", "1+", default=NO_GENERATION),   # -1: no claim
     Field("Owned", "[]Ownership", "1+", fields=_ownership_fields()),
 ])
-REGISTER_CONSUMER_RESPONSE = Message("RegisterConsumerResponse", valid="0-1", flexible="none", fields=[
+REGISTER_CONSUMER_RESPONSE = Message("RegisterConsumerResponse", valid="0-2", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("ErrorMessage", "string", "0+", nullable="0+", default=None),
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
@@ -175,12 +195,17 @@ PING_RESPONSE = Message("PingResponse", valid="0", flexible="none", fields=[
 ])
 
 # ---------------------------------------------------------------------- StopFetcher
-STOP_FETCHER_REQUEST = Message("StopFetcherRequest", valid="0", flexible="none", fields=[
+# v1: Partitions, the ones to stop (null: all); GenerationId is the member's epoch once they stopped.
+STOP_FETCHER_REQUEST = Message("StopFetcherRequest", valid="0-1", flexible="none", fields=[
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
     Field("GenerationId", "int32", "0+", default=-1),
     Field("ConsumerId", "string", "0+"),
+    Field("Partitions", "[]StopTopic", "1+", nullable="1+", default=None, fields=[
+        Field("Topic", "string", "1+"),
+        Field("Partitions", "[]int32", "1+"),
+    ]),
 ])
-STOP_FETCHER_RESPONSE = Message("StopFetcherResponse", valid="0", flexible="none", fields=[
+STOP_FETCHER_RESPONSE = Message("StopFetcherResponse", valid="0-1", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("ConsumerId", "string", "0+"),
     Field("GenerationId", "int32", "0+", default=-1),
@@ -188,14 +213,15 @@ STOP_FETCHER_RESPONSE = Message("StopFetcherResponse", valid="0", flexible="none
 ])
 
 # --------------------------------------------------------------------- StartFetcher
-START_FETCHER_REQUEST = Message("StartFetcherRequest", valid="0", flexible="none", fields=[
+# v1: the same fields; the member's complete assignment, applied incrementally (module docstring).
+START_FETCHER_REQUEST = Message("StartFetcherRequest", valid="0-1", flexible="none", fields=[
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
     Field("GenerationId", "int32", "0+", default=-1),
     Field("ConsumerId", "string", "0+"),
     Field("Ownership", "[]Ownership", "0+", fields=_ownership_fields()),  # offset -1: apply the reset
     Field("Brokers", "[]Broker", "0+", fields=_broker_fields()),
 ])
-START_FETCHER_RESPONSE = Message("StartFetcherResponse", valid="0", flexible="none", fields=[
+START_FETCHER_RESPONSE = Message("StartFetcherResponse", valid="0-1", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("ConsumerId", "string", "0+"),
     Field("GenerationId", "int32", "0+", default=-1),
@@ -260,6 +286,8 @@ MESSAGES: dict[int, tuple[str, Message, Message]] = {
 #: api key -> (lowest, highest) version served
 VERSIONS: dict[int, tuple[int, int]] = {key: (VERSION, VERSION) for key in MESSAGES}
 VERSIONS[REGISTER_CONSUMER] = (0, REGISTER_VERSION)
+VERSIONS[STOP_FETCHER] = (0, INCREMENTAL_VERSION)
+VERSIONS[START_FETCHER] = (0, INCREMENTAL_VERSION)
 
 for _key, (_name, _request, _response) in MESSAGES.items():
     register(_key, _name, _request, _response, VERSIONS[_key])

@@ -1,10 +1,10 @@
-"""DeleteTopics (key 20): delete topics by name.
+"""DeleteTopics (key 20): delete topics by name, or by id from v6.
 
-Served: v0-5.
+Served: v0-6.
 - v0-3: the same shape (v1 adds response ThrottleTimeMs; v3 may answer
   TOPIC_DELETION_DISABLED).
 - v4: first flexible version.  v5: response ErrorMessage (and quota errors).
-- v6 names topics by id or name (KIP-516) and is declared but not served.
+- v6: Topics, each named by Name or by TopicId (KIP-516); the response carries both.
 """
 
 from __future__ import annotations
@@ -31,4 +31,4 @@ RESPONSE = Message("DeleteTopicsResponse", valid="0-6", flexible="4+", fields=[
     ]),
 ])
 
-register(ApiKey.DELETE_TOPICS, "DeleteTopics", REQUEST, RESPONSE, (0, 5))
+register(ApiKey.DELETE_TOPICS, "DeleteTopics", REQUEST, RESPONSE, (0, 6))

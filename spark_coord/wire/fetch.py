@@ -1,6 +1,6 @@
 """Fetch (key 1): read record batches from partition logs.
 
-Served: v4-12 (record batch v2; topics by name).
+Served: v4-17 (record batch v2; topics by name up to v12, by id from v13).
 - v4: IsolationLevel; response LastStableOffset and AbortedTransactions.
 - v5: LogStartOffset (request and response).  v6: same shape.
 - v7: incremental fetch sessions (SessionId, SessionEpoch, ForgottenTopicsData;
@@ -8,7 +8,10 @@ Served: v4-12 (record batch v2; topics by name).
 - v9: CurrentLeaderEpoch.  v10: zstd allowed.  v11: RackId; PreferredReadReplica.
 - v12: first flexible version; LastFetchedEpoch; response tagged DivergingEpoch,
   CurrentLeader, SnapshotId.
-- v13+ name topics by topic id (KIP-516) and are declared here but not served.
+- v13: topics (and forgotten topics) by TopicId instead of by name (KIP-516);
+  per-partition UNKNOWN_TOPIC_ID.  v14: same shape (OFFSET_MOVED_TO_TIERED_STORAGE).
+- v15: ReplicaId moves into the tagged ReplicaState (KIP-903).
+- v16: response tagged NodeEndpoints (KIP-951).  v17: tagged ReplicaDirectoryId (KIP-853).
 The response's Records may be FileRegion slices of segment files (sent with sendfile).
 """
 
@@ -92,4 +95,4 @@ RESPONSE = Message("FetchResponse", valid="0-17", flexible="12+", fields=[
     ]),
 ])
 
-register(ApiKey.FETCH, "Fetch", REQUEST, RESPONSE, (4, 12))
+register(ApiKey.FETCH, "Fetch", REQUEST, RESPONSE, (4, 17))

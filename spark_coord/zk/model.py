@@ -2,17 +2,19 @@
 
 We write exactly what ZooKeeper-mode Kafka 2.x writes, so Kafka tooling reads our
 znodes, and we read every shape Kafka has used (broker registration versions 1-5,
-topic assignment versions 1-2).  Everything read from ZooKeeper is treated as
+topic znode versions 1-3; version 3, Kafka 2.8's, carries the topic id).  Everything read from ZooKeeper is treated as
 hostile: anything that is not the expected shape raises ``ValueError`` saying
 what is wrong, never ``KeyError``/``TypeError``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -22,7 +24,18 @@ from spark_coord.zk import paths
 MAX_ZNODE_BYTES = 1024 * 1024
 
 BROKER_REGISTRATION_VERSION = 4
+#: The topic znode as Kafka before 2.8 wrote it (partitions only).
 TOPIC_ASSIGNMENT_VERSION = 1
+#: The topic znode as Kafka 2.8+ writes it: ``topic_id``, ``adding_replicas`` and ``removing_replicas``.
+TOPIC_ZNODE_VERSION = 3
+
+#: A topic id is a 16-byte UUID (KIP-516); the zero UUID means "no id" on the wire.
+TOPIC_ID_SIZE = 16
+ZERO_TOPIC_ID = bytes(TOPIC_ID_SIZE)
+#: Kafka's reserved ids (``Uuid.RESERVED``): never handed out to a topic.
+_RESERVED_TOPIC_IDS = frozenset({ZERO_TOPIC_ID, bytes(15) + b"\x01"})
+# Kafka's Uuid.toString: base64url without padding (22 characters); Uuid.fromString also takes "==".
+_TOPIC_ID_TEXT = re.compile(r"^[A-Za-z0-9_-]{22}(==)?$")
 
 # PLAINTEXT://host:port, INTERNAL://[::1]:9092, PLAINTEXT://:9092 (all interfaces)
 _ENDPOINT = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.%a-zA-Z]*\]|[^:/\[\]]*):([0-9]{1,5})$")
@@ -208,6 +221,36 @@ def parse_broker(broker_id: int, data: bytes | str | None) -> BrokerInfo:
     raise ValueError(f"{what}: no usable endpoint and no usable host/port (host={host!r}, port={port!r})")
 
 
+# ---------------------------------------------------------------------- topic ids
+
+def new_topic_id() -> bytes:
+    """A fresh topic id: 16 random bytes of a version-4 UUID, as Kafka's ``Uuid.randomUuid``
+    hands out -- never a reserved id (the zero UUID, ``0...01``) nor one whose text starts with ``-``."""
+    while True:
+        raw = uuid.uuid4().bytes
+        if raw not in _RESERVED_TOPIC_IDS and not format_topic_id(raw).startswith("-"):
+            return raw
+
+
+def format_topic_id(topic_id: bytes) -> str:
+    """A topic id as Kafka prints and stores it (``Uuid.toString``): base64url, no padding, 22 characters."""
+    if not isinstance(topic_id, (bytes, bytearray)) or len(topic_id) != TOPIC_ID_SIZE:
+        raise ValueError(f"a topic id is {TOPIC_ID_SIZE} bytes, got {topic_id!r}")
+    return base64.urlsafe_b64encode(bytes(topic_id)).rstrip(b"=").decode("ascii")
+
+
+def parse_topic_id(text: Any, where: str = "topic id") -> bytes:
+    """The 16 bytes of a topic id in Kafka's text form (what ``Uuid.fromString`` accepts: 22
+    base64url characters, optionally padded); ValueError on anything else, and on the zero UUID,
+    which names no topic."""
+    if not isinstance(text, str) or not _TOPIC_ID_TEXT.match(text):
+        raise ValueError(f"{where}: {str(text)[:40]!r} is not a base64url UUID (22 characters)")
+    raw = base64.urlsafe_b64decode(text[:22] + "==")
+    if raw == ZERO_TOPIC_ID:
+        raise ValueError(f"{where}: the zero UUID is not a topic id")
+    return raw
+
+
 # ------------------------------------------------------------------ topic assignment
 
 def _check_assignment(what: str, assignment: dict[int, list[int]]) -> dict[int, list[int]]:
@@ -229,29 +272,57 @@ def _check_assignment(what: str, assignment: dict[int, list[int]]) -> dict[int, 
     return out
 
 
-def topic_assignment(assignment: dict[int, list[int]]) -> bytes:
-    """``{"version":1,"partitions":{"0":[1],"1":[2]}}`` for ``/brokers/topics/<topic>``.
+@dataclass(frozen=True)
+class TopicZNode:
+    """What ``/brokers/topics/<topic>`` says: the partition -> replicas map (first replica is
+    the leader) and the topic id (None in a znode written before Kafka 2.8 / topic ids)."""
 
-    ``assignment`` maps partition -> replica broker ids, the first being the leader.
+    partitions: dict[int, list[int]]
+    topic_id: bytes | None = None
+
+
+def topic_assignment(assignment: dict[int, list[int]], topic_id: bytes | None = None) -> bytes:
+    """The content of ``/brokers/topics/<topic>``.
+
+    With ``topic_id``, Kafka 2.8+'s version 3::
+
+        {"version":3,"topic_id":"<base64url>","partitions":{"0":[1]},"adding_replicas":{},"removing_replicas":{}}
+
+    Without, the pre-2.8 version 1 ``{"version":1,"partitions":{"0":[1],"1":[2]}}`` (a topic
+    without an id, which a broker gives one when it first sees it).  ``assignment`` maps
+    partition -> replica broker ids, the first being the leader.
     """
     if not isinstance(assignment, dict):
         raise ValueError(f"topic assignment must be a dict, got {type(assignment).__name__}")
     for p in assignment:
         paths.validate_partition(p)
     checked = _check_assignment("topic assignment", assignment)
-    return _dumps({"version": TOPIC_ASSIGNMENT_VERSION, "partitions": {str(p): r for p, r in checked.items()}})
+    partitions = {str(p): r for p, r in checked.items()}
+    if topic_id is None:
+        return _dumps({"version": TOPIC_ASSIGNMENT_VERSION, "partitions": partitions})
+    if bytes(topic_id) in _RESERVED_TOPIC_IDS:
+        raise ValueError("a reserved UUID (zero or one) cannot be a topic id")
+    return _dumps({"version": TOPIC_ZNODE_VERSION, "topic_id": format_topic_id(topic_id), "partitions": partitions,
+                   "adding_replicas": {}, "removing_replicas": {}})
 
 
-def parse_topic_assignment(data: bytes | str | None, topic: str = "?") -> dict[int, list[int]]:
-    """Partition -> replica broker ids from ``/brokers/topics/<topic>`` (versions 1-2;
-    fields other than ``partitions``, e.g. ``adding_replicas``, are ignored)."""
+def _topic_doc(data: bytes | str | None, topic: str) -> tuple[str, dict]:
     what = f"topic {topic!r} assignment"
     doc = _loads(what, data)
     if not isinstance(doc, dict):
         raise ValueError(f"{what}: expected a JSON object, got {type(doc).__name__}")
     version = doc.get("version")
-    if not _is_int(version) or not 1 <= version <= 2:
-        raise ValueError(f"{what}: unsupported version {version!r} (1-2 are known)")
+    if not _is_int(version) or not 1 <= version <= TOPIC_ZNODE_VERSION:
+        raise ValueError(f"{what}: unsupported version {version!r} (1-{TOPIC_ZNODE_VERSION} are known)")
+    return what, doc
+
+
+def parse_topic(data: bytes | str | None, topic: str = "?") -> TopicZNode:
+    """Partitions and topic id from ``/brokers/topics/<topic>`` (versions 1-3; a ``topic_id``
+    is read at any version, as Kafka does; other fields, e.g. ``adding_replicas``, are ignored).
+    A ``topic_id`` that is present but not a topic id (not base64url of 16 bytes, the zero
+    UUID, not a string) is a ValueError like any other malformed content."""
+    what, doc = _topic_doc(data, topic)
     parts = doc.get("partitions")
     if not isinstance(parts, dict):
         raise ValueError(f"{what}: 'partitions' is not an object")
@@ -262,7 +333,30 @@ def parse_topic_assignment(data: bytes | str | None, topic: str = "?") -> dict[i
         except ValueError:
             raise ValueError(f"{what}: partition key {key!r} is not a non-negative decimal") from None
         assignment[p] = replicas
-    return _check_assignment(what, assignment)
+    topic_id = None
+    if "topic_id" in doc:
+        topic_id = parse_topic_id(doc["topic_id"], f"{what}: 'topic_id'")
+    return TopicZNode(_check_assignment(what, assignment), topic_id)
+
+
+def parse_topic_assignment(data: bytes | str | None, topic: str = "?") -> dict[int, list[int]]:
+    """Partition -> replica broker ids from ``/brokers/topics/<topic>`` (``parse_topic``'s partitions)."""
+    return parse_topic(data, topic).partitions
+
+
+def with_topic_id(data: bytes | str | None, topic_id: bytes, topic: str = "?") -> bytes:
+    """``data`` (a topic znode without an id) given ``topic_id``: raised to version 3 with
+    ``topic_id`` added and every other field kept (a reassignment's ``adding_replicas`` too),
+    as Kafka's controller upgrades a pre-2.8 topic.  ValueError when ``data`` is malformed."""
+    parse_topic(data, topic)
+    _, doc = _topic_doc(data, topic)
+    if bytes(topic_id) in _RESERVED_TOPIC_IDS:
+        raise ValueError("a reserved UUID (zero or one) cannot be a topic id")
+    out: dict[str, Any] = {"version": TOPIC_ZNODE_VERSION, "topic_id": format_topic_id(topic_id)}
+    out.update((k, v) for k, v in doc.items() if k not in out)
+    out.setdefault("adding_replicas", {})
+    out.setdefault("removing_replicas", {})
+    return _dumps(out)
 
 
 def assign_partitions(n_partitions: int, broker_ids: Iterable[int], start: int | None = None) -> dict[int, list[int]]:

@@ -228,3 +228,45 @@ def test_idle_connection_is_closed(broker_factory):
             assert time.monotonic() - t0 < 10, "idle connection was not closed"
         assert time.monotonic() - t0 > 0.2
         good.request(ApiKey.METADATA, {"topics": None})
+
+
+# ------------------------------------------------------------------ topic ids on the wire
+ODD_ID = b"\xab" * 16
+
+_BY_ID = {
+    "fetch-v13": (ApiKey.FETCH, 13, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "topics": [
+        {"topic_id": ODD_ID, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}]}]}),
+    "metadata-v12": (ApiKey.METADATA, 12, {"topics": [{"topic_id": ODD_ID, "name": None}]}),
+    "delete-topics-v6": (ApiKey.DELETE_TOPICS, 6, {"topics": [{"topic_id": ODD_ID, "name": None}],
+                                                   "timeout_ms": 1000}),
+}
+
+
+def _by_id_frame(kind: str) -> tuple[bytes, int]:
+    """A request naming a topic by ODD_ID (size prefix stripped) and where the id starts in it."""
+    from spark_coord.wire.protocol import encode_request
+
+    api_key, version, body = _BY_ID[kind]
+    frame = encode_request(api_key, version, 5, "evil", body)[4:]
+    return frame, frame.index(ODD_ID)
+
+
+@pytest.mark.parametrize("kind", sorted(_BY_ID))
+def test_a_request_ending_inside_a_topic_id_closes_only_that_connection(broker, good, kind):
+    frame, at = _by_id_frame(kind)
+    s = connect(broker.address)
+    s.sendall(_frame(frame[:at + 7]))  # 7 of the id's 16 bytes, then the frame ends
+    assert is_closed(s)
+    _still_served(good)
+
+
+@pytest.mark.parametrize("kind", sorted(_BY_ID))
+@pytest.mark.parametrize("size", [15, 17], ids=["15-bytes", "17-bytes"])
+def test_a_topic_id_that_is_not_16_bytes_is_refused(broker, good, kind, size):
+    """An id a byte short or long shifts everything after it: the frame no longer parses, so
+    the broker closes that connection (as for any malformed request) and serves everyone else."""
+    frame, at = _by_id_frame(kind)
+    s = connect(broker.address)
+    s.sendall(_frame(frame[:at] + b"\xab" * size + frame[at + 16:]))
+    assert is_closed(s)
+    _still_served(good)

@@ -40,12 +40,14 @@ class Session:
         self.registration = registration
         self.consumer_id = registration["consumer_id"]
         self._corr = api.correlation_ids()
+        self._versions: dict[int, int] = {}
         #: Requests the member sent (CommitOffsets), waiting for the test: (header, body).
         self.member_requests: "queue.Queue[tuple[RequestHeader, dict]]" = queue.Queue()
 
-    def send(self, api_key: int, body: dict) -> int:
+    def send(self, api_key: int, body: dict, version: int = 0) -> int:
         cid = next(self._corr)
-        self.sock.sendall(protocol.encode_request(api_key, 0, cid, "coordinator", body))
+        self.sock.sendall(protocol.encode_request(api_key, version, cid, "coordinator", body))
+        self._versions[cid] = version
         return cid
 
     def _next_frame(self, timeout: float) -> bytes:
@@ -59,7 +61,7 @@ class Session:
             if api.is_response_frame(frame):
                 break
             self.member_requests.put(protocol.decode_request(frame))
-        got, body = protocol.decode_response(api_key, 0, frame)
+        got, body = protocol.decode_response(api_key, self._versions.pop(cid, 0), frame)
         assert got == cid, f"answer carries correlation id {got}, expected {cid}"
         return body
 
@@ -81,25 +83,32 @@ class Session:
         self.reply(header, {"error_code": 0, "partitions": [
             {"topic": o["topic"], "partition": o["partition"], "error_code": code} for o in request["offsets"]]})
 
-    def call(self, api_key: int, body: dict, timeout: float = 5.0) -> dict:
-        return self.answer(api_key, self.send(api_key, body), timeout)
+    def call(self, api_key: int, body: dict, timeout: float = 5.0, version: int = 0) -> dict:
+        return self.answer(api_key, self.send(api_key, body, version), timeout)
 
     def ping(self, epoch: int, generation: int = -1, retries: int = 0, **kw) -> dict:
         return self.call(api.PING, {"coordinator_epoch": epoch, "generation_id": generation,
                                     "consumer_id": kw.get("consumer_id", self.consumer_id), "num_retries": retries})
 
-    def stop_fetcher(self, epoch: int, generation: int) -> dict:
-        return self.call(api.STOP_FETCHER, {"coordinator_epoch": epoch, "generation_id": generation,
-                                            "consumer_id": self.consumer_id})
+    def stop_fetcher(self, epoch: int, generation: int, partitions=None) -> dict:
+        """StopFetcher: v0 (everything), or v1 naming ``partitions`` [(topic, partition)]."""
+        body = {"coordinator_epoch": epoch, "generation_id": generation, "consumer_id": self.consumer_id}
+        if partitions is None:
+            return self.call(api.STOP_FETCHER, body)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(partitions):
+            by_topic.setdefault(t, []).append(p)
+        body["partitions"] = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        return self.call(api.STOP_FETCHER, body, version=1)
 
     def start_fetcher(self, epoch: int, generation: int, partitions: dict, brokers=(), thread: str | None = None,
-                      timeout: float = 5.0) -> dict:
+                      timeout: float = 5.0, version: int = 0) -> dict:
         ownership = [{"consumer_thread_id": thread or f"{self.consumer_id}-0",
                       "partitions": [{"topic": t, "partition": p, "offset": o} for (t, p), o in partitions.items()]}]
         return self.call(api.START_FETCHER, {"coordinator_epoch": epoch, "generation_id": generation,
                                              "consumer_id": self.consumer_id, "ownership": ownership,
                                              "brokers": [{"node_id": i, "host": h, "port": p}
-                                                         for i, (h, p) in brokers]}, timeout)
+                                                         for i, (h, p) in brokers]}, timeout, version)
 
     def is_closed_by_peer(self, timeout: float = 5.0) -> bool:
         self.sock.settimeout(timeout)
@@ -206,9 +215,13 @@ class RecordingMember:
             self.events.append(("report",))
             return list(self.offsets)
 
-    def stop_fetchers(self) -> None:
+    def stop_fetchers(self, partitions=None):
         with self.lock:
-            self.events.append(("stop",))
+            if partitions is None:
+                self.events.append(("stop",))
+                return None
+            self.events.append(("stop", set(partitions)))
+            return [o for o in self.offsets if (o["topic"], o["partition"]) in partitions]
 
     def start_fetchers(self, generation_id, assignment, threads, brokers) -> None:
         with self.lock:

@@ -89,6 +89,35 @@ def test_stop_fetcher_stops_before_reporting(fake, make_connector):
     assert session.ping(7, 1)["offsets"] == []  # stopped: nothing more to report until started again
 
 
+def test_stop_fetcher_v1_stops_only_the_partitions_it_names(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member)
+    session = fake.next_session()
+    session.start_fetcher(7, 1, {("t", 0): 1, ("t", 1): 1}, version=1)
+    answer = session.stop_fetcher(epoch=7, generation=2, partitions=[("t", 1), ("t", 5)])  # t-5 it does not hold
+    assert answer["error_code"] == 0 and answer["generation_id"] == 2
+    assert answer["offsets"] == [{"topic": "t", "partition": 1, "offset": 7}]  # what it gave up
+    assert ("stop", {("t", 1)}) in member.events and ("stop",) not in member.events
+    assert conn.generation_id == 2
+    assert session.ping(7, 2)["offsets"] == OFFSETS  # it still holds t-0 (the fake reports fixed offsets)
+    assert conn._threads == {("t", 0): "c1-0"}
+
+
+def test_claim_refused_drops_the_assignment_and_registers_again_without_one(fake, make_connector):
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member)
+    first = fake.next_session()
+    first.start_fetcher(7, 2, {("t", 0): 40})
+    fake.register_errors = [ErrorCode.CLAIM_REFUSED]
+    first.close()
+    second = fake.next_session()
+    claims = [r["generation_id"] for r in fake.registrations]
+    assert claims == [-1, 2, -1]  # refused, then no claim
+    assert "lost" in member.names() and conn.generation_id == -1
+    wait_until(lambda: conn.registrations == 2, 5)
+    assert second.ping(7, 2)["offsets"] == []
+
+
 def test_start_fetcher_adopts_generation_and_assignment(fake, make_connector):
     member = RecordingMember(OFFSETS)
     conn = make_connector(member)

@@ -120,6 +120,59 @@ def test_stop_revoke_and_restart(consumer, fake, cluster):
     assert session.ping(EPOCH, 2)["offsets"] == [{"topic": TOPIC, "partition": 1, "offset": 20}]
 
 
+def _produce_to(cluster, topic: str, counts: dict[int, int]) -> None:
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.producer import Producer
+
+    with ClusterClient(cluster.bootstrap) as cc:
+        AdminClient(cc).create_topic(topic, partitions=2, if_not_exists=True)
+        producer = Producer(cc)
+        for p, n in counts.items():
+            for i in range(n):
+                producer.send(topic, b"v%d" % i, partition=p)
+        producer.flush()
+
+
+def test_incremental_hand_over_stops_only_what_is_named(cluster, fake):
+    """StopFetcher v1 naming one partition: it is given up (its offset reported, nothing of it
+    delivered any more) while the other goes on being fetched and delivered from where it was;
+    StartFetcher v1 adds a partition without restarting the one it kept."""
+    from spark_coord.consumer import Consumer
+
+    topic = "incremental"
+    _produce_to(cluster, topic, {0: 30, 1: 20})
+    c = Consumer(f"{cluster.bootstrap},127.0.0.1:{fake.port}", "g", topics=[topic], session_timeout_ms=5000,
+                 consumer_id="incr", config={"fetch.wait.max.ms": 100}, auto_offset_reset="smallest")
+    try:
+        session = fake.next_session()
+        assert fake.registrations[-1]["generation_id"] == -1  # no claim
+        session.start_fetcher(EPOCH, 1, {(topic, 0): 0, (topic, 1): 0}, version=1)
+        _take_until(c, {(topic, 0): 30, (topic, 1): 20})
+        stop = session.stop_fetcher(EPOCH, 2, partitions=[(topic, 1)])
+        assert stop["error_code"] == 0 and stop["generation_id"] == 2
+        assert stop["offsets"] == [{"topic": topic, "partition": 1, "offset": 20}]  # only what it gave up
+        assert c.assignment() == [(topic, 0)]
+        _produce_to(cluster, topic, {0: 5, 1: 5})
+        got = _take_until(c, {(topic, 0): 35})
+        assert {r["partition"] for b in got for r in b.to_pylist()} == {0}  # partition 1 is gone
+        assert [r["offset"] for b in got for r in b.to_pylist()] == list(range(30, 35))  # 0 was not restarted
+        # partition 1 comes back with an offset of its own; partition 0 goes on undisturbed
+        assert session.start_fetcher(EPOCH, 3, {(topic, 0): 0, (topic, 1): 22}, version=1)["error_code"] == 0
+        assert c.assignment() == [(topic, 0), (topic, 1)] and c.generation == 3
+        _produce_to(cluster, topic, {0: 2})
+        got = _take_until(c, {(topic, 0): 37, (topic, 1): 25})
+        rows = [r for b in got for r in b.to_pylist()]
+        assert sorted(r["offset"] for r in rows if r["partition"] == 1) == [22, 23, 24]
+        assert sorted(r["offset"] for r in rows if r["partition"] == 0) == [35, 36]
+        answer = session.ping(EPOCH, 3)
+        assert answer["generation_id"] == 3 and {(o["partition"], o["offset"]) for o in answer["offsets"]} == \
+            {(0, 37), (1, 25)}
+    finally:
+        fake.close()
+        c.close(timeout=10)
+
+
 def test_out_of_range_offset_is_reset(consumer, fake):
     c = consumer(auto_offset_reset="earliest")
     session = fake.next_session()

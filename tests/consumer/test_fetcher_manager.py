@@ -129,7 +129,8 @@ def test_nothing_is_fetched_or_delivered_after_the_lease_ran_out():
     from spark_coord.consumer.buffer import Item
 
     token = buffer.assign({A: 0})
-    buffer.put(Item(token, "t", 0, batch=None, next_offset=3), threading.Event())
+    buffer.put(Item(token, "t", 0, batch=None, next_offset=3, incarnation=buffer.incarnations()[A]),
+               threading.Event())
     ended = time.monotonic() - 0.001
     buffer.set_lease(ended)
     manager.set_lease(ended)

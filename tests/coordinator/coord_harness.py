@@ -34,12 +34,14 @@ class FakeChannel:
     def __init__(self, peer: str):
         self.peer = peer
         self.sent: list[tuple[int, dict, Callable[[Any], None]]] = []
+        self.versions: list[tuple[int, int]] = []
         self.closed = False
         self.on_send: Callable[[int, dict], None] | None = None
 
-    def send(self, api_key: int, body: dict, on_answer: Callable[[Any], None]) -> None:
+    def send(self, api_key: int, body: dict, on_answer: Callable[[Any], None], version: int = 0) -> None:
         if self.closed:
             raise ChannelClosed(self.peer)
+        self.versions.append((api_key, version))
         self.sent.append((api_key, body, on_answer))
         if self.on_send:
             self.on_send(api_key, body)
@@ -62,10 +64,13 @@ class FakeChannel:
 
 
 class Member:
-    """A member on a ``FakeChannel``: answers automatically unless ``auto`` is off or it is ``muted``."""
+    """A member on a ``FakeChannel``: answers automatically unless ``auto`` is off or it is ``muted``.
+    ``incremental``: it registered with RegisterConsumer v2 and hands partitions over one by one
+    (StopFetcher v1 stops only what it names, StartFetcher v1 keeps what it already fetches)."""
 
-    def __init__(self, h: "Harness", group: str, consumer_id: str, auto: bool = True):
+    def __init__(self, h: "Harness", group: str, consumer_id: str, auto: bool = True, incremental: bool = False):
         self.h = h
+        self.incremental = incremental
         self.group = group
         self.consumer_id = consumer_id
         self.channel = FakeChannel(f"{consumer_id}@test")
@@ -98,11 +103,19 @@ class Member:
             if api == STOP:
                 resp["error_code"] = self.stop_error
                 if not self.stop_error:
-                    self.positions = {}
+                    if self.incremental and body.get("partitions") is not None:
+                        gone = {(e["topic"], p) for e in body["partitions"] for p in e["partitions"]}
+                        resp["offsets"] = [o for o in resp["offsets"] if (o["topic"], o["partition"]) in gone]
+                        self.positions = {tp: o for tp, o in self.positions.items() if tp not in gone}
+                        self.generation = body["generation_id"]
+                        resp["generation_id"] = self.generation
+                    else:
+                        self.positions = {}
         else:
             self.generation = body["generation_id"]
             resp["generation_id"] = self.generation
-            self.positions = {(p["topic"], p["partition"]): max(0, p["offset"])
+            kept = self.positions if self.incremental else {}
+            self.positions = {(p["topic"], p["partition"]): kept.get((p["topic"], p["partition"]), max(0, p["offset"]))
                               for o in body["ownership"] for p in o["partitions"]}
             self.history.append((self.generation, dict(self.positions)))
         resp.update(override)
@@ -164,10 +177,11 @@ class Harness:
 
     def register(self, consumer_id: str, group: str = "g", topics: dict[str, int] | None = None,
                  pattern: str | None = None, streams: int = 1, session: int = 3000, auto: bool = True,
-                 like: Member | None = None, **extra: Any) -> tuple[Member, dict]:
-        """A member on a new channel; ``like``: the same member process on a new connection
-        (it keeps its generation and positions)."""
-        m = Member(self, group, consumer_id, auto=auto)
+                 like: Member | None = None, version: int = 1, **extra: Any) -> tuple[Member, dict]:
+        """A member on a new channel, registering with RegisterConsumer ``version`` (2: it hands
+        partitions over incrementally); ``like``: the same member process on a new connection (it
+        keeps its generation and positions)."""
+        m = Member(self, group, consumer_id, auto=auto, incremental=version >= 2)
         if like is not None:
             m.generation, m.positions, m.history = like.generation, dict(like.positions), like.history
         body: dict[str, Any] = {
@@ -176,7 +190,7 @@ class Harness:
             "pattern": pattern, "pattern_streams": streams, "auto_commit": True,
             "auto_offset_reset": "smallest", "session_timeout_ms": session}
         body.update(extra)
-        return m, self.coord.register(m.channel, body)
+        return m, self.coord.register(m.channel, body, version)
 
     def group(self, g: str = "g"):
         return self.coord.groups[g]

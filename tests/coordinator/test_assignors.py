@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_coord.coordinator.assignors import get_assignor, range_assign, roundrobin_assign
+from spark_coord.coordinator.assignors import get_assignor, range_assign, roundrobin_assign, sticky_assign
 from spark_coord.coordinator.clock import ManualTimer
 from spark_coord.coordinator.delayed import DelayedPing
 from spark_coord.coordinator.purgatory import MemberKey, Purgatory
@@ -71,8 +71,69 @@ def test_range_matches_kafka_example():
 
 
 def test_unknown_strategy_is_named():
-    with pytest.raises(ValueError, match="sticky"):
-        get_assignor("sticky")
+    with pytest.raises(ValueError, match="cooperative-sticky.*known: sticky, range, roundrobin"):
+        get_assignor("cooperative-sticky")
+
+
+previous_st = st.dictionaries(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 20)),
+                              st.sampled_from([f"m{i}-{j}" for i in range(10) for j in range(3)]))
+
+
+def _share(owners: dict, threads: list[str]) -> dict[str, int]:
+    counts = Counter(owners.values())
+    return {th: counts.get(th, 0) for th in threads}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([f"m{i}" for i in range(10)]), min_size=1, unique=True), topics_st,
+       st.integers(1, 3), previous_st)
+def test_sticky_with_one_subscription_is_balanced_and_moves_only_what_balance_needs(cids, topics, streams, previous):
+    tc = TopicCount.static({t: streams for t in topics})
+    members = {cid: tc for cid in cids}
+    owners = sticky_assign(members, topics, previous)
+    _check_complete(owners, members, topics)
+    threads = [f"{c}-{i}" for c in cids for i in range(streams)]
+    share = _share(owners, threads)
+    assert max(share.values()) - min(share.values()) <= 1
+    # fewest moves: a partition leaves a live owner only when that owner is above its share
+    kept_before = Counter(th for tp, th in previous.items() if tp in owners and th in share)
+    moved_from_live = sum(1 for tp, th in previous.items() if tp in owners and th in share and owners[tp] != th)
+    n, k = len(owners), len(threads)
+    base, extra = divmod(n, k)
+    order = sorted(threads, key=lambda th: (-kept_before.get(th, 0), th))
+    quota = {th: base + (1 if i < extra else 0) for i, th in enumerate(order)}
+    assert moved_from_live == sum(max(0, kept_before.get(th, 0) - quota[th]) for th in threads)
+    assert sticky_assign(members, topics, previous) == owners  # deterministic
+
+
+@settings(max_examples=200, deadline=None)
+@given(members_st, topics_st, previous_st)
+def test_sticky_with_mixed_subscriptions_is_complete_and_no_single_move_helps(subs, topics, previous):
+    members = {cid: TopicCount.static(s) for cid, s in subs.items()}
+    owners = sticky_assign(members, topics, previous)
+    _check_complete(owners, members, topics)
+    threads = {tid: tc for cid, tc in members.items() for t in topics for tid in tc.thread_ids(cid, t)}
+    share = _share(owners, list(threads))
+    for tp, th in owners.items():
+        for other, tc in members.items():
+            for tid in tc.thread_ids(other, tp[0]):
+                assert share[tid] + 2 > share[th], (tp, th, tid, share)
+    assert sticky_assign(members, topics, previous) == owners
+
+
+def test_sticky_moves_exactly_the_new_members_share_when_one_joins():
+    tc = TopicCount.static({"t": 1})
+    members = {f"m{i:02d}": tc for i in range(10)}
+    before = sticky_assign(members, {"t": 100})
+    assert set(Counter(before.values()).values()) == {10}
+    members["new"] = tc
+    after = sticky_assign(members, {"t": 100}, before)
+    moved = {tp for tp in after if after[tp] != before[tp]}
+    assert len(moved) == 9 and {after[tp] for tp in moved} == {"new-0"}
+    # and one leaving hands out only its own partitions
+    del members["m03"]
+    again = sticky_assign(members, {"t": 100}, after)
+    assert {tp for tp in again if again[tp] != after[tp]} == {tp for tp, th in after.items() if th == "m03-0"}
 
 
 def test_topic_count():

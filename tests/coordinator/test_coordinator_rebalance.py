@@ -46,12 +46,18 @@ async def test_new_group_and_added_consumer_trigger_a_rebalance():
     g = h.group()
     assert g.state == GroupState.PREPARING_REBALANCE and list(g.members) == ["c1"]
     await h.settle()
-    assert g.state == GroupState.STOPPING_FETCHERS
-    assert m.channel.last(STOP) == {"coordinator_epoch": EPOCH, "generation_id": 0, "consumer_id": "c1"}
+    assert g.state == GroupState.STARTING_FETCHERS
+    assert not m.channel.requests(STOP)  # it holds nothing: nothing to stop
+    start = m.channel.last(START)
+    assert start["generation_id"] == 1 and start["consumer_id"] == "c1" and start["coordinator_epoch"] == EPOCH
+
+
+def _parts(start: dict) -> list[tuple[str, int]]:
+    return [(p["topic"], p["partition"]) for o in start["ownership"] for p in o["partitions"]]
 
 
 @async_test
-async def test_full_rebalance_round_three_members_twelve_partitions():
+async def test_first_assignment_three_members_twelve_partitions():
     h = Harness({"t": 12})
     h.store.groups["g"] = StoredGroup("g", offsets={("t", 0): 100, ("t", 5): 7})  # committed earlier
     await h.start()
@@ -59,37 +65,106 @@ async def test_full_rebalance_round_three_members_twelve_partitions():
     members = [h.register(f"c{i}", auto=False)[0] for i in (1, 2, 3)]
     await h.settle()
     g = h.group()
-    assert g.state == GroupState.STOPPING_FETCHERS
-    assert all(len(m.channel.requests(STOP)) == 1 and not m.channel.requests(START) for m in members)
-    for m in members[:2]:
-        m.answer(STOP)
-    await h.settle()
-    assert g.state == GroupState.STOPPING_FETCHERS  # still waiting for c3
-    members[2].answer(STOP)
-    await h.settle()
     assert g.state == GroupState.STARTING_FETCHERS and g.generation_id == 1
-    assert h.store.groups["g"].generation_id == 1
+    assert all(not m.channel.requests(STOP) and len(m.channel.requests(START)) == 1 for m in members)
     starts = {m.consumer_id: m.channel.last(START) for m in members}
-    assert {cid: [(p["topic"], p["partition"]) for o in s["ownership"] for p in o["partitions"]]
-            for cid, s in starts.items()} == {
-        "c1": [("t", p) for p in range(0, 4)], "c2": [("t", p) for p in range(4, 8)],
-        "c3": [("t", p) for p in range(8, 12)]}
+    assert {cid: _parts(s) for cid, s in starts.items()} == {  # sticky from scratch: dealt in turn
+        "c1": [("t", p) for p in (0, 3, 6, 9)], "c2": [("t", p) for p in (1, 4, 7, 10)],
+        "c3": [("t", p) for p in (2, 5, 8, 11)]}
     s1 = starts["c1"]
     assert s1["generation_id"] == 1 and s1["coordinator_epoch"] == EPOCH
     assert s1["brokers"] == [{"node_id": 0, "host": "127.0.0.1", "port": 9092}]
     assert s1["ownership"][0]["consumer_thread_id"] == "c1-0"
     assert [p["offset"] for p in s1["ownership"][0]["partitions"]] == [100, -1, -1, -1]
-    assert starts["c2"]["ownership"][0]["partitions"][1]["offset"] == 7
-    assert h.store.groups["g"].owners == {}  # owners only after every StartFetcher answer
+    assert starts["c3"]["ownership"][0]["partitions"][1]["offset"] == 7
+    # a member may fetch as soon as its StartFetcher arrives: the owners are in the store before
+    expected = {("t", p): f"c{p % 3 + 1}-0" for p in range(12)}
+    assert h.store.groups["g"].owners == expected
+    assert {cid: sm.epoch for cid, sm in h.store.groups["g"].members.items()} == {"c1": 1, "c2": 1, "c3": 1}
     for m in members:
         m.answer(START)
     await h.settle()
-    assert g.state == GroupState.STABLE
-    expected = {("t", p): f"c{p // 4 + 1}-0" for p in range(12)}
-    assert h.store.groups["g"].owners == expected == g.owners
+    assert g.state == GroupState.STABLE and g.owners == expected
     d = h.coord.describe_group("g")
     assert d["state"] == "Stable" and d["generation_id"] == 1 and len(d["members"]) == 3 and len(d["owners"]) == 12
     assert h.coord.describe_groups() == [{"group_id": "g", "state": "Stable", "generation_id": 1, "members": 3}]
+
+
+@async_test
+async def test_a_joining_member_stops_only_the_partitions_that_move():
+    """Incremental members (RegisterConsumer v2): a third member joins two that hold six
+    partitions each; each gives up two (StopFetcher v1 naming them), keeps fetching the other
+    four from where it is, and the newcomer starts the four at the offsets just reported."""
+    h = await Harness({"t": 12}).start()
+    m1, _ = h.register("c1", version=2)
+    m2, _ = h.register("c2", version=2)
+    await h.settle()
+    g = h.group()
+    assert g.state == GroupState.STABLE and len(m1.positions) == len(m2.positions) == 6
+    m1.consume(50)
+    m2.consume(30)
+    kept1 = dict(m1.positions)
+    m1.auto = m2.auto = False
+    m3, _ = h.register("c3", version=2, auto=False)
+    await h.settle()
+    assert g.state == GroupState.STOPPING_FETCHERS
+    stop1, stop2 = m1.channel.last(STOP), m2.channel.last(STOP)
+    assert (STOP, 1) in m1.channel.versions and stop1["generation_id"] == 2
+    stopped = {(e["topic"], p) for s in (stop1, stop2) for e in s["partitions"] for p in e["partitions"]}
+    assert len(stopped) == 4 and stopped <= set(kept1) | set(m2.positions)
+    assert not m3.channel.requests(STOP)
+    m1.auto = m2.auto = True
+    m1.answer(STOP)
+    m2.answer(STOP)
+    await h.settle()
+    assert g.state == GroupState.STARTING_FETCHERS and g.generation_id == 3
+    start3 = m3.channel.last(START)
+    assert set(_parts(start3)) == stopped and start3["generation_id"] == 3
+    assert {(p["topic"], p["partition"]): p["offset"] for o in start3["ownership"] for p in o["partitions"]} \
+        == {tp: kept1.get(tp, o) for tp, o in h.store.groups["g"].offsets.items() if tp in stopped}
+    m3.answer(START)
+    await h.settle()
+    assert g.state == GroupState.STABLE
+    assert {tp: o for tp, o in m1.positions.items()} == {tp: o for tp, o in kept1.items() if tp not in stopped}
+    assert sorted(len(m.positions) for m in (m1, m2, m3)) == [4, 4, 4]
+    assert {m.generation for m in (m1, m2, m3)} == {3}
+
+
+@async_test
+async def test_a_member_whose_partitions_do_not_move_hears_nothing():
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1", version=2)
+    m2, _ = h.register("c2")  # a v1 member: it hands over by stopping everything
+    await h.settle()
+    g = h.group()
+    assert len(m1.positions) == len(m2.positions) == 2
+    sent1, sent2 = len(m1.channel.sent), len(m2.channel.sent)
+    m3, _ = h.register("c3", version=2)  # 4 over 3: c1 (first by id) keeps two, c2 gives one up
+    await h.settle()
+    assert g.state == GroupState.STABLE
+    assert len(m1.channel.sent) == sent1  # nothing at all for c1
+    assert [a for a, _, _ in m2.channel.sent[sent2:]] == [STOP, START]  # v1 member: all stopped, restarted
+    assert m2.channel.last(STOP) == {"coordinator_epoch": EPOCH, "generation_id": 1, "consumer_id": "c2"}
+    assert (len(m1.positions), len(m2.positions), len(m3.positions)) == (2, 1, 1)
+    assert g.members["c1"].epoch == 1 and g.members["c2"].epoch == g.members["c3"].epoch == 3
+
+
+@async_test
+async def test_member_commits_go_on_while_others_are_rebalanced():
+    h = await Harness({"t": 4}).start()
+    m1, _ = h.register("c1", version=2)
+    await h.settle()
+    m2, _ = h.register("c2", version=2, auto=False)
+    await h.settle()
+    g = h.group()
+    assert g.state == GroupState.STARTING_FETCHERS  # c1 gave two up, c2's StartFetcher is not answered
+    m1.consume(10)
+    answer = await m1.commit()  # c1 is at epoch 2 now, holding its two partitions
+    assert answer["error_code"] == 0 and {p["error_code"] for p in answer["partitions"]} == {0}
+    m2.answer(START)
+    await h.settle()
+    assert g.state == GroupState.STABLE
+    assert {tp: o for tp, o in g.offsets.items() if tp in m1.positions} == m1.positions
 
 
 @async_test
@@ -132,7 +207,7 @@ async def test_wildcard_subscription_picks_up_new_topic_and_ignores_others():
     assert g.generation_id == 1
     h.coord.on_topics_changed({"ev-b": 3})
     await h.settle()
-    assert g.generation_id == 2 and g.state == GroupState.STABLE
+    assert g.generation_id > 1 and g.state == GroupState.STABLE
     assert sorted(tp for tp in g.owners if tp[0] == "ev-b") == [("ev-b", 0), ("ev-b", 1), ("ev-b", 2)]
 
 
@@ -146,7 +221,7 @@ async def test_partition_count_change_rebalances_the_group():
     h.coord.on_topics_changed({"t": 6})
     await h.settle()
     g = h.group()
-    assert g.generation_id == 2 and len(g.owners) == 6 and h.store.groups["g"].owners == g.owners
+    assert g.generation_id > 1 and len(g.owners) == 6 and h.store.groups["g"].owners == g.owners
     assert len(m1.positions) == 3 and len(m2.positions) == 3
 
 
@@ -154,8 +229,10 @@ async def test_partition_count_change_rebalances_the_group():
 async def test_backoff_retry_then_consumer_rebalance_failed(caplog):
     h = await Harness(rebalance_max_retries=2, rebalance_backoff_ms=500, max_ping_retries=100).start()
     m, _ = h.register("c1", session=30000)
+    await h.settle()
     m.stop_error = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # refuses to stop
     caplog.set_level(logging.WARNING)
+    h.register("c2", session=30000)  # c1 must give half up
     await h.settle()
     assert len(m.channel.requests(STOP)) == 1
     await h.advance(499)
@@ -166,6 +243,7 @@ async def test_backoff_retry_then_consumer_rebalance_failed(caplog):
     assert len(m.channel.requests(STOP)) == 3  # 1 attempt + 2 retries
     assert any(r.levelno == logging.ERROR and "ConsumerRebalanceFailed" in r.getMessage() for r in caplog.records)
     assert h.group().state == GroupState.PREPARING_REBALANCE and "UNKNOWN_SERVER_ERROR" in h.group().last_error
+    assert len(m.positions) == 12  # still holds (and fetches) everything: nothing was given away
     await h.advance(5000)
     assert len(m.channel.requests(STOP)) == 3  # now at the pace of the session timeout (30 s)
     m.stop_error = 0
@@ -180,54 +258,54 @@ async def test_round_times_out_after_two_thirds_of_session_and_retry_succeeds():
     m, _ = h.register("c1", session=30000, auto=False)
     await h.settle()
     await h.advance(19999)
-    assert h.group().state == GroupState.STOPPING_FETCHERS
+    assert h.group().state == GroupState.STARTING_FETCHERS
     await h.advance(1)  # 2/3 of 30 s
-    assert h.group().state == GroupState.PREPARING_REBALANCE and "timed out" in h.group().last_error
+    assert h.group().state == GroupState.PREPARING_REBALANCE and "no StartFetcher answer" in h.group().last_error
     m.auto = True
     m.answer(PING)  # keep it alive
     await h.advance(100)
-    assert h.group().state == GroupState.STABLE and h.group().generation_id == 1
+    assert h.group().state == GroupState.STABLE and len(m.positions) == 12
 
 
 @async_test
-async def test_member_failure_during_stop_round_fails_it_at_once_and_retry_succeeds():
-    h = await Harness(rebalance_backoff_ms=10_000).start()
+async def test_member_gone_during_a_round_is_not_waited_for_and_its_partitions_wait_for_its_lease():
+    """A StartFetcher sent counts at once: the member may have started fetching before its
+    connection went, so its partitions go to nobody else until its lease has surely ended."""
+    h = await Harness(rebalance_backoff_ms=100).start()
     m1, _ = h.register("c1", auto=False)
     m2, _ = h.register("c2", auto=False)
     await h.settle()
-    m1.answer(STOP)
-    await h.settle()
-    assert h.group().state == GroupState.STOPPING_FETCHERS
-    h.coord.on_channel_closed(m2.channel)
-    await h.settle()  # no time passes: the round failed at once and a new attempt began
-    assert "c2" not in h.group().members  # it never started: nothing to wait for
-    assert len(m1.channel.requests(STOP)) == 2
-    m1.answer(STOP)
-    await h.settle()
+    assert h.group().state == GroupState.STARTING_FETCHERS
     m1.answer(START)
     await h.settle()
+    h.coord.on_channel_closed(m2.channel)
+    await h.settle()  # the round does not wait for c2
     g = h.group()
+    assert g.current_round is None and "c2" in g.members and len(g.members["c2"].owned()) == 6
+    m1.auto = True
+    await h.advance(3000)
+    assert "c2" in g.members and len(m1.positions) == 6
+    await h.advance(LEASE_MARGIN_MS + 10)
+    assert "c2" not in g.members
     assert g.state == GroupState.STABLE and set(g.owners.values()) == {"c1-0"} and len(g.owners) == 12
-    assert h.timer.clock.now_ms() == 0
+    assert len(m1.positions) == 12
 
 
 @async_test
-async def test_member_joining_during_start_round_fails_it_and_triggers_another():
+async def test_member_joining_during_start_round_gets_its_share_right_after():
     h = await Harness().start()
     m1, _ = h.register("c1", auto=False)
-    await h.settle()
-    m1.answer(STOP)
     await h.settle()
     assert h.group().state == GroupState.STARTING_FETCHERS
     m2, _ = h.register("c2")
     await h.settle()
-    assert len(m1.channel.requests(STOP)) == 2
+    assert not m2.channel.requests(START)  # the round in flight is not broken
     m1.auto = True
-    m1.answer(STOP)
+    m1.answer(START)
     await h.settle()
     g = h.group()
-    assert g.state == GroupState.STABLE and g.generation_id == 2
-    assert set(g.owners.values()) == {"c1-0", "c2-0"}
+    assert g.state == GroupState.STABLE
+    assert set(g.owners.values()) == {"c1-0", "c2-0"} and len(m1.positions) == len(m2.positions) == 6
 
 
 @async_test

@@ -1,24 +1,29 @@
-"""Kafka's group protocol on the coordinator core (``coordinator.kafka_members``), with a
+"""Kafka's classic group protocol on the coordinator core (``coordinator.classic``), with a
 hand-driven clock: JoinGroup/SyncGroup/Heartbeat mapped onto StopFetcher/StartFetcher/Ping,
-mixed groups, offsets, failure, leave, delete, and members taken back after a failover."""
+eager and cooperative members, mixed groups, offsets, failure, leave, delete, and members
+taken back after a failover."""
 
 from __future__ import annotations
 
 import asyncio
 
-from coord_harness import Harness, async_test
+from coord_harness import PING, START, STOP, Harness, async_test
 from spark_coord.coordinator.group import GroupState
-from spark_coord.coordinator.kafka_members import KafkaGroups
+from spark_coord.coordinator.classic import LEADER, ClassicGroups as KafkaGroups
 from spark_coord.coordinator.store import StoredGroup, StoredMember
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.consumer_protocol import decode_assignment, encode_subscription, partitions_by_topic
+from spark_coord.wire.consumer_protocol import (decode_assignment, encode_subscription, partitions_by_topic,
+                                                topic_partitions)
 
 JOIN_VERSION = 7
 
 
 class KafkaClient:
-    """What a Kafka consumer sends, step by step (the test drives it)."""
+    """What a Kafka consumer sends, step by step (the test drives it).  An eager client revokes
+    everything before it joins again; a cooperative one (``cooperative-sticky`` chosen) says what
+    it owns in its subscription, revokes only what its new assignment lacks, and then joins again
+    (KIP-429).  ``revoked`` and ``assigned`` log what its callbacks would have received."""
 
     def __init__(self, h: Harness, kg: KafkaGroups, topics=("t",), group: str = "g", session: int = 3000,
                  protocols=("range", "roundrobin")):
@@ -27,15 +32,30 @@ class KafkaClient:
         self.member_id = ""
         self.generation = -1
         self.partitions: dict[str, list[int]] = {}
+        self.protocol: str | None = None
+        self.revoked: list[set[tuple[str, int]]] = []
+        self.assigned: list[set[tuple[str, int]]] = []
+
+    @property
+    def cooperative(self) -> bool:
+        return self.protocol == "cooperative-sticky" or (self.protocol is None and "cooperative-sticky" in self.protocols)
 
     def join_body(self) -> dict:
-        meta = encode_subscription({"topics": self.topics}, 0)
+        if self.cooperative:
+            meta = encode_subscription({"topics": self.topics, "owned_partitions": topic_partitions(self.partitions),
+                                        "generation_id": self.generation}, 2)
+        else:
+            meta = encode_subscription({"topics": self.topics}, 0)
         return {"group_id": self.group, "session_timeout_ms": self.session, "rebalance_timeout_ms": self.session,
                 "member_id": self.member_id, "group_instance_id": None, "protocol_type": "consumer",
                 "protocols": [{"name": n, "metadata": meta} for n in self.protocols]}
 
     async def join(self) -> asyncio.Task:
-        """JoinGroup (with KIP-394's second round); returns the task waiting for the answer."""
+        """JoinGroup (with KIP-394's second round); returns the task waiting for the answer.  An eager
+        client revokes everything first."""
+        if not self.cooperative and self.partitions:
+            self.revoked.append(self.owned())
+            self.partitions = {}
         if not self.member_id:
             first = await self.kg.join_group(self.join_body(), JOIN_VERSION, "client", "127.0.0.1")
             assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and first["member_id"]
@@ -49,16 +69,31 @@ class KafkaClient:
         answer = self.kg.sync_group({"group_id": self.group, "generation_id": self.generation,
                                      "member_id": self.member_id, "assignments": []})
         if answer["error_code"] == 0:
+            old = self.owned()
             self.partitions = partitions_by_topic(decode_assignment(answer["assignment"])["assigned_partitions"])
+            new = self.owned()
+            if old - new:
+                self.revoked.append(old - new)
+            if new - old:
+                self.assigned.append(new - old)
         return answer
 
     async def joined(self, task: asyncio.Task) -> dict:
+        """Its JoinGroup answered: sync; a cooperative client that lost partitions joins again at once."""
         answer = await asyncio.wait_for(task, 5)
         assert answer["error_code"] == 0, answer
-        self.generation = answer["generation_id"]
+        assert answer["leader"] == LEADER and answer["members"] == []  # the coordinator assigns
+        self.generation, self.protocol = answer["generation_id"], answer["protocol_name"]
+        before = self.owned()
         assert self.sync()["error_code"] == 0
         await self.h.settle()
+        if self.cooperative and before - self.owned():
+            return await self.joined(await self.join())
         return answer
+
+    async def rebalance(self) -> dict:
+        """What a client does on REBALANCE_IN_PROGRESS."""
+        return await self.joined(await self.join())
 
     def heartbeat(self) -> int:
         return self.kg.heartbeat({"group_id": self.group, "generation_id": self.generation,
@@ -98,8 +133,7 @@ async def test_a_kafka_consumer_joins_syncs_and_heartbeats():
     h, kg = await _start()
     a = KafkaClient(h, kg)
     answer = await a.joined(await a.join())
-    assert answer["leader"] == a.member_id and answer["protocol_name"] == "range"
-    assert [m["member_id"] for m in answer["members"]] == [a.member_id]
+    assert answer["protocol_name"] == "range"
     assert a.generation == h.group().generation_id == 1 and h.group().state == GroupState.STABLE
     assert a.owned() == {("t", p) for p in range(4)}
     assert set(h.group().owners.values()) == {f"{a.member_id}-0"}
@@ -121,7 +155,7 @@ async def test_a_second_member_rebalances_the_first_through_its_heartbeat():
     a_join = await a.join()  # the JoinGroup answers a's StopFetcher
     await a.joined(a_join)
     await b.joined(b_join)
-    assert a.generation == b.generation == 2
+    assert a.generation == b.generation == h.group().generation_id == 3  # 2 was a's stop
     assert a.owned() | b.owned() == {("t", p) for p in range(4)} and not a.owned() & b.owned()
     assert len(a.owned()) == len(b.owned()) == 2
     assert a.heartbeat() == b.heartbeat() == ErrorCode.NONE
@@ -216,25 +250,134 @@ async def test_leave_group_rebalances_at_once():
 
 
 @async_test
-async def test_protocols_that_cannot_work_are_refused():
+async def test_each_member_is_answered_in_a_protocol_it_offered():
+    """The coordinator assigns, so protocol names need not agree: kafkajs' RoundRobinAssigner,
+    librdkafka's range/roundrobin, a cooperative-sticky client and Java's default list share
+    one group; each is answered in one of its own (a cooperative one when offered)."""
+    h, kg = await _start({"t": 8})
+    clients = {name: KafkaClient(h, kg, protocols=protocols) for name, protocols in [
+        ("librdkafka", ("range", "roundrobin")), ("kafkajs", ("RoundRobinAssigner",)),
+        ("cooperative", ("cooperative-sticky",)), ("java", ("range", "cooperative-sticky"))]}
+    joins = {name: await c.join() for name, c in clients.items()}
+    for _ in range(6):
+        for name, c in clients.items():
+            task = joins.get(name)
+            if task is not None and task.done():
+                await c.joined(task)
+                joins[name] = None
+            elif task is None and c.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS:
+                joins[name] = await c.join()
+        await h.advance(100)
+    assert {name: c.protocol for name, c in clients.items()} == {
+        "librdkafka": "range", "kafkajs": "RoundRobinAssigner", "cooperative": "cooperative-sticky",
+        "java": "cooperative-sticky"}
+    owned = [c.owned() for c in clients.values()]
+    assert set().union(*owned) == {("t", p) for p in range(8)} and sum(map(len, owned)) == 8
+    assert all(len(o) == 2 for o in owned) and h.group().state == GroupState.STABLE
+
+
+@async_test
+async def test_requests_that_cannot_work_are_refused():
     h, kg = await _start()
-    coop = KafkaClient(h, kg, protocols=("cooperative-sticky",))
-    body = coop.join_body()
-    assert (await kg.join_group(body, JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    body = KafkaClient(h, kg).join_body()
     assert (await kg.join_group(dict(body, protocol_type="connect"), JOIN_VERSION, "c", "h"))["error_code"] == \
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     garbage = dict(body, protocols=[{"name": "range", "metadata": b"\x00\x00\x7f\xff\xff\xff"}])
     assert (await kg.join_group(garbage, JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    java = KafkaClient(h, kg, protocols=("range", "cooperative-sticky"))  # Java's default: gets range
-    assert (await java.joined(await java.join()))["protocol_name"] == "range"
-    other = KafkaClient(h, kg, protocols=("roundrobin",))
-    assert (await kg.join_group(other.join_body(), 3, "c", "h"))["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert (await kg.join_group(dict(body, protocols=[]), JOIN_VERSION, "c", "h"))["error_code"] == \
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     short = KafkaClient(h, kg, session=1)
     assert (await kg.join_group(short.join_body(), 3, "c", "h"))["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
-    assert (await kg.join_group(dict(java.join_body(), member_id="made-up"), JOIN_VERSION, "c", "h"))[
+    assert (await kg.join_group(dict(body, member_id="made-up"), JOIN_VERSION, "c", "h"))[
         "error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
-    assert (await kg.join_group(dict(java.join_body(), group_id=""), JOIN_VERSION, "c", "h"))["error_code"] == \
+    assert (await kg.join_group(dict(body, group_id=""), JOIN_VERSION, "c", "h"))["error_code"] == \
         ErrorCode.INVALID_GROUP_ID
+
+
+@async_test
+async def test_a_cooperative_member_revokes_only_what_moves_and_keeps_the_rest():
+    """KIP-429 as clients expect it: the first member keeps fetching while it joins again, its
+    new assignment lacks only the partitions that move (its revocation callback gets exactly
+    those), it joins once more, and only then are they started at the newcomer."""
+    h, kg = await _start({"t": 6})
+    a = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    await a.joined(await a.join())
+    assert a.owned() == {("t", p) for p in range(6)} and a.assigned == [a.owned()]
+    b = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    b_join = await b.join()
+    assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    a_join = await a.join()  # answered at once: a still holds all six
+    first = await asyncio.wait_for(a_join, 5)
+    a.generation = first["generation_id"]
+    assert a.sync()["error_code"] == 0
+    assert len(a.revoked) == 1 and len(a.revoked[0]) == 3 and len(a.owned()) == 3
+    moved = a.revoked[0]
+    assert not b_join.done()  # the moved partitions start at b only after a gave them up
+    await a.joined(await a.join())  # a's second JoinGroup: it gave them up
+    await b.joined(b_join)
+    assert b.owned() == moved and b.assigned == [moved] and not a.owned() & b.owned()
+    assert a.revoked == [moved] and a.assigned == [{("t", p) for p in range(6)}]  # nothing else touched
+    assert a.heartbeat() == b.heartbeat() == ErrorCode.NONE and h.group().state == GroupState.STABLE
+
+
+@async_test
+async def test_cooperative_member_commits_its_revoked_partitions_before_it_gives_them_up():
+    h, kg = await _start({"t": 4})
+    a = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    await a.joined(await a.join())
+    b = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    b_join = await b.join()
+    assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    first = await asyncio.wait_for(await a.join(), 5)
+    a.generation = first["generation_id"]
+    a.sync()
+    moved = sorted(a.revoked[0])
+    assert await a.commit({tp: 40 for tp in moved}) == {tp: 0 for tp in moved}  # in its revocation callback
+    await a.joined(await a.join())
+    await b.joined(b_join)
+    assert h.store.groups["g"].offsets == {tp: 40 for tp in moved}
+    assert set(moved) == b.owned()
+
+
+@async_test
+async def test_eager_cooperative_and_our_members_share_one_group():
+    """A native incremental member, an eager and a cooperative Kafka member; then a fourth
+    member joins: only the members that lose a partition are stopped, the cooperative one
+    revokes only what moves, and whoever loses nothing hears nothing."""
+    h, kg = await _start({"t": 12})
+    native, _ = h.register("native", version=2)
+    await h.settle()
+    eager = KafkaClient(h, kg)
+    coop = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    tasks = {"eager": await eager.join(), "coop": await coop.join()}
+
+    async def drive(clients: dict[str, KafkaClient]) -> None:
+        for _ in range(8):
+            for name, c in clients.items():
+                task = tasks.get(name)
+                if task is not None and task.done():
+                    tasks[name] = None
+                    await c.joined(task)
+                elif task is None and c.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS:
+                    tasks[name] = await c.join()
+            await h.advance(100)
+
+    await drive({"eager": eager, "coop": coop})
+    g = h.group()
+    owned = [set(native.positions), eager.owned(), coop.owned()]
+    assert sorted(map(len, owned)) == [4, 4, 4] and set().union(*owned) == {("t", p) for p in range(12)}
+    assert g.state == GroupState.STABLE
+    native_sent = len(native.channel.sent)
+    coop_revoked, eager_revoked = list(coop.revoked), list(eager.revoked)
+    late, _ = h.register("late", version=2)
+    await drive({"eager": eager, "coop": coop})
+    owned = [set(native.positions), eager.owned(), coop.owned(), set(late.positions)]
+    assert sorted(map(len, owned)) == [3, 3, 3, 3] and set().union(*owned) == {("t", p) for p in range(12)}
+    new_coop_revocations = coop.revoked[len(coop_revoked):]
+    assert len(new_coop_revocations) == 1 and len(new_coop_revocations[0]) == 1  # exactly the one that moved
+    assert len(eager.revoked) == len(eager_revoked) + 1  # eager: it revokes all when it must give one up
+    assert [a for a, _, _ in native.channel.sent[native_sent:] if a != PING] == [STOP, START]
+    assert g.state == GroupState.STABLE
 
 
 @async_test
@@ -349,3 +492,86 @@ async def test_bad_group_requests_get_kafka_codes_and_change_nothing():
     await h.settle()
     assert (g.generation_id, dict(g.owners), set(g.members), g.state) == before
     assert "other" not in h.coord.groups and ("t", 0) not in h.store.groups["g"].offsets
+
+
+@async_test
+async def test_an_eager_member_that_joins_again_on_its_own_is_started_again():
+    """An eager client rejoins without being asked (its poll loop stalled, say): it revoked
+    everything, so it holds nothing until the coordinator starts it again -- with the same
+    partitions, since nobody else wants them."""
+    h, kg = await _start({"t": 4})
+    a = KafkaClient(h, kg)
+    await a.joined(await a.join())
+    held = a.owned()
+    generation = a.generation
+    await a.rebalance()  # nobody asked
+    assert a.owned() == held and a.generation > generation and a.heartbeat() == ErrorCode.NONE
+    g = h.group()
+    assert g.state == GroupState.STABLE and g.members[a.member_id].owned() == held
+
+
+@async_test
+async def test_a_cooperative_member_joining_again_unasked_keeps_everything_at_once():
+    h, kg = await _start({"t": 4})
+    a = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    await a.joined(await a.join())
+    held, generation = a.owned(), a.generation
+    answer = await a.rebalance()  # answered at once with what it holds: no round
+    assert answer["generation_id"] == generation and a.owned() == held and a.revoked == []
+    assert a.heartbeat() == ErrorCode.NONE
+
+
+@async_test
+async def test_a_cooperative_member_that_lost_partitions_on_its_own_gets_them_back():
+    """Its subscription says it owns fewer partitions than the coordinator counts (librdkafka's
+    lost callback after a missed session, say): those are free again, and it is given them."""
+    h, kg = await _start({"t": 4})
+    a = KafkaClient(h, kg, protocols=("cooperative-sticky",))
+    await a.joined(await a.join())
+    a.partitions = {"t": [0, 1]}  # it dropped 2 and 3
+    await a.rebalance()
+    assert a.owned() == {("t", p) for p in range(4)} and a.assigned[-1] == {("t", 2), ("t", 3)}
+    assert h.group().state == GroupState.STABLE
+
+
+@async_test
+async def test_a_join_that_waits_past_its_rebalance_timeout_is_told_to_join_again():
+    h, kg = await _start({"t": 4})
+    native, _ = h.register("native", version=2, session=30000)
+    await h.settle()
+    native.auto = False  # it does not answer its StopFetcher (for 20 s): no StartFetcher for the newcomer yet
+    k = KafkaClient(h, kg, session=3000)
+    task = await k.join()
+    await h.advance(2999)
+    assert not task.done()
+    await h.advance(1)  # the DelayedJoin expires on the coordinator's timer
+    answer = await asyncio.wait_for(task, 5)
+    assert answer["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+@async_test
+async def test_sync_and_heartbeat_of_another_generation():
+    h, kg = await _start()
+    a = KafkaClient(h, kg)
+    await a.joined(await a.join())
+    right = a.generation
+    a.generation = right + 7
+    assert a.sync()["error_code"] == ErrorCode.ILLEGAL_GENERATION and a.heartbeat() == ErrorCode.ILLEGAL_GENERATION
+    a.generation = right
+    assert a.sync()["error_code"] == 0 and a.heartbeat() == ErrorCode.NONE  # a repeated SyncGroup: same answer
+
+
+@async_test
+async def test_a_cooperative_member_is_taken_back_after_a_failover_in_its_epoch():
+    h = Harness({"t": 4})
+    h.store.groups["g"] = StoredGroup("g", generation_id=9, members={
+        "k1": StoredMember("k1", TopicCount.static({"t": 1}), False, "largest", 3000, epoch=8, incremental=True)},
+        owners={("t", p): "k1-0" for p in range(4)})
+    await h.start()
+    kg = KafkaGroups(h.coord)
+    assert kg.heartbeat({"group_id": "g", "generation_id": 7, "member_id": "k1"})["error_code"] == \
+        ErrorCode.UNKNOWN_MEMBER_ID  # not the epoch stored for it
+    assert kg.heartbeat({"group_id": "g", "generation_id": 8, "member_id": "k1"})["error_code"] == 0
+    await h.settle()
+    g = h.group()
+    assert g.state == GroupState.STABLE and g.members["k1"].incremental and len(g.members["k1"].owned()) == 4

@@ -8,11 +8,7 @@ producer stopped, the group's committed offsets reach the log end.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,40 +18,15 @@ from helpers import wait_until
 from spark_coord.coordinator.assignors import thread_owner
 from spark_coord.testing.zk_history import read_partitions
 
-PEER = Path(__file__).resolve().parent.parent / "peers" / "kafka_group_consumer.py"
 KAFKA_SESSION_MS = 6000
 PARTITIONS = 12
 
 
-class KafkaPeer:
-    """A Kafka-client group consumer process (``peers/kafka_group_consumer.py``)."""
+def KafkaPeer(kind: str, bootstrap: str, group: str, topic: str, client_id: str, workdir: Path):
+    """A Kafka-client group consumer process with its default (eager) assignors."""
+    from peers.group_peers import KafkaPeer as Peer
 
-    def __init__(self, kind: str, bootstrap: str, group: str, topic: str, client_id: str, workdir: Path):
-        self.client_id = client_id
-        self.out = workdir / f"{client_id}.jsonl"
-        self._out = open(self.out, "w")
-        self._err = open(workdir / f"{client_id}.stderr", "w")
-        self.proc = subprocess.Popen([sys.executable, str(PEER), kind, bootstrap, group, topic, client_id,
-                                      str(KAFKA_SESSION_MS)], stdout=self._out, stderr=self._err,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-    def events(self) -> list[dict]:
-        lines = self.out.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")]
-
-    def read(self) -> int:
-        return max((e["count"] for e in self.events() if e["event"] in ("read", "closed")), default=0)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._out.close()
-        self._err.close()
+    return Peer(kind, bootstrap, group, topic, client_id, workdir, None, KAFKA_SESSION_MS)
 
 
 def _owners_by_member(czk, group: str) -> dict[str, set]:

@@ -8,6 +8,9 @@ delete topics.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 import time
 
 import pytest
@@ -183,3 +186,112 @@ def test_kafka_python_admin_create_list_delete(cluster):
         assert time.monotonic() < deadline, "deleted topic still listed"
         time.sleep(0.1)
     admin.close()
+
+
+# ------------------------------------------------------------------ topic ids (KIP-516)
+
+def zk_topic_id(cluster, name):
+    """The topic id ZooKeeper keeps for ``name``, in Kafka's text form."""
+    from spark_coord.zk import paths
+    from spark_coord.zk.client import close, connect
+    zk = connect(cluster.zk_connect)
+    try:
+        return json.loads(zk.get(paths.topic(name))[0])["topic_id"]
+    finally:
+        close(zk)
+
+
+class RdkafkaLog:
+    """librdkafka's debug log, kept (the consumer's ``logger``)."""
+
+    def __init__(self):
+        import logging
+        self.lines = []
+        self.logger = logging.getLogger(f"rdkafka-{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        handler = logging.Handler()
+        handler.emit = lambda record: self.lines.append(record.getMessage())
+        self.logger.addHandler(handler)
+
+    def versions(self, request: str) -> set[int]:
+        return {int(m.group(1)) for line in self.lines for m in [re.search(rf"Sent {request} \(v(\d+),", line)] if m}
+
+
+def test_confluent_consumer_reads_by_topic_id_and_follows_a_topic_created_again(cluster):
+    """librdkafka 2.16 fetches by topic id (Fetch v16, the highest both sides serve); when the
+    topic is deleted and created again, its fetches by the old id answer UNKNOWN_TOPIC_ID, it
+    learns the new id from Metadata and reads the new topic from its start."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    name = "ids-confluent"
+    create_topic(cluster, name)
+    records = expected_records("by-id")
+    produce_confluent(cluster.bootstrap, name, "lz4", records)
+    rdlog = RdkafkaLog()
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "ids-unused", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000,
+                  "debug": "protocol,fetch", "logger": rdlog.logger})
+    try:
+        c.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+
+        def drain(count, tag):
+            got, deadline = [], time.monotonic() + 60
+            while len(got) < count and time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is not None and not msg.error():
+                    got.append(msg.value())
+            assert len(got) == count, f"{tag}: read {len(got)} of {count}"
+            return got
+
+        assert sorted(drain(N, "first topic"), key=repr) == sorted((v for _, v, _, _ in records), key=repr)
+        assert rdlog.versions("FetchRequest") == {16}
+
+        with ClusterClient(cluster.bootstrap) as client:
+            admin = AdminClient(client)
+            old_id = zk_topic_id(cluster, name)
+            admin.delete_topic(name)
+            admin.create_topic(name, PARTITIONS)
+        assert zk_topic_id(cluster, name) != old_id
+        again = [(None, f"again-{i}".encode(), [], 1_800_000_000_000 + i) for i in range(9)]
+        produce_confluent(cluster.bootstrap, name, "none", again)
+        assert sorted(drain(len(again), "topic created again")) == sorted(v for _, v, _, _ in again)
+        assert any("UNKNOWN_TOPIC_ID" in line or "Unknown topic id" in line for line in rdlog.lines) or \
+            any("changed id" in line for line in rdlog.lines), "the client never noticed the new topic id"
+    finally:
+        c.close()
+
+
+def test_admin_clients_see_the_topic_id_zookeeper_keeps(cluster):
+    """confluent-kafka's describe_topics and kafka-python's (by name and by id, KIP-516) answer
+    the id in the topic's znode; kafka-python deletes by id (DeleteTopics v6), and the id
+    then names nothing."""
+    import uuid
+
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient as CAdmin
+    from kafka.admin import KafkaAdminClient
+    name = "ids-admin"
+    create_topic(cluster, name)
+    text = zk_topic_id(cluster, name)
+    raw = base64.urlsafe_b64decode(text + "==")
+
+    cadmin = CAdmin({"bootstrap.servers": cluster.bootstrap})
+    described = cadmin.describe_topics(TopicCollection([name]))[name].result(timeout=30)
+    # librdkafka prints ids in standard base64 ("+", "/"), Kafka in base64url ("-", "_"): same 16 bytes
+    assert base64.b64decode(str(described.topic_id) + "==") == raw
+    assert described.topic_id.get_most_significant_bits() == int.from_bytes(raw[:8], "big", signed=True)
+    assert described.topic_id.get_least_significant_bits() == int.from_bytes(raw[8:], "big", signed=True)
+
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        [by_name] = kadmin.describe_topics([name])
+        assert uuid.UUID(str(by_name["topic_id"])) == uuid.UUID(bytes=raw)
+        [by_id] = kadmin.describe_topics([uuid.UUID(bytes=raw)])
+        assert (by_id["error_code"], by_id["name"]) == (0, name)
+        result = kadmin.delete_topics([uuid.UUID(bytes=raw)], timeout_ms=20000)
+        assert [(t["name"], t["error_code"]) for t in result["topics"]] == [(name, 0)]
+        [gone] = wait_until(lambda: [t for t in kadmin.describe_topics([uuid.UUID(bytes=raw)])
+                                     if t["error_code"] == 100], timeout=20, message="the old id to name nothing")
+        assert gone["name"] is None
+    finally:
+        kadmin.close()

@@ -15,6 +15,7 @@ from spark_coord.client.admin import AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.coordinator.classic import LEADER
 from spark_coord.records.reader import iter_records
 
 PARTITIONS = 3
@@ -36,14 +37,15 @@ def _expected(prefix: str) -> set[tuple[str, str, str]]:
 
 
 def _consume_all_and_commit(kafkajs, brokers: list[str], topic: str, group: str, prefix: str,
-                            **options) -> dict[tuple[str, int], int]:
+                            leader: str | None = None, **options) -> dict[tuple[str, int], int]:
     """kafkajs's group consumer, alone in ``group``, is given every partition, reads the N records
     produced with ``prefix`` and commits each partition's end, as its admin's fetchOffsets shows;
-    returns those offsets."""
+    returns those offsets.  ``leader``: the leader the JoinGroup names (None: the member itself)."""
     events = kafkajs.run("consume", brokers=brokers, topic=topic, groupId=group, count=N, sessionTimeout=6000,
                          heartbeatInterval=500, **options)
     [joined] = by_event(events, "joined")
-    assert joined["memberId"] == joined["leaderId"] and joined["assignment"] == {topic: list(range(PARTITIONS))}
+    assert joined["leaderId"] == (leader or joined["memberId"])
+    assert joined["assignment"] == {topic: list(range(PARTITIONS))}
     records = by_event(events, "record")
     assert {(r["key"], r["value"], r["headers"]["i"]) for r in records} == _expected(prefix)
     ends = {}
@@ -118,7 +120,88 @@ def test_kafkajs_group_consumer_and_admin_on_our_broker(ours, kafkajs):
     with ClusterClient(ours.bootstrap) as cluster:
         AdminClient(cluster).create_topic(topic, PARTITIONS)
     kafkajs.run("produce", brokers=brokers, topic=topic, count=N, prefix="o")
-    committed = _consume_all_and_commit(kafkajs, brokers, topic, group, "o", timeout=60)
+    # no member leads here (the coordinator assigns): kafkajs syncs as a follower and gets every partition
+    committed = _consume_all_and_commit(kafkajs, brokers, topic, group, "o", leader=LEADER, timeout=60)
     assert {(topic, p): o for p, o in group_offsets(ours.zk_connect, group, topic).items()} == committed
 
     _list_describe_delete(kafkajs, brokers, group)
+
+
+def test_kafkajs_librdkafka_and_our_consumer_share_a_group_and_kill9_hands_over(ours, kafkajs, tmp_path):
+    """kafkajs (its protocol is called RoundRobinAssigner), confluent-kafka with librdkafka's default
+    assignors (range, roundrobin) and ``spark-coord consume`` in one group: protocol names need not
+    agree, since the coordinator assigns.  Each reads its share; after kill -9 of kafkajs its
+    partitions go to the other two, which read on; every record is read, and the group's offsets
+    reach the log end."""
+    import time
+
+    from helpers import group_owners, owners_by_member, wait_until
+    from peers.group_peers import CliConsumer, KafkaPeer, topic_index
+    from spark_coord.testing.producer import AckingProducer
+
+    topic, group, parts = _name("mixjs"), _name("mixjs"), 6
+    with ClusterClient(ours.bootstrap) as cluster:
+        AdminClient(cluster).create_topic(topic, parts)
+    producer = AckingProducer(ours.bootstrap, topic, parts, batch=2, interval=0.1)
+    producer.start()
+    js = kafkajs.start("consume", brokers=[ours.bootstrap], topic=topic, groupId=group, count=10**9,
+                       sessionTimeout=6000, heartbeatInterval=500)
+    lib = KafkaPeer("confluent", ours.bootstrap, group, topic, "librdkafka", tmp_path, None, 6000)
+    cli = CliConsumer(ours.bootstrap, group, topic, tmp_path, name="ours", session_ms=6000)
+    js_lines: list[dict] = []
+
+    def js_events() -> list[dict]:
+        import json
+        import select
+
+        while select.select([js.stdout], [], [], 0)[0]:
+            line = js.stdout.readline()
+            if not line:
+                break
+            if line.startswith("{"):
+                js_lines.append(json.loads(line))
+        return js_lines
+
+    def owners() -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for member, ps in owners_by_member(group_owners(ours.zk_connect, group, topic)).items():
+            out.setdefault(member.split("-")[0], set()).update(ps)
+        return out
+
+    try:
+        def sharing(kinds: set[str]):
+            o = owners()
+            return o if set(o) == kinds and set().union(*o.values()) == set(range(parts)) else None
+
+        shared = wait_until(lambda: sharing({"kafkajs_peer", "librdkafka", "ours"}), timeout=90, interval=0.3,
+                            message=lambda: f"kafkajs, librdkafka and our consumer sharing {parts} partitions; "
+                                            f"{owners()}")
+        assert {len(ps) for ps in shared.values()} == {2}
+        wait_until(lambda: by_event(js_events(), "record"), timeout=30, message="kafkajs reading records")
+        js.kill()  # kill -9: no LeaveGroup, no commit
+        js.wait(10)
+        t_kill = time.monotonic()
+        after = wait_until(lambda: sharing({"librdkafka", "ours"}), timeout=60, interval=0.3,
+                           message=lambda: f"the two survivors owning everything; {owners()}")
+        print(f"\nkafkajs's partitions moved {time.monotonic() - t_kill:.1f} s after its SIGKILL")
+        assert after["librdkafka"] >= shared["librdkafka"] and after["ours"] >= shared["ours"]
+        assert lib.owned() == after["librdkafka"]
+        producer.stop()
+        index = topic_index(ours.bootstrap, topic)
+        js_read = {(r["partition"], int(r["offset"])) for r in by_event(js_events(), "record")}
+
+        def read() -> set[tuple[int, int]]:
+            return js_read | lib.records() | {index[v] for v in cli.values() if v in index}
+
+        wait_until(lambda: read() >= set(index.values()), timeout=60, interval=0.5,
+                   message=lambda: f"every record read; missing {len(set(index.values()) - read())}")
+        ends = {p: len([o for q, o in index.values() if q == p]) for p in range(parts)}
+        wait_until(lambda: group_offsets(ours.zk_connect, group, topic) == ends, timeout=60, interval=0.5,
+                   message=lambda: f"offsets at the log end {ends}: {group_offsets(ours.zk_connect, group, topic)}")
+    finally:
+        if producer.is_alive():
+            producer.stop()
+        if js.poll() is None:
+            js.kill()
+        cli.stop()
+        lib.stop()

@@ -43,6 +43,19 @@ class Collect:
             return [r for b in sorted(self.batches) for r in self.batches[b]]
 
 
+def drain_in_thread(consumer, got: list, stop: threading.Event) -> threading.Thread:
+    """A thread appending (topic, partition, offset) of what ``consumer`` delivers until ``stop``."""
+    def drain():
+        while not stop.is_set():
+            for b in consumer.batches(timeout=0.2):
+                d = b.to_pydict()
+                got.extend(zip(d["topic"], d["partition"], d["offset"]))
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    return t
+
+
 def zk_offsets(cluster, group, topic):
     from spark_coord.zk import paths
     from spark_coord.zk.client import connect
@@ -139,15 +152,7 @@ def test_plain_consumer_and_query_in_one_group(spark, cluster, tmp_path):
     consumer = Consumer(cluster.bootstrap, "spark-g3", topics=[topic], session_timeout_ms=3000,
                         auto_offset_reset="smallest")
     got_consumer, stop = [], threading.Event()
-
-    def drain():
-        while not stop.is_set():
-            for b in consumer.batches(timeout=0.2):
-                d = b.to_pydict()
-                got_consumer.extend(zip(d["topic"], d["partition"], d["offset"]))
-
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
+    t = drain_in_thread(consumer, got_consumer, stop)
     sink = Collect()
     query = (group_reader(spark, cluster, topic, "spark-g3").writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
@@ -279,3 +284,52 @@ def test_kafka_client_and_query_in_one_group(spark, cluster, tmp_path):
         query.stop()
         stop.set()
         t.join(30)
+
+
+def test_a_joining_member_takes_only_its_share_from_a_running_query(spark, cluster, tmp_path):
+    """A query holds every partition; a thin consumer joins.  The query's member is asked to
+    give up only the partitions that move (StopFetcher v1 naming them, as the coordinator's log
+    shows), keeps reading the others, and every record is read once: by the query before and on
+    its kept partitions, by the consumer on the ones it got."""
+    from spark_coord.consumer import Consumer
+
+    topic, group = new_topic(cluster, PARTITIONS), "spark-g7"
+    sink = Collect()
+    query = (group_reader(spark, cluster, topic, group).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
+    consumer = None
+    got_consumer, stop = [], threading.Event()
+    try:
+        wait_until(lambda: len(set(zk_owners(cluster, group, topic).values())) == 1
+                   and len(zk_owners(cluster, group, topic)) == PARTITIONS, timeout=90,
+                   message=lambda: f"the query owning every partition: {zk_owners(cluster, group, topic)}")
+        [query_thread] = set(zk_owners(cluster, group, topic).values())
+        produced = {(r[2], r[3], r[4]) for r in produce(cluster, topic, 40, partitions=PARTITIONS, headers=False)}
+        wait_until(lambda: {(a, b, c) for a, b, c, _ in sink.rows()} >= produced, timeout=90,
+                   message="the query read the first records")
+        consumer = Consumer(cluster.bootstrap, group, topics=[topic], session_timeout_ms=3000, consumer_id="joiner",
+                            auto_offset_reset="smallest")
+        drain_in_thread(consumer, got_consumer, stop)
+        wait_until(lambda: len(set(zk_owners(cluster, group, topic).values())) == 2, timeout=60,
+                   message=lambda: f"the joiner owning partitions: {zk_owners(cluster, group, topic)}")
+        owners = zk_owners(cluster, group, topic)
+        moved = sorted(p for p, o in owners.items() if o == "joiner-0")
+        kept = sorted(p for p, o in owners.items() if o == query_thread)
+        assert len(moved) == len(kept) == PARTITIONS // 2
+        member = query_thread.rsplit("-", 1)[0]
+        log_text = "\n".join(p.read_text(errors="replace") for p in cluster.data_dir.glob("broker-*.log"))
+        stops = [line for line in log_text.splitlines() if f"StopFetcher to {member}:" in line]
+        assert len(stops) == 1 and stops[0].endswith(", ".join(f"{topic}-{p}" for p in moved)), stops
+        produced |= {(r[2], r[3], r[4]) for r in produce(cluster, topic, 40, partitions=PARTITIONS, start=40,
+                                                         headers=False)}
+        wait_until(lambda: set(got_consumer) | {(a, b, c) for a, b, c, _ in sink.rows()} >= produced, timeout=90,
+                   message="the query and the joiner together read everything")
+        late = [(p, o) for _, p, o, _ in sink.rows() if o >= 10]
+        assert late and {p for p, _ in late} <= set(kept)  # the query read on, only its own partitions
+        assert {p for _, p, _ in got_consumer} <= set(moved)
+        assert len(got_consumer) + len(sink.rows()) == len(produced)  # nothing twice
+    finally:
+        query.stop()
+        stop.set()
+        if consumer is not None:
+            consumer.close()

@@ -172,3 +172,56 @@ def test_a_topic_created_on_the_data_cluster_reaches_a_wildcard_group(data_clust
     finally:
         member.close()
         coordinator.stop()
+
+
+def test_a_standalone_coordinator_exports_its_groups_lag(data_cluster, zk_connect, tmp_path):
+    """Its metrics endpoint: the group's members and lag, with log ends read from the data cluster."""
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from confluent_kafka import Producer
+
+    group, per_partition = f"sa-m-{uuid.uuid4().hex[:6]}", 25
+    topic = _create_and_produce(data_cluster.bootstrap, 0)
+    # one record per batch: Tansu answers ListOffsets (latest) with its last batch's base offset + 1
+    producer = Producer({"bootstrap.servers": data_cluster.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for i in range(per_partition * PARTITIONS):
+        producer.produce(topic, f"v{i}".encode(), partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    coordinator = CoordinatorProcess(1003, data_cluster.bootstrap, zk_connect, tmp_path,
+                                     **{"metrics.port": port}).wait_listening()
+    member = None
+
+    def scrape() -> dict:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+                for family in text_string_to_metric_families(text) for smp in family.samples}
+
+    try:
+        member = Consumer(data_cluster.bootstrap, group, topics=[topic], auto_commit=False, session_timeout_ms=6000,
+                          coordinator_bootstrap=coordinator.address)
+        wait_until(lambda: len(member.assignment()) == PARTITIONS, timeout=60, message="the member's partitions")
+        member.commit({(topic, p): 10 for p in range(PARTITIONS)}, timeout=10)
+
+        def lag() -> dict:
+            return {labels: v for (name, labels), v in scrape().items() if name == "kafka_consumergroup_lag"}
+
+        want = {(("consumergroup", group), ("partition", str(p)), ("topic", topic)): per_partition - 10
+                for p in range(PARTITIONS)}
+        wait_until(lambda: lag() == want, timeout=30, message=lambda: f"lag {lag()} (want {want})")
+        found = scrape()
+        assert found[("kafka_consumergroup_members", (("consumergroup", group),))] == 1
+        assert found[("spark_coord_coordinator_members", (("protocol", "coordinator"),))] == 1
+        assert found[("spark_coord_coordinator_active", ())] == 1
+        assert found[("kafka_network_requestmetrics_requests_total",
+                      (("request", "RegisterConsumer"), ("version", "1")))] >= 1
+        assert found[("spark_coord_zookeeper_session_state", (("state", "CONNECTED"),))] == 1
+    finally:
+        if member is not None:
+            member.close()
+        coordinator.stop()

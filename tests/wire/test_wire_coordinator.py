@@ -37,7 +37,8 @@ SAMPLES = {
         {"coordinator_epoch": 99, "generation_id": 4, "consumer_id": "c", "num_retries": 1},
         {"error_code": 0, "consumer_id": "c", "generation_id": 4, "offsets": OFFSETS}),
     api.STOP_FETCHER: (
-        {"coordinator_epoch": 99, "generation_id": 4, "consumer_id": "c"},
+        {"coordinator_epoch": 99, "generation_id": 4, "consumer_id": "c",
+         "partitions": [{"topic": "t1", "partitions": [0, 3]}, {"topic": "é", "partitions": [7]}]},
         {"error_code": 0, "consumer_id": "c", "generation_id": 4, "offsets": OFFSETS}),
     api.START_FETCHER: (
         {"coordinator_epoch": 99, "generation_id": 5, "consumer_id": "c",
@@ -58,7 +59,8 @@ SAMPLES = {
                                                                 {"topic": "é", "partition": 7, "error_code": 1006}]}),
 }
 #: fields each version lacks
-V0_LACKS = {api.REGISTER_CONSUMER: ({"generation_id", "owned"}, {"generation_id"})}
+V0_LACKS = {api.REGISTER_CONSUMER: ({"generation_id", "owned"}, {"generation_id"}),
+            api.STOP_FETCHER: ({"partitions"}, set())}
 
 
 def _sample(api_key: int, version: int) -> tuple[dict, dict]:
@@ -72,7 +74,7 @@ def _sample(api_key: int, version: int) -> tuple[dict, dict]:
 
 def test_registered_with_classic_headers():
     for key in KEYS:
-        expected = (0, 1) if key == api.REGISTER_CONSUMER else (0, 0)
+        expected = {api.REGISTER_CONSUMER: (0, 2), api.STOP_FETCHER: (0, 1), api.START_FETCHER: (0, 1)}.get(key, (0, 0))
         assert protocol.served_versions(key) == expected
         for v in range(expected[0], expected[1] + 1):
             entry = registry.lookup(key, v)
@@ -93,6 +95,15 @@ def test_round_trip(api_key, version):
     out = b"".join(protocol.encode_response(header, response))
     corr, decoded_resp = protocol.decode_response(api_key, version, out[4:])
     assert corr == -31 and {k: v for k, v in decoded_resp.items() if k in response} == response
+
+
+def test_stop_fetcher_v1_names_the_partitions_or_null_for_all():
+    body = {"coordinator_epoch": 9, "generation_id": 4, "consumer_id": "c", "partitions": None}
+    frame = protocol.encode_request(api.STOP_FETCHER, 1, -3, None, body)
+    assert protocol.decode_request(frame[4:])[1]["partitions"] is None
+    v0 = protocol.encode_request(api.STOP_FETCHER, 0, -3, None, dict(body, partitions=[{"topic": "t", "partitions": [1]}]))
+    assert protocol.decode_request(v0[4:])[1]["partitions"] is None  # v0 has no list: it stops everything
+    assert len(v0) < len(frame) + 100
 
 
 def test_register_consumer_v0_has_no_claim():

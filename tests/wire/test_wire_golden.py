@@ -22,8 +22,9 @@ class CapturingBroker:
     a ``topic``, Metadata lists it (one partition, led by this server) and a consumer assigned
     to it goes on to send Fetch requests, answered with no records."""
 
-    def __init__(self, topic: str | None = None):
+    def __init__(self, topic: str | None = None, topic_id: bytes = bytes(16)):
         self.topic = topic
+        self.topic_id = topic_id
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.frames: list[bytes] = []
@@ -62,7 +63,7 @@ class CapturingBroker:
                                 "cluster_id": "golden", "controller_id": 0, "topics": self._topics()}
                     elif header.api_key == ApiKey.FETCH:
                         body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
-                            {"topic": t["topic"], "partitions": [
+                            {"topic": t["topic"], "topic_id": t["topic_id"], "partitions": [
                                 {"partition_index": p["partition"], "error_code": 0, "high_watermark": 0,
                                  "last_stable_offset": 0, "log_start_offset": 0, "aborted_transactions": None,
                                  "preferred_read_replica": -1, "records": b""} for p in t["partitions"]]}
@@ -76,7 +77,7 @@ class CapturingBroker:
     def _topics(self) -> list[dict]:
         if self.topic is None:
             return []
-        return [{"error_code": 0, "name": self.topic, "is_internal": False, "partitions": [
+        return [{"error_code": 0, "name": self.topic, "topic_id": self.topic_id, "is_internal": False, "partitions": [
             {"error_code": 0, "partition_index": 0, "leader_id": 0, "leader_epoch": 0, "replica_nodes": [0],
              "isr_nodes": [0], "offline_replicas": []}]}]
 
@@ -199,7 +200,8 @@ def fetch_capture():
 
 
 def test_librdkafka_fetch_request(fetch_capture):
-    """librdkafka asks for Fetch v12 without a fetch session (epoch -1)."""
+    """librdkafka asks for Fetch v12 without a fetch session (epoch -1) for a topic whose
+    Metadata id is the zero uuid, though Fetch up to v17 is offered: by id needs an id."""
     import confluent_kafka
     consumer = confluent_kafka.Consumer({
         "bootstrap.servers": f"127.0.0.1:{fetch_capture.port}", "group.id": "golden", "client.id": "golden-rd",
@@ -214,6 +216,54 @@ def test_librdkafka_fetch_request(fetch_capture):
     finally:
         poller.join(10)
         consumer.close()
+
+
+#: The topic id the capturing broker's Metadata gives golden-t (bytes 0x00..0x0f).
+GOLDEN_TOPIC_ID = bytes(range(16))
+
+
+def _fetch_v16_frame(correlation_id: int, client_id: bytes) -> bytes:
+    """A Fetch v16 request for golden-t partition 0 at FETCH_OFFSET, the topic named by its id
+    (v13+, KIP-516) and no replica id (a tagged ReplicaState from v15, left out by a consumer)."""
+    return (struct.pack(">hhi", ApiKey.FETCH, 16, correlation_id) + struct.pack(">h", len(client_id)) + client_id
+            + b"\x00"                                                     # header tags
+            + struct.pack(">iii", FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, FETCH_MAX_BYTES)  # no replica id
+            + b"\x00"                                                     # isolation level: read_uncommitted
+            + struct.pack(">ii", 0, -1)                                   # session id, epoch: no session
+            + b"\x02" + GOLDEN_TOPIC_ID                                   # topics[1], topic id
+            + b"\x02" + struct.pack(">iiqiqi", 0, 0, FETCH_OFFSET, -1, -1, PARTITION_MAX_BYTES)
+            + b"\x00"                                                     # partition tags
+            + b"\x00"                                                     # topic tags
+            + b"\x01"                                                     # forgotten topics: []
+            + b"\x01"                                                     # rack id: ""
+            + b"\x00")                                                    # request tags
+
+
+def test_librdkafka_fetch_request_by_topic_id():
+    """Offered Fetch up to v17 and a topic id in Metadata, librdkafka 2.16 asks for Fetch v16
+    naming the topic by id; with the zero uuid (above) it stays at v12, by name."""
+    import confluent_kafka
+    broker = CapturingBroker(topic="golden-t", topic_id=GOLDEN_TOPIC_ID)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": "golden", "client.id": "golden-rd",
+        "fetch.wait.max.ms": FETCH_MAX_WAIT_MS, "fetch.min.bytes": FETCH_MIN_BYTES,
+        "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_MAX_BYTES,
+        "isolation.level": "read_uncommitted", "log_level": 0})
+    consumer.assign([confluent_kafka.TopicPartition("golden-t", 0, FETCH_OFFSET)])
+    poller = threading.Thread(target=consumer.poll, args=(5,), daemon=True)
+    poller.start()
+    try:
+        frame = broker.wait_for(ApiKey.FETCH)
+        header, body = protocol.decode_request(frame)
+        assert (header.api_key, header.api_version, header.client_id) == (ApiKey.FETCH, 16, "golden-rd")
+        assert frame == _fetch_v16_frame(header.correlation_id, b"golden-rd")
+        assert [(t["topic_id"], [p["fetch_offset"] for p in t["partitions"]]) for t in body["topics"]] == [
+            (GOLDEN_TOPIC_ID, [FETCH_OFFSET])]
+        assert protocol.encode_request(ApiKey.FETCH, 16, header.correlation_id, "golden-rd", body)[4:] == frame
+    finally:
+        poller.join(10)
+        consumer.close()
+        broker.close()
 
 
 def test_kafka_python_fetch_request(fetch_capture):
@@ -291,4 +341,56 @@ def test_produce_v9_response_bytes_flexible():
                       + b"\x01" + b"\x00" + b"\x00"                      # record_errors [], error_message null, tags
                       + b"\x00"                                          # topic tags
                       + struct.pack(">i", 0) + b"\x00")                  # throttle, tags
+    assert b"".join(parts) == expected
+
+
+def test_fetch_v13_response_bytes_by_topic_id():
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+        {"topic": "ignored from v13", "topic_id": GOLDEN_TOPIC_ID, "partitions": [
+            {"partition_index": 1, "error_code": 100, "high_watermark": -1, "records": None}]}]}
+    parts = protocol.encode_response(protocol.RequestHeader(1, 13, 5, None), body)
+    expected = _frame(struct.pack(">i", 5) + b"\x00"                        # header v1
+                      + struct.pack(">ihi", 0, 0, 0)                         # throttle, error, session
+                      + b"\x02" + GOLDEN_TOPIC_ID                            # responses[1], topic id
+                      + b"\x02" + struct.pack(">ihqqq", 1, 100, -1, -1, -1)  # UNKNOWN_TOPIC_ID, offsets
+                      + b"\x00"                                              # aborted transactions: null
+                      + struct.pack(">i", -1)                                # preferred read replica
+                      + b"\x00"                                              # records: null
+                      + b"\x00" + b"\x00" + b"\x00")                          # partition, topic, response tags
+    assert b"".join(parts) == expected
+
+
+def test_metadata_v12_request_by_topic_id_bytes():
+    expected = _frame(b"\x00\x03\x00\x0c" + struct.pack(">i", 7) + b"\x00\x01c" + b"\x00"   # header v2
+                      + b"\x02" + GOLDEN_TOPIC_ID + b"\x00" + b"\x00"  # topics[1]: id, name null, tags
+                      + b"\x00\x00" + b"\x00")                          # auto-create, topic auth ops, tags
+    body = {"topics": [{"topic_id": GOLDEN_TOPIC_ID, "name": None}], "allow_auto_topic_creation": False}
+    assert protocol.encode_request(3, 12, 7, "c", body) == expected
+    _, decoded = protocol.decode_request(expected[4:])
+    assert decoded["topics"] == [{"topic_id": GOLDEN_TOPIC_ID, "name": None}]
+
+
+def test_delete_topics_v6_request_bytes():
+    expected = _frame(b"\x00\x14\x00\x06" + struct.pack(">i", 9) + b"\x00\x01c" + b"\x00"   # header v2
+                      + b"\x03"                                          # topics[2]
+                      + b"\x00" + GOLDEN_TOPIC_ID + b"\x00"              # name null, id, tags
+                      + b"\x02t" + bytes(16) + b"\x00"                   # name "t", zero id, tags
+                      + struct.pack(">i", 1000) + b"\x00")               # timeout, tags
+    body = {"topics": [{"name": None, "topic_id": GOLDEN_TOPIC_ID}, {"name": "t"}], "timeout_ms": 1000}
+    assert protocol.encode_request(20, 6, 9, "c", body) == expected
+    _, decoded = protocol.decode_request(expected[4:])
+    assert decoded["topics"] == [{"name": None, "topic_id": GOLDEN_TOPIC_ID}, {"name": "t", "topic_id": bytes(16)}]
+
+
+def test_create_topics_v7_response_bytes_carry_the_id():
+    body = {"throttle_time_ms": 0, "topics": [{"name": "t", "topic_id": GOLDEN_TOPIC_ID, "error_code": 0,
+                                               "error_message": None, "num_partitions": 3, "replication_factor": 1,
+                                               "configs": []}]}
+    parts = protocol.encode_response(protocol.RequestHeader(19, 7, 2, None), body)
+    expected = _frame(struct.pack(">i", 2) + b"\x00"                        # header v1
+                      + struct.pack(">i", 0)                                 # throttle
+                      + b"\x02" + b"\x02t" + GOLDEN_TOPIC_ID                  # topics[1]: name, id
+                      + struct.pack(">h", 0) + b"\x00"                       # error code, message null
+                      + struct.pack(">ih", 3, 1) + b"\x01"                    # partitions, rf, configs []
+                      + b"\x00" + b"\x00")                                    # topic tags, tags
     assert b"".join(parts) == expected

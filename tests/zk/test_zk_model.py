@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections import Counter
 
 import pytest
@@ -151,11 +153,127 @@ def test_topic_assignment_round_trip_property(replica_lists):
     assert model.parse_topic_assignment(model.topic_assignment(assignment)) == assignment
 
 
+# ---------------------------------------------------------------------------- topic ids
+
+#: Bytes 0x00..0x0f and their text as Kafka's Uuid.toString writes it (base64url, no padding).
+SEQUENTIAL_ID = bytes(range(16))
+SEQUENTIAL_TEXT = "AAECAwQFBgcICQoLDA0ODw"
+
+
+def test_topic_id_text_is_kafkas_base64url_without_padding():
+    assert model.format_topic_id(SEQUENTIAL_ID) == SEQUENTIAL_TEXT
+    assert model.parse_topic_id(SEQUENTIAL_TEXT) == SEQUENTIAL_ID
+    assert model.parse_topic_id(SEQUENTIAL_TEXT + "==") == SEQUENTIAL_ID  # Uuid.fromString accepts padding
+    # '-' and '_' are base64url's 62 and 63: an id from Kafka's own tests
+    raw = model.parse_topic_id("vZKYST0pSA2HO5x_6hoO2Q")
+    assert raw == base64.urlsafe_b64decode("vZKYST0pSA2HO5x_6hoO2Q==") and len(raw) == 16
+    assert model.format_topic_id(raw) == "vZKYST0pSA2HO5x_6hoO2Q"
+
+
+@pytest.mark.parametrize("text", [
+    "", "AAECAwQFBgcICQoLDA0O", "AAECAwQFBgcICQoLDA0ODwAA", "AAECAwQFBgcICQoLDA0OD+", "AAECAwQFBgcICQoLDA0OD/",
+    "AAECAwQFBgcICQoLDA0OD=", "AAECAwQFBgcICQoLDA0ODw=", " AAECAwQFBgcICQoLDA0ODw", "AAECAwQFBgcICQoLDA0ODé",
+    "AAAAAAAAAAAAAAAAAAAAAA", None, 7, ["AAECAwQFBgcICQoLDA0ODw"],
+])
+def test_parse_topic_id_refuses_what_is_not_a_topic_id(text):
+    with pytest.raises(ValueError):
+        model.parse_topic_id(text)
+
+
+@pytest.mark.parametrize("raw", [b"", bytes(15), bytes(17), "AAECAwQFBgcICQoLDA0ODw", None])
+def test_format_topic_id_refuses_what_is_not_16_bytes(raw):
+    with pytest.raises(ValueError):
+        model.format_topic_id(raw)
+
+
+def test_new_topic_ids_are_random_version_4_uuids_never_reserved():
+    ids = [model.new_topic_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for raw in ids:
+        u = uuid.UUID(bytes=raw)
+        assert (u.version, u.variant) == (4, uuid.RFC_4122)
+        assert raw not in (bytes(16), bytes(15) + b"\x01")
+        assert not model.format_topic_id(raw).startswith("-")  # Kafka's randomUuid avoids these too
+        assert model.parse_topic_id(model.format_topic_id(raw)) == raw
+
+
+def test_topic_znode_with_an_id_is_kafka_2_8_json():
+    data = model.topic_assignment({1: [2], 0: [1]}, SEQUENTIAL_ID)
+    assert data == (b'{"version":3,"topic_id":"AAECAwQFBgcICQoLDA0ODw","partitions":{"0":[1],"1":[2]},'
+                    b'"adding_replicas":{},"removing_replicas":{}}')
+    assert model.parse_topic(data, "orders") == model.TopicZNode({0: [1], 1: [2]}, SEQUENTIAL_ID)
+    assert model.parse_topic_assignment(data) == {0: [1], 1: [2]}
+
+
+def test_topic_znode_as_kafka_writes_it_is_read():
+    # ZooKeeper-mode Kafka 2.8+ (TopicZNode.encode), with a reassignment in progress
+    doc = {"partitions": {"0": [1, 2], "1": [2, 3]}, "topic_id": "vZKYST0pSA2HO5x_6hoO2Q",
+           "adding_replicas": {"0": [2]}, "removing_replicas": {}, "version": 3}
+    znode = model.parse_topic(json.dumps(doc).encode(), "orders")
+    assert znode.partitions == {0: [1, 2], 1: [2, 3]}
+    assert model.format_topic_id(znode.topic_id) == "vZKYST0pSA2HO5x_6hoO2Q"
+
+
+def test_topic_znode_before_topic_ids_has_none():
+    assert model.parse_topic(model.topic_assignment({0: [1]}), "t") == model.TopicZNode({0: [1]}, None)
+    doc = {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {}, "removing_replicas": {}}
+    assert model.parse_topic(json.dumps(doc), "t").topic_id is None
+
+
+@pytest.mark.parametrize("topic_id, fragment", [
+    ('"AAAAAAAAAAAAAAAAAAAAAA"', "zero UUID"),
+    ('"AAECAwQFBgcICQoLDA0O"', "base64url"),
+    ('"not an id at all, really"', "base64url"),
+    ("17", "base64url"),
+    ("null", "base64url"),
+    ('{"id": 1}', "base64url"),
+])
+def test_topic_znode_with_a_malformed_id_is_refused(topic_id, fragment):
+    data = '{"version":3,"topic_id":%s,"partitions":{"0":[1]}}' % topic_id
+    with pytest.raises(ValueError) as e:
+        model.parse_topic(data, "orders")
+    assert "'orders'" in str(e.value) and "topic_id" in str(e.value) and fragment in str(e.value)
+
+
+def test_topic_znode_version_4_is_unknown():
+    with pytest.raises(ValueError, match="unsupported version 4"):
+        model.parse_topic('{"version":4,"partitions":{"0":[1]}}', "t")
+
+
+@pytest.mark.parametrize("reserved", [bytes(16), bytes(15) + b"\x01"])
+def test_reserved_uuids_are_never_written_as_topic_ids(reserved):
+    with pytest.raises(ValueError):
+        model.topic_assignment({0: [1]}, reserved)
+    with pytest.raises(ValueError):
+        model.with_topic_id(model.topic_assignment({0: [1]}), reserved)
+
+
+def test_with_topic_id_upgrades_a_znode_keeping_its_other_fields():
+    old = json.dumps({"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {"0": [2]},
+                      "removing_replicas": {}, "something_newer": [1]})
+    data = model.with_topic_id(old, SEQUENTIAL_ID, "t")
+    assert json.loads(data) == {"version": 3, "topic_id": SEQUENTIAL_TEXT, "partitions": {"0": [1, 2]},
+                                "adding_replicas": {"0": [2]}, "removing_replicas": {}, "something_newer": [1]}
+    v1 = model.with_topic_id(model.topic_assignment({0: [1]}), SEQUENTIAL_ID, "t")
+    assert v1 == model.topic_assignment({0: [1]}, SEQUENTIAL_ID)
+    with pytest.raises(ValueError, match="'t'"):
+        model.with_topic_id(b'{"version":1}', SEQUENTIAL_ID, "t")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=4, unique=True), min_size=1, max_size=20),
+       st.binary(min_size=16, max_size=16).filter(lambda b: b not in (bytes(16), bytes(15) + b"\x01")))
+def test_topic_znode_round_trip_property(replica_lists, topic_id):
+    assignment = dict(enumerate(replica_lists))
+    assert model.parse_topic(model.topic_assignment(assignment, topic_id)) == model.TopicZNode(assignment, topic_id)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_parsers_never_raise_anything_but_value_error(data):
     for parse in (lambda d: model.parse_topic_assignment(d), lambda d: model.parse_broker(0, d),
-                  model.parse_offset, model.parse_owner):
+                  model.parse_offset, model.parse_owner, model.parse_topic, model.parse_topic_id,
+                  lambda d: model.with_topic_id(d, SEQUENTIAL_ID)):
         try:
             parse(data)
         except ValueError:

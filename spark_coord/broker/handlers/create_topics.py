@@ -2,7 +2,8 @@
 
 Versions served per the wire registry (0-7): v1 adds validate_only and the
 per-topic error_message; v5 (flexible) answers num_partitions,
-replication_factor and configs; v7 adds topic ids (we answer the zero uuid).
+replication_factor and configs; v7 answers the new topic's id (the zero uuid when
+nothing was created: an error, or validate_only).
 Kafka's legal names ([a-zA-Z0-9._-], 1..249 chars, not "." or "..") else
 INVALID_TOPIC_EXCEPTION; num_partitions -1 means num.partitions; one replica
 per partition (replication_factor -1 or 1); explicit assignments are honoured.
@@ -15,6 +16,7 @@ from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
+from spark_coord.zk.model import ZERO_TOPIC_ID
 
 API_KEY = ApiKey.CREATE_TOPICS
 
@@ -34,13 +36,14 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         r = await topic_admin.create_topic(
             ctx, name, t.get("num_partitions", -1), t.get("replication_factor", -1), t.get("assignments") or None,
             bool(body.get("validate_only", False)), body.get("timeout_ms", 60000))
-        results.append(_result(name, r.code, r.message, r.num_partitions))
+        results.append(_result(name, r.code, r.message, r.num_partitions, r.topic_id))
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _result(name: str, code: int, message: str | None, num_partitions: int = -1) -> dict:
+def _result(name: str, code: int, message: str | None, num_partitions: int = -1,
+            topic_id: bytes = ZERO_TOPIC_ID) -> dict:
     ok = code == ErrorCode.NONE
-    return {"name": name, "topic_id": bytes(16), "error_code": code, "error_message": message,
+    return {"name": name, "topic_id": topic_id if ok else ZERO_TOPIC_ID, "error_code": code, "error_message": message,
             "num_partitions": num_partitions if ok else -1, "replication_factor": 1 if ok else -1,
             "configs": [] if ok else None}
 

@@ -126,6 +126,7 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
         return _partition(partition, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e)), None
     sequences.record(topic, partition, plog, headers, base_offset)
     ctx.appends.notify((topic, partition))
+    ctx.metrics.appended(topic, len(records), sum(h.records_count for h in headers))
     return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset), plog if flush_now else None
 
 

@@ -1,43 +1,61 @@
-"""Kafka's group protocol as a second way into the coordinator (DESIGN section 11).
+"""Kafka's classic group protocol, eager and cooperative, as a door into the coordinator
+(DESIGN sections 11 and 12).
 
-A Kafka consumer (librdkafka, kafka-python, kafkajs, the Java client) joins one
-of our groups with JoinGroup/SyncGroup/Heartbeat; this module makes it a member
-like any other of the coordinator's one registry.  Each Kafka member gets a
-``KafkaMember``: the ``MemberChannel`` the coordinator drives, translated into
-what a Kafka client understands:
+A Kafka consumer (librdkafka, kafka-python, kafkajs, the Java client) joins one of
+our groups with JoinGroup/SyncGroup/Heartbeat.  ``ClassicMember`` is its
+``MemberChannel``: the coordinator drives it with Ping, StopFetcher and
+StartFetcher like any member, and the adapter translates them into what a Kafka
+client understands.  It keeps no member table of its own: the coordinator's
+registry holds the member, with the adapter as its channel.
 
-* **Ping** -> its heartbeats.  A ping is answered at once when the member was
-  heard from (a heartbeat, a commit, a JoinGroup waiting here) within the last
-  third of its session timeout, else at its next request; a member that stops
-  sending expires its pings and is failed as any other.
-* **StopFetcher** -> REBALANCE_IN_PROGRESS on its next Heartbeat or SyncGroup.
-  The member revokes its partitions (eager protocols: it commits and stops
-  fetching first) and sends JoinGroup: that JoinGroup answers the StopFetcher.
-* **StartFetcher** -> the answer to the JoinGroup waiting here (the new
-  generation), and the assignment in the SyncGroup answer, encoded in the
-  consumer protocol.  The SyncGroup answers the StartFetcher.  Whatever a
-  client leader computes and sends in SyncGroup is ignored: the coordinator
-  assigns.
+* **Ping** -> its heartbeats.  A ping is answered at once when the member was heard
+  from (a heartbeat, a commit, a JoinGroup waiting here) within the last third of
+  its session timeout, else at its next request; a member that sends nothing for
+  its session timeout is failed, as Kafka's coordinator does.
+* **StopFetcher** -> REBALANCE_IN_PROGRESS on its next Heartbeat, and then:
+  - an *eager* member (range, roundrobin, kafkajs' RoundRobinAssigner...) revokes
+    everything it holds (committing first) and sends JoinGroup: that JoinGroup
+    answers the StopFetcher, and waits for the member's StartFetcher;
+  - a *cooperative* member (``cooperative-sticky``, KIP-429) keeps fetching and
+    sends JoinGroup; it is answered at once, and its SyncGroup hands it its
+    assignment without the partitions to stop.  It revokes just those (its
+    revocation callback gets exactly them), commits, and joins again: that second
+    JoinGroup answers the StopFetcher and waits for its StartFetcher, the second
+    round of KIP-429.
+* **StartFetcher** -> the answer to the JoinGroup waiting here (or, for a member
+  not rejoining, REBALANCE_IN_PROGRESS and then the answer to its JoinGroup), and
+  its complete assignment in the SyncGroup answer, encoded in the consumer
+  protocol.  The SyncGroup answers the StartFetcher.  A cooperative member keeps
+  what it already fetches and its assignment callback gets only what is new.
 
-OffsetCommit goes through the coordinator's own checks (generation, ownership,
-never backwards) into the same ZooKeeper znodes as pings' offsets; OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups read and change the same registry,
-so Kafka tools see every group, Spark queries' groups included.
+The coordinator computes every assignment: the JoinGroup answers name no member
+as leader, so every client syncs as a follower and runs no assignor, and each
+member is answered in a protocol it offered (a cooperative one when it offers
+one), so eager and cooperative members, kafkajs next to librdkafka, our members
+and Spark queries share one group whatever protocol names they offer.
+
+JoinGroup waits are ``DelayedJoin`` operations in a purgatory on the coordinator's
+timer (Kafka's DelayedJoin): one completes when the member's StartFetcher arrives,
+its connection closes, or its rebalance timeout passes (REBALANCE_IN_PROGRESS:
+the client joins again).  SyncGroup never waits: a JoinGroup is answered only
+once the member's assignment is known.
+
+OffsetCommit goes through the coordinator's checks (the member's epoch -- the
+generation it synced --, what it holds, never backwards) into the same ZooKeeper
+znodes as pings' offsets; OffsetFetch, ListGroups, DescribeGroups and
+DeleteGroups read and change the same registry, so Kafka tools see every group,
+Spark queries' groups included.
 
 Choices where Kafka and the seeds differ:
 
-* incremental (cooperative) protocols are refused with INCONSISTENT_GROUP_PROTOCOL:
-  a cooperative member keeps fetching while it rejoins, which StopFetcher forbids;
-  clients offering an eager protocol too (Java's default "range, cooperative-sticky")
-  get the eager one;
-* an offset below the one already committed in the same generation is answered
-  NONE but not taken (offsets never move backwards, DESIGN invariant 3); commits
-  with generation -1 (tools resetting a group) are taken only while the group has no
-  live member, as Kafka does, and may move offsets anywhere;
+* an offset below the one already committed by the same holding is answered NONE
+  but not taken (DESIGN invariant 3); commits with generation -1 and no member id
+  (tools resetting a group) are taken only while the group has no live member, as
+  Kafka does, and may move offsets anywhere;
 * ``group.instance.id`` (static membership) is accepted and shown, but a restarted
-  static member joins as a new member (a rebalance), as without it;
+  static member joins as a new member;
 * after a coordinator failover a Kafka member that heartbeats or commits with the
-  generation the new coordinator restored is taken back into it with the partitions
+  generation the new coordinator restored for it is taken back with the partitions
   ZooKeeper's owners give it (nothing stopped), like our members' claims.
 """
 
@@ -51,22 +69,25 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.delayed import DelayedJoin
 from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_subscription, encode_assignment,
-                                                encode_subscription, topic_partitions)
+                                                encode_subscription, partitions_by_topic, topic_partitions)
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
     from spark_coord.coordinator.coordinator import Coordinator
 
-__all__ = ["KafkaGroups", "KafkaMember", "CONSUMER_PROTOCOL_TYPE", "kafka_state"]
+__all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
+           "choose_protocol", "kafka_state"]
 
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
-#: Assignment protocols that revoke incrementally (KIP-429): refused.
+#: Assignment protocols that hand partitions over incrementally (KIP-429).
 COOPERATIVE_PROTOCOLS = frozenset({"cooperative-sticky"})
 #: Generation of commits from outside any generation (tools, assign()-only consumers).
 NO_GENERATION = -1
@@ -75,10 +96,14 @@ DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
 #: Member ids handed out and not used yet, per group: at most this many, kept this long when full.
 MAX_PENDING_MEMBER_IDS = 10_000
 PENDING_MEMBER_ID_MS = 300_000
+#: The leader every JoinGroup answer names: no member, so every client syncs as a follower.
+LEADER = "coordinator"
 
 _STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RESTORING: "PreparingRebalance",
            GroupState.PREPARING_REBALANCE: "PreparingRebalance", GroupState.STOPPING_FETCHERS: "PreparingRebalance",
            GroupState.STARTING_FETCHERS: "CompletingRebalance", GroupState.DEAD: "Dead"}
+
+Partitions = dict[str, list[int]]
 
 
 def kafka_state(state: GroupState) -> str:
@@ -86,22 +111,55 @@ def kafka_state(state: GroupState) -> str:
     return _STATES[state]
 
 
+def choose_protocol(offered: Iterable[str]) -> str | None:
+    """The protocol a member is answered in: a cooperative one if it offers one (nothing it holds
+    stops needlessly), else its first choice."""
+    offered = list(offered)
+    for name in offered:
+        if name in COOPERATIVE_PROTOCOLS:
+            return name
+    return offered[0] if offered else None
+
+
 def _member_id_prefix(client_id: str | None) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9._]", "_", client_id or "")[:60].strip("_.")
     return cleaned or "consumer"
 
 
-class KafkaMember:
-    """A Kafka-protocol member as the coordinator's ``MemberChannel``."""
+def _encode(partitions: Partitions) -> bytes:
+    return encode_assignment({"assigned_partitions": topic_partitions(partitions), "user_data": None}, 0)
+
+
+def _ownership(body: Mapping[str, Any]) -> Partitions:
+    """A StartFetcher's partitions by topic."""
+    out: dict[str, set[int]] = {}
+    for thread in body.get("ownership") or []:
+        for p in thread.get("partitions") or []:
+            out.setdefault(p["topic"], set()).add(p["partition"])
+    return {t: sorted(ps) for t, ps in sorted(out.items())}
+
+
+def _minus(held: Partitions, gone: Iterable[dict]) -> Partitions:
+    drop = {(e["topic"], p) for e in gone for p in e["partitions"]}
+    out = {t: [p for p in ps if (t, p) not in drop] for t, ps in held.items()}
+    return {t: ps for t, ps in out.items() if ps}
+
+
+def _pairs(partitions: Partitions) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in partitions.items() for p in ps}
+
+
+class ClassicMember:
+    """A Kafka classic-protocol member as the coordinator's ``MemberChannel``."""
 
     #: Our requests never reach the client: its lease runs from its own last request (``contact``),
     #: which is when Kafka's session timeout starts too.
     renews_lease = False
 
-    def __init__(self, groups: "KafkaGroups", group_id: str, member_id: str, *, client_id: str, client_host: str,
+    def __init__(self, door: "ClassicGroups", group_id: str, member_id: str, *, client_id: str, client_host: str,
                  session_timeout_ms: int, rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]] | None,
-                 group_instance_id: str | None = None):
-        self.groups = groups
+                 group_instance_id: str | None = None, cooperative: bool | None = None):
+        self.door = door
         self.group_id = group_id
         self.member_id = member_id
         self.client_id = client_id
@@ -109,47 +167,49 @@ class KafkaMember:
         self.peer = client_host
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        #: (name, subscription bytes) in the member's order of preference; None: not known (taken
-        #: back after a failover): any protocol suits it.
-        self.protocols = protocols
         self.group_instance_id = group_instance_id
+        #: (name, subscription bytes) in the member's order of preference; None: not known (taken
+        #: back after a failover, before it joined again).
+        self.protocols = protocols
+        self.protocol = choose_protocol(n for n, _ in protocols or [])
+        self.cooperative = self.protocol in COOPERATIVE_PROTOCOLS if cooperative is None else cooperative
         self.closed = False
-        self.last_contact_ms = groups.c.clock.now_ms()
+        self.last_contact_ms = door.c.clock.now_ms()
         self._held_ping: tuple[dict, OnAnswer] | None = None
-        #: A StopFetcher waiting for the member's JoinGroup.
-        self._stop: tuple[dict, OnAnswer] | None = None
-        #: The StartFetcher the member has not synced yet, and the JoinGroup waiting for one.
+        #: A StopFetcher waiting for the member to give the partitions up, with the partitions (None: all).
+        self._stop: tuple[dict, OnAnswer, list[dict] | None] | None = None
+        #: Cooperative: the generation in which its assignment without the stopped partitions was handed
+        #: to it (its next JoinGroup, after it synced that one, answers the StopFetcher).
+        self._stop_handed: int | None = None
+        #: The StartFetcher it has not synced yet.
         self._start: tuple[dict, OnAnswer] | None = None
-        self._join: asyncio.Future[dict | None] | None = None
-        self._join_since_ms = 0
-        #: The generation whose assignment the member received in SyncGroup, and that assignment.
-        self.synced_generation = NO_GENERATION
-        self.assignment_bytes = b""
+        #: A JoinGroup waiting here.
+        self.join: DelayedJoin | None = None
+        #: A JoinGroup answered with (generation, partitions, the StartFetcher's answer callback or None);
+        #: its SyncGroup for that generation takes it.
+        self._offered: tuple[int, Partitions, OnAnswer | None] | None = None
+        #: The generation it synced last, and the assignment it got then.
+        self.generation = NO_GENERATION
+        self.partitions: Partitions = {}
         #: Fails the member when no request came for its session timeout (Kafka's rule, to the ms).
         self._expiry = None
         self._arm()
 
     # ------------------------------------------------------------ MemberChannel
-    def send(self, api_key: int, body: dict, on_answer: OnAnswer) -> None:
+    def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
         if self.closed:
             raise ChannelClosed(f"Kafka member {self.member_id} left")
         if api_key == CoordinatorApi.PING:
             if self._alive_lately():
                 on_answer(self._answer(body))
-            elif self.groups.c.clock.now_ms() - self.last_contact_ms > self.session_timeout_ms:
-                self.groups.c.post(self.groups.session_expired, self)  # Kafka's rule: no heartbeat for a session
+            elif self.door.c.clock.now_ms() - self.last_contact_ms > self.session_timeout_ms:
+                self.door.c.post(self.door.session_expired, self)  # Kafka's rule: no heartbeat for a session
             else:
                 self._held_ping = (body, on_answer)
         elif api_key == CoordinatorApi.STOP_FETCHER:
-            self._start = None  # a start it did not sync is void: it learns of the new round
-            if self._join is not None:  # it is rejoining: it holds nothing
-                on_answer(self._answer(body))
-            else:
-                self._stop = (body, on_answer)
+            self._on_stop(body, on_answer)
         elif api_key == CoordinatorApi.START_FETCHER:
-            self._start = (body, on_answer)
-            if self._join is not None and not self._join.done():
-                self._join.set_result(body)
+            self._on_start(body, on_answer)
         else:
             raise ChannelClosed(f"Kafka member {self.member_id}: no mapping for coordinator api {api_key}")
 
@@ -160,18 +220,39 @@ class KafkaMember:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
-        self._held_ping = self._stop = self._start = None
-        if self._join is not None and not self._join.done():
-            self._join.set_result(None)
-        self.groups.forget(self)
+        self._held_ping = self._stop = self._start = self._offered = None
+        self._wake_join(None)
+
+    def _on_stop(self, body: dict, on_answer: OnAnswer) -> None:
+        asked = body.get("partitions") if self.cooperative else None
+        if self._start is not None and self._offered is None and self.join is None:
+            self._start = None  # a start it never heard of is void: this stop replaces it
+        if asked is None and (self.join is not None or (self._offered is not None and self._offered[2] is not None)):
+            # eager, and between JoinGroup and SyncGroup: it revoked everything before joining
+            self._void_offer()
+            on_answer(self._answer(body))
+            return
+        self._stop, self._stop_handed = (body, on_answer, asked), None
+        if asked is not None and self.join is not None:
+            self._hand_reduced()
+
+    def _on_start(self, body: dict, on_answer: OnAnswer) -> None:
+        self._start = (body, on_answer)
+        if self.join is not None and self._stop is None:
+            self._offer_start()
+
+    def _void_offer(self) -> None:
+        """A JoinGroup answer it has not synced yet is no longer what it gets."""
+        if self._offered is not None:
+            self._offered = None
 
     # ------------------------------------------------------------ state
     def _joining(self, now: int) -> bool:
         """Is its JoinGroup waiting here, within its rebalance timeout?"""
-        return self._join is not None and now - self._join_since_ms <= self.rebalance_timeout_ms
+        return self.join is not None and not self.join.is_completed
 
     def _alive_lately(self) -> bool:
-        now = self.groups.c.clock.now_ms()
+        now = self.door.c.clock.now_ms()
         if self._joining(now):
             return True
         return now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3)
@@ -184,7 +265,7 @@ class KafkaMember:
     def _arm(self, delay_ms: int | None = None) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
-        c = self.groups.c
+        c = self.door.c
         self._expiry = None if self.closed else c.timer.call_later(
             self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
 
@@ -192,104 +273,129 @@ class KafkaMember:
         self._expiry = None
         if self.closed:
             return
-        now = self.groups.c.clock.now_ms()
+        now = self.door.c.clock.now_ms()
         if self._joining(now):
-            self._arm(max(1, self._join_since_ms + self.rebalance_timeout_ms - now + 1))  # waiting here: alive
+            self._arm(max(1, self.session_timeout_ms))  # waiting in a JoinGroup here: alive
             return
         left = self.last_contact_ms + self.session_timeout_ms - now
         if left > 0:
             self._arm(left)
         else:
-            self.groups.session_expired(self)
+            self.door.session_expired(self)
 
     def contact(self) -> None:
         """The member sent a request: it is alive (answers a held ping), and may fetch for its
         session timeout from now."""
-        self.last_contact_ms = self.groups.c.clock.now_ms()
+        self.last_contact_ms = self.door.c.clock.now_ms()
         if self._expiry is None:  # an armed timer finds the new contact when it fires, and waits on
             self._arm()
-        group = self.groups.c.groups.get(self.group_id)
-        member = group.members.get(self.member_id) if group is not None else None
-        if member is not None and member.channel is self:
-            member.last_sent_ms = self.last_contact_ms
+        self.door.c.heard_from(self.group_id, self.member_id, self, self.last_contact_ms)
         held, self._held_ping = self._held_ping, None
         if held is not None:
             held[1](self._answer(held[0]))
 
     @property
     def rebalancing(self) -> bool:
-        """Must the member rejoin (a StopFetcher waits, or a StartFetcher it has not joined for)?"""
-        return self._stop is not None or (self._join is None and self.pending_start() is not None)
+        """Must the member (re)join: a stop or start waits for it, or it has not synced a JoinGroup answer?"""
+        return self._stop is not None or self._start is not None or self._offered is not None
 
-    def stopped_by_join(self) -> bool:
-        """Its JoinGroup arrived: it stopped fetching (eager protocols revoke before rejoining).
-        True if that answered a StopFetcher."""
-        stop, self._stop = self._stop, None
-        if stop is not None:
-            stop[1](self._answer(stop[0]))
-        return stop is not None
+    # ------------------------------------------------------------ joining
+    def _hand_reduced(self) -> None:
+        """Cooperative: answer its JoinGroup with its assignment without the partitions to stop."""
+        assert self._stop is not None
+        body, _, asked = self._stop
+        generation = body.get("generation_id", self.generation)
+        self._stop_handed = generation
+        self._offer(generation, _minus(self.partitions, asked or []), None)
 
-    def pending_start(self) -> dict | None:
-        """A StartFetcher it has not synced (its JoinGroup can be answered at once)."""
-        if self._start is not None and self._start[0].get("generation_id") != self.synced_generation:
-            return self._start[0]
-        return None
+    def _offer_start(self) -> None:
+        assert self._start is not None
+        body, on_answer = self._start
+        self._offer(body["generation_id"], _ownership(body), on_answer)
 
-    async def wait_for_start(self, timeout_ms: int, gone: "asyncio.Future[Any] | None" = None) -> dict | None:
-        """Wait for the StartFetcher of the next generation (None: closed, timed out, or ``gone``
-        -- the connection the JoinGroup came on -- completed first)."""
-        ready = self.pending_start()
-        if ready is not None:
-            return ready
-        loop = asyncio.get_running_loop()
-        join = self._join = loop.create_future()
-        self._join_since_ms = self.groups.c.clock.now_ms()
-        waiting = {join} if gone is None else {join, gone}
-        try:
-            await asyncio.wait(waiting, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
-            return join.result() if join.done() else None
-        finally:
-            if self._join is join:
-                self._join = None
-            if not self.closed and not (gone is not None and gone.done()):
-                self.contact()  # it waited here until now: alive
+    def _offer(self, generation: int, partitions: Partitions, on_answer: OnAnswer | None) -> None:
+        self._offered = (generation, partitions, on_answer)
+        self._wake_join(generation)
+
+    def _wake_join(self, generation: int | None) -> None:
+        """Answer the JoinGroup waiting here with ``generation`` (None: the member is gone)."""
+        join = self.join
+        if join is not None and not join.is_completed:
+            if generation is None:
+                join.gone = True
+            else:
+                join.generation = generation
+            self.door.purgatory.check_and_complete(MemberKey(self.group_id, self.member_id))
+
+    def joined(self, owned: set[tuple[str, int]] | None) -> str:
+        """Its JoinGroup arrived (``owned``: what its subscription says it owns, if it says).  Settles
+        what the JoinGroup means for a StopFetcher waiting here.  Returns ``"ready"`` when it can be
+        answered at once, ``"wait"`` when its StartFetcher is on the way, ``"unasked"`` when nothing
+        waits for it: it joined again on its own."""
+        if self._stop is not None:
+            body, on_answer, asked = self._stop
+            asked_pairs = {(e["topic"], p) for e in asked or [] for p in e["partitions"]}
+            if asked is None or (self._stop_handed is not None and self.generation == self._stop_handed) \
+                    or (owned is not None and not owned & asked_pairs):
+                # eager: it revoked everything; cooperative: it gave the partitions up and joined again
+                self._stop, self._stop_handed = None, None
+                self.partitions = {} if asked is None else _minus(self.partitions, asked)
+                self._void_offer()
+                on_answer(self._answer(body))
+                if self._start is not None:
+                    self._offer_start()
+                    return "ready"
+                return "wait"  # the coordinator starts it next
+            self._hand_reduced()
+            return "ready"
+        if self._offered is not None:
+            return "ready"
+        if self._start is not None:
+            self._offer_start()
+            return "ready"
+        return "unasked"
 
     def sync(self, generation: int) -> bytes | None:
         """The assignment of ``generation`` (answering its StartFetcher); None if it is not this one's."""
-        start = self._start
-        if start is not None and start[0].get("generation_id") == generation:
-            self._start = None
-            body, on_answer = start
-            partitions: dict[str, list[int]] = {}
-            for thread in body.get("ownership") or []:
-                for p in thread.get("partitions") or []:
-                    partitions.setdefault(p["topic"], []).append(p["partition"])
-            self.assignment_bytes = encode_assignment(
-                {"assigned_partitions": topic_partitions({t: sorted(ps) for t, ps in sorted(partitions.items())}),
-                 "user_data": None}, 0)
-            self.synced_generation = generation
-            on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.member_id, "generation_id": generation})
-            return self.assignment_bytes
-        if generation == self.synced_generation and start is None:
-            return self.assignment_bytes
+        offered = self._offered
+        if offered is not None and offered[0] == generation:
+            self._offered = None
+            _, partitions, on_answer = offered
+            self.generation, self.partitions = generation, partitions
+            if on_answer is not None and self._start is not None and self._start[1] is on_answer:
+                self._start = None
+                on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.member_id, "generation_id": generation})
+            return _encode(partitions)
+        if offered is None and generation == self.generation and not self.rebalancing:
+            return _encode(self.partitions)
         return None
+
+    def heartbeat_code(self, generation: Any) -> ErrorCode:
+        if self.rebalancing:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE if generation == self.generation else ErrorCode.ILLEGAL_GENERATION
+
+    def join_answer(self, generation: int) -> dict:
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NONE), "generation_id": generation,
+                "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_name": self.protocol, "leader": LEADER,
+                "skip_assignment": False, "member_id": self.member_id, "members": []}
 
     def protocol_names(self) -> list[str] | None:
         return None if self.protocols is None else [n for n, _ in self.protocols]
 
-    def metadata_for(self, name: str | None) -> bytes:
+    def metadata(self) -> bytes:
         for n, meta in self.protocols or []:
-            if n == name:
+            if n == self.protocol:
                 return meta
         return b""
 
 
-class KafkaGroups:
-    """Kafka's group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
+class ClassicGroups:
+    """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
     def __init__(self, coordinator: "Coordinator"):
         self.c = coordinator
-        self.members: dict[tuple[str, str], KafkaMember] = {}
+        self.purgatory = Purgatory(coordinator.timer, "join")
         #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (KIP-394), and when.
         self._pending_ids: dict[str, dict[str, int]] = {}
 
@@ -308,10 +414,9 @@ class KafkaGroups:
     def reset(self) -> None:
         """The coordinator resigned: its members' channels are closed; forget handed-out ids."""
         self._pending_ids.clear()
-        for km in list(self.members.values()):
-            km.close()
+        self.purgatory.cancel_all()
 
-    def session_expired(self, km: KafkaMember) -> None:
+    def session_expired(self, km: ClassicMember) -> None:
         """No request from ``km`` for its session timeout: fail it, as Kafka's coordinator does."""
         group, member = self._registry(km.group_id, km.member_id)
         if km.closed or group is None or member is None or member.channel is not km:
@@ -320,26 +425,19 @@ class KafkaGroups:
         self.c.handle_consumer_failure(group, member, f"no heartbeat within its session timeout "
                                                       f"({km.session_timeout_ms} ms)")
 
-    def forget(self, member: KafkaMember) -> None:
-        key = (member.group_id, member.member_id)
-        if self.members.get(key) is member:
-            del self.members[key]
-
     def _registry(self, group_id: str, member_id: str) -> tuple[GroupRegistry | None, ConsumerRegistry | None]:
         group = self.c.groups.get(group_id)
         return group, (group.members.get(member_id) if group is not None else None)
 
-    def _live(self, group_id: str, member_id: str) -> KafkaMember | None:
-        km = self.members.get((group_id, member_id))
-        if km is None or km.closed:
-            return None
-        group, member = self._registry(group_id, member_id)
-        if member is None or member.channel is not km:
-            km.close()
-            return None
-        return km
+    def _live(self, group_id: str, member_id: str) -> ClassicMember | None:
+        """The member's adapter, if it is a live classic member of the group."""
+        _, member = self._registry(group_id, member_id)
+        channel = member.channel if member is not None else None
+        if isinstance(channel, ClassicMember) and not channel.closed:
+            return channel
+        return None
 
-    def _not_served(self, group_id: str) -> ErrorCode | None:
+    def not_served(self, group_id: str) -> ErrorCode | None:
         """NOT_COORDINATOR while this coordinator is not active, INVALID_GROUP_ID for a name no
         znode can carry, else None."""
         if not self.c.active:
@@ -350,14 +448,11 @@ class KafkaGroups:
             return ErrorCode.INVALID_GROUP_ID
         return None
 
-    def _kafka_members(self, group_id: str) -> list[KafkaMember]:
-        return [km for (g, _), km in sorted(self.members.items()) if g == group_id and not km.closed]
-
     # ------------------------------------------------------------ JoinGroup
     async def join_group(self, body: Mapping[str, Any], version: int, client_id: str, client_host: str,
                          gone: "asyncio.Future[Any] | None" = None,
                          topic_filter: "Callable[[str], bool] | None" = None) -> dict:
-        """Answer a JoinGroup (waits for the member's assignment round; ``gone`` completes when the
+        """Answer a JoinGroup (waits for the member's assignment; ``gone`` completes when the
         request's connection closes: a member that disconnected while waiting is no longer alive)."""
         group_id = body.get("group_id") or ""
         member_id = body.get("member_id") or ""
@@ -369,30 +464,26 @@ class KafkaGroups:
             out.update(fields)
             return out
 
-        if (refused := self._not_served(group_id)) is not None:
+        if (refused := self.not_served(group_id)) is not None:
             return answer(refused)
         if body.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
             log.info("JoinGroup %s from %s: protocol type %r refused (only %r)", group_id, client_host,
                      body.get("protocol_type"), CONSUMER_PROTOCOL_TYPE)
             return answer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         protocols = [(p.get("name"), bytes(p.get("metadata") or b"")) for p in body.get("protocols") or []
-                     if isinstance(p.get("name"), str) and p.get("name") not in COOPERATIVE_PROTOCOLS]
+                     if isinstance(p.get("name"), str)]
         if not protocols:
-            log.info("JoinGroup %s from %s: no eager assignment protocol offered (%s); cooperative rebalancing is "
-                     "not supported", group_id, client_host, [p.get("name") for p in body.get("protocols") or []])
+            log.info("JoinGroup %s from %s: no assignment protocol offered", group_id, client_host)
             return answer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        chosen = choose_protocol(n for n, _ in protocols)
         try:
-            topics = sorted(set(decode_subscription(protocols[0][1])["topics"]))
+            subscription = decode_subscription(dict(protocols)[chosen])
         except ConsumerProtocolError as e:
             log.info("JoinGroup %s from %s: %s", group_id, client_host, e)
             return answer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        names = {n for n, _ in protocols}
-        for other in self._kafka_members(group_id):
-            theirs = other.protocol_names()
-            if other.member_id != member_id and theirs is not None and not names & set(theirs):
-                log.info("JoinGroup %s from %s: protocols %s share none with member %s's %s", group_id, client_host,
-                         sorted(names), other.member_id, theirs)
-                return answer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        topics = sorted(set(subscription["topics"]))
+        owned = {(t, p) for t, ps in partitions_by_topic(subscription.get("owned_partitions")).items() for p in ps} \
+            if subscription.get("version", 0) >= 1 else None
         session = body.get("session_timeout_ms")
         rebalance = body.get("rebalance_timeout_ms", -1)
         rebalance = rebalance if isinstance(rebalance, int) and rebalance > 0 else (
@@ -405,8 +496,8 @@ class KafkaGroups:
                 return answer(ErrorCode.MEMBER_ID_REQUIRED)
 
         km = self._live(group_id, member_id)
-        if km is not None and km.protocols is not None and sorted(
-                set(decode_subscription(km.protocols[0][1])["topics"])) != topics:
+        if km is not None and (km.protocols is not None and sorted(
+                set(decode_subscription(km.metadata())["topics"])) != topics):
             group, member = self._registry(group_id, member_id)
             log.info("group %s: Kafka member %s changed its subscription to %s", group_id, member_id, topics)
             km.close()
@@ -417,72 +508,97 @@ class KafkaGroups:
         if km is None:
             group, member = self._registry(group_id, member_id)
             pending = self._pending_ids.get(group_id, {})
-            if member_id not in pending and (member is None or member.channel is not None) \
-                    and (group_id, member_id) not in self.members:
+            if member_id not in pending and (member is None or member.channel is not None):
                 return answer(ErrorCode.UNKNOWN_MEMBER_ID)
             pending.pop(member_id, None)
-            km = KafkaMember(self, group_id, member_id, client_id=client_id, client_host=client_host,
-                             session_timeout_ms=session if isinstance(session, int) else 0,
-                             rebalance_timeout_ms=rebalance, protocols=protocols,
-                             group_instance_id=body.get("group_instance_id"))
+            km = ClassicMember(self, group_id, member_id, client_id=client_id, client_host=client_host,
+                               session_timeout_ms=session if isinstance(session, int) else 0,
+                               rebalance_timeout_ms=rebalance, protocols=protocols,
+                               group_instance_id=body.get("group_instance_id"))
             code = self._register(km, topics, topic_filter)
             if code != ErrorCode.NONE:
                 return answer(code)
         else:
-            km.protocols = protocols
+            km.protocols, km.protocol = protocols, chosen
             km.session_timeout_ms = session if isinstance(session, int) and session > 0 else km.session_timeout_ms
             km.rebalance_timeout_ms = rebalance
             km.contact()
-            was_stopping = km.stopped_by_join()
-            group, member = self._registry(group_id, member_id)
-            if km.pending_start() is None and group is not None and member is not None:
-                member.assignment = None  # eager: it revoked everything before this JoinGroup
-                if not was_stopping and group.rebalance_task is None:
-                    self.c.request_rebalance(group, f"Kafka member {member_id} joined again")
+            if km.cooperative != (chosen in COOPERATIVE_PROTOCOLS):
+                log.info("group %s: Kafka member %s now joins with %s", group_id, member_id, chosen)
+            if km.joined(owned if km.cooperative else None) == "unasked":
+                self._rejoined_on_its_own(km, owned)
+        return await self._wait_join(km, gone)
 
-        start = await km.wait_for_start(rebalance, gone)
-        if start is None:
+    def _rejoined_on_its_own(self, km: ClassicMember, owned: set[tuple[str, int]] | None) -> None:
+        """A JoinGroup nobody asked for: an eager member revoked everything before it; a cooperative
+        one may have dropped some (its subscription says what it still owns)."""
+        group, member = self._registry(km.group_id, km.member_id)
+        if group is None or member is None:
+            return
+        held = _pairs(km.partitions)
+        if not km.cooperative:
+            km.partitions = {}
+            self.c.released(group, member, None, f"Kafka member {km.member_id} joined again")
+        elif owned is not None and held - owned:
+            km.partitions = {t: [p for p in ps if (t, p) in owned] for t, ps in km.partitions.items()}
+            self.c.released(group, member, held - owned, f"Kafka member {km.member_id} no longer owns "
+                                                          f"{len(held - owned)} partition(s)")
+        else:  # nothing changed for it: the same assignment again, at once
+            km._offer(km.generation if km.generation != NO_GENERATION else max(0, member.epoch or 0),
+                      dict(km.partitions), None)
+
+    async def _wait_join(self, km: ClassicMember, gone: "asyncio.Future[Any] | None") -> dict:
+        """The JoinGroup answer once the member's offer is ready (a ``DelayedJoin``)."""
+        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        if km.join is not None and not km.join.is_completed:
+            km.join.force_complete()  # a JoinGroup it gave up on (a new one came): answered as superseded
+        join = km.join = DelayedJoin(km.group_id, km.member_id, km.rebalance_timeout_ms, future,
+                                     on_done=lambda: setattr(km, "last_contact_ms", self.c.clock.now_ms()))
+        if km._offered is not None:
+            join.generation = km._offered[0]
+        if gone is not None:
+            gone.add_done_callback(lambda _f: self._gone(km, join))
+        self.purgatory.try_complete_else_watch(join, [MemberKey(km.group_id, km.member_id)])
+        generation = await future
+        if km.join is join:
+            km.join = None
+        if not km.closed and not (gone is not None and gone.done()):
+            km.contact()  # it waited here until now: alive
+        if generation is None:
             if km.closed or not self.c.active:
-                return answer(ErrorCode.NOT_COORDINATOR if not self.c.active else ErrorCode.UNKNOWN_MEMBER_ID)
-            return answer(ErrorCode.REBALANCE_IN_PROGRESS)
-        kafka = self._kafka_members(group_id)
-        protocol = self._choose_protocol(km, kafka)
-        leader = kafka[0].member_id if kafka else member_id
-        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                    "metadata": m.metadata_for(protocol) or encode_subscription({"topics": topics}, 0)}
-                   for m in kafka] if leader == member_id else []
-        return answer(ErrorCode.NONE, generation_id=start["generation_id"], protocol_type=CONSUMER_PROTOCOL_TYPE,
-                      protocol_name=protocol, leader=leader, members=members)
+                code = ErrorCode.NOT_COORDINATOR if not self.c.active else ErrorCode.UNKNOWN_MEMBER_ID
+            else:
+                code = ErrorCode.REBALANCE_IN_PROGRESS
+            return {"throttle_time_ms": 0, "error_code": int(code), "generation_id": NO_GENERATION,
+                    "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False,
+                    "member_id": km.member_id, "members": []}
+        return km.join_answer(generation)
 
-    def _register(self, km: KafkaMember, topics: list[str],
+    def _gone(self, km: ClassicMember, join: DelayedJoin) -> None:
+        if not join.is_completed:
+            join.gone = True
+            self.purgatory.check_and_complete(MemberKey(km.group_id, km.member_id))
+
+    def _register(self, km: ClassicMember, topics: list[str],
                   topic_filter: "Callable[[str], bool] | None" = None) -> ErrorCode:
         answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.member_id,
                                       "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": None,
-                                      "auto_commit": False, "session_timeout_ms": km.session_timeout_ms})
+                                      "auto_commit": False, "session_timeout_ms": km.session_timeout_ms},
+                                 incremental=km.cooperative)
         code = answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != ErrorCode.NONE:
+            km.close()
             log.info("group %s: Kafka member %s refused: %s %s", km.group_id, km.member_id,
                      ErrorCode.name_of(code), answer.get("error_message") or "")
             return {ErrorCode.SESSION_TIMEOUT_TOO_SMALL: ErrorCode.INVALID_SESSION_TIMEOUT,
                     ErrorCode.INVALID_SUBSCRIPTION: ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                     ErrorCode.INVALID_GROUP_ID: ErrorCode.INVALID_GROUP_ID,
                     ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR}.get(code, ErrorCode.INVALID_REQUEST)
-        self.members[(km.group_id, km.member_id)] = km
-        _, member = self._registry(km.group_id, km.member_id)
-        if member is not None:
-            member.topic_filter = topic_filter
+        self.c.set_topic_filter(km.group_id, km.member_id, topic_filter)
         return ErrorCode.NONE
 
-    @staticmethod
-    def _choose_protocol(km: KafkaMember, kafka: list[KafkaMember]) -> str | None:
-        known = [m.protocol_names() for m in kafka if m.protocol_names() is not None]
-        for name in km.protocol_names() or []:
-            if all(name in names for names in known):
-                return name
-        return (km.protocol_names() or [None])[0]
-
     # ------------------------------------------------------------ SyncGroup / Heartbeat / LeaveGroup
-    def _member_for(self, group_id: str, member_id: str, generation: int | None) -> KafkaMember | ErrorCode:
+    def _member_for(self, group_id: str, member_id: str, generation: int | None) -> ClassicMember | ErrorCode:
         if not self.c.active:
             return ErrorCode.NOT_COORDINATOR
         km = self._live(group_id, member_id)
@@ -493,33 +609,31 @@ class KafkaGroups:
         km.contact()
         return km
 
-    def _take_back(self, group_id: str, member_id: str, generation: int) -> KafkaMember | None:
-        """A member restored from ZooKeeper after a failover, heard from in the restored generation:
-        back into it with the partitions the owners give it (its claim), nothing stopped."""
+    def _take_back(self, group_id: str, member_id: str, generation: int) -> ClassicMember | None:
+        """A member restored from ZooKeeper after a failover (or whose adapter is gone), heard from in
+        an epoch it can have: back with the partitions it is counted for (its claim), nothing stopped."""
         group, member = self._registry(group_id, member_id)
-        if group is None or member is None or member.channel is not None or generation != group.generation_id \
-                or member.assignment is None:
+        if group is None or member is None or member.channel is not None or not member.holds_assignment \
+                or not isinstance(generation, int) or generation != member.sent_epoch:
             return None
         owned = [{"consumer_thread_id": thread, "partitions": [{"topic": t, "partition": p, "offset": -1}
                                                                for t, p in tps]}
-                 for thread, tps in sorted(member.assignment.items())]
-        km = KafkaMember(self, group_id, member_id, client_id="", client_host="(taken back)",
-                         session_timeout_ms=member.session_timeout_ms,
-                         rebalance_timeout_ms=member.session_timeout_ms, protocols=None)
+                 for thread, tps in sorted((member.assignment or {}).items())]
+        km = ClassicMember(self, group_id, member_id, client_id="", client_host="(taken back)",
+                           session_timeout_ms=member.session_timeout_ms,
+                           rebalance_timeout_ms=member.session_timeout_ms, protocols=None,
+                           cooperative=member.incremental)
         answer = self.c.register(km, {"group_id": group_id, "consumer_id": member_id,
                                       "topics": [{"topic": t, "streams": 1} for t in member.topic_count.static_topics()],
                                       "pattern": member.topic_count.pattern, "auto_commit": False,
                                       "session_timeout_ms": member.session_timeout_ms,
-                                      "generation_id": generation, "owned": owned})
+                                      "generation_id": generation, "owned": owned}, incremental=member.incremental)
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
-            km.closed = True
+            km.close()
             return None
-        km.synced_generation = generation
-        km.assignment_bytes = encode_assignment({"assigned_partitions": topic_partitions(
-            {t: sorted(p for tt, p in (tp for tps in member.assignment.values() for tp in tps) if tt == t)
-             for t in sorted({t for tps in member.assignment.values() for t, _ in tps})}), "user_data": None}, 0)
-        self.members[(group_id, member_id)] = km
-        log.info("group %s: Kafka member %s taken back into generation %d", group_id, member_id, generation)
+        km.generation = generation
+        km.partitions = {t: sorted(p for tt, p in member.owned() if tt == t) for t in sorted({t for t, _ in member.owned()})}
+        log.info("group %s: Kafka member %s taken back in generation %d", group_id, member_id, generation)
         return km
 
     def sync_group(self, body: Mapping[str, Any]) -> dict:
@@ -534,19 +648,12 @@ class KafkaGroups:
         assignment = km.sync(generation)
         if assignment is None:
             return answer(ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION)
-        return answer(ErrorCode.NONE, assignment, body.get("protocol_name"))
+        return answer(ErrorCode.NONE, assignment, body.get("protocol_name") or km.protocol)
 
     def heartbeat(self, body: Mapping[str, Any]) -> dict:
         generation = body.get("generation_id")
         km = self._member_for(body.get("group_id") or "", body.get("member_id") or "", generation)
-        if isinstance(km, ErrorCode):
-            code = km
-        elif km.rebalancing:
-            code = ErrorCode.REBALANCE_IN_PROGRESS
-        elif generation != km.synced_generation:
-            code = ErrorCode.ILLEGAL_GENERATION
-        else:
-            code = ErrorCode.NONE
+        code = km if isinstance(km, ErrorCode) else km.heartbeat_code(generation)
         return {"throttle_time_ms": 0, "error_code": int(code)}
 
     def leave_group(self, body: Mapping[str, Any], version: int) -> dict:
@@ -587,7 +694,7 @@ class KafkaGroups:
                 topics.setdefault(t, []).append({"partition_index": p, "error_code": int(code)})
             return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
-        if (refused := self._not_served(group_id)) is not None:
+        if (refused := self.not_served(group_id)) is not None:
             return answer(refused)
         offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in wanted]
         if generation == NO_GENERATION and not member_id:
@@ -604,6 +711,7 @@ class KafkaGroups:
             return answer(ErrorCode.INVALID_REQUEST)
         kafka_codes = {tp: {ErrorCode.NONE: ErrorCode.NONE, ErrorCode.OFFSET_BACKWARDS: ErrorCode.NONE,
                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            ErrorCode.STALE_GENERATION: ErrorCode.ILLEGAL_GENERATION,
                             ErrorCode.PARTITION_NOT_OWNED: ErrorCode.ILLEGAL_GENERATION}.get(e, ErrorCode.INVALID_REQUEST)
                        for tp, e in codes.items()}
         if any(e == ErrorCode.NONE for e in codes.values()):
@@ -613,24 +721,11 @@ class KafkaGroups:
         return answer(kafka_codes)
 
     async def _standalone_commit(self, group_id: str, wanted: list, answer) -> dict:
-        group = self.c.groups.get(group_id)
-        if group is not None and group.live_members():
-            return answer(ErrorCode.UNKNOWN_MEMBER_ID)  # Kafka: only an empty group takes them
-        if group is None:
-            group = self.c.groups[group_id] = GroupRegistry(group_id)
-        codes: dict[tuple[str, int], int] = {}
-        for t, p, o in wanted:
-            if not isinstance(t, str) or not isinstance(p, int) or not isinstance(o, int) or o < 0:
-                codes[(t, p)] = ErrorCode.INVALID_REQUEST
-            elif not 0 <= p < self.c.topics.get(t, 0):
-                codes[(t, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                group.offsets[(t, p)] = o
-                group.offset_generation[(t, p)] = NO_GENERATION  # outside any generation: may go anywhere
-                group.dirty.add((t, p))
-                codes[(t, p)] = ErrorCode.NONE
+        codes = self.c.offsets.set_outside_generation(group_id, wanted)
+        if isinstance(codes, ErrorCode):
+            return answer(codes)
         if any(e == ErrorCode.NONE for e in codes.values()):
-            failure = await self._write(group)
+            failure = await self._write(self.c.groups[group_id])
             if failure is not None:
                 codes = {tp: (failure if e == ErrorCode.NONE else e) for tp, e in codes.items()}
         log.info("group %s: %d offsets set from outside any generation", group_id,
@@ -700,17 +795,16 @@ class KafkaGroups:
                 out.append({"error_code": 0, "group_id": gid, "group_state": "Dead", "protocol_type": "",
                             "protocol_data": "", "members": []})
                 continue
-            kafka = self._kafka_members(gid)
-            protocol = self._choose_protocol(kafka[0], kafka) if kafka else self.c.config.assignment_strategy
-            members = []
+            members, protocols = [], []
             for cid, m in sorted(group.members.items()):
-                km = self.members.get((gid, cid))
-                if km is not None and not km.closed and m.channel is km:
+                km = m.channel if isinstance(m.channel, ClassicMember) else None
+                if km is not None:
+                    protocols.append(km.protocol)
                     members.append({"member_id": cid, "group_instance_id": km.group_instance_id,
                                     "client_id": km.client_id, "client_host": km.client_host,
-                                    "member_metadata": km.metadata_for(protocol)
+                                    "member_metadata": km.metadata()
                                     or encode_subscription({"topics": m.topic_count.static_topics()}, 0),
-                                    "member_assignment": km.assignment_bytes})
+                                    "member_assignment": _encode(km.partitions)})
                 else:
                     members.append({"member_id": cid, "group_instance_id": None, "client_id": "coordkafka",
                                     "client_host": m.peer,
@@ -718,9 +812,9 @@ class KafkaGroups:
                                         {"topics": m.topic_count.topics_in(self.c.topics)
                                          if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0),
                                     "member_assignment": _assignment_bytes(m)})
+            protocol = next((p for p in protocols if p), None) or self.c.config.assignment_strategy
             out.append({"error_code": 0, "group_id": gid, "group_state": kafka_state(group.state),
-                        "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": protocol or "",
-                        "members": members})
+                        "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": protocol, "members": members})
         return {"throttle_time_ms": 0, "groups": out}
 
     async def delete_groups(self, body: Mapping[str, Any]) -> dict:
@@ -730,26 +824,15 @@ class KafkaGroups:
         return {"throttle_time_ms": 0, "results": results}
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
-        if (refused := self._not_served(group_id)) is not None:
+        if (refused := self.not_served(group_id)) is not None:
             return refused
-        group = self.c.groups.get(group_id)
-        if group is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group.members or group.rebalance_task is not None:
-            return ErrorCode.NON_EMPTY_GROUP
         try:
-            async with group.store_lock:
-                await self.c.store.delete_group(group_id)
+            return await self.c.delete_group(group_id)
         except Fenced:
             return ErrorCode.NOT_COORDINATOR
         except StoreError as e:
             log.warning("could not delete group %s: %s", group_id, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self.c.groups.get(group_id) is group and not group.members:
-            del self.c.groups[group_id]
-            log.info("group %s deleted", group_id)
-            return ErrorCode.NONE
-        return ErrorCode.NON_EMPTY_GROUP
 
 
 def _assignment_bytes(member: ConsumerRegistry) -> bytes:
@@ -757,5 +840,4 @@ def _assignment_bytes(member: ConsumerRegistry) -> bytes:
     for tps in (member.assignment or {}).values():
         for t, p in tps:
             parts.setdefault(t, []).append(p)
-    return encode_assignment({"assigned_partitions": topic_partitions({t: sorted(ps) for t, ps in sorted(parts.items())}),
-                              "user_data": None}, 0)
+    return _encode({t: sorted(ps) for t, ps in sorted(parts.items())})

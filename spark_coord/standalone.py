@@ -46,9 +46,11 @@ from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.metrics import metrics_endpoint
+from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.broker.security import BrokerSecurity
 from spark_coord.zk import client as zk_client
-from spark_coord.zk import model, paths
+from spark_coord.zk import model
 from spark_coord.zk.client import ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
@@ -283,23 +285,23 @@ class StandaloneCoordination(CoordinationService):
                 log.debug("coordinator registration %s: %s", child, e)
         return found
 
-    def _live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+    def live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """The data cluster's brokers (members fetch from them whichever listener they came in on)."""
         return [(b.id, b.host, b.port) for b in sorted(self.broker.view.brokers.values(), key=lambda b: b.id)]
 
-    def _coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
-        info = self.coordinators.get(self.coordinator_id)
-        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
-        return None if ep is None else (info.id, ep.host, ep.port)
-
-    async def _cluster_metadata(self, ctx, conn, header, body) -> dict:
-        listener = conn.auth.listener_name
-        coordinators = []
+    def coordinator_nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
+        """ClusterMetadata names the coordinator processes, where members look for the coordinator."""
+        out = []
         for cid, info in sorted(self.coordinators.items()):
             ep = info.endpoint_for(listener)
             if ep is not None:
-                coordinators.append({"node_id": cid, "host": ep.host, "port": ep.port})
-        return {"error_code": ErrorCode.NONE, "coordinator_id": self.coordinator_id,
-                "coordinator_epoch": self.coordinator_epoch, "brokers": coordinators}
+                out.append((cid, ep.host, ep.port))
+        return out
+
+    def coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
+        info = self.coordinators.get(self.coordinator_id)
+        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
+        return None if ep is None else (info.id, ep.host, ep.port)
 
 
 class StandaloneCoordinator:
@@ -317,6 +319,7 @@ class StandaloneCoordinator:
         self.coordination: StandaloneCoordination | None = None
         self.registration: BrokerRegistration | None = None
         self.mirror: OffsetMirror | None = None
+        self.metrics = metrics_endpoint(cfg, f"coordinator {self.coordinator_id}")  # metrics
 
     @property
     def bound_ports(self) -> dict[str, int]:
@@ -336,7 +339,8 @@ class StandaloneCoordinator:
             self.ctx = SimpleNamespace(authorizer=self.security.authorizer, server=None)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
                                        cfg["connections.max.idle.ms"] / 1000,
-                                       connection_auth=self.security.connection_auth)
+                                       connection_auth=self.security.connection_auth,
+                                       metrics=self.metrics.broker if self.metrics else NO_BROKER_METRICS)  # metrics
             self.ctx.server = self.server
             self.coordination = StandaloneCoordination(self)
             for handler in [api_versions.HANDLER, sasl_handshake.HANDLER, sasl_authenticate.HANDLER,
@@ -355,6 +359,8 @@ class StandaloneCoordinator:
             await self.coordination.start()
             if self.mirror is not None and self.coordination.coordinator is not None:
                 self.coordination.coordinator.on_committed = self.mirror.offer
+            if self.metrics is not None:  # metrics
+                self.metrics.start_for_standalone(self, loop)  # metrics
         except BaseException:
             await self.stop()
             raise
@@ -365,6 +371,8 @@ class StandaloneCoordinator:
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:  # metrics
+            await loop.run_in_executor(None, self.metrics.stop)  # metrics
         if self.coordination is not None:
             await self.coordination.stop()
             self.coordination = None

@@ -1,0 +1,49 @@
+"""The coordinator's front door: one module per API it serves.
+
+Each module exports ``API``: a ``GroupApi`` with the api key, its name, an async
+``handle(door, ctx, conn, header, body)`` that returns a version-agnostic response
+dict (or ``door.deferred`` when it answers later), and ``error_response(body,
+code)``, the answer carrying one error code wherever the response has one.  The
+process that serves them (a broker, or a standalone coordinator) implements
+``FrontDoor`` and turns these into its request handlers (``broker.coordination``).
+
+The seeds' own APIs: ClusterMetadata, RegisterConsumer, CommitOffsets and the
+coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator, JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``.
+Authorization (Kafka's ACLs on groups and topics) is checked here, before
+anything reaches the coordinator (``authz``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.coordinator.handlers.door import FrontDoor
+
+HandleFn = Callable[["FrontDoor", Any, Any, Any, dict], Awaitable["dict | Any"]]
+ErrorFn = Callable[[dict, int], dict]
+
+
+@dataclass(frozen=True)
+class GroupApi:
+    """How the coordinator's front door serves one API key."""
+
+    api_key: int
+    name: str
+    handle: HandleFn
+    error_response: ErrorFn
+
+
+def group_apis() -> list[GroupApi]:
+    """Every API of the front door."""
+    from spark_coord.coordinator.handlers import (cluster_metadata, commit_offsets, delete_groups, describe_groups,
+                                                  describe_members, find_coordinator, heartbeat, join_group,
+                                                  leave_group, list_groups, offset_commit, offset_fetch,
+                                                  register_consumer, sync_group)
+
+    return [cluster_metadata.API, register_consumer.API, describe_members.API, commit_offsets.API,
+            find_coordinator.API, join_group.API, sync_group.API, heartbeat.API, leave_group.API,
+            offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API]

@@ -1,0 +1,23 @@
+"""ClusterMetadata (coordinator api 1000, version 0): where the coordinator is, and the live brokers.
+
+Any broker answers it, elected or not: members ask it round-robin to find the
+coordinator (seeds 001, 003 section 7).  The nodes are given at their endpoints of
+the listener the request came in on: the brokers, or a standalone coordinator's
+fellow coordinator processes.
+"""
+
+from __future__ import annotations
+
+from spark_coord.coordinator.handlers import GroupApi
+from spark_coord.errors import ErrorCode
+from spark_coord.wire import coordinator as api
+
+
+async def handle(door, ctx, conn, header, body) -> dict:
+    return {"error_code": ErrorCode.NONE, "coordinator_id": door.coordinator_id,
+            "coordinator_epoch": door.coordinator_epoch,
+            "brokers": [{"node_id": i, "host": h, "port": p}
+                        for i, h, p in door.coordinator_nodes(conn.auth.listener_name)]}
+
+
+API = GroupApi(api.CLUSTER_METADATA, "ClusterMetadata", handle, lambda body, code: {"error_code": code})

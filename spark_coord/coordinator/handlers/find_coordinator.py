@@ -1,0 +1,49 @@
+"""FindCoordinator (Kafka api 10, versions 0-6 as the wire registry serves them).
+
+Every broker answers with the elected coordinator, at its endpoint of the listener
+the request came in on; v4+ answer each key of a batch.  Only group keys exist here
+(no transactions); a group the principal may not Describe is refused.
+"""
+
+from __future__ import annotations
+
+from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.errors import ErrorCode
+from spark_coord.security.acl import AclOperation
+from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP
+from spark_coord.wire.registry import ApiKey
+
+
+def _refusal(key: str, code: int, message: str | None) -> dict:
+    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
+
+
+async def handle(door, ctx, conn, header, body) -> dict:
+    keys = body.get("coordinator_keys") if header.api_version >= 4 else [body.get("key") or ""]
+    key_type = body.get("key_type", KEY_TYPE_GROUP)
+    found = door.coordinator_endpoint(conn)
+    results = []
+    for key in keys or []:
+        if key_type != KEY_TYPE_GROUP:
+            results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                    "only group coordinators exist here (no transactions)"))
+        elif authz.group_refused(ctx, conn, AclOperation.DESCRIBE, key):
+            results.append(_refusal(key, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
+        elif found is None:
+            results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE, "no coordinator is elected right now"))
+        else:
+            node, host, port = found
+            results.append({"key": key, "node_id": node, "host": host, "port": port,
+                            "error_code": ErrorCode.NONE, "error_message": None})
+    first = results[0] if results else _refusal("", ErrorCode.INVALID_REQUEST, "no key")
+    return {"throttle_time_ms": 0, "error_code": first["error_code"], "error_message": first["error_message"],
+            "node_id": first["node_id"], "host": first["host"], "port": first["port"], "coordinators": results}
+
+
+def error_response(body: dict, code: int) -> dict:
+    keys = body.get("coordinator_keys") or [body.get("key") or ""]
+    return {"throttle_time_ms": 0, "error_code": code, "error_message": None, "node_id": -1, "host": "",
+            "port": -1, "coordinators": [_refusal(k, code, None) for k in keys]}
+
+
+API = GroupApi(ApiKey.FIND_COORDINATOR, "FindCoordinator", handle, error_response)

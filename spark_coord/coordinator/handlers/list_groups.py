@@ -1,0 +1,29 @@
+"""ListGroups (Kafka api 16): the groups this coordinator holds, filtered by state (v4+) and type (v5+).
+
+Admin clients ask every broker and merge the answers: a broker that coordinates no
+group lists none (an error would fail the whole listing).  Only groups the principal
+may Describe are listed.
+"""
+
+from __future__ import annotations
+
+from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
+
+
+def error_response(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "groups": []}
+
+
+async def handle(door, ctx, conn, header, body) -> dict:
+    code = door.not_serving()
+    if code is not None:
+        return error_response(body, code if code != ErrorCode.NOT_COORDINATOR else 0)
+    answer = door.classic.list_groups(body)
+    visible = set(authz.describable_groups(ctx, conn, [g["group_id"] for g in answer["groups"]]))
+    answer["groups"] = [g for g in answer["groups"] if g["group_id"] in visible]
+    return answer
+
+
+API = GroupApi(ApiKey.LIST_GROUPS, "ListGroups", handle, error_response)

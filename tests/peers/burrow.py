@@ -1,0 +1,283 @@
+"""Burrow (LinkedIn's consumer lag checker, 1.2 as Debian packages it) as a test peer.
+
+Burrow reads a cluster two ways: its ``kafka`` cluster module asks the brokers for every
+partition's log end through the Kafka protocol (Metadata, then ListOffsets to each
+leader, with the Sarama client), and its ``kafka_zk`` consumer module watches the groups'
+committed offsets in ZooKeeper in Kafka 0.8's layout
+(``/consumers/<group>/offsets/<topic>/<partition>``).  It serves what it computes (the
+log ends, each group's offsets and lag) over an HTTP API.
+
+``Burrow`` writes a configuration into a directory of the test's own, runs the binary
+with it (everything on 127.0.0.1: the brokers, ZooKeeper, and its HTTP listener on a
+port the kernel picks) and stops it (SIGTERM, then kill).  ``burrow_binary()`` finds the
+binary (Debian installs it as ``Burrow``); ``BurrowUnavailable`` says why there is none.
+
+Defaults of the packaged binary that the configuration overrides: it reads
+``burrow.toml`` from ``-config-dir`` (default: the working directory), writes its pid
+file to ``burrow.pid`` in the working directory, listens on ``:8000`` (every interface)
+when told to, logs to stdout, and lets ``BURROW_*`` environment variables override any
+setting (viper's AutomaticEnv) -- so the process gets an environment without them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The cluster's name in Burrow's configuration and in its HTTP paths (/v3/kafka/<name>/...).
+CLUSTER = "spark-coord"
+
+#: Every setting that decides how soon Burrow notices a change, in seconds (Burrow's
+#: smallest unit): the cluster module's topic list and log ends, and how long the
+#: evaluator caches a group's lag.
+REFRESH_S = 1
+
+
+class BurrowUnavailable(RuntimeError):
+    """No Burrow binary can run here (the message says why)."""
+
+
+def burrow_binary() -> str:
+    """The path of the Burrow binary on PATH (``Burrow`` from Debian's package, or ``burrow``)."""
+    binary = shutil.which("Burrow") or shutil.which("burrow")
+    if binary is None:
+        raise BurrowUnavailable("Burrow is not on PATH (apt-get install burrow)")
+    return binary
+
+
+def split_zk_connect(connect: str) -> tuple[list[str], str]:
+    """``host:port,host:port/chroot`` -> (["host:port", ...], "/chroot"); Burrow's ZooKeeper
+    client takes the chroot apart from the servers ("/" without one)."""
+    servers, slash, chroot = connect.partition("/")
+    return servers.split(","), "/" + chroot.strip("/") if slash and chroot.strip("/") else "/"
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for the plain text we write
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def render_toml(sections: dict[str, dict]) -> str:
+    """``{"section.name": {key: value}}`` as TOML tables, in order."""
+    out = []
+    for name, body in sections.items():
+        out.append(f"[{name}]")
+        out.extend(f"{key} = {_toml_value(value)}" for key, value in body.items())
+        out.append("")
+    return "\n".join(out)
+
+
+class Burrow:
+    """One Burrow process watching one cluster of ours.
+
+    ``brokers``: the cluster's ``host:port`` addresses; ``zk_connect``: the cluster's
+    ZooKeeper connect string (with its chroot), where the groups' offsets are;
+    ``own_zk_connect``: a connect string whose chroot Burrow may use for its own znodes.
+    """
+
+    def __init__(self, binary: str, workdir: Path, brokers: list[str], zk_connect: str, own_zk_connect: str,
+                 kafka_version: str = "2.1.0"):
+        self.binary = binary
+        self.workdir = Path(workdir)
+        self.brokers = list(brokers)
+        self.zk_connect = zk_connect
+        self.own_zk_connect = own_zk_connect
+        self.kafka_version = kafka_version
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.log_path = self.workdir / "burrow.log"      # Burrow's own log (JSON lines)
+        self.out_path = self.workdir / "burrow.out"      # the process's stdout and stderr
+        self.config_path = self.workdir / "burrow.toml"
+        # no proxy for the HTTP API, whatever the environment says: it is on loopback
+        self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    # ------------------------------------------------------------------ configuration
+    def config(self) -> dict[str, dict]:
+        zk_servers, cluster_chroot = split_zk_connect(self.zk_connect)
+        own_servers, own_chroot = split_zk_connect(self.own_zk_connect)
+        if own_chroot == "/":
+            raise ValueError("Burrow's own znodes need a chroot of their own")
+        for address in [*self.brokers, *zk_servers, *own_servers]:
+            if not address.startswith("127.0.0.1:"):
+                raise ValueError(f"Burrow is only pointed at loopback here, not at {address}")
+        return {
+            "general": {"pidfile": str(self.workdir / "burrow.pid")},
+            "logging": {"filename": str(self.log_path), "level": "debug", "use-compression": False},
+            # Burrow's own ZooKeeper use (its root path; the client has no chroot of its own)
+            "zookeeper": {"servers": own_servers, "timeout": 6, "root-path": own_chroot},
+            "client-profile.spark-coord": {"client-id": "burrow-spark-coord", "kafka-version": self.kafka_version},
+            # log ends through the Kafka protocol: Metadata, then ListOffsets to each leader
+            f"cluster.{CLUSTER}": {"class-name": "kafka", "servers": self.brokers, "client-profile": "spark-coord",
+                                   "topic-refresh": REFRESH_S, "offset-refresh": REFRESH_S},
+            # committed offsets from ZooKeeper: <zookeeper-path>/consumers/<group>/offsets/<topic>/<partition>
+            f"consumer.{CLUSTER}-zk": {"class-name": "kafka_zk", "cluster": CLUSTER, "servers": zk_servers,
+                                       "zookeeper-path": "" if cluster_chroot == "/" else cluster_chroot,
+                                       "zookeeper-timeout": 6},
+            "httpserver.default": {"address": "127.0.0.1:0"},
+            # min-distance 0: every commit is its own entry (none folded into the one before)
+            "storage.default": {"class-name": "inmemory", "workers": 4, "intervals": 10,
+                                "expire-group": 604800, "min-distance": 0},
+            "evaluator.default": {"class-name": "caching", "expire-cache": REFRESH_S},
+        }
+
+    def write_config(self) -> Path:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(render_toml(self.config()))
+        return self.config_path
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 30.0) -> "Burrow":
+        self.write_config()
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("BURROW_")}
+        with open(self.out_path, "ab") as out:
+            self.proc = subprocess.Popen([self.binary, "-config-dir", str(self.workdir)], cwd=self.workdir, env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("Burrow (pid %d) serving http://127.0.0.1:%d", self.proc.pid, self.port)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Wait until the HTTP listener is up and /burrow/admin answers; RuntimeError (with
+        the logs) if the process exits or the deadline passes first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Burrow exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if not self.port:
+                self.port = self._listener_port()
+            elif self._admin_answers():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"Burrow's HTTP API did not answer within {timeout} s:\n{self.log_tail()}")
+
+    def _listener_port(self) -> int:
+        for entry in self.log_entries():
+            if entry.get("msg") == "started listener":
+                host, _, port = entry["listener"].rpartition(":")
+                if host != "127.0.0.1":
+                    raise RuntimeError(f"Burrow listens on {entry['listener']}, not on loopback")
+                return int(port)
+        return 0
+
+    def _admin_answers(self) -> bool:
+        try:
+            with self._http.open(f"http://127.0.0.1:{self.port}/burrow/admin", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (Burrow stops its modules and exits 0), then SIGKILL past ``timeout``; the exit status."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        return proc.returncode
+
+    def __enter__(self) -> "Burrow":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ logs
+    def log_entries(self) -> list[dict]:
+        """Burrow's log so far, one dict per JSON line (lines that are not JSON are kept as ``{"msg": line}``)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        entries = []
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = {"msg": line}
+            entries.append(entry if isinstance(entry, dict) else {"msg": line})
+        return entries
+
+    def problems(self) -> list[dict]:
+        """Burrow's log entries at level warn or above."""
+        return [e for e in self.log_entries() if e.get("level") in ("warn", "error", "dpanic", "panic", "fatal")]
+
+    def log_tail(self, lines: int = 40) -> str:
+        parts = []
+        for path in (self.out_path, self.log_path):
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                tail = ["(none)"]
+            parts.append(f"--- {path.name}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ HTTP API
+    def get(self, path: str) -> tuple[int, dict]:
+        """GET ``path`` of the HTTP API: (status, JSON body)."""
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with self._http.open(url, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:  # 404s come with a JSON body too
+            body = e.read()
+            try:
+                return e.code, json.loads(body)
+            except ValueError:
+                return e.code, {"error": True, "message": body.decode(errors="replace")}
+
+    def _cluster_path(self, *parts: str) -> str:
+        return "/v3/kafka/" + "/".join(urllib.parse.quote(p, safe="") for p in (CLUSTER, *parts))
+
+    def topic_offsets(self, topic: str) -> list[int] | None:
+        """The log end of each partition of ``topic`` as Burrow last read it (None: not known yet)."""
+        status, body = self.get(self._cluster_path("topic", topic))
+        return body["offsets"] if status == 200 and not body.get("error") else None
+
+    def consumers(self) -> list[str]:
+        """The groups Burrow knows in the cluster (those with stored offsets)."""
+        status, body = self.get(self._cluster_path("consumer"))
+        assert status == 200 and not body.get("error"), f"GET consumer list: {status} {body}"
+        return body["consumers"]
+
+    def lag(self, group: str) -> dict | None:
+        """The group's evaluated status (partitions with offsets and current lag, totallag), or None (404)."""
+        status, body = self.get(self._cluster_path("consumer", group, "lag"))
+        if status == 404:
+            return None
+        assert status == 200 and not body.get("error"), f"GET lag of {group}: {status} {body}"
+        return body["status"]
+
+
+def partition_view(status: dict, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (latest committed offset Burrow holds, its current lag), for ``topic``, from a lag status."""
+    return {p["partition"]: (p["end"]["offset"] if p.get("end") else None, p["current_lag"])
+            for p in status.get("partitions") or [] if p["topic"] == topic}
+
+

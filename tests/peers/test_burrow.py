@@ -1,0 +1,182 @@
+"""Burrow, LinkedIn's consumer lag checker, against a 3-broker cluster of ours.
+
+Burrow's ``kafka`` cluster module reads every partition's log end from our brokers
+through the Kafka protocol (Metadata, ListOffsets to each leader) and its ``kafka_zk``
+consumer module reads the offsets our coordinator commits to ZooKeeper in Kafka 0.8's
+layout.  Its HTTP API must then show each group with the offsets ZooKeeper holds and
+the lag (log end minus committed offset) we compute ourselves, for a group of our thin
+consumers and for a group of a Kafka client (confluent-kafka), and follow both commits
+and new records.  Its cluster and consumer modules log no warning or error doing so.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from helpers import fresh_chroot, group_offsets, local_cluster, wait_until
+from peers.burrow import Burrow, BurrowUnavailable, burrow_binary, partition_view
+from spark_coord.client.admin import LATEST, AdminClient
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.client.producer import Producer
+from spark_coord.consumer.consumer import Consumer as OurConsumer
+
+PARTITIONS = 3
+N = 90
+MORE = 30
+TIMEOUT = 30  # Burrow refreshes every second; this is the deadline for a change to show
+
+try:
+    BURROW = burrow_binary()
+except BurrowUnavailable as e:
+    BURROW = None
+    pytestmark = pytest.mark.skip(reason=str(e))
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("burrow-cluster"), 3, "burrow") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def burrow(cluster, zookeeper, tmp_path_factory):
+    """Burrow watching ``cluster``: its brokers for log ends, its ZooKeeper chroot for
+    group offsets; its own znodes in a chroot of their own.  It must exit 0 on SIGTERM."""
+    b = Burrow(BURROW, tmp_path_factory.mktemp("burrow"), cluster.bootstrap.split(","), cluster.zk_connect,
+               fresh_chroot(zookeeper, "burrow-own")).start()
+    try:
+        yield b
+    finally:
+        status = b.stop()
+    assert status == 0, f"Burrow exited with {status} on SIGTERM:\n{b.log_tail()}"
+
+
+def _produce(cluster, topic: str, start: int, count: int) -> dict[int, int]:
+    """``count`` keyed records into ``topic``; returns every partition's log end afterwards."""
+    with ClusterClient(cluster.bootstrap) as cc:
+        p = Producer(cc)
+        for i in range(start, start + count):
+            p.send(topic, f"v{i}".encode(), key=f"k{i}".encode())
+        p.flush()
+        return AdminClient(cc).list_offsets(topic, None, LATEST)
+
+
+def _topic_with_records(cluster, burrow: Burrow, prefix: str) -> tuple[str, dict[int, int]]:
+    """A topic with N records in every partition, once Burrow has read its log ends from
+    our brokers (Burrow drops the offsets of a group for a topic it does not know yet)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with ClusterClient(cluster.bootstrap) as cc:
+        AdminClient(cc).create_topic(topic, PARTITIONS)
+    ends = _produce(cluster, topic, 0, N)
+    assert sorted(ends) == list(range(PARTITIONS)) and all(ends.values()), ends
+    expected = [ends[p] for p in range(PARTITIONS)]
+    wait_until(lambda: burrow.topic_offsets(topic) == expected, timeout=TIMEOUT,
+               message=lambda: f"Burrow to read the log ends {expected} of {topic} from our brokers; it has "
+                               f"{burrow.topic_offsets(topic)}\n{burrow.log_tail()}")
+    return topic, ends
+
+
+def _burrow_shows(burrow: Burrow, group: str, topic: str, committed: dict[int, int], ends: dict[int, int]):
+    """Wait until Burrow lists ``group`` and its lag status has, for every partition, the
+    ``committed`` offset and the lag ``ends - committed``, and that sum as the total lag."""
+    expected = {p: (committed[p], ends[p] - committed[p]) for p in range(PARTITIONS)}
+    seen = {}
+
+    def shows() -> bool:
+        seen["consumers"] = burrow.consumers()
+        seen["status"] = status = burrow.lag(group)
+        return (group in seen["consumers"] and status is not None
+                and partition_view(status, topic) == expected
+                and status["totallag"] == sum(lag for _, lag in expected.values()))
+
+    wait_until(shows, timeout=TIMEOUT,
+               message=lambda: f"Burrow to show {group} at (offset, lag) {expected} on {topic}; it lists "
+                               f"{seen.get('consumers')} with {seen.get('status')}\n{burrow.log_tail()}")
+    status = seen["status"]
+    assert status["group"] == group and status["partition_count"] == PARTITIONS
+    assert "coordinator" not in seen["consumers"]  # /consumers/coordinator is our election, not a group
+    return status
+
+
+def _assert_no_problems(burrow: Burrow) -> None:
+    """No warning or error from Burrow's cluster and consumer modules (reading our brokers
+    and ZooKeeper); the storage's "unknown topic"/"unknown consumer" answers to the test's
+    own polling before a topic or group is known are not problems."""
+    problems = [e for e in burrow.problems() if not str(e.get("request", "")).startswith("StorageFetch")]
+    assert problems == [], f"Burrow logged problems reading our cluster: {problems}"
+
+
+def test_burrow_reads_offsets_and_lag_of_a_group_of_our_consumers(cluster, burrow):
+    topic, ends = _topic_with_records(cluster, burrow, "burrow-ours")
+    group = f"burrow-ours-{uuid.uuid4().hex[:8]}"
+    consumer = OurConsumer(cluster.bootstrap, group, topics=[topic], auto_offset_reset="smallest",
+                           auto_commit=False, session_timeout_ms=6000)
+    try:
+        # part of it: a third of the records, then commit where the consumer is
+        got = []
+
+        def take(until: int) -> bool:
+            for record in consumer.messages(timeout=0.5):
+                got.append(record)
+                if len(got) >= until:
+                    break
+            return len(got) >= until
+
+        wait_until(lambda: take(N // 3), timeout=TIMEOUT, message=lambda: f"{N // 3} records; have {len(got)}")
+        wait_until(lambda: len(consumer.positions()) == PARTITIONS, timeout=TIMEOUT,
+                   message=lambda: f"a position on every partition; have {consumer.positions()}")
+        committed = {p: off for (t, p), off in consumer.positions().items() if t == topic}
+        assert sum(ends[p] - committed[p] for p in committed) == N - len(got) > 0
+        assert all(error == 0 for error in consumer.commit({(topic, p): o for p, o in committed.items()},
+                                                           timeout=10).values())
+        assert group_offsets(cluster.zk_connect, group, topic) == committed
+        _burrow_shows(burrow, group, topic, committed, ends)
+
+        # catch up: everything, commit the log ends; Burrow's total lag drops to 0
+        wait_until(lambda: take(N), timeout=TIMEOUT, message=lambda: f"{N} records; have {len(got)}")
+        assert {p: off for (t, p), off in consumer.positions().items() if t == topic} == ends
+        assert all(error == 0 for error in consumer.commit(consumer.positions(), timeout=10).values())
+        assert group_offsets(cluster.zk_connect, group, topic) == ends
+        status = _burrow_shows(burrow, group, topic, ends, ends)
+        assert status["totallag"] == 0 and status["status"] == "OK"
+    finally:
+        consumer.close()
+    _assert_no_problems(burrow)
+
+
+def test_burrow_reads_offsets_and_lag_of_a_confluent_kafka_group(cluster, burrow):
+    from confluent_kafka import Consumer
+
+    topic, ends = _topic_with_records(cluster, burrow, "burrow-ck")
+    group = f"burrow-ck-{uuid.uuid4().hex[:8]}"
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                  "log_level": 3})
+    c.subscribe([topic])
+    seen = set()
+
+    def poll() -> int:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.add((m.partition(), m.offset()))
+        return len(seen)
+
+    try:
+        wait_until(lambda: poll() >= N, timeout=60, message=lambda: f"{N} records; have {len(seen)}")
+        done = c.commit(asynchronous=False)
+        assert {tp.partition: tp.offset for tp in done if tp.error is None} == ends
+    finally:
+        c.close()
+    # Kafka's OffsetCommit lands in the same znodes as our consumers' commits
+    assert group_offsets(cluster.zk_connect, group, topic) == ends
+    status = _burrow_shows(burrow, group, topic, ends, ends)
+    assert status["totallag"] == 0
+
+    # the group stays where it is while the log grows: Burrow's lag follows the new log ends
+    new_ends = _produce(cluster, topic, N, MORE)
+    assert sum(new_ends.values()) == sum(ends.values()) + MORE
+    status = _burrow_shows(burrow, group, topic, ends, new_ends)
+    assert status["totallag"] == MORE
+    _assert_no_problems(burrow)
