@@ -461,7 +461,7 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
             peak = worker_peak_rss_mb()
         coord.append(rate)
         cpu.append(c)
-        rate, _ = timed_query(spark, spark.readStream.format("ceiling").load(),
+        rate, ceiling_cpu = timed_query(spark, spark.readStream.format("ceiling").load(),
                               f"shape {shape.name} ceiling run {run + 1}", sum(per_partition))
         ceiling.append(rate)
     confluent = confluent_rate(bootstrap, topic, records, args.partitions, shape.headers)
@@ -470,8 +470,8 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
     out = [{"shape": shape, "name": shape.name, "records": records, "batch_rows": batch_rows, "cold": coord[0],
             "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
             "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "peak_rss_mb": peak,
-            "warm_runs": warm, "ceiling_runs": warm_ceiling}]
+            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
+            "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling}]
     if args.batch:
         batch_reader = (spark.read.format("coordkafka").option("bootstrap.brokers", bootstrap)
                         .option("subscribe", topic).option("includeHeaders", str(shape.headers).lower()))
@@ -483,14 +483,15 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
                                   records)
             coord.append(rate)
             cpu.append(c)
-            ceiling.append(timed_batch(spark, spark.read.format("ceiling").load(),
-                                       f"shape {shape.name} batch ceiling run {run + 1}", records)[0])
+            rate, ceiling_cpu = timed_batch(spark, spark.read.format("ceiling").load(),
+                                            f"shape {shape.name} batch ceiling run {run + 1}", records)
+            ceiling.append(rate)
         warm, warm_ceiling = coord[1:] or coord, ceiling[1:] or ceiling
         out.append({"shape": shape, "name": f"{shape.name} batch", "records": records, "batch_rows": batch_rows,
                     "cold": coord[0], "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
                     "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-                    "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "peak_rss_mb": peak,
-                    "warm_runs": warm, "ceiling_runs": warm_ceiling})
+                    "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
+                    "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling})
     return out
 
 
@@ -541,7 +542,8 @@ def main(argv=None) -> int:
     for r in results:
         print(f"  {r['name']}: {r['shape'].title}; warm coordkafka runs "
               f"{[round(x) for x in r['warm_runs']]}, ceiling runs {[round(x) for x in r['ceiling_runs']]}; "
-              f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}")
+              f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}, "
+              f"of the last ceiling query {({k: round(v, 1) for k, v in r['ceiling_cpu'].items()})}")
     return 0
 
 
