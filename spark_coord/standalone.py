@@ -48,7 +48,7 @@ from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
-from spark_coord.security.broker import BrokerSecurity
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model
 from spark_coord.zk.client import ZooKeeperUnavailable

@@ -38,9 +38,9 @@ from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.coordinator import Coordinator
 from spark_coord.coordinator.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
+from spark_coord.coordinator.metrics import NO_METRICS
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
-from spark_coord.metrics.coordinator import NO_METRICS
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api
 from spark_coord.zk import paths

@@ -33,15 +33,17 @@ def consume(args) -> int:
     from spark_coord import config
     from spark_coord.consumer.consumer import Consumer
 
-    from spark_coord.security.client import KEYS as SECURITY_KEYS
+    from spark_coord.security.client import ALIASES, KEYS as SECURITY_KEYS
 
     overrides: dict = {}
-    if getattr(args, "command_config", None):  # a client properties file: its security keys
-        overrides.update({k: v for k, v in config.read_properties_file(args.command_config).items()
-                          if k in SECURITY_KEYS})
-    overrides.update(config.parse_overrides(getattr(args, "client_option", None) or []))  # -X key=value
-    overrides.update(config.parse_overrides(getattr(args, "override", None) or []))
     try:
+        # later sources win, whichever of a setting's names they use (sasl.mechanism, sasl.mechanisms)
+        if getattr(args, "command_config", None):  # a client properties file: its security keys
+            overrides.update({config.CONSUMER.canonical(k): v
+                              for k, v in config.read_properties_file(args.command_config).items()
+                              if k in SECURITY_KEYS or k in ALIASES})
+        for pairs in (getattr(args, "client_option", None), getattr(args, "override", None)):  # -X, --override
+            overrides.update({config.CONSUMER.canonical(k): v for k, v in config.parse_overrides(pairs or []).items()})
         cfg = config.load(config.CONSUMER, getattr(args, "config", None), overrides)
     except config.ConfigError as e:
         log.error("%s", e)
@@ -140,7 +142,7 @@ def groups(args) -> int:
     from spark_coord.table import format_table
 
     from spark_coord.config import ConfigError
-    from spark_coord.security.cli import client_security
+    from spark_coord.client.security_cli import client_security
 
     wanted = list(getattr(args, "groups", None) or [])
     try:

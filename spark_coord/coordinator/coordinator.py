@@ -46,6 +46,7 @@ from spark_coord.coordinator.clock import Clock, Timer
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
 from spark_coord.coordinator.leadership import LeadershipLease
+from spark_coord.coordinator.metrics import NO_METRICS, CoordinatorMetrics
 from spark_coord.coordinator.offsets import OffsetCommitter
 from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
 from spark_coord.coordinator.rebalancer import Rebalancer
@@ -54,7 +55,6 @@ from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
 from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
-from spark_coord.metrics.coordinator import NO_METRICS, CoordinatorMetrics
 
 log = logging.getLogger(__name__)
 
