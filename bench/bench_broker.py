@@ -218,11 +218,11 @@ def main() -> int:
         base_port = 0
         tls_opts: list[str] = []
         if args.tls and use_kcat:
-            from spark_coord.cluster import _free_port
+            from spark_coord.net import free_port
             from spark_coord.testing.tls import TestPki
 
             pki = TestPki(Path(tmp) / "pki")
-            base_port, ssl_port = _free_port(), _free_port()
+            base_port, ssl_port = free_port(), free_port()
             overrides.update({"listeners": f"PLAINTEXT://127.0.0.1:{base_port},SSL://127.0.0.1:{ssl_port}",
                               "ssl.keystore.location": str(pki.server().keystore)})
             tls_opts = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca_path}"]

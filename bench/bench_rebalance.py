@@ -3,7 +3,7 @@ whether members whose partitions stay put notice anything.
 
 Run:  .venv/bin/python bench/bench_rebalance.py [--members 1000] [--partitions 2000] [--real 4]
       (about 2 minutes on 2 cores; add --register-version 1 to see members that hand over by
-      stopping everything they hold)
+      stopping everything they hold, --strategy range for an assignment that moves most partitions)
 
 Set-up: one broker and an embedded ZooKeeper (``LocalCluster``), a topic of
 ``--partitions`` partitions, one group of ``--members`` light simulated members
@@ -135,7 +135,8 @@ def _wait(what: str, predicate, timeout: float) -> None:
 
 def run(args: argparse.Namespace, tmp: str) -> dict:
     api.REGISTER_VERSION = args.register_version  # the real members' RegisterConsumer version
-    with LocalCluster(1, tmp, overrides={"coordinator.min.session.timeout.ms": 1000}) as cluster:
+    with LocalCluster(1, tmp, overrides={"coordinator.min.session.timeout.ms": 1000,
+                                         "coordinator.partition.assignment.strategy": args.strategy}) as cluster:
         host, port = next(iter(cluster.brokers.values()))
         with ClusterClient(cluster.bootstrap) as c:
             AdminClient(c).create_topic(TOPIC, args.partitions)
@@ -201,6 +202,9 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=15.0, help="seconds of the quiet window (the baseline)")
     ap.add_argument("--register-version", type=int, default=api.REGISTER_VERSION, choices=(1, 2),
                     help="RegisterConsumer version of every member (1: stops everything at each change)")
+    ap.add_argument("--strategy", default="sticky", choices=("sticky", "range", "roundrobin"),
+                    help="coordinator.partition.assignment.strategy (range: the assignment before incremental "
+                         "rebalancing, which moves most partitions when a member joins)")
     ap.add_argument("--settle-timeout", type=float, default=240.0)
     ap.add_argument("--keep", action="store_true", help="keep the data directory (broker and simulator logs)")
     args = ap.parse_args()
@@ -218,7 +222,7 @@ def main() -> int:
         log.error("benchmark stopped: %s (logs in %s)", e, tmp)
         return 1
     med = statistics.median
-    print(f"\nrebalance benchmark: one member joins a group of {r['members']:,} members "
+    print(f"\nrebalance benchmark ({args.strategy} assignment): one member joins a group of {r['members']:,} members "
           f"({args.real} real thin consumers), {r['partitions']:,} partitions, RegisterConsumer v{r['register_version']}")
     print(f"  members stopped (StopFetcher):            {r['stopped']:,}")
     print(f"  members that lost a partition:            {r['lost']:,}")

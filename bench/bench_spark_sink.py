@@ -6,7 +6,10 @@ memory before the clocks start (as the Producer's lists are built before its clo
 in one run by
 
 1. **arrow**: ``df.write.format("coordkafka")``, the sink Spark picks on pyspark 4.x
-   (``DataSourceArrowWriter``: record batches built from the Arrow columns);
+   (``DataSourceArrowWriter``: record batches built from the Arrow columns), idempotent
+   (its default: producer id and sequence numbers in every batch);
+1b. **plain**: the same sink with ``kafka.enable.idempotence=false`` (the sink before it was
+   idempotent), interleaved with 1 so that their ratio is measured in one run;
 2. **rows**: the same sink forced to its row writer (what older pyspark gets), for scale;
 3. **baseline**: a confluent-kafka ``Producer`` (librdkafka) fed the same keys and values
    from Python lists built before the clock starts, flushed at the end;
@@ -15,7 +18,8 @@ in one run by
 
 each ``--runs`` times into fresh topics of ``--partitions`` partitions of a local
 one-broker cluster, acks=all, compression ``--compression``.  Prints rows per second
-(first run and the median of the others) and the ratio arrow / baseline:
+(first run and the median of the others), the ratio arrow / baseline and idempotent / plain
+(medians of the per-run ratios of the warm runs):
 
     ./spark-submit.sh bench/bench_spark_sink.py
     ./spark-submit.sh bench/bench_spark_sink.py --records 1000000 --compression lz4
@@ -114,18 +118,22 @@ def rows_in_memory(spark, records: int, size: int, partitions: int):
     return df
 
 
-def spark_rate(df, fmt: str, bootstrap: str, records: int, partitions: int, compression: str) -> float:
+def spark_rate(df, fmt: str, bootstrap: str, records: int, partitions: int, compression: str,
+               **options: str) -> float:
     topic = new_topic(bootstrap, partitions)
+    writer = (df.write.format(fmt).mode("append").option("bootstrap.brokers", bootstrap).option("topic", topic)
+              .option("compression", compression))
+    for k, v in options.items():
+        writer = writer.option(k, v)
     cpu0 = tree_cpu()
     t0 = time.perf_counter()
-    (df.write.format(fmt).mode("append").option("bootstrap.brokers", bootstrap).option("topic", topic)
-     .option("compression", compression).save())
+    writer.save()
     elapsed = time.perf_counter() - t0
     cpu = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in tree_cpu().items()}
     got = records if fmt == "arrow_count" else produced(bootstrap, topic, partitions)
     if got != records:
         raise RuntimeError(f"{fmt} produced {got} records, expected {records}")
-    log.info("%s: %d rows in %.2f s; CPU s %s", fmt, records, elapsed, cpu)
+    log.info("%s%s: %d rows in %.2f s; CPU s %s", fmt, f" {options}" if options else "", records, elapsed, cpu)
     return records / elapsed
 
 
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
     from clicks import cluster_or
     from pyspark.sql import SparkSession
 
-    arrow, rows, confluent, ceiling = [], [], [], []
+    arrow, plain, rows, confluent, ceiling = [], [], [], [], []
     with cluster_or(args.bootstrap, partitions=args.partitions) as bootstrap:
         spark = SparkSession.builder.appName("bench-coordkafka-sink").getOrCreate()
         try:
@@ -188,6 +196,8 @@ def main(argv=None) -> int:
             df = rows_in_memory(spark, args.records, args.size, args.partitions)
             for _ in range(args.runs):
                 arrow.append(spark_rate(df, "coordkafka", bootstrap, args.records, args.partitions, args.compression))
+                plain.append(spark_rate(df, "coordkafka", bootstrap, args.records, args.partitions, args.compression,
+                                        **{"kafka.enable.idempotence": "false"}))
                 confluent.append(confluent_rate(bootstrap, args.records, args.size, args.partitions,
                                                 args.compression))
                 ceiling.append(spark_rate(df, "arrow_count", bootstrap, args.records, args.partitions,
@@ -204,6 +214,10 @@ def main(argv=None) -> int:
     a_first, a_warm = summary(arrow)
     c_first, c_warm = summary(confluent)
     print(f"coordkafka sink (Arrow writer): first {a_first:,.0f} rows/s, median of the rest {a_warm:,.0f} rows/s")
+    p_first, p_warm = summary(plain)
+    print(f"  without idempotence:          first {p_first:,.0f} rows/s, median of the rest {p_warm:,.0f} rows/s; "
+          f"idempotent / plain {statistics.median(a / b for a, b in zip(arrow[1:] or arrow, plain[1:] or plain)):.2f}"
+          f" (runs: {[round(a / b, 2) for a, b in zip(arrow, plain)]})")
     print(f"coordkafka sink (row writer, {args.row_records:,} rows): {rows[0]:,.0f} rows/s")
     print(f"confluent-kafka Producer:       first {c_first:,.0f} rows/s, median of the rest {c_warm:,.0f} rows/s")
     print(f"ceiling (Arrow batches counted): median of the rest {summary(ceiling)[1]:,.0f} rows/s; "

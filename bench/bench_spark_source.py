@@ -15,11 +15,15 @@ then in one SparkSession, ``--runs`` times each and interleaved:
 1. **coordkafka**: ``readStream.format("coordkafka")`` from earliest into the ``noop``
    sink with ``Trigger.AvailableNow``: rows per second of the whole query;
 2. **ceiling**: a Python streaming data source with exactly coordkafka's schema and
-   the same partitions, rows, value/key/header sizes and rows per Arrow batch, whose
+   the same partitions (each with as many rows as the topic's partition holds: kcat's
+   sticky partitioner fills them unevenly), value/key/header sizes and rows per Arrow batch, whose
    ``read()`` yields prebuilt Arrow batches (no fetch, no decode) into the same sink:
    how fast Spark takes Arrow batches from any Python data source;
 
-and then the **baseline**: a confluent-kafka ``Consumer`` assigned the same
+With ``--batch`` each shape is also read as a batch (``spark.read`` into the ``noop``
+sink) beside the same ceiling read as a batch, interleaved.
+
+And then the **baseline**: a confluent-kafka ``Consumer`` assigned the same
 partitions, building pyarrow tables (key, value, partition, offset, timestamp and,
 for ``d``, headers) until every record is in.
 
@@ -32,6 +36,7 @@ Python workers (one task at a time each) during the first coordkafka query of th
     ./spark-submit.sh bench/bench_spark_source.py
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --runs 5
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --option max.partition.fetch.bytes=67108864
+    ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --batch --runs 5
 """
 
 from __future__ import annotations
@@ -160,7 +165,7 @@ def ceiling_source(ddl: str, layout: dict):
     (a list cycled over the rows), headers (or None) and the topic name; the batches are
     built once per Python worker and yielded again for every batch of every task.
     """
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
     class CeilingPartition(InputPartition):
         def __init__(self, index: int, rows: int) -> None:
@@ -168,13 +173,13 @@ def ceiling_source(ddl: str, layout: dict):
 
     class CeilingReader(DataSourceStreamReader):
         def initialOffset(self):
-            return {"rows": 0}
+            return {str(i): 0 for i in range(layout["partitions"])}
 
         def latestOffset(self):
-            return {"rows": layout["rows"]}
+            return {str(i): n for i, n in enumerate(layout["rows"])}
 
         def partitions(self, start, end):
-            return [CeilingPartition(i, end["rows"] - start["rows"]) for i in range(layout["partitions"])]
+            return [CeilingPartition(i, end[str(i)] - start[str(i)]) for i in range(layout["partitions"])]
 
         def commit(self, end):
             pass
@@ -187,6 +192,13 @@ def ceiling_source(ddl: str, layout: dict):
                 yield batch if n == batch.num_rows else batch.slice(0, n)
                 left -= n
 
+    class CeilingBatchReader(DataSourceReader):
+        def partitions(self):
+            return [CeilingPartition(i, n) for i, n in enumerate(layout["rows"])]
+
+        def read(self, partition):
+            return CeilingReader.read(None, partition)
+
     class Ceiling(DataSource):
         @classmethod
         def name(cls):
@@ -197,6 +209,9 @@ def ceiling_source(ddl: str, layout: dict):
 
         def streamReader(self, schema):
             return CeilingReader()
+
+        def reader(self, schema):
+            return CeilingBatchReader()
 
     return Ceiling
 
@@ -249,6 +264,16 @@ def batch_rows_of(bootstrap: str, topic: str, include_headers: bool, fetch_bytes
     return rb.num_rows, sizes
 
 
+def rows_per_partition(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Records in each partition of ``topic``: the ceiling's partitions hold as many rows."""
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc:
+        ends = AdminClient(cc).list_offsets(topic, list(range(partitions)), LATEST)
+    return [ends[p] for p in range(partitions)]
+
+
 # ------------------------------------------------------------------------- measuring
 def timed_query(spark, df, label: str, records: int) -> tuple[float, dict[str, float]]:
     ckpt = tempfile.mkdtemp(prefix="bench-ckpt-")
@@ -270,15 +295,31 @@ def timed_query(spark, df, label: str, records: int) -> tuple[float, dict[str, f
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
+def timed_batch(spark, df, label: str, records: int) -> tuple[float, dict[str, float]]:
+    """A batch read of ``df`` into the noop sink: rows per second and CPU seconds by process kind."""
+    cpu0 = tree_cpu()
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    elapsed = time.perf_counter() - t0
+    cpu1 = tree_cpu()
+    cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+    log.info("%s: %d rows in %.2f s; CPU s %s", label, records, elapsed, {k: round(v, 1) for k, v in cpu.items()})
+    return records / elapsed, cpu
+
+
 def tree_cpu() -> dict[str, float]:
     """CPU seconds (user + system) so far of the processes under this one's parent, by kind: the
-    JVM that spark-submit started (this driver's parent), Spark's Python workers, the rest.  Empty
-    where there is no /proc."""
+    JVM that spark-submit started (this driver's parent), Spark's Python workers, the rest; and
+    "reaped": the processes of the tree that have ended and been waited for (their CPU time moves
+    to their parent's children times), chiefly the driver-side reader process Spark starts for
+    each streaming query on a Python data source.  Empty where there is no /proc."""
     out = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for pid, (fields, cmd) in _processes().items():
         kind = _kind(pid, cmd)
         if kind is not None:
-            out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out["reaped"] = out.get("reaped", 0.0) + (int(fields[13]) + int(fields[14])) / tick
     return out
 
 
@@ -400,8 +441,8 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
     log.info("shape %s: produced %d records in %.1f s", shape.name, records, secs)
     fetch_bytes = int(options.get("max.partition.fetch.bytes", 8 * 1048576))
     batch_rows, sizes = batch_rows_of(bootstrap, topic, shape.headers, fetch_bytes)
-    per_partition = records // args.partitions
-    layout = {"partitions": args.partitions, "rows": per_partition, "batch_rows": batch_rows,
+    per_partition = rows_per_partition(bootstrap, topic, args.partitions)  # as produced: kcat's sticky
+    layout = {"partitions": args.partitions, "rows": per_partition, "batch_rows": batch_rows,  # partitioner is uneven
               "key_size": shape.key_size, "value_sizes": sizes, "topic": topic,
               "headers": HEADERS if shape.headers else None}
     ddl = source_ddl(shape.headers)
@@ -420,17 +461,38 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
             peak = worker_peak_rss_mb()
         coord.append(rate)
         cpu.append(c)
-        rate, _ = timed_query(spark, spark.readStream.format("ceiling").load(),
-                              f"shape {shape.name} ceiling run {run + 1}", per_partition * args.partitions)
+        rate, ceiling_cpu = timed_query(spark, spark.readStream.format("ceiling").load(),
+                              f"shape {shape.name} ceiling run {run + 1}", sum(per_partition))
         ceiling.append(rate)
     confluent = confluent_rate(bootstrap, topic, records, args.partitions, shape.headers)
     warm = coord[1:] or coord
     warm_ceiling = ceiling[1:] or ceiling
-    return {"shape": shape, "records": records, "batch_rows": batch_rows, "cold": coord[0],
+    out = [{"shape": shape, "name": shape.name, "records": records, "batch_rows": batch_rows, "cold": coord[0],
             "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
             "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "peak_rss_mb": peak,
-            "warm_runs": warm, "ceiling_runs": warm_ceiling}
+            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
+            "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling}]
+    if args.batch:
+        batch_reader = (spark.read.format("coordkafka").option("bootstrap.brokers", bootstrap)
+                        .option("subscribe", topic).option("includeHeaders", str(shape.headers).lower()))
+        for key, value in options.items():
+            batch_reader = batch_reader.option(key, value)
+        coord, ceiling, cpu = [], [], []
+        for run in range(args.runs):
+            rate, c = timed_batch(spark, batch_reader.load(), f"shape {shape.name} batch coordkafka run {run + 1}",
+                                  records)
+            coord.append(rate)
+            cpu.append(c)
+            rate, ceiling_cpu = timed_batch(spark, spark.read.format("ceiling").load(),
+                                            f"shape {shape.name} batch ceiling run {run + 1}", records)
+            ceiling.append(rate)
+        warm, warm_ceiling = coord[1:] or coord, ceiling[1:] or ceiling
+        out.append({"shape": shape, "name": f"{shape.name} batch", "records": records, "batch_rows": batch_rows,
+                    "cold": coord[0], "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
+                    "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
+                    "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
+                    "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling})
+    return out
 
 
 def main(argv=None) -> int:
@@ -442,6 +504,8 @@ def main(argv=None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--bootstrap", help="a running cluster (default: start a local one)")
     p.add_argument("--runs", type=int, default=3, help="queries per reader and shape (the first one is cold)")
+    p.add_argument("--batch", action="store_true",
+                   help="also batch reads (spark.read into the noop sink) against a batch ceiling, per shape")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra coordkafka source option, e.g. minPartitions=8 (repeatable)")
     args = p.parse_args(argv)
@@ -462,24 +526,24 @@ def main(argv=None) -> int:
             for letter in args.shapes:
                 shape = SHAPES[letter]
                 records = args.records if letter == "a" else args.records_json
-                records -= records % args.partitions  # the ceiling splits rows evenly
-                results.append(run_shape(spark, bootstrap, shape, records, args, options))
+                results.extend(run_shape(spark, bootstrap, shape, records, args, options))
         finally:
             spark.stop()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{args.partitions} partitions, local Spark, {args.runs} queries per reader (warm = median of all "
           f"but the first; /ceiling = median of the ratios of the interleaved warm runs); source options "
           f"{options}; load average {load:.2f} at the end")
-    print(f"{'shape':<6}{'records':>10}{'rows/batch':>11}{'coordkafka cold':>17}{'warm':>11}{'ceiling':>11}"
+    print(f"{'shape':<8}{'records':>10}{'rows/batch':>11}{'coordkafka cold':>17}{'warm':>11}{'ceiling':>11}"
           f"{'/ceiling':>10}{'confluent':>11}{'/confluent':>11}{'worker RSS':>12}")
     for r in results:
-        print(f"{r['shape'].name:<6}{r['records']:>10,}{r['batch_rows']:>11,}{r['cold']:>17,.0f}{r['warm']:>11,.0f}"
+        print(f"{r['name']:<8}{r['records']:>10,}{r['batch_rows']:>11,}{r['cold']:>17,.0f}{r['warm']:>11,.0f}"
               f"{r['ceiling']:>11,.0f}{r['paired']:>10.2f}{r['confluent']:>11,.0f}"
               f"{r['warm'] / r['confluent']:>11.2f}{r['peak_rss_mb']:>9.0f} MB")
     for r in results:
-        print(f"  {r['shape'].name}: {r['shape'].title}; warm coordkafka runs "
+        print(f"  {r['name']}: {r['shape'].title}; warm coordkafka runs "
               f"{[round(x) for x in r['warm_runs']]}, ceiling runs {[round(x) for x in r['ceiling_runs']]}; "
-              f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}")
+              f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}, "
+              f"of the last ceiling query {({k: round(v, 1) for k, v in r['ceiling_cpu'].items()})}")
     return 0
 
 

@@ -49,7 +49,7 @@ def _local_cluster(data_dir: str, partitions: int):
     import sys
 
     from spark_coord.client.metadata import ClusterClient
-    from spark_coord.zk.embedded import free_port
+    from spark_coord.net import free_port
 
     zk_port, port = free_port(), free_port()
     bootstrap = f"127.0.0.1:{port}"

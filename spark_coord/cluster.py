@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Mapping
+
+from spark_coord.net import free_port
 
 log = logging.getLogger(__name__)
 
@@ -30,32 +30,6 @@ STOP_TIMEOUT = 15.0
 
 class ClusterError(RuntimeError):
     """A broker of the local cluster failed to start (the message carries its log tail)."""
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now, taken from below the OS's ephemeral range when possible:
-    a port the OS hands out for bind(0) can also be handed to the next outgoing
-    connection (a client's, ZooKeeper's) before the broker binds it."""
-    low, _ = _ephemeral_range()
-    for _ in range(100):
-        port = random.randint(20000, max(20001, low - 1))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -127,9 +101,9 @@ class LocalCluster:
                 self.zookeeper.start(timeout=timeout)
                 self._zk_connect = self.zookeeper.connect_string
             for i in range(self.n_brokers):
-                self.ports[i] = self.base_port + i if self.base_port else _free_port(self.host)
+                self.ports[i] = self.base_port + i if self.base_port else free_port(self.host)
                 if self.metrics_port is not None:
-                    self.metrics_ports[i] = self.metrics_port + i if self.metrics_port else _free_port(self.host)
+                    self.metrics_ports[i] = self.metrics_port + i if self.metrics_port else free_port(self.host)
             for i in range(self.n_brokers):
                 self._spawn(i)
             deadline = time.monotonic() + timeout
@@ -202,9 +176,9 @@ class LocalCluster:
             except ClusterError as e:
                 if self.base_port or "address already in use" not in str(e) or attempt == attempts - 1:
                     raise
-                old, self.ports[broker_id] = self.ports[broker_id], _free_port(self.host)
+                old, self.ports[broker_id] = self.ports[broker_id], free_port(self.host)
                 if self.metrics_port == 0:  # either port may be the one taken
-                    self.metrics_ports[broker_id] = _free_port(self.host)
+                    self.metrics_ports[broker_id] = free_port(self.host)
                 log.info("broker %d lost port %d before binding it; starting it on %d", broker_id, old,
                          self.ports[broker_id])
                 self._close_log(broker_id)

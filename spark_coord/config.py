@@ -1,7 +1,9 @@
 """Properties files and their keys, each documented once, here.
 
 Every key has a name (Kafka's own wherever Kafka has one), a type, a default and a
-doc string.  ``conf/*.properties`` are rendered from these tables (a test keeps them
+doc string, and may have aliases: the other name of the same setting where the Java
+client and librdkafka name it differently (``sasl.mechanism`` / ``sasl.mechanisms``),
+read wherever the key is read (files, ``--override``, ``-X``, Spark's ``kafka.`` options).  ``conf/*.properties`` are rendered from these tables (a test keeps them
 in step), ``load()`` reads a file and applies ``--override key=value`` pairs, and an
 unknown key or a bad value raises ``ConfigError`` naming the key.
 """
@@ -13,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import javaproperties
-
-from spark_coord.security.secret import Password
+from spark_coord.secret import Password
 
 
 class ConfigError(ValueError):
@@ -57,6 +57,8 @@ class Key:
     default: Any
     doc: str
     minimum: int | None = None
+    #: Other names of this setting (the Java client's or librdkafka's, where they differ).
+    aliases: tuple[str, ...] = ()
 
     def parse(self, raw: str) -> Any:
         if self.type == "password":
@@ -88,12 +90,21 @@ class KeySet:
         self.title = title
         self.footer = footer  # comment lines closing the rendered file
         self.keys = {k.name: k for k in keys}
+        #: alias -> the documented name
+        self.aliases = {a: k.name for k in self.keys.values() for a in k.aliases}
+        clash = sorted(set(self.aliases) & set(self.keys))
+        if clash:
+            raise ValueError(f"{name}: {clash[0]} is both a key and an alias")
         # dynamic: keys whose names follow a pattern (listener.name.<listener>.<key>), documented
         # in the footer; the function answers the Key for such a name, None for any other.
         self.dynamic = dynamic
         # passthrough: keys this table does not know are kept as strings (zookeeper.properties
         # is handed to ZooKeeper itself, which has many more settings than we document).
         self.passthrough = passthrough
+
+    def canonical(self, name: str) -> str:
+        """The documented name of ``name`` (itself unless it is an alias)."""
+        return self.aliases.get(name, name)
 
     def defaults(self) -> dict[str, Any]:
         return {k.name: k.default for k in self.keys.values()}
@@ -105,6 +116,8 @@ class KeySet:
         for k in self.keys.values():
             for line in k.doc.strip().splitlines():
                 out.append(f"# {line.strip()}" if line.strip() else "#")
+            if k.aliases:
+                out.append(f"# Also read under the name{'s' if len(k.aliases) > 1 else ''} {', '.join(k.aliases)}.")
             out.append(f"# Type: {k.type}. Default: {k.render_default() or '(none)'}")
             out.append(f"{k.name}={k.render_default()}")
             out.append("")
@@ -123,6 +136,7 @@ class Config(Mapping[str, Any]):
         self._values = values
 
     def __getitem__(self, name: str) -> Any:
+        name = self.keyset.canonical(name)
         if name not in self._values:
             raise UnknownKey(f"unknown {self.keyset.name} setting: {name}")
         return self._values[name]
@@ -135,12 +149,27 @@ class Config(Mapping[str, Any]):
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
         values = dict(self._values)
-        for name, value in overrides.items():
+        for name, value in _canonical_names(self.keyset, overrides, "overrides").items():
             values[name] = _coerce(self.keyset, name, value)
         return Config(self.keyset, values)
 
     def __repr__(self) -> str:
         return f"Config({self.keyset.name}, {self._values!r})"
+
+
+def _canonical_names(keyset: KeySet, settings: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``settings`` under the documented names; ``ConfigError`` when one setting is given under
+    two of its names (``sasl.mechanism`` and ``sasl.mechanisms``) in the same ``source``."""
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for name, value in settings.items():
+        canonical = keyset.canonical(name)
+        if canonical in given and given[canonical] != name:
+            raise ConfigError(f"{canonical}: given twice in {source}, as {given[canonical]} and as {name} "
+                              "(two names of one setting); keep one")
+        given[canonical] = name
+        out[canonical] = value
+    return out
 
 
 def _coerce(keyset: KeySet, name: str, value: Any) -> Any:
@@ -168,6 +197,8 @@ def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
     (typed keys strip them).  ZooKeeper reads zookeeper.properties the same way.
     A malformed ``\\u`` escape raises ``ConfigError`` naming the line.
     """
+    import javaproperties  # here: most processes (Spark's among them) never read a properties file
+
     out: dict[str, str] = {}
     line = 1
     try:
@@ -209,7 +240,7 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
     """Defaults, then the file (if any), then overrides (a mapping or ``key=value`` strings)."""
     values = keyset.defaults()
     if path is not None:
-        for name, raw in read_properties_file(path).items():
+        for name, raw in _canonical_names(keyset, read_properties_file(path), str(path)).items():
             if raw == "" and name in keyset.keys and keyset.keys[name].default is None:
                 continue
             if raw == "" and name not in keyset.keys and keyset.dynamic is not None and keyset.dynamic(name):
@@ -217,7 +248,7 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
             values[name] = _coerce(keyset, name, raw)
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
-    for name, value in overrides.items():
+    for name, value in _canonical_names(keyset, overrides, "the overrides").items():
         values[name] = _coerce(keyset, name, value)
     return Config(keyset, values)
 
@@ -379,7 +410,17 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "most one partition when members subscribe alike) with the fewest moves: a partition stays with its\n"
         "holder unless balance needs it elsewhere, so a rebalance stops only the partitions that move.\n"
         "range (Kafka 0.7/0.8's rule: contiguous ranges per topic over sorted consumer threads) and\n"
-        "roundrobin recompute from scratch, so more partitions move at each rebalance."),
+        "roundrobin recompute from scratch, so more partitions move at each rebalance.\n"
+        "A group whose Kafka 4 consumers (group.protocol=consumer) name a server-side assignor\n"
+        "(group.remote.assignor: uniform or range, both sticky) uses that one instead."),
+    # Kafka 4's consumer group protocol (KIP-848): the coordinator sets these for its members
+    Key("group.consumer.session.timeout.ms", "int", 45000,
+        "Session timeout of members of Kafka's consumer group protocol (group.protocol=consumer, KIP-848):\n"
+        "a member that sends no ConsumerGroupHeartbeat for this long is failed and its partitions move.\n"
+        "Set by the coordinator, as Kafka does (the clients' session.timeout.ms does not apply).", minimum=1),
+    Key("group.consumer.heartbeat.interval.ms", "int", 5000,
+        "How often members of Kafka's consumer group protocol heartbeat (told in every heartbeat answer):\n"
+        "the longest a member waits to hear of a new assignment.", minimum=1),
     *METRICS_KEYS,
 ], footer="""
 Per-listener settings, as Kafka takes them (the listener name in lower case):
@@ -456,13 +497,21 @@ and, for an administrator that may read and repair every znode whatever its ACL,
 CLIENT_SECURITY_KEYS = [
     Key("security.protocol", "str", "PLAINTEXT",
         "How to talk to brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (as the listener connected to)."),
-    Key("sasl.mechanism", "str", "SCRAM-SHA-512", "SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN."),
+    Key("sasl.mechanism", "str", "SCRAM-SHA-512",
+        "SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (the Java client's name; librdkafka's,\n"
+        "as kcat and confluent-kafka take it, is sasl.mechanisms).", aliases=("sasl.mechanisms",)),
     Key("sasl.username", "str", None, "SASL user name."),
     Key("sasl.password", "password", None, "SASL password."),
     Key("sasl.jaas.config", "password", None,
         "Instead of sasl.username/sasl.password, a JAAS line as Kafka's Java clients take it:\n"
         "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"...\";"),
-    Key("ssl.ca.location", "str", None, "PEM file of the CA certificates the brokers' certificates chain to (default: the system's)."),
+    Key("ssl.ca.location", "str", None,
+        "PEM file of the CA certificates the brokers' certificates chain to (default: the system's).\n"
+        "The Java client's ssl.truststore.location names the same file when ssl.truststore.type is PEM.",
+        aliases=("ssl.truststore.location",)),
+    Key("ssl.truststore.type", "str", "PEM",
+        "The Java client's format of ssl.truststore.location: only PEM is read (convert a JKS or PKCS12\n"
+        "trust store to PEM, e.g. with keytool -exportcert -rfc)."),
     Key("ssl.certificate.location", "str", None, "PEM client certificate, for brokers that want one (ssl.client.auth)."),
     Key("ssl.key.location", "str", None, "PEM private key of the client certificate."),
     Key("ssl.key.password", "password", None, "Password of the client's private key, when it is encrypted."),
@@ -472,7 +521,8 @@ CLIENT_SECURITY_KEYS = [
 
 CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord consume --config conf/consumer.properties)", [
     Key("bootstrap.brokers", "list", ["127.0.0.1:9092"],
-        "Brokers tried round-robin to discover the cluster and its coordinator, host:port[,host:port...]."),
+        "Brokers tried round-robin to discover the cluster and its coordinator, host:port[,host:port...].",
+        aliases=("bootstrap.servers", "metadata.broker.list")),
     Key("coordinator.bootstrap", "list", None,
         "Standalone coordinators (spark-coord coordinator) to find the group's coordinator through, when the\n"
         "data cluster (bootstrap.brokers) runs none; empty: ask bootstrap.brokers."),
@@ -486,14 +536,17 @@ CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord c
         "outlasts a coordinator failover (the brokers' zookeeper.session.timeout.ms, 18 s by default, plus\n"
         "an election), so consumption does not stop when the coordinator's broker dies; shorter values\n"
         "detect dead members sooner but stop consumption during a slow failover.", minimum=100),
-    Key("auto.commit.enable", "bool", True, "Report consumed offsets in ping answers so the coordinator commits them."),
+    Key("auto.commit.enable", "bool", True, "Report consumed offsets in ping answers so the coordinator commits them.",
+        aliases=("enable.auto.commit",)),
     Key("auto.offset.reset", "str", "largest",
         "Where to start when the group has no committed offset or it is out of range: smallest or largest."),
     Key("fetch.min.bytes", "int", 1, "Fetch requests wait until at least this many bytes are available...", minimum=0),
-    Key("fetch.wait.max.ms", "int", 500, "...or this long, whichever comes first.", minimum=0),
+    Key("fetch.wait.max.ms", "int", 500, "...or this long, whichever comes first.", minimum=0,
+        aliases=("fetch.max.wait.ms",)),
     Key("fetch.max.bytes", "int", 52428800, "Most bytes one Fetch response may carry.", minimum=1),
     Key("max.partition.fetch.bytes", "int", 1048576, "Most bytes per partition in one Fetch response.", minimum=1),
-    Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long.", minimum=100),
+    Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long (the Java client's\n"
+        "request.timeout.ms).", minimum=100, aliases=("request.timeout.ms",)),
     Key("client.id", "str", "spark-coord", "Client id sent in every request header (shows up in broker logs)."),
     *CLIENT_SECURITY_KEYS,
 ])
@@ -503,7 +556,8 @@ CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord c
 CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produce|tail|groups|acls --command-config "
                 "conf/client.properties", [
     Key("client.id", "str", "spark-coord", "Client id sent in every request header (shows up in broker logs)."),
-    Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long.", minimum=100),
+    Key("socket.timeout.ms", "int", 30000, "Give up on a broker request after this long (the Java client's\n"
+        "request.timeout.ms).", minimum=100, aliases=("request.timeout.ms",)),
     *CLIENT_SECURITY_KEYS,
 ])
 

@@ -48,7 +48,7 @@ from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
-from spark_coord.security.broker import BrokerSecurity
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model
 from spark_coord.zk.client import ZooKeeperUnavailable
@@ -93,6 +93,8 @@ class MetadataView:
         self.timeout = timeout
         self.brokers: dict[int, DataBroker] = {}
         self.topics: dict[str, dict[int, list[int]]] = {}
+        #: Topic name -> its 16-byte id (KIP-516), for the topics whose brokers name one.
+        self.topic_ids: dict[str, bytes] = {}
         self.loaded = asyncio.Event()
         self._listeners: list[Callable[["MetadataView"], None]] = []
         self._cluster = None
@@ -123,7 +125,7 @@ class MetadataView:
         backoff = 0.1
         while True:
             try:
-                brokers, topics = await self.loop.run_in_executor(None, self._read)
+                brokers, topics, ids = await self.loop.run_in_executor(None, self._read)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -132,10 +134,10 @@ class MetadataView:
                 backoff = min(backoff * 2, self.refresh_ms / 1000)
                 continue
             backoff = 0.1
-            self._apply(brokers, topics)
+            self._apply(brokers, topics, ids)
             await asyncio.sleep(self.refresh_ms / 1000)
 
-    def _read(self) -> tuple[dict[int, DataBroker], dict[str, dict[int, list[int]]]]:
+    def _read(self) -> tuple[dict[int, DataBroker], dict[str, dict[int, list[int]]], dict[str, bytes]]:
         if self._cluster is None:
             self._cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout)
         try:
@@ -148,12 +150,15 @@ class MetadataView:
         topics = {name: {p: [info.leader] for p, info in t.partitions.items()}
                   for name, t in infos.items()
                   if t.error == ErrorCode.NONE and t.partitions and not name.startswith(INTERNAL_PREFIX)}
-        return brokers, topics
+        ids = {name: bytes(infos[name].topic_id) for name in topics if any(infos[name].topic_id)}
+        return brokers, topics, ids
 
-    def _apply(self, brokers: dict[int, DataBroker], topics: dict[str, dict[int, list[int]]]) -> None:
-        changed = brokers != self.brokers or {t: len(p) for t, p in topics.items()} != \
+    def _apply(self, brokers: dict[int, DataBroker], topics: dict[str, dict[int, list[int]]],
+               ids: dict[str, bytes] | None = None) -> None:
+        ids = ids or {}
+        changed = brokers != self.brokers or ids != self.topic_ids or {t: len(p) for t, p in topics.items()} != \
             {t: len(p) for t, p in self.topics.items()}
-        self.brokers, self.topics = brokers, topics
+        self.brokers, self.topics, self.topic_ids = brokers, topics, ids
         first = not self.loaded.is_set()
         self.loaded.set()
         if changed or first:

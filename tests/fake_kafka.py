@@ -26,7 +26,10 @@ Handler = Callable[["ScriptedBroker", RequestHeader, dict], "dict | bytes | None
 class ScriptedBroker:
     def __init__(self, handler: Handler, api_keys: list[dict] | None = None, node_id: int = 0):
         self.handler = handler
-        self.api_keys = protocol.api_versions_table() if api_keys is None else api_keys
+        # by default what our brokers serve but Kafka 4's consumer group APIs (no script here answers
+        # them, and a client offered them prefers them: confluent-kafka's admin describes groups with them)
+        self.api_keys = [row for row in protocol.api_versions_table() if row["api_key"] not in (
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)] if api_keys is None else api_keys
         self.node_id = node_id
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Callable, TypeVar
 
-from spark_coord.zk.embedded import free_port  # noqa: F401  (the one free-port helper of the tests)
+from spark_coord.net import free_port  # noqa: F401  (the one free-port helper of the tests)
 
 T = TypeVar("T")
 

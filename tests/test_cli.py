@@ -103,7 +103,7 @@ def test_produce_compression_choices_are_the_codecs():
 
 def test_an_unreachable_zookeeper_is_one_clear_line(caplog):
     from spark_coord.cli import main
-    from spark_coord.zk.embedded import free_port
+    from spark_coord.net import free_port
 
     code = main(["users", "list", "--zookeeper", f"127.0.0.1:{free_port()}",
                  "--override", "zookeeper.connection.timeout.ms=1000"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_coord.client.producer import partition_for_key
+from spark_coord.records.partitioner import partition_for_key
 
 from helpers import local_cluster, wait_until
 

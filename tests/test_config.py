@@ -100,3 +100,43 @@ def test_rendered_conf_files_read_back_as_the_defaults(name):
     keyset = config.KEYSETS[name]
     cfg = config.load(keyset, CONF / f"{name}.properties")
     assert dict(cfg) == keyset.defaults()
+
+
+# ------------------------------------------------- one setting under librdkafka's and Java's names
+
+def test_a_key_is_read_under_its_other_names_too(tmp_path):
+    f = tmp_path / "client.properties"
+    f.write_text("sasl.mechanisms=SCRAM-SHA-256\nssl.truststore.location=/etc/ca.pem\nrequest.timeout.ms=1234\n")
+    cfg = config.load(config.CLIENT, f)
+    assert (cfg["sasl.mechanism"], cfg["ssl.ca.location"], cfg["socket.timeout.ms"]) == \
+        ("SCRAM-SHA-256", "/etc/ca.pem", 1234)
+    assert cfg["sasl.mechanisms"] == "SCRAM-SHA-256"  # looked up by either name
+    later = config.load(config.CLIENT, f, ["sasl.mechanism=PLAIN"])  # a later source wins, whichever name
+    assert later["sasl.mechanism"] == "PLAIN"
+    consumer = config.load(config.CONSUMER, None, ["bootstrap.servers=h:1", "enable.auto.commit=false",
+                                                   "fetch.max.wait.ms=7"])
+    assert (consumer["bootstrap.brokers"], consumer["auto.commit.enable"], consumer["fetch.wait.max.ms"]) == \
+        (["h:1"], False, 7)
+
+
+def test_one_setting_under_two_names_in_one_place_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="sasl.mechanism: given twice.*sasl.mechanisms"):
+        config.load(config.CLIENT, None, ["sasl.mechanism=PLAIN", "sasl.mechanisms=SCRAM-SHA-256"])
+    f = tmp_path / "client.properties"
+    f.write_text("ssl.ca.location=/a.pem\nssl.truststore.location=/b.pem\n")
+    with pytest.raises(ConfigError, match="ssl.ca.location: given twice"):
+        config.load(config.CLIENT, f)
+
+
+def test_client_security_reads_either_name_and_refuses_other_trust_store_types():
+    from spark_coord.security.client import ClientSecurity
+
+    s = ClientSecurity.from_settings({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanisms": "PLAIN",
+                                      "kafka.sasl.username": "u", "kafka.sasl.password": "p",
+                                      "kafka.ssl.truststore.location": "/ca.pem",
+                                      "kafka.ssl.truststore.type": "pem"}, prefix="kafka.")
+    assert (s.mechanism, s.ca_location) == ("PLAIN", "/ca.pem")
+    with pytest.raises(ConfigError, match="kafka.ssl.truststore.type: only PEM"):
+        ClientSecurity.from_settings({"kafka.ssl.truststore.type": "JKS"}, prefix="kafka.")
+    with pytest.raises(ConfigError, match="given twice"):
+        ClientSecurity.from_settings({"sasl.mechanism": "PLAIN", "sasl.mechanisms": "PLAIN"})

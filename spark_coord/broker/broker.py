@@ -24,12 +24,12 @@ from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import data_handlers
 from spark_coord.broker.registration import BrokerRegistration
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
 from spark_coord.config import Config
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
-from spark_coord.security.broker import BrokerSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 

@@ -32,14 +32,15 @@ from spark_coord.broker.connection import DEFERRED, Connection
 from spark_coord.broker.handlers import Handler
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.classic import ClassicGroups
+from spark_coord.coordinator.consumer_group import ConsumerGroups
 from spark_coord.coordinator.clock import LoopTimer, SystemClock
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.coordinator import Coordinator
 from spark_coord.coordinator.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
+from spark_coord.coordinator.metrics import NO_METRICS
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
-from spark_coord.metrics.coordinator import NO_METRICS
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api
 from spark_coord.zk import paths
@@ -90,6 +91,7 @@ class CoordinationService:
         self.enabled: bool = broker.config.get("coordinator.enable", True)
         self.coordinator: Coordinator | None = None
         self.classic: ClassicGroups | None = None
+        self.consumer: ConsumerGroups | None = None
         self.elector: CoordinatorElector | None = None
         self.coordinator_id = -1
         self.coordinator_epoch = -1
@@ -117,7 +119,8 @@ class CoordinationService:
         self.coordinator = Coordinator(
             CoordinatorConfig.from_broker_config(self.broker.config), observer.timed(self._make_store()),
             LoopTimer(loop), SystemClock(), self.live_brokers, on_fenced=self._fenced, metrics=observer)
-        self.classic = ClassicGroups(self.coordinator)
+        self.consumer = ConsumerGroups(self.coordinator)
+        self.classic = ClassicGroups(self.coordinator, self.consumer)
         self.broker.view.add_listener(self._topics_changed)
         authorizer = self.broker.ctx.authorizer
         if getattr(authorizer, "enabled", False) and hasattr(authorizer, "add_change_callback"):
@@ -153,6 +156,8 @@ class CoordinationService:
         await self.coordinator.deactivate()
         if self.classic is not None:
             self.classic.reset()
+        if self.consumer is not None:
+            self.consumer.reset()
 
     def _fenced(self) -> None:
         # The coordinator drops its state itself; the elector sees the election node change
@@ -181,7 +186,9 @@ class CoordinationService:
 
     def _topics_changed(self, view) -> None:
         if self.coordinator is not None and self.coordinator.active:
-            self.coordinator.on_topics_changed({t: len(a) for t, a in view.topics.items()}, complete=True)
+            ids = getattr(view, "topic_ids", None)  # Kafka 4's consumers name topics by id
+            self.coordinator.on_topics_changed({t: len(a) for t, a in view.topics.items()}, complete=True,
+                                               ids=dict(ids) if ids else None)
 
     # ------------------------------------------------------------------ the front door
     def live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:

@@ -20,10 +20,12 @@ producer_id >= 0 is then
 - from an older epoch: INVALID_PRODUCER_EPOCH;
 - anything else: OUT_OF_ORDER_SEQUENCE_NUMBER (a gap).
 
-The state lives in memory only.  A producer the partition has no state for
-(first contact, or a broker restart) is accepted at any sequence: Kafka rebuilds
-the state from its log (producer snapshots) on start, we do not yet, so a retry
-of a batch that was stored just before a broker crash can be stored twice.
+The state lives in memory, rebuilt when the broker starts from the idempotent
+batches of each partition's last segment (``PartitionLog.idempotent_tail``: the
+newest five of every producer), so a producer retrying a batch that was stored
+just before a broker crash or restart gets the duplicate's answer instead of a
+second copy.  A producer the partition has no state for (first contact, or last
+seen in an older segment) is accepted at any sequence.
 Memory is bounded: at most ``MAX_PRODUCERS_PER_PARTITION`` producers per
 partition, the least recently seen forgotten first (a forgotten producer is then
 "unknown" and accepted as above).
@@ -192,6 +194,8 @@ class PartitionProducers:
     def __init__(self, plog: object):
         self._log = weakref.ref(plog)
         self.producers: OrderedDict[int, ProducerEntry] = OrderedDict()
+        for h in getattr(plog, "idempotent_tail", ()):  # what the log held when this broker opened it
+            self.record(h, h.base_offset)
 
     def belongs_to(self, plog: object) -> bool:
         return self._log() is plog

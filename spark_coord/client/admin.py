@@ -50,10 +50,17 @@ class AdminClient:
     def list_topics(self) -> list[str]:
         return sorted(t for t, info in self.cluster.refresh(None).items() if info.error == 0)
 
-    def list_offsets(self, topic: str, partitions: list[int] | None, timestamp: int) -> dict[int, int]:
-        """Offsets per partition for ``timestamp`` (EARLIEST, LATEST, or epoch ms), asking each leader."""
+    def list_offsets(self, topic: str, partitions: list[int] | None, timestamp: int | dict[int, int]) -> dict[int, int]:
+        """Offsets per partition for ``timestamp`` (EARLIEST, LATEST, or epoch ms: the first record at or
+        after it, -1 when there is none), asking each leader; ``timestamp`` may also be a dict
+        ``{partition: timestamp}`` (``partitions`` is then its keys when None)."""
         info = self.cluster.topic(topic)
-        wanted = sorted(info.partitions) if partitions is None else partitions
+        if isinstance(timestamp, dict):
+            stamps = timestamp
+            wanted = sorted(stamps) if partitions is None else partitions
+        else:
+            wanted = sorted(info.partitions) if partitions is None else partitions
+            stamps = dict.fromkeys(wanted, timestamp)
         by_leader: dict[int, list[int]] = defaultdict(list)
         for p in wanted:
             by_leader[self.cluster.leader(topic, p)].append(p)
@@ -61,7 +68,7 @@ class AdminClient:
         for leader, parts in by_leader.items():
             body = {"replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": topic, "partitions": [
-                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp, "max_num_offsets": 1}
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": stamps[p], "max_num_offsets": 1}
                         for p in parts]}]}
             conn = self.cluster.connection(leader)
             resp = conn.request(ApiKey.LIST_OFFSETS, body)

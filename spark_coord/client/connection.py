@@ -20,7 +20,7 @@ connection and fails every pending request: the byte stream cannot be trusted
 afterwards.
 
 ``security`` (a ``security.client.ClientSecurity``) makes the connection speak TLS
-and/or SASL as the listener wants: the socket comes from ``security.client.open_socket``,
+and/or SASL as the listener wants: the socket comes from ``client.transport.open_socket``,
 which completes the TLS handshake and the SASL login before the first request.
 """
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -35,7 +36,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_coord import __version__
-from spark_coord.client.sockio import recv_frame
+from spark_coord.client.transport import open_socket, recv_frame, send_parts
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import protocol
 from spark_coord.wire.registry import ApiKey, api_name, served_versions
@@ -84,8 +85,6 @@ class BrokerConnection:
         self._closed = False
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self.security = security
-        from spark_coord.security.client import open_socket
-
         try:
             self._sock = open_socket(host, port, timeout, security, client_id)
         except OSError as e:
@@ -103,6 +102,27 @@ class BrokerConnection:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def usable(self) -> bool:
+        """Whether a connection kept idle can take the next request: open, and, when no request
+        waits for an answer, nothing to read (the broker closing it, or anything it sent unasked,
+        makes the socket readable).  Closes it when not."""
+        if self._closed:
+            return False
+        with self._state:
+            if self._pending:
+                return True
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if readable and isinstance(self._sock, ssl.SSLSocket):
+                readable = not _only_tls_records(self._sock)
+        except (OSError, ValueError):
+            readable = True
+        if readable:
+            log.debug("%s: closed by the broker while idle", self)
+            self.close()
+            return False
+        return True
 
     def close(self) -> None:
         """Close the socket and fail every pending request (idempotent)."""
@@ -293,27 +313,18 @@ class BrokerConnection:
             raise BrokerConnectionError(f"receiving from {peer}: {e}") from e
 
 
-#: Buffers one sendmsg call passes (below every system's IOV_MAX).
-_IOV_MAX = 512
-
-
-def send_parts(sock, parts: list) -> None:
-    """Send ``parts`` (bytes-like) in order, as one stream: gathered into sendmsg calls on a
-    plain socket (no copy into one buffer), one sendall each through TLS (no sendmsg there)."""
-    if len(parts) == 1 or isinstance(sock, ssl.SSLSocket):
-        for part in parts:
-            sock.sendall(part)
-        return
-    views = [memoryview(p) for p in parts if len(p)]
-    while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])
-        done = 0
-        while done < len(views) and sent >= views[done].nbytes:
-            sent -= views[done].nbytes
-            done += 1
-        del views[:done]
-        if sent:
-            views[0] = views[0][sent:]
+def _only_tls_records(sock: ssl.SSLSocket) -> bool:
+    """Whether what made an idle TLS socket readable was TLS's own (a TLS 1.3 session ticket), not
+    application data or the end of the stream."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+        return False  # application data nobody asked for, or b"": the peer closed
+    except ssl.SSLWantReadError:
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 class PendingResponse:

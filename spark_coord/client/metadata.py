@@ -71,7 +71,7 @@ class ClusterClient:
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
         self.cluster_id: str | None = None
-        self._conns: dict[int, BrokerConnection] = {}
+        self._conns: dict[tuple[str, int], BrokerConnection] = {}  # by broker address
         self._any: BrokerConnection | None = None
         self._lock = threading.RLock()
         self._next_bootstrap = 0
@@ -83,7 +83,7 @@ class ClusterClient:
         Connecting (TCP plus ApiVersions) happens outside the client's lock, so a broker
         that is slow to answer holds up only the thread that waits for it."""
         with self._lock:
-            if self._any is not None and not self._any.closed:
+            if self._any is not None and self._any.usable():
                 return self._any
             candidates = list(self.brokers.values()) + self.bootstrap
             first = self._next_bootstrap
@@ -108,29 +108,35 @@ class ClusterClient:
     def connection(self, broker_id: int) -> BrokerConnection:
         """The connection to ``broker_id``, made (outside the client's lock) when there is none."""
         with self._lock:
-            conn = self._conns.get(broker_id)
-            if conn is not None and not conn.closed:
-                return conn
-            known = broker_id in self.brokers
-        if not known:
+            address = self.brokers.get(broker_id)
+        if address is None:
             self.refresh()
-        with self._lock:
-            if broker_id not in self.brokers:
+            with self._lock:
+                address = self.brokers.get(broker_id)
+            if address is None:
                 raise BrokerConnectionError(f"broker {broker_id} is not in the cluster metadata")
-            host, port = self.brokers[broker_id]
-        conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout,
-                                        security=self.security)
+        return self.connection_to(*address)
+
+    def connection_to(self, host: str, port: int) -> BrokerConnection:
+        """The connection to the broker at ``host:port`` (a leader hint, or a broker of the
+        metadata), made (outside the client's lock) when there is none."""
         with self._lock:
-            current = self._conns.get(broker_id)
+            conn = self._conns.get((host, port))
+            if conn is not None and conn.usable():
+                return conn
+        conn = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout, security=self.security)
+        with self._lock:
+            current = self._conns.get((host, port))
             if current is not None and not current.closed:  # another thread was quicker
                 conn.close()
                 return current
-            self._conns[broker_id] = conn
+            self._conns[(host, port)] = conn
             return conn
 
     def drop_connection(self, broker_id: int) -> None:
         with self._lock:
-            conn = self._conns.pop(broker_id, None)
+            address = self.brokers.get(broker_id)
+            conn = self._conns.pop(address, None) if address is not None else None
             if conn is not None:
                 conn.close()
 
@@ -184,8 +190,8 @@ class ClusterClient:
                 self.topics = seen
             else:
                 self.topics.update(seen)
-            for dead in set(self._conns) - set(self.brokers):
-                self._conns.pop(dead).close()
+            for gone in set(self._conns) - set(self.brokers.values()):
+                self._conns.pop(gone).close()
         return seen
 
     def topic(self, name: str, refresh: bool = False, wait: float = 0.0) -> TopicInfo:

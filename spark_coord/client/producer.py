@@ -7,6 +7,16 @@ without a key are partitioned as Kafka's sticky partitioner does (KIP-480): they
 go to one partition until its batch is sent, then to another one; the first partition
 of a topic is chosen at random, so short runs of a producer (one ``spark-coord
 produce`` per file) spread over the partitions instead of all filling the first.
+
+With ``idempotence`` it is Kafka's idempotent producer: it asks a broker for a
+producer id (InitProducerId) before its first batch, and gives every batch of a
+partition the next sequence numbers.  A Produce whose answer was lost (the
+connection broke) or that failed with a retriable error is sent again, byte for
+byte: the broker answers a batch it already holds as a duplicate (its original
+offset) instead of storing it twice, and refuses one that would skip a sequence
+(OUT_OF_ORDER_SEQUENCE_NUMBER, retried once the batches before it are in), so
+nothing is duplicated or reordered.  Without it a retried batch may be stored
+twice (at least once, as Kafka's producer with idempotence off).
 """
 
 from __future__ import annotations
@@ -21,39 +31,10 @@ from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.compression import codec_id
+from spark_coord.records.partitioner import partition_for_key
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``), as an unsigned 32-bit int."""
-    length = len(data)
-    m, r = 0x5BD1E995, 24
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    end4 = length & ~3
-    for i in range(0, end4, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    extra = length & 3
-    if extra >= 3:
-        h ^= data[end4 + 2] << 16
-    if extra >= 2:
-        h ^= data[end4 + 1] << 8
-    if extra >= 1:
-        h ^= data[end4]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 class Producer:
@@ -65,15 +46,24 @@ class Producer:
     acks : 0, 1 or -1
     compression : "none", "gzip", "snappy", "lz4" or "zstd"
     batch_size : bytes per record batch before it is sent
-    retries : attempts per batch on retriable errors (leader moved, topic not yet known)
+    retries : attempts per batch on retriable errors (leader moved, topic not yet known, the
+        connection broke before the answer came)
     rng : where the sticky partitioner draws partitions for records without a key
+    idempotence : producer id and sequence numbers on every batch (needs acks=-1)
     """
 
     def __init__(self, cluster: ClusterClient, acks: int = 1, compression: str = "none",
                  batch_size: int = 16384, retries: int = 5, timeout_ms: int = 30000,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, idempotence: bool = False):
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1, 0 or 1, not {acks!r}")
+        if idempotence and acks != -1:
+            raise ValueError(f"an idempotent producer needs acks=-1 (all), not {acks!r}")
+        self.idempotence = idempotence
+        self.producer_id = -1
+        self.producer_epoch = -1
+        #: (topic, partition) -> the base sequence of its next batch (idempotence)
+        self.sequences: dict[tuple[str, int], int] = {}
         self.cluster = cluster
         self.acks = acks
         self.codec = codec_id(compression)  # ValueError naming the known codecs
@@ -88,6 +78,25 @@ class Producer:
         self.sent_records = 0
         self.sent_bytes = 0
 
+    def ensure_producer_id(self) -> tuple[int, int]:
+        """(producer id, epoch), asked of a broker (InitProducerId) the first time; (-1, -1) without
+        idempotence.  Retriable refusals (COORDINATOR_NOT_AVAILABLE while the broker reaches
+        ZooKeeper) are retried ``retries`` times."""
+        if not self.idempotence or self.producer_id >= 0:
+            return self.producer_id, self.producer_epoch
+        body = {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1}
+        for attempt in range(self.retries + 1):
+            resp = self.cluster.request_any(ApiKey.INIT_PRODUCER_ID, body)
+            code = resp["error_code"]
+            if not code:
+                self.producer_id, self.producer_epoch = resp["producer_id"], resp["producer_epoch"]
+                log.debug("producer id %d, epoch %d", self.producer_id, self.producer_epoch)
+                return self.producer_id, self.producer_epoch
+            if not is_retriable(code) or attempt == self.retries:
+                raise KafkaError(code, "InitProducerId: no producer id for an idempotent producer")
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+        raise AssertionError("unreachable")
+
     def partition_count(self, topic: str) -> int:
         return len(self.cluster.topic(topic, wait=5.0).partitions)
 
@@ -100,7 +109,8 @@ class Producer:
         tp = (topic, partition)
         builder = self._builders.get(tp)
         if builder is None:
-            builder = self._builders[tp] = BatchBuilder(codec=self.codec)
+            pid, epoch = self.ensure_producer_id()
+            builder = self._builders[tp] = BatchBuilder(codec=self.codec, producer_id=pid, producer_epoch=epoch)
         builder.append(value, key=key, headers=headers,
                        timestamp_ms=timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         self._counts[tp] += 1
@@ -125,7 +135,16 @@ class Producer:
         if self._sticky.get(topic) == partition:
             self._last_sticky[topic] = self._sticky.pop(topic)
         builder = self._builders.pop(tp)
-        return builder.build(), self._counts.pop(tp)
+        count = self._counts.pop(tp)
+        if self.idempotence:
+            builder.base_sequence = self.take_sequence(tp, count)
+        return builder.build(), count
+
+    def take_sequence(self, tp: tuple[str, int], count: int) -> int:
+        """The base sequence of the next batch of ``tp`` (``count`` records); sequences wrap at 2**31."""
+        first = self.sequences.get(tp, 0)
+        self.sequences[tp] = (first + count) % 2**31
+        return first
 
     def flush(self) -> None:
         if self._builders:
@@ -135,29 +154,43 @@ class Producer:
         """Produce built record batches, one per (topic, partition): (batch bytes, record count)."""
         self._send(dict(batches))
 
+    def retriable(self, code: int) -> bool:
+        """Whether a batch refused with ``code`` is sent again: Kafka's retriable codes, and for an
+        idempotent producer OUT_OF_ORDER_SEQUENCE_NUMBER (a batch before it is being retried)."""
+        return is_retriable(code) or (self.idempotence and code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
     def _send(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
+        from spark_coord.client.connection import BrokerConnectionError
+
         pending = dict(batches)
+        last_error: int | str = ""
         for attempt in range(self.retries + 1):
             by_leader: dict[int, dict] = defaultdict(dict)
             for (topic, part), batch in pending.items():
                 by_leader[self.cluster.leader(topic, part)][(topic, part)] = batch
             failed: dict = {}
-            last_error = None
             for leader, group in by_leader.items():
-                errors = self._produce(leader, group)
+                try:
+                    errors = self._produce(leader, group)
+                except BrokerConnectionError as e:  # the answer is lost: the batches may or may not be in
+                    self.cluster.drop_connection(leader)
+                    errors, last_error = dict.fromkeys(group, ErrorCode.NETWORK_EXCEPTION), str(e)
                 for tp, code in errors.items():
-                    if is_retriable(code):
+                    if self.retriable(code):
                         failed[tp] = group[tp]
-                        last_error = code
+                        last_error = last_error if code == ErrorCode.NETWORK_EXCEPTION else ErrorCode.name_of(code)
                     else:
                         raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
             if not failed:
                 return
             pending = failed
-            log.info("retrying %d batch(es) after %s", len(failed), ErrorCode.name_of(last_error))
+            log.info("retrying %d batch(es) after %s", len(failed), last_error)
             time.sleep(min(0.1 * 2 ** attempt, 2.0))
-            self.cluster.refresh(sorted({t for t, _ in failed}))
-        raise KafkaError(last_error, f"giving up after {self.retries} retries")
+            try:
+                self.cluster.refresh(sorted({t for t, _ in failed}))
+            except BrokerConnectionError as e:  # the cluster may be restarting: the next attempt tells
+                log.info("metadata refresh failed: %s", e)
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"giving up after {self.retries} retries: {last_error}")
 
     def _produce(self, leader: int, group: dict) -> dict:
         topics: dict[str, list] = defaultdict(list)

@@ -30,8 +30,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from spark_coord.client.sockio import recv_frame
-from spark_coord.security.client import SaslAuthenticationFailed, open_socket
+from spark_coord.client.transport import SaslAuthenticationFailed, open_socket, recv_frame
 from spark_coord.wire import coordinator as api
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import RequestHeader

@@ -33,15 +33,17 @@ def consume(args) -> int:
     from spark_coord import config
     from spark_coord.consumer.consumer import Consumer
 
-    from spark_coord.security.client import KEYS as SECURITY_KEYS
+    from spark_coord.security.client import ALIASES, KEYS as SECURITY_KEYS
 
     overrides: dict = {}
-    if getattr(args, "command_config", None):  # a client properties file: its security keys
-        overrides.update({k: v for k, v in config.read_properties_file(args.command_config).items()
-                          if k in SECURITY_KEYS})
-    overrides.update(config.parse_overrides(getattr(args, "client_option", None) or []))  # -X key=value
-    overrides.update(config.parse_overrides(getattr(args, "override", None) or []))
     try:
+        # later sources win, whichever of a setting's names they use (sasl.mechanism, sasl.mechanisms)
+        if getattr(args, "command_config", None):  # a client properties file: its security keys
+            overrides.update({config.CONSUMER.canonical(k): v
+                              for k, v in config.read_properties_file(args.command_config).items()
+                              if k in SECURITY_KEYS or k in ALIASES})
+        for pairs in (getattr(args, "client_option", None), getattr(args, "override", None)):  # -X, --override
+            overrides.update({config.CONSUMER.canonical(k): v for k, v in config.parse_overrides(pairs or []).items()})
         cfg = config.load(config.CONSUMER, getattr(args, "config", None), overrides)
     except config.ConfigError as e:
         log.error("%s", e)
@@ -86,7 +88,8 @@ def consume(args) -> int:
     return 0
 
 
-def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0, security=None) -> dict:
+def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0, security=None,
+                      version: int | None = None) -> dict:
     """One request to the current coordinator (found by ClusterMetadata)."""
     from spark_coord.consumer.channel import CoordinatorChannel
     from spark_coord.consumer.discovery import Discovery
@@ -98,7 +101,7 @@ def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0
     host, port = view.coordinator_address  # type: ignore[misc]
     channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout, security=security)
     try:
-        return channel.request(api_key, body)
+        return channel.request(api_key, body) if version is None else channel.request(api_key, body, version=version)
     finally:
         channel.close()
 
@@ -112,7 +115,7 @@ def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: boo
     from spark_coord.wire import coordinator as api
 
     resp = _coordinator_call(coordinator or bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])},
-                             security=security)
+                             security=security, version=api.DESCRIBE_VERSION)
     if resp["error_code"]:
         raise KafkaError(resp["error_code"], "DescribeGroups")
     groups = resp["groups"]
@@ -139,7 +142,7 @@ def groups(args) -> int:
     from spark_coord.table import format_table
 
     from spark_coord.config import ConfigError
-    from spark_coord.security.cli import client_security
+    from spark_coord.client.security_cli import client_security
 
     wanted = list(getattr(args, "groups", None) or [])
     try:
@@ -167,10 +170,10 @@ def format_group(g: dict) -> str:
     from spark_coord.table import format_table
 
     out = [f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members"]
-    members = [{"consumer": m["consumer_id"], "host": m["host"],
+    members = [{"consumer": m["consumer_id"], "protocol": m.get("protocol", "coordinator"), "host": m["host"],
                 "partitions": [f"{a['topic']}-{a['partition']}" for a in m["assigned"]]} for m in g["members"]]
     if members:
-        out.append(format_table(members, ["consumer", "host", "partitions"]))
+        out.append(format_table(members, ["consumer", "protocol", "host", "partitions"]))
     rows = [{"topic": o["topic"], "partition": o["partition"],
              "committed": o["committed_offset"] if o["committed_offset"] >= 0 else None,
              "log_end": o.get("log_end"), "lag": o.get("lag"), "owner": o["owner"]}

@@ -156,7 +156,29 @@ def _balance_by_moves(per_topic: dict[str, list[str]], owned: dict[str, list[tup
                 break
 
 
+def sticky_range_assign(members: Mapping[str, TopicCount], topics: Mapping[str, int],
+                        previous: Mapping[tuple[str, int], str] | None = None) -> Assignment:
+    """Balanced topic by topic, with the fewest moves: each topic's partitions are shared by the
+    threads that consume it as ``range`` shares them (``n // k`` or ``n // k + 1`` each), but
+    partitions stay with their holders where the shares allow (Kafka 4's server-side ``range``
+    assignor, KIP-848: balanced per topic and sticky)."""
+    previous = previous or {}
+    owners: Assignment = {}
+    for topic, threads in _threads_per_topic(members, topics).items():
+        owned: dict[str, list[tuple[str, int]]] = {th: [] for th in threads}
+        free = []
+        for p in range(topics[topic]):
+            holder = previous.get((topic, p))
+            (owned[holder] if holder in owned else free).append((topic, p))
+        _balance_by_quota(threads, owned, free)
+        owners.update({tp: th for th, tps in owned.items() for tp in tps})
+    return owners
+
+
 ASSIGNORS: dict[str, Assignor] = {"sticky": sticky_assign, "range": range_assign, "roundrobin": roundrobin_assign}
+
+#: KIP-848's server-side assignors (``group.remote.assignor``), by the names clients send.
+SERVER_ASSIGNORS: dict[str, Assignor] = {"uniform": sticky_assign, "range": sticky_range_assign}
 
 
 def get_assignor(name: str) -> Assignor:

@@ -33,6 +33,10 @@ class MemberChannel(Protocol):
     #: lease runs from their own last request instead (``classic``).
     renews_lease: bool
 
+    #: Optional: the server-side assignor the member asks its group to use (Kafka 4's consumers:
+    #: ``uniform`` or ``range``); None or absent: the coordinator's own.
+    assignor: str | None
+
     def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
         """Queue a coordinator request (Ping/StopFetcher/StartFetcher) of ``version`` to the member.
 

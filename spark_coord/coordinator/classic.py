@@ -52,8 +52,11 @@ Choices where Kafka and the seeds differ:
   but not taken (DESIGN invariant 3); commits with generation -1 and no member id
   (tools resetting a group) are taken only while the group has no live member, as
   Kafka does, and may move offsets anywhere;
-* ``group.instance.id`` (static membership) is accepted and shown, but a restarted
-  static member joins as a new member;
+* ``group.instance.id`` (static membership, KIP-345): the registry knows a static
+  member by its instance id; a new incarnation's JoinGroup (a restart within the
+  session timeout, or a second process with the same instance id) takes over what
+  the instance holds in the same generation, without a rebalance, and the earlier
+  member id is answered FENCED_INSTANCE_ID from then on;
 * after a coordinator failover a Kafka member that heartbeats or commits with the
   generation the new coordinator restored for it is taken back with the partitions
   ZooKeeper's owners give it (nothing stopped), like our members' claims.
@@ -70,7 +73,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.delayed import DelayedJoin
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.lease import HeartbeatLease
 from spark_coord.coordinator.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
@@ -79,6 +83,7 @@ from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_su
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
+    from spark_coord.coordinator.consumer_group import ConsumerGroups
     from spark_coord.coordinator.coordinator import Coordinator
 
 __all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
@@ -104,6 +109,12 @@ _STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RE
            GroupState.STARTING_FETCHERS: "CompletingRebalance", GroupState.DEAD: "Dead"}
 
 Partitions = dict[str, list[int]]
+
+
+def group_type(group: GroupRegistry) -> str:
+    """Kafka's group type (ListGroups v5): ``consumer`` once a member of Kafka 4's consumer group
+    protocol is in it, else ``classic``."""
+    return "consumer" if any(m.kind == "consumer" for m in group.members.values()) else "classic"
 
 
 def kafka_state(state: GroupState) -> str:
@@ -149,19 +160,18 @@ def _pairs(partitions: Partitions) -> set[tuple[str, int]]:
     return {(t, p) for t, ps in partitions.items() for p in ps}
 
 
-class ClassicMember:
-    """A Kafka classic-protocol member as the coordinator's ``MemberChannel``."""
-
-    #: Our requests never reach the client: its lease runs from its own last request (``contact``),
-    #: which is when Kafka's session timeout starts too.
-    renews_lease = False
+class ClassicMember(HeartbeatLease):
+    """A Kafka classic-protocol member as the coordinator's ``MemberChannel`` (its liveness:
+    ``HeartbeatLease``, from its own requests)."""
 
     def __init__(self, door: "ClassicGroups", group_id: str, member_id: str, *, client_id: str, client_host: str,
                  session_timeout_ms: int, rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]] | None,
-                 group_instance_id: str | None = None, cooperative: bool | None = None):
+                 group_instance_id: str | None = None, cooperative: bool | None = None, key: str | None = None):
         self.door = door
         self.group_id = group_id
         self.member_id = member_id
+        #: The registry's name for it: its member id, or its instance id when static (KIP-345).
+        self.key = key or member_id
         self.client_id = client_id
         self.client_host = client_host
         self.peer = client_host
@@ -174,8 +184,6 @@ class ClassicMember:
         self.protocol = choose_protocol(n for n, _ in protocols or [])
         self.cooperative = self.protocol in COOPERATIVE_PROTOCOLS if cooperative is None else cooperative
         self.closed = False
-        self.last_contact_ms = door.c.clock.now_ms()
-        self._held_ping: tuple[dict, OnAnswer] | None = None
         #: A StopFetcher waiting for the member to give the partitions up, with the partitions (None: all).
         self._stop: tuple[dict, OnAnswer, list[dict] | None] | None = None
         #: Cooperative: the generation in which its assignment without the stopped partitions was handed
@@ -191,21 +199,14 @@ class ClassicMember:
         #: The generation it synced last, and the assignment it got then.
         self.generation = NO_GENERATION
         self.partitions: Partitions = {}
-        #: Fails the member when no request came for its session timeout (Kafka's rule, to the ms).
-        self._expiry = None
-        self._arm()
+        self._start_lease()
 
     # ------------------------------------------------------------ MemberChannel
     def send(self, api_key: int, body: dict, on_answer: OnAnswer, version: int = 0) -> None:
         if self.closed:
             raise ChannelClosed(f"Kafka member {self.member_id} left")
         if api_key == CoordinatorApi.PING:
-            if self._alive_lately():
-                on_answer(self._answer(body))
-            elif self.door.c.clock.now_ms() - self.last_contact_ms > self.session_timeout_ms:
-                self.door.c.post(self.door.session_expired, self)  # Kafka's rule: no heartbeat for a session
-            else:
-                self._held_ping = (body, on_answer)
+            self._ping(body, on_answer)
         elif api_key == CoordinatorApi.STOP_FETCHER:
             self._on_stop(body, on_answer)
         elif api_key == CoordinatorApi.START_FETCHER:
@@ -217,10 +218,8 @@ class ClassicMember:
         if self.closed:
             return
         self.closed = True
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self._held_ping = self._stop = self._start = self._offered = None
+        self._end_lease()
+        self._stop = self._start = self._offered = None
         self._wake_join(None)
 
     def _on_stop(self, body: dict, on_answer: OnAnswer) -> None:
@@ -247,52 +246,10 @@ class ClassicMember:
             self._offered = None
 
     # ------------------------------------------------------------ state
-    def _joining(self, now: int) -> bool:
-        """Is its JoinGroup waiting here, within its rebalance timeout?"""
+    def _waiting_here(self) -> bool:
+        """Is its JoinGroup waiting here (it is alive while it waits)?"""
         return self.join is not None and not self.join.is_completed
 
-    def _alive_lately(self) -> bool:
-        now = self.door.c.clock.now_ms()
-        if self._joining(now):
-            return True
-        return now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3)
-
-    def _answer(self, body: Mapping[str, Any]) -> dict:
-        """A ping's or StopFetcher's answer: no offsets (a Kafka member commits them itself)."""
-        return {"error_code": ErrorCode.NONE, "consumer_id": self.member_id,
-                "generation_id": body.get("generation_id", NO_GENERATION), "offsets": []}
-
-    def _arm(self, delay_ms: int | None = None) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-        c = self.door.c
-        self._expiry = None if self.closed else c.timer.call_later(
-            self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
-
-    def _check_expiry(self) -> None:
-        self._expiry = None
-        if self.closed:
-            return
-        now = self.door.c.clock.now_ms()
-        if self._joining(now):
-            self._arm(max(1, self.session_timeout_ms))  # waiting in a JoinGroup here: alive
-            return
-        left = self.last_contact_ms + self.session_timeout_ms - now
-        if left > 0:
-            self._arm(left)
-        else:
-            self.door.session_expired(self)
-
-    def contact(self) -> None:
-        """The member sent a request: it is alive (answers a held ping), and may fetch for its
-        session timeout from now."""
-        self.last_contact_ms = self.door.c.clock.now_ms()
-        if self._expiry is None:  # an armed timer finds the new contact when it fires, and waits on
-            self._arm()
-        self.door.c.heard_from(self.group_id, self.member_id, self, self.last_contact_ms)
-        held, self._held_ping = self._held_ping, None
-        if held is not None:
-            held[1](self._answer(held[0]))
 
     @property
     def rebalancing(self) -> bool:
@@ -364,7 +321,7 @@ class ClassicMember:
             self.generation, self.partitions = generation, partitions
             if on_answer is not None and self._start is not None and self._start[1] is on_answer:
                 self._start = None
-                on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.member_id, "generation_id": generation})
+                on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.key, "generation_id": generation})
             return _encode(partitions)
         if offered is None and generation == self.generation and not self.rebalancing:
             return _encode(self.partitions)
@@ -393,11 +350,18 @@ class ClassicMember:
 class ClassicGroups:
     """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "Coordinator", consumer: "ConsumerGroups | None" = None):
         self.c = coordinator
+        #: Kafka 4's consumer group protocol door: its members commit and are described here too.
+        self.consumer = consumer
         self.purgatory = Purgatory(coordinator.timer, "join")
         #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (KIP-394), and when.
         self._pending_ids: dict[str, dict[str, int]] = {}
+        #: (group, member id) -> registry name of static members (KIP-345: their instance id).
+        self._static: dict[tuple[str, str], str] = {}
+        #: (group, member id) -> instance id, of static members a newer incarnation replaced: their
+        #: requests are answered FENCED_INSTANCE_ID (bounded: the oldest are forgotten).
+        self._fenced: dict[tuple[str, str], str] = {}
 
     def _hand_out(self, group_id: str, member_id: str) -> None:
         """Remember a member id given to a client for its next JoinGroup, for a while (bounded)."""
@@ -414,6 +378,8 @@ class ClassicGroups:
     def reset(self) -> None:
         """The coordinator resigned: its members' channels are closed; forget handed-out ids."""
         self._pending_ids.clear()
+        self._static.clear()
+        self._fenced.clear()
         self.purgatory.cancel_all()
 
     def session_expired(self, km: ClassicMember) -> None:
@@ -430,7 +396,19 @@ class ClassicGroups:
 
     def _registry(self, group_id: str, member_id: str) -> tuple[GroupRegistry | None, ConsumerRegistry | None]:
         group = self.c.groups.get(group_id)
-        return group, (group.members.get(member_id) if group is not None else None)
+        if group is None:
+            return None, None
+        member = group.members.get(self._static.get((group_id, member_id), member_id))
+        if member is None and member_id:  # a static member restored after a failover: known by its member id
+            member = next((m for m in group.members.values()
+                           if m.external_id == member_id and m.kind == "classic"), None)
+            if member is not None:
+                self._static[(group_id, member_id)] = member.consumer_id
+        return group, member
+
+    def _unknown(self, group_id: str, member_id: str) -> ErrorCode:
+        """UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a static member a newer incarnation replaced."""
+        return ErrorCode.FENCED_INSTANCE_ID if (group_id, member_id) in self._fenced else ErrorCode.UNKNOWN_MEMBER_ID
 
     def _live(self, group_id: str, member_id: str) -> ClassicMember | None:
         """The member's adapter, if it is a live classic member of the group."""
@@ -492,7 +470,22 @@ class ClassicGroups:
         rebalance = rebalance if isinstance(rebalance, int) and rebalance > 0 else (
             session if isinstance(session, int) and session > 0 else DEFAULT_REBALANCE_TIMEOUT_MS)
 
-        if not member_id:
+        instance = body.get("group_instance_id") if version >= 5 else None
+        if instance:
+            try:
+                paths.validate_consumer_id(registry_key(instance))
+            except ValueError as e:
+                log.info("JoinGroup %s from %s: %s", group_id, client_host, e)
+                return answer(ErrorCode.INVALID_REQUEST)
+            if (group_id, member_id) in self._fenced:
+                return answer(ErrorCode.FENCED_INSTANCE_ID)
+            if not member_id:  # a static member gets its id at once (KIP-345)
+                member_id = f"{_member_id_prefix(client_id)}-{uuid.uuid4()}"
+            taken = await self._static_join(group_id, member_id, instance, protocols, chosen, topics, session,
+                                            rebalance, client_id, client_host, topic_filter, gone)
+            if taken is not None:
+                return taken
+        elif not member_id:
             member_id = f"{_member_id_prefix(client_id)}-{uuid.uuid4()}"
             self._hand_out(group_id, member_id)
             if version >= 4:  # KIP-394: the client joins again with this id
@@ -511,16 +504,18 @@ class ClassicGroups:
         if km is None:
             group, member = self._registry(group_id, member_id)
             pending = self._pending_ids.get(group_id, {})
-            if member_id not in pending and (member is None or member.channel is not None):
-                return answer(ErrorCode.UNKNOWN_MEMBER_ID)
+            if not instance and member_id not in pending and (member is None or member.channel is not None):
+                return answer(self._unknown(group_id, member_id))
             pending.pop(member_id, None)
             km = ClassicMember(self, group_id, member_id, client_id=client_id, client_host=client_host,
                                session_timeout_ms=session if isinstance(session, int) else 0,
-                               rebalance_timeout_ms=rebalance, protocols=protocols,
-                               group_instance_id=body.get("group_instance_id"))
+                               rebalance_timeout_ms=rebalance, protocols=protocols, group_instance_id=instance,
+                               key=registry_key(instance) if instance else None)
             code = self._register(km, topics, topic_filter)
             if code != ErrorCode.NONE:
                 return answer(code)
+            if instance:
+                self._static[(group_id, member_id)] = km.key
         else:
             km.protocols, km.protocol = protocols, chosen
             km.session_timeout_ms = session if isinstance(session, int) and session > 0 else km.session_timeout_ms
@@ -584,10 +579,11 @@ class ClassicGroups:
 
     def _register(self, km: ClassicMember, topics: list[str],
                   topic_filter: "Callable[[str], bool] | None" = None) -> ErrorCode:
-        answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.member_id,
+        answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.key,
                                       "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": None,
                                       "auto_commit": False, "session_timeout_ms": km.session_timeout_ms},
-                                 incremental=km.cooperative)
+                                 incremental=km.cooperative, kind="classic",
+                                 external_id=km.member_id if km.key != km.member_id else None)
         code = answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != ErrorCode.NONE:
             km.close()
@@ -597,8 +593,63 @@ class ClassicGroups:
                     ErrorCode.INVALID_SUBSCRIPTION: ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                     ErrorCode.INVALID_GROUP_ID: ErrorCode.INVALID_GROUP_ID,
                     ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR}.get(code, ErrorCode.INVALID_REQUEST)
-        self.c.set_topic_filter(km.group_id, km.member_id, topic_filter)
+        self.c.set_topic_filter(km.group_id, km.key, topic_filter)
         return ErrorCode.NONE
+
+    async def _static_join(self, group_id: str, member_id: str, instance: str, protocols: list[tuple[str, bytes]],
+                           chosen: str, topics: list[str], session: Any, rebalance: int, client_id: str,
+                           client_host: str, topic_filter: "Callable[[str], bool] | None",
+                           gone: "asyncio.Future[Any] | None") -> dict | None:
+        """A static member's JoinGroup (KIP-345).  When its instance id is held by an earlier
+        incarnation (alive still, or absent), this one takes its place: the earlier member id is
+        fenced (FENCED_INSTANCE_ID), and what the instance holds is handed over in the same
+        generation -- no rebalance, nobody else told anything.  None: an ordinary join follows."""
+        key = registry_key(instance)
+        group = self.c.groups.get(group_id)
+        existing = group.members.get(key) if group is not None else None
+        if existing is None or existing.kind != "classic":
+            return None
+        old = existing.channel if isinstance(existing.channel, ClassicMember) else None
+        old_id = old.member_id if old is not None else existing.external_id
+        if old_id == member_id:
+            return None  # the same incarnation joining again
+        same_topics = sorted(existing.topic_count.static_topics()) == topics
+        if old is not None and not old.closed:
+            if old.join is not None and not old.join.is_completed:
+                old._wake_join(None)
+            old.close()
+            self.c.on_channel_closed(old)  # absent: its partitions wait for the new incarnation
+        if old_id:
+            self._static.pop((group_id, old_id), None)
+            self._fenced[(group_id, old_id)] = instance
+            while len(self._fenced) > MAX_PENDING_MEMBER_IDS:
+                del self._fenced[next(iter(self._fenced))]
+        log.info("group %s: static member %s (instance %s) replaces %s", group_id, member_id, instance, old_id)
+        if not same_topics or not existing.holds_assignment:
+            return None  # it joins as the instance with a new subscription: an ordinary rebalance
+        generation = existing.sent_epoch
+        owned = [{"consumer_thread_id": th, "partitions": [{"topic": t, "partition": p, "offset": -1} for t, p in tps]}
+                 for th, tps in sorted((existing.assignment or {}).items())]
+        km = ClassicMember(self, group_id, member_id, client_id=client_id, client_host=client_host,
+                           session_timeout_ms=session if isinstance(session, int) and session > 0
+                           else existing.session_timeout_ms, rebalance_timeout_ms=rebalance, protocols=protocols,
+                           group_instance_id=instance, key=key)
+        answer = self.c.register(km, {"group_id": group_id, "consumer_id": key, "topics": [
+            {"topic": t, "streams": 1} for t in topics], "pattern": None, "auto_commit": False,
+            "session_timeout_ms": km.session_timeout_ms, "generation_id": generation, "owned": owned},
+            incremental=km.cooperative, kind="classic", external_id=member_id)
+        if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
+            km.close()
+            return None
+        self._static[(group_id, member_id)] = key
+        self.c.set_topic_filter(group_id, key, topic_filter)
+        held = self.c.groups[group_id].members[key].owned()
+        km.generation = generation
+        km.partitions = {t: sorted(p for tt, p in held if tt == t) for t in sorted({t for t, _ in held})}
+        km._offer(generation, dict(km.partitions), None)
+        log.info("group %s: static member %s (instance %s) took over %d partition(s) in generation %d", group_id,
+                 member_id, instance, len(held), generation)
+        return await self._wait_join(km, gone)
 
     # ------------------------------------------------------------ SyncGroup / Heartbeat / LeaveGroup
     def _member_for(self, group_id: str, member_id: str, generation: int | None) -> ClassicMember | ErrorCode:
@@ -608,7 +659,7 @@ class ClassicGroups:
         if km is None and generation is not None:
             km = self._take_back(group_id, member_id, generation)
         if km is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+            return self._unknown(group_id, member_id)
         km.contact()
         return km
 
@@ -625,12 +676,14 @@ class ClassicGroups:
         km = ClassicMember(self, group_id, member_id, client_id="", client_host="(taken back)",
                            session_timeout_ms=member.session_timeout_ms,
                            rebalance_timeout_ms=member.session_timeout_ms, protocols=None,
-                           cooperative=member.incremental)
-        answer = self.c.register(km, {"group_id": group_id, "consumer_id": member_id,
+                           cooperative=member.incremental, key=member.consumer_id,
+                           group_instance_id=client_name(member.consumer_id) if member.external_id else None)
+        answer = self.c.register(km, {"group_id": group_id, "consumer_id": member.consumer_id,
                                       "topics": [{"topic": t, "streams": 1} for t in member.topic_count.static_topics()],
                                       "pattern": member.topic_count.pattern, "auto_commit": False,
                                       "session_timeout_ms": member.session_timeout_ms,
-                                      "generation_id": generation, "owned": owned}, incremental=member.incremental)
+                                      "generation_id": generation, "owned": owned}, incremental=member.incremental,
+                                 kind="classic", external_id=member.external_id)
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
             km.close()
             return None
@@ -669,15 +722,23 @@ class ClassicGroups:
             return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR), "members": []}
         results = []
         for member_id, instance in leaving:
-            km = self._live(group_id, member_id)
-            group, member = self._registry(group_id, member_id)
-            if km is None or group is None or member is None:
-                results.append({"member_id": member_id, "group_instance_id": instance,
-                                "error_code": int(ErrorCode.UNKNOWN_MEMBER_ID)})
+            if instance and not member_id:  # by instance id (an admin removing a static member)
+                group = self.c.groups.get(group_id)
+                member = group.members.get(registry_key(instance)) if group is not None else None
+                km = member.channel if member is not None and isinstance(member.channel, ClassicMember) else None
+                member_id = km.member_id if km is not None else ""
+            else:
+                km = self._live(group_id, member_id)
+                group, member = self._registry(group_id, member_id)
+            if km is None or group is None or member is None or (instance and km.group_instance_id != instance):
+                code = ErrorCode.FENCED_INSTANCE_ID if instance and km is not None else self._unknown(group_id,
+                                                                                                      member_id)
+                results.append({"member_id": member_id, "group_instance_id": instance, "error_code": int(code)})
                 continue
             log.info("group %s: Kafka member %s leaves", group_id, member_id)
             km.close()
             self.c.member_left(group, member)
+            self._static.pop((group_id, member_id), None)
             results.append({"member_id": member_id, "group_instance_id": instance, "error_code": 0})
         top = results[0]["error_code"] if version < 3 and results else 0
         return {"throttle_time_ms": 0, "error_code": top, "members": results}
@@ -702,20 +763,27 @@ class ClassicGroups:
         offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in wanted]
         if generation == NO_GENERATION and not member_id:
             return await self._standalone_commit(group_id, wanted, answer)
-        km = self._member_for(group_id, member_id, generation)
-        if isinstance(km, ErrorCode):
-            return answer(km)
-        group, member = self._registry(group_id, member_id)
+        if self.consumer is not None and (modern := self.consumer.live(group_id, member_id)) is not None:
+            modern.contact()
+            group, member = self.consumer.find(group_id, member_id)
+            stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
+        else:
+            km = self._member_for(group_id, member_id, generation)
+            if isinstance(km, ErrorCode):
+                return answer(km)
+            group, member = self._registry(group_id, member_id)
+            stale = ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION
         assert group is not None and member is not None
         code, codes = self.c.offsets.accept(group, member, offsets, generation)
         if code == ErrorCode.STALE_GENERATION:
-            return answer(ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION)
+            return answer(stale)
         if code != ErrorCode.NONE:
             return answer(ErrorCode.INVALID_REQUEST)
+        not_now = ErrorCode.ILLEGAL_GENERATION if stale != ErrorCode.STALE_MEMBER_EPOCH else stale
         kafka_codes = {tp: {ErrorCode.NONE: ErrorCode.NONE, ErrorCode.OFFSET_BACKWARDS: ErrorCode.NONE,
                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.STALE_GENERATION: ErrorCode.ILLEGAL_GENERATION,
-                            ErrorCode.PARTITION_NOT_OWNED: ErrorCode.ILLEGAL_GENERATION}.get(e, ErrorCode.INVALID_REQUEST)
+                            ErrorCode.STALE_GENERATION: not_now,
+                            ErrorCode.PARTITION_NOT_OWNED: not_now}.get(e, ErrorCode.INVALID_REQUEST)
                        for tp, e in codes.items()}
         if any(e == ErrorCode.NONE for e in codes.values()):
             failure = await self._write(group)
@@ -780,10 +848,11 @@ class ClassicGroups:
         groups = []
         for gid, group in sorted(self.c.groups.items()):
             state = kafka_state(group.state)
-            if (states and state.lower() not in states) or (types and "classic" not in types):
+            kind = group_type(group)
+            if (states and state.lower() not in states) or (types and kind not in types):
                 continue
             groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
-                           "group_type": "classic"})
+                           "group_type": kind})
         return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
 
     def describe_groups(self, body: Mapping[str, Any]) -> dict:
@@ -803,11 +872,18 @@ class ClassicGroups:
                 km = m.channel if isinstance(m.channel, ClassicMember) else None
                 if km is not None:
                     protocols.append(km.protocol)
-                    members.append({"member_id": cid, "group_instance_id": km.group_instance_id,
+                    members.append({"member_id": km.member_id, "group_instance_id": km.group_instance_id,
                                     "client_id": km.client_id, "client_host": km.client_host,
                                     "member_metadata": km.metadata()
                                     or encode_subscription({"topics": m.topic_count.static_topics()}, 0),
                                     "member_assignment": _encode(km.partitions)})
+                elif hasattr(m.channel, "member_id") and hasattr(m.channel, "client_id"):  # Kafka 4's consumers
+                    members.append({"member_id": m.channel.member_id, "group_instance_id": m.channel.instance_id,
+                                    "client_id": m.channel.client_id, "client_host": m.channel.client_host,
+                                    "member_metadata": encode_subscription(
+                                        {"topics": m.topic_count.topics_in(self.c.topics)
+                                         if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0),
+                                    "member_assignment": _assignment_bytes(m)})
                 else:
                     members.append({"member_id": cid, "group_instance_id": None, "client_id": "coordkafka",
                                     "client_host": m.peer,

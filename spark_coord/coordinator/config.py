@@ -38,9 +38,14 @@ class CoordinatorConfig:
     #: members' leases (pings them) only while ZooKeeper confirmed its election less than 2/3 of this
     #: ago.  0 turns the check off (unit tests of the core).
     leadership_timeout_ms: int = 0
+    #: Session timeout and heartbeat interval of members of Kafka's consumer group protocol (KIP-848),
+    #: set by the coordinator (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
+    consumer_session_timeout_ms: int = 45000
+    consumer_heartbeat_interval_ms: int = 5000
 
     def __post_init__(self) -> None:
-        for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms"):
+        for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms",
+                     "consumer_session_timeout_ms", "consumer_heartbeat_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries", "leadership_timeout_ms"):
@@ -62,4 +67,8 @@ class CoordinatorConfig:
             rebalance_max_retries=int(_get(cfg, "coordinator.rebalance.max.retries", d.rebalance_max_retries)),
             assignment_strategy=str(_get(cfg, "coordinator.partition.assignment.strategy", d.assignment_strategy)),
             leadership_timeout_ms=int(_get(cfg, "zookeeper.session.timeout.ms", d.leadership_timeout_ms)),
+            consumer_session_timeout_ms=int(_get(cfg, "group.consumer.session.timeout.ms",
+                                                 d.consumer_session_timeout_ms)),
+            consumer_heartbeat_interval_ms=int(_get(cfg, "group.consumer.heartbeat.interval.ms",
+                                                    d.consumer_heartbeat_interval_ms)),
         )

@@ -40,20 +40,21 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from spark_coord.coordinator.assignors import Assignor, get_assignor
+from spark_coord.coordinator.assignors import SERVER_ASSIGNORS, Assignor, get_assignor
 from spark_coord.coordinator.channel import ChannelClosed, MemberChannel, OnAnswer
 from spark_coord.coordinator.clock import Clock, Timer
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
 from spark_coord.coordinator.leadership import LeadershipLease
+from spark_coord.coordinator.metrics import NO_METRICS, CoordinatorMetrics
 from spark_coord.coordinator.offsets import OffsetCommitter
 from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
 from spark_coord.coordinator.rebalancer import Rebalancer
 from spark_coord.coordinator.registration import Refusal, Registration, claim_fits, is_int, parse_registration
 from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
+from spark_coord.coordinator.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
-from spark_coord.metrics.coordinator import NO_METRICS, CoordinatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,10 @@ class Coordinator:
         self.active = False
         self.groups: dict[str, GroupRegistry] = {}
         self.topics: dict[str, int] = {}
+        #: Each topic's id (16 bytes), where the cluster view knows it: Kafka 4's consumers name
+        #: topics by id (KIP-848).
+        self.topic_ids: dict[str, bytes] = {}
+        self._topic_by_id: dict[bytes, str] = {}
         self.pings = PingScheduler(self, first_ping_jitter, rng)
         self.offsets = OffsetCommitter(self)
         self.rebalancer = Rebalancer(self)
@@ -235,7 +240,12 @@ class Coordinator:
         return group, member
 
     def assignor_for(self, group: GroupRegistry) -> Assignor:
-        """The assignor that computes ``group``'s targets (``coordinator.partition.assignment.strategy``)."""
+        """The assignor that computes ``group``'s targets: the server-side assignor its members ask for
+        (Kafka 4's consumers name one: ``uniform`` or ``range``; the last one named wins), else the
+        coordinator's own (``coordinator.partition.assignment.strategy``)."""
+        named = [a for m in group.members.values() if (a := getattr(m.channel, "assignor", None))]
+        if named and named[-1] in SERVER_ASSIGNORS:
+            return SERVER_ASSIGNORS[named[-1]]
         return self.assignor
 
     async def _write_member(self, group: GroupRegistry, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -261,7 +271,8 @@ class Coordinator:
         now = self.clock.now_ms()
         for cid, sm in sg.members.items():
             m = ConsumerRegistry(sg.group_id, cid, sm.topic_count, sm.auto_commit, sm.auto_offset_reset,
-                                 sm.session_timeout_ms, incremental=sm.incremental)
+                                 sm.session_timeout_ms, incremental=sm.incremental, kind=sm.kind,
+                                 external_id=sm.member_id)
             # it may still be fetching what the owners give it, until its lease (counted from now) ends;
             # in which epoch it got each partition is not kept: any of its epochs up to the newest counts
             m.epoch = m.sent_epoch = sm.epoch if sm.epoch is not None else sg.generation_id
@@ -297,9 +308,12 @@ class Coordinator:
     # ------------------------------------------------------------ registration
 
     def register(self, channel: MemberChannel, body: Mapping[str, Any], version: int = 1,
-                 incremental: bool | None = None) -> dict[str, Any]:
+                 incremental: bool | None = None, kind: str | None = None,
+                 external_id: str | None = None) -> dict[str, Any]:
         """Answer a RegisterConsumer request of ``version``; on success the member joins its group.
-        ``incremental`` (default: ``version`` >= 2) says whether it hands partitions over one by one."""
+        ``incremental`` (default: ``version`` >= 2) says whether it hands partitions over one by one;
+        ``kind`` which door it came in by (Kafka's ``classic`` or ``consumer`` protocol), and
+        ``external_id`` its Kafka member id when it registers under another name (its instance id)."""
         def answer(code: ErrorCode, message: str = "", generation: int = NO_GENERATION) -> dict[str, Any]:
             if code != ErrorCode.NONE:
                 log.info("RegisterConsumer from %s refused: %s %s", getattr(channel, "peer", "?"), code.name, message)
@@ -326,6 +340,7 @@ class Coordinator:
             if refused is None and existing.topic_count != reg.topic_count:
                 refused = "its subscription changed"
             if refused is None:
+                existing.external_id = external_id if external_id is not None else existing.external_id
                 self._rejoin(group, existing, channel, reg, incremental)
                 return answer(ErrorCode.NONE, generation=reg.claim.generation_id)
             if incremental:  # it stops what it holds and registers again; till then its partitions stay
@@ -339,7 +354,7 @@ class Coordinator:
             self._drop(group, existing)
         member = ConsumerRegistry(reg.group_id, reg.consumer_id, reg.topic_count, reg.auto_commit,
                                   reg.auto_offset_reset, reg.session_timeout_ms, channel=channel,
-                                  incremental=incremental)
+                                  incremental=incremental, kind=kind, external_id=external_id)
         self._handle_added_consumer(group, member)
         return answer(ErrorCode.NONE)
 
@@ -475,6 +490,19 @@ class Coordinator:
         member.release(partitions)
         self.request_rebalance(group, reason)
 
+    def resubscribe(self, group_id: str, consumer_id: str, topic_count: "TopicCount") -> bool:
+        """A member changed its subscription (Kafka 4's consumers do, with the next heartbeat): it
+        keeps what it holds until the next rebalance moves it; False if it is not a member."""
+        group = self.groups.get(group_id)
+        member = group.members.get(consumer_id) if group is not None else None
+        if member is None:
+            return False
+        if member.topic_count != topic_count:
+            member.topic_count = topic_count
+            self.spawn(self._save_member(group, member), f"save member {group_id}/{consumer_id}")
+            self.request_rebalance(group, f"consumer {consumer_id} subscribes to {topic_count.describe()}")
+        return True
+
     def heard_from(self, group_id: str, consumer_id: str, channel: MemberChannel, at_ms: int) -> None:
         """A member whose lease runs from its own requests (``renews_lease`` False) sent one."""
         group = self.groups.get(group_id)
@@ -544,12 +572,33 @@ class Coordinator:
 
     # ------------------------------------------------------------ topics
 
-    def on_topics_changed(self, topics: Mapping[str, int], *, complete: bool = False) -> None:
+    def topic_of(self, topic_id: bytes) -> str | None:
+        """The topic of an id (None: no such topic, or it was deleted)."""
+        if len(self._topic_by_id) != len(self.topic_ids):
+            self._topic_by_id = {tid: name for name, tid in self.topic_ids.items()}
+        name = self._topic_by_id.get(bytes(topic_id))
+        return name if name is not None and self.topic_ids.get(name) == bytes(topic_id) else None
+
+    def on_topics_changed(self, topics: Mapping[str, int], *, complete: bool = False,
+                          ids: Mapping[str, bytes] | None = None) -> None:
         """New topics or partition counts (``complete``: ``topics`` is the whole cluster, so
         absent ones were deleted: their offsets and owners are dropped, here and in the store,
         so a topic created again under the same name starts from scratch).  Rebalances every
         group interested in a changed topic."""
         changed: set[str] = set()
+        recreated: list[str] = []
+        if ids is not None:
+            fresh = {t: bytes(i) for t, i in ids.items() if isinstance(i, (bytes, bytearray)) and len(i) == 16 and any(i)}
+            recreated = [t for t, i in fresh.items() if self.topic_ids.get(t, i) != i]  # deleted and created again
+            self.topic_ids.update(fresh)
+            if complete:
+                self.topic_ids = {t: i for t, i in self.topic_ids.items() if t in topics}
+            self._topic_by_id = {}
+            for topic in recreated:
+                self.topics.pop(topic, None)  # its partitions are new, whatever their number
+                if self.active:
+                    for group in self.groups.values():
+                        self._forget_topic(group, topic)
         for topic, n in topics.items():
             if not isinstance(topic, str) or not is_int(n) or n < 0:
                 log.warning("ignoring topic update %r: %r", topic, n)
@@ -587,7 +636,8 @@ class Coordinator:
             "group_id": group.group_id,
             "state": group.state.value,
             "generation_id": group.generation_id,
-            "members": [{"consumer_id": m.consumer_id, "peer": m.peer, "subscription": m.topic_count.to_json(),
+            "members": [{"consumer_id": m.consumer_id, "peer": m.peer, "protocol": m.protocol,
+                         "subscription": m.topic_count.to_json(),
                          "session_timeout_ms": m.session_timeout_ms, "auto_commit": m.auto_commit,
                          "generation_id": m.epoch, "incremental": m.incremental,
                          "assignment": {t: [[tp[0], tp[1]] for tp in tps] for t, tps in (m.assignment or {}).items()}}

@@ -120,6 +120,22 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 ROUND_STATES = frozenset({GroupState.STOPPING_FETCHERS, GroupState.STARTING_FETCHERS})
 
 
+def registry_key(name: str) -> str:
+    """The registry's (and ZooKeeper's) name for a member id or instance id a client chose:
+    Kafka clients' member ids (librdkafka's are standard base64), whose '/' cannot be in a znode name
+    ('%' and '/' are escaped, so two ids never share a key)."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def client_name(key: str) -> str:
+    """The member id or instance id ``registry_key`` made ``key`` of."""
+    return key.replace("%2F", "/").replace("%25", "%")
+
+
+#: Consumer ids of the Spark source's members start with this (``spark_coord.spark.group``).
+SPARK_MEMBER_PREFIX = "coordkafka-"
+
+
 @dataclass
 class ConsumerRegistry:
     """One member: what it registered with, its channel, and the coordinator's bookkeeping.
@@ -143,6 +159,10 @@ class ConsumerRegistry:
     #: Hands partitions over incrementally (StopFetcher/StartFetcher v1, Kafka's cooperative
     #: protocol); else every change of its assignment stops all it holds first.
     incremental: bool = False
+    #: The door it came in by: None (the seeds' channel), "classic" or "consumer" (Kafka's protocols).
+    kind: str | None = None
+    #: Its Kafka member id when the registry knows it by another name (a static member: its instance id).
+    external_id: str | None = None
     #: The ping awaiting its answer, if any.
     ping: "DelayedPing | None" = None
     #: Consecutive pings that expired unanswered.
@@ -187,6 +207,14 @@ class ConsumerRegistry:
         allowed = {t: self.topic_count.streams_for(t) for t in self.topic_count.topics_in(topics)
                    if self.topic_filter(t)}
         return TopicCount.static(allowed) if allowed else NOTHING
+
+    @property
+    def protocol(self) -> str:
+        """The protocol it speaks, as ``groups describe`` and the metrics name it: ``classic`` or
+        ``consumer`` (Kafka's), ``spark`` (a Spark query's member) or ``coordinator`` (the seeds')."""
+        if self.kind in ("classic", "consumer"):
+            return self.kind
+        return "spark" if self.consumer_id.startswith(SPARK_MEMBER_PREFIX) else "coordinator"
 
     def owned(self) -> set[TopicPartition]:
         """Partitions this member holds (may be fetching)."""
@@ -240,7 +268,7 @@ class ConsumerRegistry:
         """What the store keeps about the member, to restore it after a failover."""
         return StoredMember(self.consumer_id, self.topic_count, self.auto_commit,
                             self.auto_offset_reset, self.session_timeout_ms, self.sent_epoch
-                            if self.sent_epoch >= 0 else None, self.incremental)
+                            if self.sent_epoch >= 0 else None, self.incremental, self.kind, self.external_id)
 
     @property
     def peer(self) -> str:

@@ -39,6 +39,10 @@ class StoredMember:
     epoch: int | None = None
     #: The member hands partitions over incrementally.
     incremental: bool = False
+    #: The door it came in by: None (the seeds' channel), "classic" or "consumer" (Kafka's protocols).
+    kind: str | None = None
+    #: Its Kafka member id when the registry knows it by another name (a static member: its instance id).
+    member_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = {"version": 1, **self.topic_count.to_json(), "auto_commit": self.auto_commit,
@@ -47,6 +51,10 @@ class StoredMember:
             doc["epoch"] = self.epoch
         if self.incremental:
             doc["incremental"] = True
+        if self.kind is not None:
+            doc["kind"] = self.kind
+        if self.member_id is not None:
+            doc["member_id"] = self.member_id
         return doc
 
     @classmethod
@@ -70,7 +78,12 @@ class StoredMember:
         incremental = doc.get("incremental", False)
         if not isinstance(incremental, bool):
             raise ValueError(f"member {consumer_id!r}: incremental {incremental!r} is not a boolean")
-        return cls(consumer_id, tc, auto_commit, reset, session, epoch, incremental)
+        kind, member_id = doc.get("kind"), doc.get("member_id")
+        if kind not in (None, "classic", "consumer"):
+            raise ValueError(f"member {consumer_id!r}: kind {kind!r} is not classic or consumer")
+        if member_id is not None and (not isinstance(member_id, str) or not member_id or len(member_id) > 1000):
+            raise ValueError(f"member {consumer_id!r}: member_id {member_id!r} is not a string")
+        return cls(consumer_id, tc, auto_commit, reset, session, epoch, incremental, kind, member_id)
 
 
 @dataclass

@@ -29,6 +29,7 @@ import os
 import shutil
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -51,6 +52,10 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]  # seconds since the epoch, like time.time
+
+#: Idempotent batches kept per producer in ``idempotent_tail``: the most an idempotent producer
+#: has in flight (Kafka's rule), so every batch it may retry.
+PRODUCER_TAIL = 5
 
 
 class PartitionLog:
@@ -121,8 +126,22 @@ class PartitionLog:
             raise
         self._bases = [s.base_offset for s in self._segments]
         self._log_start = min(max(checkpoint or 0, self._bases[0]), self.log_end_offset)
+        self.idempotent_tail = self._idempotent_tail(self._segments[-1])
         log.info("opened %s: %d segment(s), offsets [%d, %d)", self.directory, len(self._segments),
                  self._log_start, self.log_end_offset)
+
+    @staticmethod
+    def _idempotent_tail(seg: LogSegment) -> list[BatchHeader]:
+        """Headers of the idempotent batches (producer id >= 0) of ``seg`` (the last segment), the
+        newest ``PRODUCER_TAIL`` of each producer, in log order: a broker rebuilds its producers'
+        sequence state from them when it starts, so a producer retrying a batch appended just before
+        a restart gets the duplicate's answer instead of a second copy.  Producers whose last batches
+        are in older segments are not found (Kafka keeps snapshots of that state; we do not)."""
+        newest: dict[int, deque] = {}
+        for _, h in seg.headers(seg.size):
+            if h.producer_id >= 0:
+                newest.setdefault(h.producer_id, deque(maxlen=PRODUCER_TAIL)).append(h)
+        return sorted((h for batches in newest.values() for h in batches), key=lambda h: h.base_offset)
 
     # ------------------------------------------------------------------ offsets
 
@@ -266,14 +285,16 @@ class PartitionLog:
         return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(base offset, maxTimestamp) of the first batch whose maxTimestamp >= ``timestamp_ms``.
+        """(offset, timestamp) of the first record whose timestamp >= ``timestamp_ms``, as Kafka's
+        ListOffsets answers it (what ``KafkaConsumer.offsetsForTimes`` and Spark's timestamp
+        options rely on).
 
-        Batch granularity: the answer is the batch's base offset, even when its first
-        records are older than ``timestamp_ms`` (Kafka answers at record granularity).
+        The first batch whose maxTimestamp is recent enough is found from the headers, and
+        that one batch is decoded to find the record (its first records may be older).
         Whole segments whose largest timestamp is too old are skipped (an old segment's
         largest timestamp is computed on first use by walking its headers, so the first
         call after a restart may read a lot): run it off the event loop.
-        None if no batch is that recent.
+        None if no record is that recent.
         """
         with self._lock:
             self._check_open()
@@ -282,10 +303,23 @@ class PartitionLog:
         for seg, size in snapshot:
             if seg.max_timestamp(size) < timestamp_ms:
                 continue
-            for _, h in seg.headers(size):
+            for pos, h in seg.headers(size):
                 if h.last_offset >= start and h.max_timestamp >= timestamp_ms:
-                    return max(h.base_offset, start), h.max_timestamp
+                    return self._first_record_since(seg, pos, h, start, timestamp_ms)
         return None
+
+    def _first_record_since(self, seg: LogSegment, pos: int, h: BatchHeader, start: int,
+                            timestamp_ms: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record of the batch at ``pos`` at or after ``timestamp_ms``
+        (an undecodable batch answers with its base offset and maxTimestamp)."""
+        try:
+            raw = os.pread(seg.file.fileno(), h.size, pos)
+            for record in iter_records(raw, start, verify_crc=False):
+                if record.timestamp >= timestamp_ms:
+                    return record.offset, record.timestamp
+        except (ValueError, OSError) as e:
+            log.warning("%s: cannot decode the batch at offset %d: %s", self, h.base_offset, e)
+        return max(h.base_offset, start), h.max_timestamp
 
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the log's largest timestamp

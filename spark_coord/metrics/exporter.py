@@ -34,8 +34,8 @@ from typing import Any, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from spark_coord.coordinator.metrics import PROTOCOLS
 from spark_coord.metrics.broker import ZK_STATES
-from spark_coord.metrics.coordinator import PROTOCOLS
 from spark_coord.metrics.lag import LagTracker, Unavailable
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ for the endpoint, and the endpoint never reads a structure the loop is changing.
 
 What is read (``snapshot_coordinator``, the one function that knows the coordinator's
 fields): every group's state, generation, members (with the protocol each came through,
-``metrics.coordinator.member_protocol``) and the partitions each holds now, and the
+``coordinator.metrics.member_protocol``) and the partitions each holds now, and the
 committed offsets.  The snapshot is taken before the log ends are read, so a partition's
 log end is never older than its committed offset and lag never comes out negative
 (it is clamped at 0 anyway, for a log that was truncated under its group).
@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from spark_coord.metrics.coordinator import member_protocol
+from spark_coord.coordinator.metrics import member_protocol
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, 
     groups = []
     for group in coordinator.groups.values():
         members = tuple(
-            MemberView(m.consumer_id, member_protocol(m.channel, m.consumer_id), m.peer, m.channel is not None,
+            MemberView(m.consumer_id, member_protocol(m.channel, m.consumer_id, m.kind), m.peer, m.channel is not None,
                        tuple(tp for tps in m.assignment.values() for tp in tps) if m.assignment else ())
             for m in group.members.values())
         groups.append(GroupView(group.group_id, group.state.value, group.generation_id, members,

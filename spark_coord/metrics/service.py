@@ -31,8 +31,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from spark_coord.config import Config, ConfigError
+from spark_coord.coordinator.metrics import PrometheusCoordinatorMetrics
 from spark_coord.metrics.broker import PrometheusBrokerMetrics
-from spark_coord.metrics.coordinator import PrometheusCoordinatorMetrics
 from spark_coord.metrics.exporter import BrokerCollector, GroupCollector, ZooKeeperCollector
 from spark_coord.metrics.http import MetricsHttpServer
 from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, Unavailable, broker_snapshot, on_loop,

@@ -214,7 +214,8 @@ def _headers(d, p: int, rend: int, cols: _Columns) -> int:
 
 def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
                     include_headers: bool = False, *, verify_crc: bool = True,
-                    max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> pa.RecordBatch:
+                    max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                    scratch: "compression.Scratch | None" = None) -> pa.RecordBatch:
     """Decode every record of ``buf`` (a fetched record set: batches back to back,
     compressed or not, possibly ending with a partial batch) whose offset lies in
     ``[start_offset, end_offset)`` into one RecordBatch of ``kafka_schema``.
@@ -222,9 +223,11 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     Control batches are skipped.  Raises ``InvalidBatch`` (a ``ValueError``) on
     malformed input and ``DecompressedTooLarge`` beyond ``max_decompressed_bytes``
     per batch.  The records are decoded by the compiled kernel (``records.arrow_jit``)
-    where numba is installed, else (and to explain a rejected input) in Python.
+    where numba is installed, else (and to explain a rejected input) in Python.  ``scratch``:
+    where compressed batches are decompressed, reused from one call to the next (the batch
+    returned does not refer to it).
     """
-    plan = _plan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes)
+    plan = _plan(buf, start_offset, end_offset, verify_crc, max_decompressed_bytes, scratch)
     if arrow_jit.AVAILABLE and _USE_JIT:
         rb = _decode_compiled(plan, topic, partition, include_headers)
         if rb is not None:
@@ -241,7 +244,7 @@ class _Plan:
     to, None when every batch lies inside it.
     """
 
-    __slots__ = ("buf", "pieces", "spans", "positions", "filter", "compressed")
+    __slots__ = ("buf", "pieces", "spans", "positions", "filter", "compressed", "arena")
 
     def __init__(self, buf) -> None:
         self.buf = buf
@@ -250,11 +253,13 @@ class _Plan:
         self.positions: list[int] = []  # where each piece starts in ``buf`` (uncompressed pieces only)
         self.filter: tuple[int, int | None] | None = None
         self.compressed = False
+        self.arena = None  # compressed: every batch's records decompressed side by side
 
 
-def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_decompressed_bytes: int) -> _Plan:
+def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_decompressed_bytes: int,
+          scratch: "compression.Scratch | None" = None) -> _Plan:
     plan = _Plan(buf)
-    arena_len = 0
+    chosen: list[tuple[BatchHeader, memoryview, int]] = []
     pos = 0
     for header, batch in iter_batches(buf):
         at, pos = pos, pos + header.size
@@ -264,15 +269,33 @@ def _plan(buf, start_offset: int, end_offset: int | None, verify_crc: bool, max_
             continue
         if verify_crc:
             check_crc(header, batch)
+        chosen.append((header, batch, at))
+        plan.compressed = plan.compressed or bool(header.codec)
+        if header.base_offset < start_offset or (end_offset is not None and header.last_offset >= end_offset):
+            plan.filter = (start_offset, end_offset)
+    if plan.compressed:
+        try:  # into one arena: no pieces to join afterwards
+            plan.arena, spans = compression.decompress_all([(h.codec, b[HEADER_SIZE:]) for h, b, _ in chosen],
+                                                           max_decompressed_bytes, scratch)
+            plan.spans = [(h, start, end) for (h, _, _), (start, end) in zip(chosen, spans)]
+            return plan
+        except compression.DecompressedTooLarge:
+            raise
+        except ValueError:
+            pass  # one batch is corrupt: decompress them one by one, to say which
+    arena_len = 0
+    for header, batch, at in chosen:
         data = batch_records(header, batch, max_decompressed_bytes)
         plan.pieces.append(data)
         plan.positions.append(at + HEADER_SIZE)
-        plan.compressed = plan.compressed or bool(header.codec)
         plan.spans.append((header, arena_len, arena_len + len(data)))
         arena_len += len(data)
-        if header.base_offset < start_offset or (end_offset is not None and header.last_offset >= end_offset):
-            plan.filter = (start_offset, end_offset)
     return plan
+
+
+def _joined(plan: _Plan):
+    """The records of every batch of ``plan`` side by side (bytes-like)."""
+    return plan.arena if plan.arena is not None else b"".join(plan.pieces)
 
 
 def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch | None:
@@ -281,7 +304,7 @@ def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: b
 
     spans = np.empty((len(plan.spans), arrow_jit.SPAN_FIELDS), np.int64)
     if plan.compressed:
-        arena = np.frombuffer(b"".join(plan.pieces), np.uint8)
+        arena = np.frombuffer(_joined(plan), np.uint8)
         starts = [p for _, p, _ in plan.spans]
     else:  # every piece is a view into the fetched buffer: decode it in place
         arena = np.frombuffer(plan.buf, np.uint8) if len(plan.buf) else np.empty(0, np.uint8)
@@ -306,7 +329,7 @@ def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: b
 def _decode_python(plan: _Plan, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
     """The reference decoder: one Python loop over the records (``_decode_batch``)."""
     cols = _Columns(include_headers)
-    arena = b"".join(plan.pieces)
+    arena = bytes(_joined(plan)) if plan.arena is not None else _joined(plan)
     for header, p, end in plan.spans:
         n0 = len(cols.offset_deltas)
         try:

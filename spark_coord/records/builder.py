@@ -237,7 +237,7 @@ class ArrowColumns:
             arrow_jit._murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
                                           partitions, out)
             return out
-        from spark_coord.client.producer import partition_for_key
+        from spark_coord.records.partitioner import partition_for_key
 
         for r in np.flatnonzero(self.kvalid):
             out[r] = partition_for_key(bytes(self.kdata[self.koff[r]:self.koff[r + 1]]), partitions)
@@ -290,10 +290,15 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
 
 def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int, codec: int, batch_bytes: int,
                                timestamp_ms: int, compression_level: int | None = None,
-                               arena: "BatchArena | None" = None) -> dict[int, list[tuple[bytes, int]]]:
+                               arena: "BatchArena | None" = None, producer: tuple[int, int] | None = None,
+                               sequences: dict[int, int] | None = None) -> dict[int, list[tuple[bytes, int]]]:
     """``arrow_batches`` of the rows of each partition at once: row ``rows[i]`` goes to partition
     ``parts[i]`` (``0 <= parts[i] < partitions``); each partition's rows keep their order in ``rows``.
     Partitions without rows are absent from the answer.
+
+    ``producer`` (producer id, epoch) makes the batches an idempotent producer's: each batch of
+    partition ``q`` gets base sequence ``sequences[q]`` (0 when absent), which then moves past
+    its records (wrapping at 2**31 as Kafka's sequences do), so they must be sent in order.
 
     The compiled encoder walks ``rows`` once, writing each record into its partition's region of
     one buffer: for rows of several partitions spread over a large Arrow batch, one pass in
@@ -315,7 +320,8 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
                          f"0..{partitions - 1}")
     if not arrow_jit.AVAILABLE:
         return {int(q): _arrow_batches_python(cols, rows[parts == q], codec, batch_bytes, timestamp_ms,
-                                              compression_level) for q in np.unique(parts)}
+                                              compression_level, producer, sequences, int(q))
+                for q in np.unique(parts)}
     counts = np.bincount(parts, minlength=partitions)
     bounds = np.bincount(parts, weights=_encoded_bounds(cols, rows), minlength=partitions).astype(np.int64)
     # Two consecutive chunks hold more than batch_bytes, so there are at most 2 * bound / batch_bytes + 1.
@@ -339,22 +345,40 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
     batches: dict[int, list[tuple[bytes, int]]] = {}
     previous = starts.tolist()  # where each partition's next batch starts
     view = memoryview(out)
+    pid, epoch = producer if producer is not None else (-1, -1)
     for q, count, end in zip(chunk_parts[:chunks].tolist(), chunk_rows[:chunks].tolist(),
                              chunk_ends[:chunks].tolist()):
         start, previous[q] = previous[q], end
+        sequence = _take_sequence(sequences, q, count) if producer is not None else -1
         if codec:
             batch = assemble_batch(view[start + HEADER_SIZE:end], count, codec, timestamp_ms, timestamp_ms,
-                                   compression_level=compression_level)
+                                   compression_level=compression_level, producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=sequence)
         else:
-            batch = _batch_in_place(view[start:end], count, timestamp_ms)
+            batch = _batch_in_place(view[start:end], count, timestamp_ms, pid, epoch, sequence)
         batches.setdefault(q, []).append((batch, count))
     return batches
 
 
-def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int) -> memoryview:
+#: Sequences wrap from 2**31 - 1 to 0 (Kafka's rule).
+_SEQUENCE_SPAN = 2**31
+
+
+def _take_sequence(sequences: dict | None, key, count: int) -> int:
+    """The base sequence of the next batch of ``key`` (``count`` records), moving ``sequences`` past it."""
+    if sequences is None:
+        return 0
+    first = sequences.get(key, 0)
+    sequences[key] = (first + count) % _SEQUENCE_SPAN
+    return first
+
+
+def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int, producer_id: int = -1, producer_epoch: int = -1,
+                    base_sequence: int = -1) -> memoryview:
     """The uncompressed batch whose records follow ``HEADER_SIZE`` free bytes in ``buf``: its
     header and CRC-32C written there.  Returns ``buf`` read-only."""
-    _pack_header(buf, len(buf) - HEADER_SIZE, count, 0, timestamp_ms, timestamp_ms)
+    _pack_header(buf, len(buf) - HEADER_SIZE, count, 0, timestamp_ms, timestamp_ms, producer_id=producer_id,
+                 producer_epoch=producer_epoch, base_sequence=base_sequence)
     buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(buf[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     return buf.toreadonly()
 
@@ -448,11 +472,18 @@ def _encoded_bounds(cols: ArrowColumns, rows):
 
 
 def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
-                          compression_level: int | None) -> list[tuple[bytes, int]]:
+                          compression_level: int | None, producer: tuple[int, int] | None = None,
+                          sequences: dict[int, int] | None = None, partition: int = 0) -> list[tuple[bytes, int]]:
     def field(off, data, valid, i):
         if not len(valid) or not valid[i]:
             return None
         return bytes(data[off[i]:off[i + 1]])
+
+    def built(builder: BatchBuilder) -> tuple[bytes, int]:
+        if producer is not None:
+            builder.producer_id, builder.producer_epoch = producer
+            builder.base_sequence = _take_sequence(sequences, partition, len(builder))
+        return builder.build(), len(builder)
 
     batches = []
     builder = BatchBuilder(codec, compression_level=compression_level)
@@ -463,9 +494,9 @@ def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int
                 headers.append((bytes(cols.hkdata[cols.hkoff[h]:cols.hkoff[h + 1]]).decode("utf-8"),
                                 field(cols.hvoff, cols.hvdata, cols.hvvalid, h)))
         if len(builder) and builder.size_estimate - HEADER_SIZE >= batch_bytes:
-            batches.append((builder.build(), len(builder)))
+            batches.append(built(builder))
             builder = BatchBuilder(codec, compression_level=compression_level)
         builder.append(field(cols.voff, cols.vdata, cols.vvalid, r), key=field(cols.koff, cols.kdata, cols.kvalid, r),
                        headers=headers, timestamp_ms=timestamp_ms)
-    batches.append((builder.build(), len(builder)))
+    batches.append(built(builder))
     return batches

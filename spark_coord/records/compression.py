@@ -121,6 +121,78 @@ def decompress_view(codec: int, data, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_
         raise ValueError(f"corrupt {name} data ({len(data)} bytes): {e}") from None
 
 
+class Scratch:
+    """A buffer reused from one ``decompress_all`` to the next (grown when too small): a reader that
+    decompresses fetch after fetch does not map and zero fresh pages for each."""
+
+    def __init__(self) -> None:
+        self._buf = None
+
+    def take(self, size: int):
+        if self._buf is None or len(self._buf) < size:
+            self._buf = _buffer(size)
+        return self._buf
+
+    def keep(self, buf) -> None:
+        """Remember ``buf`` (a larger buffer that replaced the one taken) for next time."""
+        if self._buf is None or len(buf) > len(self._buf):
+            self._buf = buf
+
+
+def decompress_all(items: list[tuple[int, object]], max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   scratch: Scratch | None = None):
+    """Every ``(codec, data)`` of ``items`` decompressed one after the other into one buffer:
+    ``(buffer, [(start, end), ...])`` (``data`` of codec NONE is copied in).  The records of a
+    fetched record set's batches end up side by side without joining separately decompressed
+    pieces (one copy of everything less).  Each item still stops at ``max_bytes`` of output.
+    With ``scratch`` the buffer is the scratch's (valid until its next use)."""
+    hints = [len(d) if c == NONE else _size_hint(c, d) for c, d in items]
+    guess = sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items))
+    out = scratch.take(max(1, guess)) if scratch is not None else _buffer(max(1, guess))
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for (codec, data), hint in zip(items, hints):
+        while True:
+            room = min(len(out) - pos, max_bytes)
+            try:
+                n = _decompress_into(codec, data, memoryview(out)[pos:pos + room], max_bytes)
+                break
+            except _OutOfRoom:
+                if room >= max_bytes:
+                    raise DecompressedTooLarge(f"{codec_name(codec)} data of {len(data)} bytes decompresses to more "
+                                               f"than the limit of {max_bytes} bytes") from None
+                bigger = _buffer(max(2 * len(out), pos + min(max_bytes, 2 * max(room, hint or 0, 4 * len(data)))))
+                bigger[:pos] = out[:pos]
+                out = bigger
+                if scratch is not None:
+                    scratch.keep(out)
+        spans.append((pos, pos + n))
+        pos += n
+    return out, spans
+
+
+class _OutOfRoom(Exception):
+    """The output buffer filled up before the data was decompressed."""
+
+
+def _decompress_into(codec: int, data, out: memoryview, max_bytes: int) -> int:
+    """Decompress ``data`` into the start of ``out``; bytes written, or ``_OutOfRoom``."""
+    name = codec_name(codec)
+    try:
+        if codec in (NONE, SNAPPY):
+            piece = data if codec == NONE else _snappy_decompress(data, max_bytes)
+            if len(piece) > len(out):
+                raise _OutOfRoom
+            out[:len(piece)] = piece
+            return len(piece)
+        module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
+        return module.decompress_into(data, out)
+    except cramjam.DecompressionError as e:
+        if "write whole buffer" in str(e):
+            raise _OutOfRoom from None
+        raise ValueError(f"corrupt {name} data ({len(data)} bytes): {e}") from None
+
+
 def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
     """Decompress into a buffer that grows by doubling up to ``max_bytes``.
 

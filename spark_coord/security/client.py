@@ -1,52 +1,39 @@
-"""The client side: Kafka's client security keys, and opening an authenticated socket.
+"""The client side's security policy: Kafka's client security keys, read into ``ClientSecurity``.
 
 ``ClientSecurity`` holds what a client needs to reach a TLS and/or SASL listener,
-read from Kafka's client keys (librdkafka's names, as confluent-kafka and kcat
-take them): ``security.protocol``, ``sasl.mechanism``, ``sasl.username`` /
-``sasl.password`` or a JAAS line in ``sasl.jaas.config``, ``ssl.ca.location``,
-``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.key.password``,
-``ssl.endpoint.identification.algorithm``.  It pickles (Spark sends it to
-executors inside the input partitions) and its ``repr`` hides the password.
+read from Kafka's client keys: ``security.protocol``, ``sasl.mechanism``,
+``sasl.username`` / ``sasl.password`` or a JAAS line in ``sasl.jaas.config``,
+``ssl.ca.location``, ``ssl.certificate.location`` / ``ssl.key.location`` /
+``ssl.key.password``, ``ssl.endpoint.identification.algorithm``; where the Java
+client and librdkafka name a key differently, both names are read
+(``sasl.mechanisms``, ``ssl.truststore.location``: the aliases of
+``config.CLIENT_SECURITY_KEYS``).  It pickles (Spark sends it to executors inside
+the input partitions) and its ``repr`` hides the password.
 
-``open_socket(host, port, timeout, security)`` is the one way our clients connect
-(the producer/admin/fetch ``BrokerConnection`` and the consumer's coordinator
-channel): TCP, then the TLS handshake (verifying the broker's certificate and, by
-default, its host name), then SaslHandshake v1 and SaslAuthenticate rounds.  A
-refused login raises ``SaslAuthenticationFailed`` (a ``KafkaError`` carrying
-SASL_AUTHENTICATION_FAILED and the broker's message), which is not retried on
-another broker: the same credentials would fail there too.
+Connecting with it (TCP, the TLS handshake with ``ssl_context()``, the SASL exchange
+of ``security.sasl``) is the client transport's: ``client.transport.open_socket``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import socket
 import ssl
-import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from spark_coord.config import ConfigError
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.config import CLIENT_SECURITY_KEYS, ConfigError
+from spark_coord.secret import Password, reveal
 from spark_coord.security import jaas
 from spark_coord.security.listeners import SASL_PROTOCOLS, SECURITY_PROTOCOLS, TLS_PROTOCOLS
-from spark_coord.security.sasl import SUPPORTED_MECHANISMS, SaslClientError, client_tokens
-from spark_coord.security.secret import Password, reveal
+from spark_coord.security.sasl import SUPPORTED_MECHANISMS
 
-#: Client keys ``ClientSecurity.from_settings`` reads.
-KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config",
-        "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
-        "ssl.endpoint.identification.algorithm")
+#: Client keys ``ClientSecurity.from_settings`` reads (documented in conf/client.properties).
+KEYS = tuple(k.name for k in CLIENT_SECURITY_KEYS)
+#: Other names of those keys (librdkafka's or the Java client's) -> the documented name.
+ALIASES = {alias: k.name for k in CLIENT_SECURITY_KEYS for alias in k.aliases}
 #: Of those, the ones that hold secrets.
-SECRET_KEYS = frozenset({"sasl.password", "sasl.jaas.config", "ssl.key.password"})
-
-_SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
-_MAX_SASL_FRAME = 1 << 20
-
-
-class SaslAuthenticationFailed(KafkaError):
-    """The broker refused our credentials (or the exchange broke off)."""
+SECRET_KEYS = frozenset(k.name for k in CLIENT_SECURITY_KEYS if k.type == "password")
 
 
 @dataclass(frozen=True)
@@ -87,8 +74,16 @@ class ClientSecurity:
     def from_settings(cls, settings: Mapping[str, Any], prefix: str = "") -> "ClientSecurity":
         """From Kafka client keys (``prefix`` + key, e.g. ``kafka.`` for Spark options); values are
         strings, ``Password``s or parsed config values.  ``ConfigError`` names a bad key."""
+        names = {key: [key] + [a for a, k in ALIASES.items() if k == key] for key in KEYS}
+        present = set(settings)  # the names as given (a Config also answers a key's aliases)
+
         def get(key: str) -> Any:
-            value = settings.get(prefix + key)
+            given = [(prefix + n, settings[prefix + n]) for n in names[key]
+                     if prefix + n in present and settings[prefix + n] is not None]
+            if len(given) > 1:
+                raise ConfigError(f"{given[0][0]}: given twice, as {given[0][0]} and as {given[1][0]} (two names of "
+                                  "one setting); keep one")
+            value = given[0][1] if given else None
             return None if value is None or (isinstance(value, str) and not value.strip()) else value
 
         protocol = str(get("security.protocol") or "PLAINTEXT").strip().upper()
@@ -103,6 +98,10 @@ class ClientSecurity:
                 username, password = jaas.client_credentials(jaas_line)
             except jaas.JaasError as e:
                 raise ConfigError(f"{prefix}{e}") from None
+        store_type = str(get("ssl.truststore.type") or "PEM").strip().upper()
+        if store_type != "PEM":
+            raise ConfigError(f"{prefix}ssl.truststore.type: only PEM trust stores are read, got {store_type!r} "
+                              "(convert it to PEM and name the file in ssl.ca.location)")
         algorithm = str(get("ssl.endpoint.identification.algorithm") or "https").strip().lower()
         if algorithm not in ("https", "none"):
             raise ConfigError(f"{prefix}ssl.endpoint.identification.algorithm: expected https or none, "
@@ -161,72 +160,3 @@ def _context(ca: str | None, cert: str | None, key: str | None, key_password: st
     from spark_coord.security.tls import client_context
 
     return client_context(ca, cert, key, key_password, check_hostname)
-
-
-# ---------------------------------------------------------------------- connecting
-
-def open_socket(host: str, port: int, timeout: float, security: ClientSecurity | None = None,
-                client_id: str | None = "spark-coord") -> socket.socket:
-    """A connected socket to ``host:port``: TLS-wrapped and SASL-authenticated as ``security`` says.
-
-    Raises ``OSError`` (connection refused, TLS handshake or certificate failure:
-    ``ssl.SSLError`` is one), ``SaslAuthenticationFailed`` for refused credentials.
-    """
-    security = security or PLAINTEXT
-    sock = socket.create_connection((host, port), timeout=timeout)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        context = security.ssl_context()
-        if context is not None:
-            sock = context.wrap_socket(sock, server_hostname=host)
-        if security.sasl:
-            _sasl_login(sock, f"{host}:{port}", security, timeout, client_id)
-        return sock
-    except BaseException:
-        sock.close()
-        raise
-
-
-def _sasl_login(sock: socket.socket, peer: str, security: ClientSecurity, timeout: float,
-                client_id: str | None) -> None:
-    """SaslHandshake v1, then SaslAuthenticate v1 rounds until the mechanism is done."""
-    from spark_coord.client.sockio import recv_frame
-    from spark_coord.wire import protocol
-
-    deadline = time.monotonic() + timeout
-    correlation = iter(range(1, 1 << 30))
-
-    def call(api_key: int, version: int, body: dict) -> dict:
-        cid = next(correlation)
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        sock.sendall(protocol.encode_request(api_key, version, cid, client_id, body))
-        try:
-            frame = recv_frame(sock, deadline, 4, _MAX_SASL_FRAME, peer)
-        except ConnectionResetError:
-            raise SaslAuthenticationFailed(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                                           f"{peer} closed the connection during SASL authentication") from None
-        got, resp = protocol.decode_response(api_key, version, frame)
-        if got != cid:
-            raise SaslAuthenticationFailed(ErrorCode.ILLEGAL_SASL_STATE,
-                                           f"{peer} answered correlation id {got}, expected {cid}")
-        return resp
-
-    resp = call(_SASL_HANDSHAKE, 1, {"mechanism": security.mechanism})
-    if resp["error_code"]:
-        raise SaslAuthenticationFailed(resp["error_code"], f"{peer}: SASL mechanism {security.mechanism} refused "
-                                       f"(the broker offers {', '.join(resp['mechanisms']) or 'none'})")
-    exchange = client_tokens(security.mechanism, security.username or "", reveal(security.password) or "")
-    token: bytes | None = exchange.first()
-    while token is not None:
-        resp = call(_SASL_AUTHENTICATE, 1, {"auth_bytes": token})
-        if resp["error_code"]:
-            raise SaslAuthenticationFailed(resp["error_code"], f"{peer}: "
-                                           f"{resp.get('error_message') or 'SASL authentication failed'}")
-        if exchange.done:
-            break
-        try:
-            token = exchange.respond(bytes(resp["auth_bytes"] or b""))
-        except SaslClientError as e:
-            raise SaslAuthenticationFailed(ErrorCode.SASL_AUTHENTICATION_FAILED, f"{peer}: {e}") from None
-    if not exchange.done:
-        raise SaslAuthenticationFailed(ErrorCode.SASL_AUTHENTICATION_FAILED, f"{peer}: SASL exchange incomplete")

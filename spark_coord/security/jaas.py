@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from spark_coord.security.secret import Password, reveal
+from spark_coord.secret import Password, reveal
 
 _MODULE = re.compile(r"\s*([A-Za-z_$][\w$.]*)\s+(required|requisite|sufficient|optional)\s*")
 _OPTION = re.compile(r'\s*([A-Za-z_][\w.\-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))\s*')

@@ -35,7 +35,7 @@ import tempfile
 from typing import Any, Callable, Iterator, Mapping
 
 from spark_coord.config import ConfigError
-from spark_coord.security.secret import reveal
+from spark_coord.secret import reveal
 
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}

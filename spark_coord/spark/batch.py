@@ -1,7 +1,8 @@
 """``spark.read.format("coordkafka")``: a bounded read of offset ranges.
 
 ``partitions()`` runs once on the driver: it lists the selected partitions,
-resolves startingOffsets / endingOffsets with ListOffsets, and plans one input
+resolves where it starts and ends (startingOffsets / endingOffsets, or their
+timestamp options) with ListOffsets, and plans one input
 partition per topic-partition (more when ``minPartitions`` asks for it).
 ``read()`` runs on executors (``partition.read_partition``).
 """
@@ -32,8 +33,8 @@ class CoordKafkaBatchReader(DataSourceReader):
             if not tps:
                 log.warning("no partitions match the options; the read is empty")
                 return []
-            starts = resolver.resolve(self.opts.starting, tps, "startingOffsets")
-            ends = resolver.resolve(self.opts.ending, tps, "endingOffsets")
+            starts = resolver.starting(tps)
+            ends = resolver.ending(tps)
             earliest = resolver.earliest(tps)
             ranges = {}
             for tp in tps:
@@ -46,7 +47,7 @@ class CoordKafkaBatchReader(DataSourceReader):
                                      "start at the log start instead")
                 ranges[tp] = (max(start, earliest[tp]) if start < earliest[tp] else start, end)
             leaders = resolver.leaders(tps)
-            pieces = split_ranges(ranges, self.opts.min_partitions)
+            pieces = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
             log.info("batch read of %d partition(s) in %d input partition(s), %d records", len(tps), len(pieces),
                      sum(e - s for _, s, e in pieces))
             return [make_partition(self.opts, tp, s, e, leaders.get(tp)) for tp, s, e in pieces]

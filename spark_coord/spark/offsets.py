@@ -12,6 +12,7 @@ offsets, so a restarted query replays its last batch exactly.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterable
 
 from spark_coord.common import TopicPartition
@@ -95,16 +96,95 @@ class OffsetResolver:
             out.extend((t, p) for p in parts)
         return out
 
-    def list_offsets(self, tps: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        """EARLIEST or LATEST offsets of ``tps``, grouped per topic."""
+    def gone(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``tps`` that no longer exist, by fresh metadata of their topics: the topic is
+        unknown, or has no such partition (a topic in another error state counts as existing)."""
+        from spark_coord.errors import ErrorCode
+
+        tps = list(tps)
+        meta = self.cluster.refresh(sorted({t for t, _ in tps}))
+        return [(t, p) for t, p in tps
+                if t not in meta or meta[t].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                or (meta[t].error == 0 and p not in meta[t].partitions)]
+
+    def list_offsets(self, tps: Iterable[TopicPartition], timestamp: int | dict[TopicPartition, int]
+                     ) -> dict[TopicPartition, int]:
+        """Offsets of ``tps`` for ``timestamp`` (EARLIEST, LATEST, epoch ms, or one of those per
+        partition: the first record at or after it, -1 when none is), grouped per topic.  A retriable
+        failure is retried ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart."""
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append(p)
         out = {}
         for t, parts in by_topic.items():
-            for p, off in self.admin.list_offsets(t, sorted(parts), timestamp).items():
+            stamps = {p: timestamp[(t, p)] for p in parts} if isinstance(timestamp, dict) else timestamp
+            for p, off in self._retrying(lambda: self.admin.list_offsets(t, sorted(parts), stamps), t).items():
                 out[(t, p)] = off
         return out
+
+    def _retrying(self, call, topic: str):
+        from spark_coord.client.connection import BrokerConnectionError
+        from spark_coord.errors import KafkaError, is_retriable
+
+        for attempt in range(self.opts.offset_retries + 1):
+            try:
+                return call()
+            except (KafkaError, BrokerConnectionError) as e:
+                if isinstance(e, KafkaError) and not is_retriable(e.code) or attempt == self.opts.offset_retries:
+                    raise
+                log.info("offsets of %s: %s; retry %d/%d", topic, e, attempt + 1, self.opts.offset_retries)
+                time.sleep(self.opts.offset_retry_interval_ms / 1000)
+                self.cluster.topics.pop(topic, None)  # leaders from fresh metadata
+
+    def starting(self, tps: list[TopicPartition], policy=None) -> dict[TopicPartition, int]:
+        """Where ``tps`` start, by Spark's order: ``startingTimestamp``, else
+        ``startingOffsetsByTimestamp``, else ``policy`` (default ``startingOffsets``)."""
+        o = self.opts
+        if o.starting_timestamp is not None:
+            return self._by_timestamp(dict.fromkeys(tps, o.starting_timestamp), "startingTimestamp", True)
+        if o.starting_by_timestamp is not None:
+            return self._by_timestamp(self._spec_for(o.starting_by_timestamp, tps, "startingOffsetsByTimestamp"),
+                                      "startingOffsetsByTimestamp", True)
+        return self.resolve(o.starting if policy is None else policy, tps, "startingOffsets")
+
+    def ending(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where a batch read of ``tps`` ends: ``endingTimestamp``, else ``endingOffsetsByTimestamp``,
+        else ``endingOffsets`` (Spark's order); no record that recent: the latest offset."""
+        o = self.opts
+        if o.ending_timestamp is not None:
+            return self._by_timestamp(dict.fromkeys(tps, o.ending_timestamp), "endingTimestamp", False)
+        if o.ending_by_timestamp is not None:
+            return self._by_timestamp(self._spec_for(o.ending_by_timestamp, tps, "endingOffsetsByTimestamp"),
+                                      "endingOffsetsByTimestamp", False)
+        return self.resolve(o.ending, tps, "endingOffsets")
+
+    @staticmethod
+    def _spec_for(spec: dict[str, dict[int, int]], tps: list[TopicPartition], option: str
+                  ) -> dict[TopicPartition, int]:
+        missing = [tp for tp in tps if tp[1] not in spec.get(tp[0], {})]
+        if missing:
+            raise ValueError(f"{option}: no timestamp for {', '.join(f'{t}-{p}' for t, p in missing)}; as in "
+                             "Spark, give one for every partition the query reads (-2 earliest, -1 latest)")
+        return {tp: spec[tp[0]][tp[1]] for tp in tps}
+
+    def _by_timestamp(self, stamps: dict[TopicPartition, int], option: str, start: bool
+                      ) -> dict[TopicPartition, int]:
+        """The first offset at or after each partition's timestamp (-2/-1: earliest/latest).  None
+        that recent: for an end, the latest offset; for a start, as startingOffsetsByTimestampStrategy
+        says: fail ("error") or the latest offset ("latest")."""
+        if not stamps:
+            return {}
+        found = self.list_offsets(list(stamps), stamps)
+        missing = [tp for tp, off in found.items() if off < 0]
+        if missing and start and self.opts.starting_timestamp_strategy == "error":
+            t, p = missing[0]
+            raise ValueError(f"{option}: {t}-{p} has no record with a timestamp at or after {stamps[(t, p)]} "
+                             f"({len(missing)} partition(s) like it); startingOffsetsByTimestampStrategy=latest "
+                             "starts such partitions at their latest offset")
+        if missing:
+            found.update(self.latest(missing))
+        log.info("%s: offsets %s", option, found)
+        return found
 
     def earliest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self.list_offsets(tps, EARLIEST)
@@ -157,29 +237,35 @@ def make_partition(opts: SourceOptions, tp: TopicPartition, start: int, end: int
         leader_host=leader[0] if leader else None, leader_port=leader[1] if leader else None,
         include_headers=opts.include_headers, fail_on_data_loss=opts.fail_on_data_loss,
         fetch_max_bytes=opts.fetch_max_bytes, max_partition_fetch_bytes=opts.max_partition_fetch_bytes,
-        fetch_max_wait_ms=opts.fetch_max_wait_ms, socket_timeout_ms=opts.socket_timeout_ms,
-        client_id=opts.client_id, security=opts.security)
+        fetch_max_wait_ms=opts.fetch_max_wait_ms, fetch_min_bytes=opts.fetch_min_bytes,
+        socket_timeout_ms=opts.poll_timeout_ms or opts.socket_timeout_ms, client_id=opts.client_id,
+        security=opts.security, connections_max_idle_ms=opts.connections_max_idle_ms)
 
 
-def split_ranges(ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None
-                 ) -> list[tuple[TopicPartition, int, int]]:
-    """Ranges as ``(tp, start, end)``, the big ones cut so there are at least ``min_partitions`` pieces.
+def split_ranges(ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None,
+                 max_records: int | None = None) -> list[tuple[TopicPartition, int, int]]:
+    """Ranges as ``(tp, start, end)``, cut as Spark's Kafka source cuts them: first every range into
+    pieces of at most ``max_records`` (``maxRecordsPerPartition``), then, while there are fewer
+    than ``min_partitions`` pieces, each piece into more in proportion to its size.
 
-    Each range gets pieces in proportion to its size (as Spark's Kafka source does
-    with ``minPartitions``); the result is a pure function of the input, so planning
-    stays deterministic.
+    The result is a pure function of the input, so planning stays deterministic.
     """
     items = [(tp, s, e) for tp, (s, e) in sorted(ranges.items()) if e > s]
+    if max_records:
+        items = [piece for tp, s, e in items for piece in _even(tp, s, e, -(-(e - s) // max_records))]
     if not min_partitions or len(items) >= min_partitions:
         return items
     total = sum(e - s for _, s, e in items)
-    out = []
-    for tp, s, e in items:
-        pieces = max(1, min(e - s, round(min_partitions * (e - s) / total)))
-        step, extra = divmod(e - s, pieces)
-        pos = s
-        for i in range(pieces):
-            nxt = pos + step + (1 if i < extra else 0)
-            out.append((tp, pos, nxt))
-            pos = nxt
+    return [piece for tp, s, e in items
+            for piece in _even(tp, s, e, max(1, min(e - s, round(min_partitions * (e - s) / total))))]
+
+
+def _even(tp: TopicPartition, s: int, e: int, pieces: int) -> list[tuple[TopicPartition, int, int]]:
+    """``[s, e)`` in ``pieces`` contiguous pieces whose sizes differ by at most one."""
+    step, extra = divmod(e - s, pieces)
+    out, pos = [], s
+    for i in range(pieces):
+        nxt = pos + step + (1 if i < extra else 0)
+        out.append((tp, pos, nxt))
+        pos = nxt
     return out

@@ -1,23 +1,39 @@
 """Options of the ``coordkafka`` source and sink, parsed and checked when the query is defined.
 
+Names are Spark's Kafka source's and sink's where Spark has one, so a job written for
+``format("kafka")`` moves by changing the format name: ``kafka.bootstrap.servers``,
+``subscribe``, ``startingOffsets``, ``startingTimestamp``, ``maxOffsetsPerTrigger``,
+``failOnDataLoss``, ... and Kafka's own client settings with Spark's ``kafka.``
+prefix.  A ``kafka.`` setting our client implements is passed through (under the
+Java client's name or librdkafka's where they differ: ``kafka.sasl.mechanism`` and
+``kafka.sasl.mechanisms``); any other ``kafka.`` setting is refused with an error
+that names it -- never silently ignored -- and the few that Spark itself refuses
+(``kafka.auto.offset.reset``, serializers) or that mean something else here
+(``kafka.group.id``: ``group.id`` is real group membership in coordkafka) say why.
+The names this source had before Spark's (``bootstrap.brokers``, ``fetch.max.bytes``,
+``compression``, ...) are kept; one setting given under two of its names is refused.
+
 Spark hands a data source its options as a case-insensitive dict whose keys arrive
 lower-cased, so every name is compared lower-cased here, while messages use the
-documented spelling (``startingOffsets``, ``bootstrap.brokers``).  Every problem
-is a ``ValueError`` whose message starts with the option's name; unknown options
-are refused (with a suggestion when one is close), so a typo never silently falls
-back to a default.
+documented spelling (``startingOffsets``, ``kafka.bootstrap.servers``).  Every
+problem is a ``ValueError`` whose message starts with the option's name as the user
+gave it; unknown options are refused (with a suggestion when one is close), so a
+typo never silently falls back to a default.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Mapping
 
 from spark_coord.common import EARLIEST, LATEST
+
+log = logging.getLogger(__name__)
 
 #: Group members' session timeout: long enough for members to keep consuming through a coordinator
 #: failover (the brokers' zookeeper.session.timeout.ms, 18 s by default, plus an election); the
@@ -31,25 +47,82 @@ SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.security.client import ClientSecurity
 
+#: Options of the source, by their documented names (Spark's where Spark has one).
 _SOURCE_KEYS = {
     "bootstrap.brokers", "group.id", "subscribe", "subscribePattern", "assign", "startingOffsets",
-    "endingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
-    "includeHeaders", "session.timeout.ms", "members", "minPartitions", "fetch.max.bytes",
-    "max.partition.fetch.bytes", "fetch.max.wait.ms", "socket.timeout.ms", "client.id", "coordinator.bootstrap",
+    "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
+    "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "session.timeout.ms", "members",
+    "minPartitions", "maxRecordsPerPartition", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
+    "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
+    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
-              "client.id"}
-#: Kafka's client security keys with Spark's Kafka-source prefix (``kafka.security.protocol``, ...).
-_SECURITY_KEYS = {f"kafka.{k}" for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
-                                         "sasl.jaas.config", "ssl.ca.location", "ssl.certificate.location",
-                                         "ssl.key.location", "ssl.key.password",
-                                         "ssl.endpoint.identification.algorithm")}
-_SOURCE_KEYS |= _SECURITY_KEYS
-_SINK_KEYS |= _SECURITY_KEYS
+              "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
+              "connections.max.idle.ms"}
+
+#: Kafka consumer settings (``kafka.`` + name) the source implements -> the option they set.
+KAFKA_CONSUMER_SETTINGS = {
+    "bootstrap.servers": "bootstrap.brokers",
+    "client.id": "client.id",
+    "fetch.max.bytes": "fetch.max.bytes",
+    "max.partition.fetch.bytes": "max.partition.fetch.bytes",
+    "fetch.max.wait.ms": "fetch.max.wait.ms",
+    "fetch.min.bytes": "fetch.min.bytes",
+    "request.timeout.ms": "socket.timeout.ms",
+    "session.timeout.ms": "session.timeout.ms",
+    "connections.max.idle.ms": "connections.max.idle.ms",
+}
+#: Kafka producer settings (``kafka.`` + name) the sink implements -> the option they set.
+KAFKA_PRODUCER_SETTINGS = {
+    "bootstrap.servers": "bootstrap.brokers",
+    "client.id": "client.id",
+    "acks": "acks",
+    "compression.type": "compression",
+    "batch.size": "batch.size",
+    "linger.ms": "linger.ms",
+    "retries": "retries",
+    "request.timeout.ms": "socket.timeout.ms",
+    "enable.idempotence": "enable.idempotence",
+    "max.in.flight.requests.per.connection": "max.in.flight.requests.per.connection",
+    "connections.max.idle.ms": "connections.max.idle.ms",
+}
+#: librdkafka's (or older) names of those settings -> the Java client's.
+KAFKA_ALIASES = {
+    "metadata.broker.list": "bootstrap.servers",
+    "fetch.wait.max.ms": "fetch.max.wait.ms",
+    "socket.timeout.ms": "request.timeout.ms",
+    "request.required.acks": "acks",
+    "compression.codec": "compression.type",
+    "queue.buffering.max.ms": "linger.ms",
+    "message.send.max.retries": "retries",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+}
+#: ``kafka.`` settings refused with a reason: Spark's Kafka source refuses the same ones, or they
+#: mean something else here.
+KAFKA_REFUSED = {
+    "group.id": "coordkafka's group.id option (without the kafka. prefix) joins the consumer group for real -- "
+                "its coordinator assigns the query partitions and receives its committed offsets -- while Spark's "
+                "kafka.group.id only names the group its unmanaged consumers use; give group.id to join a group, "
+                "or leave it out to read every partition without one",
+    "auto.offset.reset": "set startingOffsets (or startingTimestamp) instead, as Spark's Kafka source asks",
+    "enable.auto.commit": "offsets are committed by the query (with group.id: to the group, after each batch)",
+    "key.deserializer": "keys are always read as bytes (Spark's rule); cast the key column instead",
+    "value.deserializer": "values are always read as bytes (Spark's rule); cast the value column instead",
+    "key.serializer": "keys are always written as bytes or strings (Spark's rule); cast the key column instead",
+    "value.serializer": "values are always written as bytes or strings (Spark's rule); cast the value column instead",
+    "interceptor.classes": "Java classes do not run in a Python data source",
+    "partitioner.class": "Java classes do not run in a Python data source; rows go to their partition column, else "
+                         "Kafka's default partitioner (murmur2 of the key, sticky without one)",
+    "transactional.id": "transactions are not supported; the sink is idempotent (enable.idempotence, on by default)",
+    "isolation.level": "transactions are not supported, so every record is committed (read_uncommitted)",
+    "heartbeat.interval.ms": "the coordinator pings group members every third of session.timeout.ms",
+}
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
 _DURATION_UNITS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_TIMESTAMP_STRATEGIES = ("error", "latest")
 
 
 def _canonical(keys: set[str]) -> dict[str, str]:
@@ -66,6 +139,8 @@ class SourceOptions:
 
     ``starting`` / ``ending`` are ``"earliest"``, ``"latest"``, ``"group"`` or a dict
     ``{topic: {partition: offset}}`` where offset -2 means earliest and -1 latest.
+    The timestamp options, when given, take precedence over them (Spark's order:
+    ``startingTimestamp``, then ``startingOffsetsByTimestamp``, then ``startingOffsets``).
     """
     bootstrap: str
     group_id: str | None = None
@@ -76,6 +151,14 @@ class SourceOptions:
     assign: dict[str, tuple[int, ...]] | None = None
     starting: str | dict[str, dict[int, int]] = "latest"
     ending: str | dict[str, dict[int, int]] = "latest"
+    #: ``startingTimestamp``: one timestamp (ms) for every partition.
+    starting_timestamp: int | None = None
+    #: ``startingOffsetsByTimestamp``: ``{topic: {partition: timestamp ms}}``.
+    starting_by_timestamp: dict[str, dict[int, int]] | None = None
+    #: ``startingOffsetsByTimestampStrategy``: "error" (fail) or "latest" when no record is that recent.
+    starting_timestamp_strategy: str = "error"
+    ending_timestamp: int | None = None
+    ending_by_timestamp: dict[str, dict[int, int]] | None = None
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
@@ -86,11 +169,21 @@ class SourceOptions:
     #: process, not executors): the query's share of the group's partitions.
     members: int | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fetch_max_bytes: int = 52428800
     max_partition_fetch_bytes: int = 8 * 1048576
     fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
     socket_timeout_ms: int = 30000
+    #: ``kafkaConsumer.pollTimeoutMs``: executors' fetch timeout (None: ``socket_timeout_ms``).
+    poll_timeout_ms: int | None = None
+    #: ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``: the driver's offset look-ups.
+    offset_retries: int = 3
+    offset_retry_interval_ms: int = 10
     client_id: str = "spark-coord-spark"
+    #: ``kafka.connections.max.idle.ms``: executors' Python workers keep their connections this long
+    #: for the next task (0: every task connects anew).
+    connections_max_idle_ms: int = 540_000
     #: TLS/SASL of every connection (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``);
     #: None: PLAINTEXT.  Its repr hides the password.
     security: "ClientSecurity | None" = None
@@ -112,45 +205,107 @@ class SinkOptions:
     compression: str = "none"
     acks: int = -1
     batch_size: int = 262144
-    retries: int = 5
+    #: attempts per batch after a retriable failure (backing off 0.1 s, doubling up to 2 s: 13 s in all)
+    retries: int = 10
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark-sink"
+    #: ``kafka.linger.ms``: the longest rows wait in a task for more rows before they are sent
+    #: (None: until 4 MiB are gathered or the task's rows end).
+    linger_ms: int | None = None
+    #: ``kafka.enable.idempotence``: producer id and sequence numbers on every record batch.
+    idempotence: bool = True
+    #: ``kafka.max.in.flight.requests.per.connection``: Produce requests a task keeps in flight.
+    max_in_flight: int = 5
+    #: ``kafka.connections.max.idle.ms``: how long a Python worker keeps its connections and producer id
+    #: for the next task (0: every task connects anew).
+    connections_max_idle_ms: int = 540_000
     security: "ClientSecurity | None" = None
 
 
-def _lowered(options: Mapping[str, str]) -> dict[str, str]:
-    return {str(k).lower(): v for k, v in dict(options).items()}
+class _Opts:
+    """Options under their documented names, remembering how the user spelled each one."""
+
+    def __init__(self, values: dict[str, str], given: dict[str, str]) -> None:
+        self.values = values    # lower-cased documented name -> value
+        self.given = given      # lower-cased documented name -> the option as the user gave it
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self.values
+
+    def get(self, name: str, default=None):
+        return self.values.get(name.lower(), default)
+
+    def label(self, name: str) -> str:
+        """The option as the user gave it (``kafka.fetch.max.bytes`` or ``fetch.max.bytes``)."""
+        return self.given.get(name.lower(), name)
 
 
-def _reject_unknown(opts: dict[str, str], names: dict[str, str], what: str) -> None:
-    unknown = sorted(k for k in opts if k not in names and k not in SPARK_OPTIONS)
-    if not unknown:
-        return
+def _normalized(options: Mapping[str, str], names: dict[str, str], kafka_settings: dict[str, str],
+                what: str) -> _Opts:
+    """The options under their documented names: ``kafka.`` settings mapped to the options they
+    set (security keys kept as ``kafka.<Java name>``), unknown ones refused by name."""
+    from spark_coord.security.client import ALIASES as SECURITY_ALIASES, KEYS as SECURITY_KEYS
+
+    values: dict[str, str] = {}
+    given: dict[str, str] = {}
+    unknown = []
+    for key, value in dict(options).items():
+        key = str(key).lower()
+        if key in SPARK_OPTIONS:
+            continue
+        if key.startswith("kafka."):
+            setting = key[len("kafka."):]
+            setting = KAFKA_ALIASES.get(setting, SECURITY_ALIASES.get(setting, setting))
+            if setting in SECURITY_KEYS:
+                name = "kafka." + setting
+            elif setting in kafka_settings:
+                name = kafka_settings[setting].lower()
+            elif setting in KAFKA_REFUSED:
+                raise ValueError(f"{key}: not taken by coordkafka: {KAFKA_REFUSED[setting]}")
+            else:
+                raise ValueError(
+                    f"{key}: not a Kafka {what} setting coordkafka implements, so it is refused rather than "
+                    f"ignored; it takes {', '.join('kafka.' + k for k in sorted(kafka_settings))} and the client "
+                    f"security settings ({', '.join('kafka.' + k for k in SECURITY_KEYS)})")
+        elif key in names:
+            name, key = key, names[key]  # messages use the documented spelling
+        else:
+            unknown.append(key)
+            continue
+        if name in given:
+            raise ValueError(f"{given[name]}: given twice, as {given[name]} and as {key} (two names of one setting); "
+                             "keep one")
+        given[name] = key
+        values[name] = value
+    if unknown:
+        _reject_unknown(unknown, names, f"coordkafka {'source' if what == 'consumer' else 'sink'}")
+    return _Opts(values, given)
+
+
+def _reject_unknown(unknown: list[str], names: dict[str, str], what: str) -> None:
     hints = []
-    for k in unknown:
+    for k in sorted(unknown):
         close = difflib.get_close_matches(k, list(names), n=1, cutoff=0.6)
-        if k == "kafka.bootstrap.servers":
-            close = ["bootstrap.brokers"]
         hints.append(f"{k!r}" + (f" (did you mean {names[close[0]]!r}?)" if close else ""))
     raise ValueError(f"unknown {what} option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
-                     f"known options: {', '.join(sorted(names.values()))}")
+                     f"known options: {', '.join(sorted(names.values()))} and Kafka client settings as kafka.<name>")
 
 
-def _int(opts: dict[str, str], name: str, default: int | None, minimum: int | None = None) -> int | None:
-    raw = opts.get(name.lower())
+def _int(opts: _Opts, name: str, default: int | None, minimum: int | None = None) -> int | None:
+    raw = opts.get(name)
     if raw is None or str(raw).strip() == "":
         return default
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"{name}: expected an integer, got {raw!r}") from None
+        raise ValueError(f"{opts.label(name)}: expected an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+        raise ValueError(f"{opts.label(name)}: must be at least {minimum}, got {value}")
     return value
 
 
-def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
-    raw = opts.get(name.lower())
+def _bool(opts: _Opts, name: str, default: bool) -> bool:
+    raw = opts.get(name)
     if raw is None:
         return default
     text = str(raw).strip().lower()
@@ -158,11 +313,11 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise ValueError(f"{name}: expected true or false, got {raw!r}")
+    raise ValueError(f"{opts.label(name)}: expected true or false, got {raw!r}")
 
 
-def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
-    raw = opts.get(name.lower())
+def _duration_ms(opts: _Opts, name: str, default: int) -> int:
+    raw = opts.get(name)
     if raw is None:
         return default
     m = _DURATION_RE.match(str(raw))
@@ -171,16 +326,17 @@ def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
     return int(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
-def _bootstrap(opts: dict[str, str]) -> str:
+def _bootstrap(opts: _Opts) -> str:
     from spark_coord.client.metadata import parse_bootstrap
 
     raw = opts.get("bootstrap.brokers")
     if raw is None or not str(raw).strip():
-        raise ValueError("bootstrap.brokers: required (host:port[,host:port...]) but not given")
+        raise ValueError("kafka.bootstrap.servers: required (host:port[,host:port...]) but not given "
+                         "(bootstrap.brokers is the same option)")
     try:
         parse_bootstrap(str(raw))
     except ValueError as e:
-        raise ValueError(f"bootstrap.brokers: {e}") from None
+        raise ValueError(f"{opts.label('bootstrap.brokers')}: {e}") from None
     return str(raw).strip()
 
 
@@ -213,31 +369,34 @@ def parse_assign(raw: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def parse_offsets_json(raw: str, option: str, allow_earliest: bool = True) -> dict[str, dict[int, int]]:
-    """``{"topic": {"0": 23, "1": -2}}`` into ``{"topic": {0: 23, 1: -2}}`` (-2 earliest, -1 latest)."""
+def parse_offsets_json(raw: str, option: str, allow_earliest: bool = True,
+                       what: str = "offset") -> dict[str, dict[int, int]]:
+    """``{"topic": {"0": 23, "1": -2}}`` into ``{"topic": {0: 23, 1: -2}}`` (-2 earliest, -1 latest).
+
+    ``what`` names the numbers in messages (``offset``, or ``timestamp`` for the ByTimestamp options)."""
     value = _json(raw, option)
     if not isinstance(value, dict) or not value:
-        raise ValueError(f'{option}: expected "earliest", "latest" or a JSON object such as '
-                         f'{{"topic": {{"0": 23, "1": -2}}}}, got {raw!r}')
+        example = '{"topic": {"0": 1700000000000}}' if what == "timestamp" else '{"topic": {"0": 23, "1": -2}}'
+        words = "" if what == "timestamp" else '"earliest", "latest" or '
+        raise ValueError(f'{option}: expected {words}a JSON object such as {example}, got {raw!r}')
     out: dict[str, dict[int, int]] = {}
     for topic, parts in value.items():
         _topic_name(topic, option)
         if not isinstance(parts, dict) or not parts:
-            raise ValueError(f"{option}: topic {topic!r} needs an object of partition -> offset, got {parts!r}")
+            raise ValueError(f"{option}: topic {topic!r} needs an object of partition -> {what}, got {parts!r}")
         out[topic] = {}
         for p, off in parts.items():
             if not str(p).isdigit():
                 raise ValueError(f"{option}: partition {p!r} of topic {topic!r} is not a number >= 0")
             if not isinstance(off, int) or isinstance(off, bool) or off < (EARLIEST if allow_earliest else LATEST):
                 allowed = "-2 (earliest), -1 (latest)" if allow_earliest else "-1 (latest)"
-                raise ValueError(f"{option}: offset {off!r} for {topic}-{p} must be >= 0, or {allowed}")
+                raise ValueError(f"{option}: {what} {off!r} for {topic}-{p} must be >= 0, or {allowed}")
             out[topic][int(p)] = off
     return out
 
 
-def _offsets_spec(opts: dict[str, str], name: str, default: str, words: tuple[str, ...],
-                  allow_earliest: bool = True):
-    raw = opts.get(name.lower())
+def _offsets_spec(opts: _Opts, name: str, default: str, words: tuple[str, ...], allow_earliest: bool = True):
+    raw = opts.get(name)
     if raw is None:
         return default
     text = str(raw).strip()
@@ -248,27 +407,60 @@ def _offsets_spec(opts: dict[str, str], name: str, default: str, words: tuple[st
     raise ValueError(f"{name}: expected {', '.join(words)} or a JSON object of offsets, got {raw!r}")
 
 
+def _timestamp(opts: _Opts, name: str) -> int | None:
+    raw = opts.get(name)
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{name}: expected a timestamp in milliseconds since the epoch, such as "
+                         f"1700000000000, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name}: a timestamp is >= 0, got {value}")
+    return value
+
+
+def _check_topics(spec: dict, name: str, subscribe, pattern, assign) -> None:
+    """Every partition of a JSON spec belongs to what the query reads."""
+    if assign is not None:
+        extra = {(t, p) for t, ps in spec.items() for p in ps} - {(t, p) for t, ps in assign.items() for p in ps}
+        if extra:
+            t, p = sorted(extra)[0]
+            raise ValueError(f"{name}: {t}-{p} is not one of the assigned partitions")
+    elif subscribe is not None:
+        extra = sorted(set(spec) - set(subscribe))
+        if extra:
+            raise ValueError(f"{name}: topic {extra[0]!r} is not subscribed")
+    elif pattern is not None:
+        extra = sorted(t for t in spec if re.fullmatch(pattern, t) is None)
+        if extra:
+            raise ValueError(f"{name}: topic {extra[0]!r} does not match subscribePattern")
+
+
+_warned_prefix: set[str] = set()
+
+
 def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
     """Check a read's options.
 
     ``streaming`` says whether it is ``readStream`` (True) or ``read`` (False); None
     (at ``load()``, where Spark does not say which) skips the checks that depend on it.
     """
-    opts = _lowered(options)
-    _reject_unknown(opts, _SOURCE_NAMES, "coordkafka source")
+    opts = _normalized(options, _SOURCE_NAMES, KAFKA_CONSUMER_SETTINGS, "consumer")
     bootstrap = _bootstrap(opts)
-    chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
+    chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n in opts]
     if len(chosen) != 1:
         raise ValueError("subscribe, subscribePattern, assign: exactly one must be given, "
                          + (f"got {' and '.join(chosen)}" if chosen else "got none"))
     subscribe = pattern = assign = None
     if "subscribe" in opts:
-        topics = [t.strip() for t in str(opts["subscribe"]).split(",") if t.strip()]
+        topics = [t.strip() for t in str(opts.get("subscribe")).split(",") if t.strip()]
         if not topics:
             raise ValueError("subscribe: expected a comma-separated list of topics, got an empty value")
         subscribe = tuple(dict.fromkeys(_topic_name(t, "subscribe") for t in topics))
-    elif "subscribepattern" in opts:
-        pattern = str(opts["subscribepattern"])
+    elif "subscribePattern" in opts:
+        pattern = str(opts.get("subscribePattern"))
         if not pattern:
             raise ValueError("subscribePattern: empty regular expression")
         try:
@@ -276,56 +468,65 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         except re.error as e:
             raise ValueError(f"subscribePattern: not a valid regular expression ({e}): {pattern!r}") from None
     else:
-        assign = parse_assign(str(opts["assign"]))
+        assign = parse_assign(str(opts.get("assign")))
 
     group_id = opts.get("group.id")
     if group_id is not None and not str(group_id).strip():
         raise ValueError("group.id: empty")
+    if "groupIdPrefix" in opts and str(opts.get("groupIdPrefix")) not in _warned_prefix:
+        _warned_prefix.add(str(opts.get("groupIdPrefix")))
+        log.warning("groupIdPrefix has no meaning in coordkafka and is not used: a query without group.id reads "
+                    "its partitions without any consumer group (Spark's Kafka source makes up a group id for that), "
+                    "and group.id joins a real group")
     words = ("earliest", "latest", "group")
     starting = _offsets_spec(opts, "startingOffsets", "earliest" if streaming is False else "latest", words)
     if starting == "group" and group_id is None:
         raise ValueError("startingOffsets: 'group' needs group.id (the group's committed offsets are its offsets)")
-    if streaming is True and "endingoffsets" in opts:
-        raise ValueError("endingOffsets: only for batch reads (spark.read); a stream has no end")
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if streaming is True and name in opts:
+            raise ValueError(f"{name}: only for batch reads (spark.read); a stream has no end")
     ending = _offsets_spec(opts, "endingOffsets", "latest", ("latest",), allow_earliest=False)
-    if streaming is False and starting == "latest":
+    starting_timestamp = _timestamp(opts, "startingTimestamp")
+    ending_timestamp = _timestamp(opts, "endingTimestamp")
+    starting_by_ts = ending_by_ts = None
+    if opts.get("startingOffsetsByTimestamp") is not None:
+        starting_by_ts = parse_offsets_json(str(opts.get("startingOffsetsByTimestamp")).strip(),
+                                            "startingOffsetsByTimestamp", what="timestamp")
+    if opts.get("endingOffsetsByTimestamp") is not None:
+        ending_by_ts = parse_offsets_json(str(opts.get("endingOffsetsByTimestamp")).strip(),
+                                          "endingOffsetsByTimestamp", allow_earliest=False, what="timestamp")
+    strategy = str(opts.get("startingOffsetsByTimestampStrategy", "error")).strip().lower()
+    if strategy not in _TIMESTAMP_STRATEGIES:
+        raise ValueError(f"startingOffsetsByTimestampStrategy: expected error or latest, got "
+                         f"{opts.get('startingOffsetsByTimestampStrategy')!r}")
+    by_timestamp = starting_timestamp is not None or starting_by_ts is not None
+    if streaming is False and starting == "latest" and not by_timestamp:
         raise ValueError("startingOffsets: 'latest' makes a batch read empty; use earliest or a JSON object")
     if streaming is False and starting == "group":
         raise ValueError("startingOffsets: 'group' is only for streaming reads")
-    for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+    for name, spec in (("startingOffsets", starting), ("endingOffsets", ending),
+                       ("startingOffsetsByTimestamp", starting_by_ts), ("endingOffsetsByTimestamp", ending_by_ts)):
         if isinstance(spec, dict):
-            if assign is not None:
-                extra = {(t, p) for t, ps in spec.items() for p in ps} - {(t, p) for t, ps in assign.items() for p in ps}
-                if extra:
-                    t, p = sorted(extra)[0]
-                    raise ValueError(f"{name}: {t}-{p} is not one of the assigned partitions")
-            elif subscribe is not None:
-                extra = sorted(set(spec) - set(subscribe))
-                if extra:
-                    raise ValueError(f"{name}: topic {extra[0]!r} is not subscribed")
-            elif pattern is not None:
-                extra = sorted(t for t in spec if re.fullmatch(pattern, t) is None)
-                if extra:
-                    raise ValueError(f"{name}: topic {extra[0]!r} does not match subscribePattern")
+            _check_topics(spec, name, subscribe, pattern, assign)
 
     max_per = _int(opts, "maxOffsetsPerTrigger", None, 1)
     min_per = _int(opts, "minOffsetsPerTrigger", None, 1)
     if streaming is False:
         for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "group.id", "members",
                      "session.timeout.ms"):
-            if name.lower() in opts:
-                raise ValueError(f"{name}: only for streaming reads (spark.readStream)")
+            if name in opts:
+                raise ValueError(f"{opts.label(name)}: only for streaming reads (spark.readStream)")
     if max_per is not None and min_per is not None and min_per > max_per:
         raise ValueError(f"minOffsetsPerTrigger: {min_per} is above maxOffsetsPerTrigger {max_per}")
-    if "maxtriggerdelay" in opts and min_per is None:
+    if "maxTriggerDelay" in opts and min_per is None:
         raise ValueError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger")
     if group_id is not None and assign is not None:
         raise ValueError("group.id: a group member subscribes (subscribe or subscribePattern) and the coordinator "
                          "assigns partitions; assign reads fixed partitions without a group")
     if group_id is None:
         for name in ("members", "session.timeout.ms"):
-            if name.lower() in opts:
-                raise ValueError(f"{name}: only meaningful with group.id")
+            if name in opts:
+                raise ValueError(f"{opts.label(name)}: only meaningful with group.id")
     return SourceOptions(
         bootstrap=bootstrap,
         group_id=None if group_id is None else str(group_id).strip(),
@@ -334,6 +535,11 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         assign=assign,
         starting=starting,
         ending=ending,
+        starting_timestamp=starting_timestamp,
+        starting_by_timestamp=starting_by_ts,
+        starting_timestamp_strategy=strategy,
+        ending_timestamp=ending_timestamp,
+        ending_by_timestamp=ending_by_ts,
         max_offsets_per_trigger=max_per,
         min_offsets_per_trigger=min_per,
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
@@ -342,11 +548,17 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         session_timeout_ms=_int(opts, "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, 100),
         members=_int(opts, "members", None, 1),
         min_partitions=_int(opts, "minPartitions", None, 1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", None, 1),
         fetch_max_bytes=_int(opts, "fetch.max.bytes", 52428800, 1024),
         max_partition_fetch_bytes=_int(opts, "max.partition.fetch.bytes", 8 * 1048576, 1024),
         fetch_max_wait_ms=_int(opts, "fetch.max.wait.ms", 500, 0),
+        fetch_min_bytes=_int(opts, "fetch.min.bytes", 1, 0),
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
+        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", None, 100),
+        offset_retries=_int(opts, "fetchOffset.numRetries", 3, 0),
+        offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", 10, 0),
         client_id=str(opts.get("client.id") or "spark-coord-spark"),
+        connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
         coordinator_bootstrap=_coordinator_bootstrap(opts),
     )
@@ -356,33 +568,55 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options."""
     from spark_coord.records.compression import CODEC_IDS as CODECS
 
-    opts = _lowered(options)
-    _reject_unknown(opts, _SINK_NAMES, "coordkafka sink")
+    opts = _normalized(options, _SINK_NAMES, KAFKA_PRODUCER_SETTINGS, "producer")
     bootstrap = _bootstrap(opts)
     topic = opts.get("topic")
     if topic is not None:
         topic = _topic_name(str(topic).strip(), "topic")
     compression = str(opts.get("compression", "none")).strip().lower()
     if compression not in CODECS:
-        raise ValueError(f"compression: expected one of {', '.join(CODECS)}, got {opts['compression']!r}")
+        raise ValueError(f"{opts.label('compression')}: expected one of {', '.join(CODECS)}, "
+                         f"got {opts.get('compression')!r}")
     acks_raw = str(opts.get("acks", "-1")).strip().lower()
-    acks = -1 if acks_raw == "all" else _int({"acks": acks_raw}, "acks", -1)
+    acks = -1 if acks_raw == "all" else _int(_Opts({"acks": acks_raw}, opts.given), "acks", -1)
     if acks not in (-1, 0, 1):
-        raise ValueError(f"acks: expected 0, 1, -1 or all, got {opts['acks']!r}")
+        raise ValueError(f"{opts.label('acks')}: expected 0, 1, -1 or all, got {opts.get('acks')!r}")
+    max_in_flight = _int(opts, "max.in.flight.requests.per.connection", 5, 1)
+    # Kafka's rule: idempotence is on by default and needs acks=all and at most 5 requests in flight; a
+    # conflicting setting turns the default off, and is refused when idempotence was asked for explicitly
+    conflict = None
+    if acks != -1:
+        conflict = f"{opts.label('acks')}: the idempotent sink needs acks=all, got {opts.get('acks')!r}"
+    elif max_in_flight > 5:
+        conflict = (f"{opts.label('max.in.flight.requests.per.connection')}: at most 5 with idempotence (the broker "
+                    f"remembers a producer's last 5 batches per partition), got {max_in_flight}")
+    if "enable.idempotence" in opts:
+        idempotence = _bool(opts, "enable.idempotence", True)
+        if idempotence and conflict:
+            raise ValueError(conflict + f" ({opts.label('enable.idempotence')}=true)")
+    else:
+        idempotence = conflict is None
+        if conflict:
+            log.info("idempotence off: %s", conflict)
+    _bool(opts, "includeHeaders", False)  # Spark's sink takes it too; a headers column is written when present
     return SinkOptions(
         bootstrap=bootstrap,
         topic=topic,
         compression=compression,
         acks=acks,
         batch_size=_int(opts, "batch.size", 262144, 1024),
-        retries=_int(opts, "retries", 5, 0),
+        retries=_int(opts, "retries", 10, 0),
         socket_timeout_ms=_int(opts, "socket.timeout.ms", 30000, 100),
         client_id=str(opts.get("client.id") or "spark-coord-spark-sink"),
+        linger_ms=_int(opts, "linger.ms", None, 0),
+        idempotence=idempotence,
+        max_in_flight=max_in_flight,
+        connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
     )
 
 
-def _coordinator_bootstrap(opts: dict[str, str]) -> str | None:
+def _coordinator_bootstrap(opts: _Opts) -> str | None:
     raw = str(opts.get("coordinator.bootstrap") or "").strip()
     if not raw:
         return None
@@ -394,13 +628,13 @@ def _coordinator_bootstrap(opts: dict[str, str]) -> str | None:
     return raw
 
 
-def _security(opts: dict[str, str]) -> "ClientSecurity | None":
+def _security(opts: _Opts) -> "ClientSecurity | None":
     """The ``kafka.``-prefixed Kafka client security keys, as Spark's Kafka source takes them."""
     from spark_coord.config import ConfigError
     from spark_coord.security.client import ClientSecurity
 
     try:
-        security = ClientSecurity.from_settings(opts, prefix="kafka.")
+        security = ClientSecurity.from_settings(opts.values, prefix="kafka.")
     except ConfigError as e:
         raise ValueError(str(e)) from None
     return None if security.protocol == "PLAINTEXT" else security

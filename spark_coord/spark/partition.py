@@ -5,11 +5,13 @@ executor reads it.
 from the partition's leader (the driver's leader hint first, fresh metadata after
 NOT_LEADER or a broken connection) and yields ``pyarrow.RecordBatch``es decoded
 straight from the fetched bytes (``records.arrow.decode_to_arrow``), never per-row
-tuples.  I/O and decoding overlap: as soon as an answer is in, the fetch of the
-next chunk is written (pipelined on the same connection) and a background thread
-receives it while this one decodes (the compiled decoder releases the GIL).  The
-two receive buffers alternate, so a task's memory stays at about two fetches plus
-the batch being decoded, and no fetch faults in fresh pages.  Records that retention removed before we got to them are data loss:
+tuples.  I/O, decoding and Spark's serialization overlap: as soon as an answer is
+in, the fetch of the next chunk is written (pipelined on the same connection) and
+a background thread receives and decodes it (CRC checks, decompression and the
+compiled decoder release the GIL) while Spark serializes the batch before it.
+The two receive buffers alternate and stay with the worker (``client.pool``), so a
+task's memory stays at about two fetches plus two decoded batches, and no fetch
+faults in fresh pages.  Records that retention removed before we got to them are data loss:
 with ``failOnDataLoss`` (the default) the task fails with a message naming the
 topic, partition and offsets; without it a WARNING is logged and the read skips
 ahead to the log start offset.
@@ -18,6 +20,8 @@ ahead to the log start offset.
 from __future__ import annotations
 
 import logging
+import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -55,9 +59,12 @@ class KafkaInputPartition(InputPartition):
     fetch_max_bytes: int = 52428800
     max_partition_fetch_bytes: int = 8 * 1048576
     fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
     socket_timeout_ms: int = 30000
     client_id: str = "spark-coord-spark"
     security: Any = None  # a security.client.ClientSecurity (pickled to executors; its repr hides secrets)
+    #: how long the executor's Python worker keeps the connections for the next task (0: none)
+    connections_max_idle_ms: int = 540_000
 
     @property
     def name(self) -> str:
@@ -65,84 +72,132 @@ class KafkaInputPartition(InputPartition):
 
 
 def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  # noqa: F821
-    """Yield the records of ``p`` as RecordBatches of Spark's Kafka schema, in offset order."""
+    """Yield the records of ``p`` as RecordBatches of Spark's Kafka schema, in offset order.
+
+    Nothing for anything else: PySpark plans a read with no input partitions as one
+    ``InputPartition(None)``."""
+    if not isinstance(p, KafkaInputPartition):
+        return
+    prepare_worker()
     reader = _RangeReader(p)
     try:
         yield from reader.batches()
+    except Exception:
+        reader.failed = True
+        raise
     finally:
         reader.close()
+    settle_worker()
+
+
+_memory_kept = False
+_objects_frozen = False
+
+
+def prepare_worker() -> None:
+    """Before a Python worker's first read or write: freed memory is kept for reuse
+    (``spark_coord.memory``).  Every fetch decodes into fresh Arrow columns of megabytes, freed
+    once Spark has them; glibc would hand such blocks back to the kernel and take fresh pages
+    for the next ones, which the kernel zeroes on first touch (a sixth of the read path's CPU
+    time for 100-byte records, a quarter with zstd)."""
+    global _memory_kept
+    if not _memory_kept:
+        from spark_coord.memory import keep_freed_memory
+
+        keep_freed_memory()
+        _memory_kept = True
+
+
+def settle_worker() -> None:
+    """After a Spark Python worker's first task: the objects it holds by then -- pyspark, pyarrow,
+    numba and the compiled decoder, ours, all loaded -- are moved out of the cyclic garbage
+    collector's sight (``gc.freeze``, after one collection).  They live as long as the worker,
+    and every full collection walked all of them: the collections that each batch's objects set
+    off cost a worker a tenth of its CPU time, more than the decoding of 100-byte records.
+    Only in Spark's workers (``pyspark.worker`` runs them): a process of another kind may hold
+    objects that become garbage later, which a frozen collector would never reclaim."""
+    global _objects_frozen
+    if not _objects_frozen and "pyspark.worker" in sys.modules:
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        _objects_frozen = True
 
 
 class _RangeReader:
-    """Fetch loop for one range; owns its connections and closes them at the end."""
+    """Fetch loop for one range.  Its connections and receive buffers are leased from the worker's
+    ``client.pool`` (kept for the next task with the same cluster and security settings: no new
+    connection, TLS handshake or SASL log-in, no fresh pages for the buffers) and given back at
+    the end -- or closed, after a failure or with a fetch still in flight."""
 
     def __init__(self, p: KafkaInputPartition) -> None:
+        from spark_coord.client import pool
+        from spark_coord.records.compression import Scratch
+
         self.p = p
+        self.lease = pool.lease(p.bootstrap, p.client_id, p.socket_timeout_ms / 1000, p.security,
+                                p.connections_max_idle_ms)
+        self.cluster = self.lease.cluster
         self.conn = None
-        self.cluster = None
+        self.use_hint = p.leader_host is not None  # until a failure: then leaders from fresh metadata
         self.partition_max_bytes = min(p.max_partition_fetch_bytes, p.fetch_max_bytes)
-        self._buffers = [bytearray(), bytearray()]  # alternating receive buffers
+        # alternating receive buffers, and buffers to decompress them in, kept with the lease for the next task
+        self._buffers = self.lease.state.setdefault("fetch_buffers", [bytearray(), bytearray()])
+        self._scratch = self.lease.state.setdefault("decompress_buffers", [Scratch(), Scratch()])
         self._turn = 0
+        self._in_flight: _Fetch | None = None
+        self.failed = False  # set on an error: the leased client is then closed, not kept
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        if self._in_flight is not None and self.conn is not None:
+            self.conn.close()  # a fetch still coming: this connection's stream is not reusable
+        elif self.conn is not None:
+            self.conn.usable()  # closes it if the broker closed it meanwhile
+        if self.failed:
+            self.lease.discard()
+        self.lease.__exit__(None, None, None)
+        self.conn = None
 
     # ------------------------------------------------------------------ leaders
-    def _cluster(self):
-        from spark_coord.client.metadata import ClusterClient
-
-        if self.cluster is None:
-            self.cluster = ClusterClient(self.p.bootstrap, client_id=self.p.client_id,
-                                         timeout=self.p.socket_timeout_ms / 1000, security=self.p.security)
-        return self.cluster
-
     def _connection(self):
-        from spark_coord.client.connection import BrokerConnection
-
         if self.conn is not None and not self.conn.closed:
             return self.conn
         timeout = self.p.socket_timeout_ms / 1000
-        if self.p.leader_host is not None and self.cluster is None:
+        if self.use_hint:
             try:
-                self.conn = BrokerConnection(self.p.leader_host, self.p.leader_port, client_id=self.p.client_id,
-                                             timeout=timeout, security=self.p.security)
+                self.conn = self.cluster.connection_to(self.p.leader_host, self.p.leader_port)
                 return self.conn
             except OSError as e:
                 log.info("%s: leader hint %s:%s unreachable (%s); asking the cluster", self.p.name,
                          self.p.leader_host, self.p.leader_port, e)
-        cluster = self._cluster()
-        cluster.topic(self.p.topic, refresh=True, wait=timeout)
-        host, port = cluster.brokers[cluster.leader(self.p.topic, self.p.partition)]
-        self.conn = BrokerConnection(host, port, client_id=self.p.client_id, timeout=timeout,
-                                     security=self.p.security)
+                self.use_hint = False
+        self.cluster.topic(self.p.topic, refresh=True, wait=timeout)
+        self.conn = self.cluster.connection(self.cluster.leader(self.p.topic, self.p.partition))
         return self.conn
 
     def _drop_connection(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        if self.cluster is None:
-            self._cluster()  # from now on, leaders come from fresh metadata
+        self._in_flight = None
+        self.use_hint = False  # from now on, leaders come from fresh metadata
 
     # ---------------------------------------------------------------- the loop
     def _send(self, offset: int) -> "_Fetch":
         from spark_coord.client.fetcher import send_fetch
 
         p = self.p
-        buf = self._buffers[self._turn]
+        slot = self._turn
+        buf = self._buffers[slot]
         want = self.partition_max_bytes + _RESPONSE_SLACK
         if len(buf) < want:
-            buf = self._buffers[self._turn] = bytearray(want)
+            buf = self._buffers[slot] = bytearray(want)
         self._turn ^= 1
         pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
-                             min_bytes=1, max_bytes=p.fetch_max_bytes, partition_max_bytes=self.partition_max_bytes,
-                             into=buf)
-        return _Fetch(offset, pending)
+                             min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes,
+                             partition_max_bytes=self.partition_max_bytes, into=buf)
+        return _Fetch(offset, pending, self._scratch[slot])
 
     def _prefetch(self, offset: int) -> "_Fetch | None":
         """Write the fetch at ``offset`` and start receiving it in the background (None if writing fails:
@@ -155,8 +210,29 @@ class _RangeReader:
         except (BrokerConnectionError, OSError, KafkaError) as e:
             log.debug("%s: prefetch at %d not sent: %s", self.p.name, offset, e)
             return None
-        fetch.receive_in_background()
+        fetch.receive_in_background(self._decoder(offset, fetch.scratch))
         return fetch
+
+    def _decoder(self, offset: int, scratch):
+        """What the background thread does with a fetch at ``offset`` once it is in: decode its
+        records (CRC checks, decompression and the compiled decoder all release the GIL), so the
+        next batch is decoded while Spark serializes this one.  Anything but a plain answer (an
+        error, nothing whole, records below the log start) is left to the loop."""
+        from spark_coord.records.arrow import decode_to_arrow
+        from spark_coord.records.reader import next_offset as next_offset_of
+
+        p = self.p
+
+        def decode(outcome) -> tuple[int, object] | None:
+            data = outcome[0]
+            if data.error or data.records is None or (0 <= data.log_start_offset and offset < data.log_start_offset):
+                return None
+            next_offset = next_offset_of(data.records)
+            if next_offset is None:
+                return None
+            return next_offset, decode_to_arrow(data.records, p.topic, p.partition, offset, p.until_offset,
+                                                p.include_headers, scratch=scratch)
+        return decode
 
     def batches(self):
         from spark_coord.client.connection import BrokerConnectionError
@@ -172,10 +248,12 @@ class _RangeReader:
             try:
                 if ahead is not None and ahead.offset != offset:
                     ahead.discard()  # its buffer is about to be reused
-                    ahead = None
+                    ahead = self._in_flight = None
                 fetch = ahead if ahead is not None else self._send(offset)
                 ahead = None
+                self._in_flight = fetch
                 data = fetch.result()[0]
+                self._in_flight = None
             except (BrokerConnectionError, OSError, KafkaError) as e:
                 failures = self._retry(failures, f"fetch failed: {e}")
                 self._drop_connection()
@@ -194,7 +272,8 @@ class _RangeReader:
             if 0 <= data.log_start_offset and offset < data.log_start_offset:
                 offset = self._lost(offset, data.log_start_offset, "below the log start offset")
                 continue
-            next_offset = next_offset_of(records)
+            decoded = fetch.decoded
+            next_offset = decoded[0] if decoded is not None else next_offset_of(records)
             if next_offset is None:  # nothing whole came back
                 if data.high_watermark <= offset:
                     offset = self._lost(offset, until, f"beyond the high watermark {data.high_watermark}")
@@ -208,9 +287,10 @@ class _RangeReader:
                                                   f"{data.high_watermark}, {len(records or b'')} bytes)")
                 continue
             if max(offset, next_offset) < until:
-                ahead = self._prefetch(max(offset, next_offset))
-            rb = decode_to_arrow(records, p.topic, p.partition, offset, until, p.include_headers)
-            del records, data  # the receive buffer is reused two fetches later
+                ahead = self._in_flight = self._prefetch(max(offset, next_offset))
+            rb = decoded[1] if decoded is not None else decode_to_arrow(records, p.topic, p.partition, offset, until,
+                                                                         p.include_headers, scratch=fetch.scratch)
+            del records, data, decoded, fetch  # the receive buffer is reused two fetches later
             if rb.num_rows:
                 yield rb
             offset = max(offset, next_offset)
@@ -228,8 +308,8 @@ class _RangeReader:
         """The broker says ``offset`` does not exist: find out which side and treat it as data loss."""
         from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 
-        admin = AdminClient(self._cluster())
-        self._cluster().topic(self.p.topic, refresh=True)
+        admin = AdminClient(self.cluster)
+        self.cluster.topic(self.p.topic, refresh=True)
         earliest = admin.list_offsets(self.p.topic, [self.p.partition], EARLIEST)[self.p.partition]
         latest = admin.list_offsets(self.p.topic, [self.p.partition], LATEST)[self.p.partition]
         if offset < earliest:
@@ -257,24 +337,35 @@ _RESPONSE_SLACK = 64 * 1024
 
 
 class _Fetch:
-    """One Fetch in flight, received in this thread or in a background one."""
+    """One Fetch in flight, received in this thread or by one of the process's background threads."""
 
-    def __init__(self, offset: int, pending) -> None:
+    def __init__(self, offset: int, pending, scratch=None) -> None:
         self.offset = offset
         self.pending = pending
-        self._thread: threading.Thread | None = None
+        self.scratch = scratch  # where its compressed batches are decompressed
+        self._done: threading.Event | None = None
         self._outcome = None
         self._error: BaseException | None = None
+        #: (next offset, RecordBatch) when the background thread decoded the answer
+        self.decoded: tuple[int, object] | None = None
 
-    def receive_in_background(self) -> None:
-        self._thread = threading.Thread(target=self._receive, name=f"coordkafka-fetch-{self.offset}", daemon=True)
-        self._thread.start()
+    def receive_in_background(self, decoder=None) -> None:
+        """Receive (and with ``decoder``, decode) the answer on a background thread."""
+        self._done = threading.Event()
+        _BACKGROUND.run(lambda: self._receive(decoder))
 
-    def _receive(self) -> None:
+    def _receive(self, decoder) -> None:
         try:
             self._outcome = self.pending.result()
+            if decoder is not None:
+                try:
+                    self.decoded = decoder(self._outcome)
+                except Exception as e:  # the reading thread decodes it again and meets the error itself
+                    log.debug("decoding the fetch at %d in the background: %s", self.offset, e)
         except BaseException as e:  # handed to the reading thread by result()
             self._error = e
+        finally:
+            self._done.set()
 
     def discard(self) -> None:
         """Wait until nothing is received into this fetch's buffer any more; ignore its answer."""
@@ -284,10 +375,42 @@ class _Fetch:
             log.debug("discarded fetch at %d: %s", self.offset, e)
 
     def result(self):
-        if self._thread is None:
+        if self._done is None:
             return self.pending.result()
-        self._thread.join()
+        self._done.wait()
         if self._error is not None:
             raise self._error
         return self._outcome
+
+
+class _Background:
+    """Threads that receive and decode fetches, kept for the process's life: a job goes to an idle
+    one, or a new one when all are busy (one per reader at a time, so one in a Spark worker).  A
+    thread per fetch would map, and have the kernel zero, a fresh stack and fresh malloc heaps for
+    every fetch; kept threads decode into memory their previous fetches freed."""
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def run(self, job) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), name="coordkafka-fetch", daemon=True).start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            job = jobs.get()
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - a job hands its own errors on; keep serving
+                log.debug("background job failed: %s", e)
+            with self._lock:
+                self._idle.append(jobs)
+
+
+_BACKGROUND = _Background()
 

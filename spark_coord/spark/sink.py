@@ -3,11 +3,15 @@
 Input columns are those of Spark's Kafka sink: ``value`` (binary or string,
 required), and optionally ``key`` (binary or string), ``topic`` (string; the
 ``topic`` option wins when both are given), ``partition`` (int; else by key hash,
-else round-robin) and ``headers`` (array<struct<key: string, value: binary>>).
+else round-robin) and ``headers`` (array<struct<key: string, value: binary>>);
+other columns are not written, as with Spark's sink.
 Each executor task produces its rows and flushes before it reports success, so a
-committed batch is durably in the log (with ``acks=-1``/``1``).  Delivery is at
-least once: a retried task or an aborted batch may have produced some rows
-already, which cannot be taken back.
+committed batch is durably in the log (with ``acks=-1``/``1``).  The sink is an
+idempotent producer by default (``kafka.enable.idempotence``): a producer id and
+sequence numbers on every record batch, so a Produce sent again after a lost answer
+or a broker restart is neither stored twice nor out of order.  Delivery across Spark
+tasks is still at least once, as with Spark's Kafka sink: a retried task or an
+aborted batch may have produced some rows already, which cannot be taken back.
 
 With pyspark 4.x's ``DataSourceArrowWriter`` / ``DataSourceStreamArrowWriter``
 (Spark hands those writers Arrow record batches instead of rows), the writers
@@ -24,6 +28,7 @@ pyspark versions get the row writers, which produce row by row with
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -63,11 +68,12 @@ def check_input_schema(schema, opts: SinkOptions) -> SinkColumns:
                                    StructType)
 
     names = [f.name for f in schema.fields]
-    lower = {n.lower(): i for i, n in enumerate(names)}
-    unknown = [n for n in names if n.lower() not in _ALLOWED]
-    if unknown:
-        raise ValueError(f"column {unknown[0]!r}: the coordkafka sink takes only key, value, topic, partition "
-                         f"and headers columns (select them first), got {names}")
+    lower: dict[str, int] = {}
+    for i, n in enumerate(names):
+        lower.setdefault(n.lower(), i)
+    unused = [n for n in names if n.lower() not in _ALLOWED]
+    if unused:  # as Spark's Kafka sink: other columns are not written
+        log.debug("columns %s are not written (the sink writes key, value, topic, partition, headers)", unused)
     if "value" not in lower:
         raise ValueError(f"column 'value': required by the coordkafka sink, got {names}")
 
@@ -104,18 +110,36 @@ def _bytes(value) -> bytes | None:
     return bytes(value)
 
 
-def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
-    """Produce every row, flush, and say how many went where (executor side)."""
-    from spark_coord.client.metadata import ClusterClient
+def _producer(lease, opts: SinkOptions):
+    """The ``Producer`` kept with the leased client for these settings (made on first use), so the
+    tasks of one Python worker share one producer id and its sequences."""
     from spark_coord.client.producer import Producer
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
-                            security=opts.security)
+    key = ("producer", opts.acks, opts.compression, opts.batch_size, opts.retries, opts.socket_timeout_ms,
+           opts.idempotence)
+    producer = lease.state.get(key)
+    if producer is None:
+        producer = lease.state[key] = Producer(lease.cluster, acks=opts.acks, compression=opts.compression,
+                                               batch_size=opts.batch_size, retries=opts.retries,
+                                               timeout_ms=opts.socket_timeout_ms, idempotence=opts.idempotence)
+    return producer
+
+
+def _lease(opts: SinkOptions):
+    """The worker's client for these settings, kept between tasks (``client.pool``); a task that
+    fails closes it instead, so no later task inherits an unknown producer sequence."""
+    from spark_coord.client import pool
+
+    return pool.lease(opts.bootstrap, opts.client_id, opts.socket_timeout_ms / 1000, opts.security,
+                      opts.connections_max_idle_ms)
+
+
+def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
+    """Produce every row, flush, and say how many went where (executor side)."""
     topics = set()
     count = 0
-    try:
-        producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
+    with _lease(opts) as lease:
+        producer = _producer(lease, opts)
         for row in rows:
             topic = opts.topic if opts.topic is not None else row[cols.topic]
             if topic is None:
@@ -130,34 +154,31 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
             topics.add(topic)
             count += 1
         producer.flush()
-    finally:
-        cluster.close()
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
 def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessage:
     """Produce the rows of every Arrow record batch, flush, and say how many went where (executor side)."""
-    from spark_coord.client.metadata import ClusterClient
-    from spark_coord.client.producer import Producer
     from spark_coord.records.builder import BatchArena
+    from spark_coord.spark.partition import prepare_worker, settle_worker
 
-    cluster = ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
-                            security=opts.security)
+    prepare_worker()  # Spark's gathered Arrow batches and the compressed record batches reuse memory
     topics: set[str] = set()
     count = 0
-    try:
-        producer = Producer(cluster, acks=opts.acks, compression=opts.compression, batch_size=opts.batch_size,
-                            retries=opts.retries, timeout_ms=opts.socket_timeout_ms)
+    with _lease(opts) as lease:
+        producer = _producer(lease, opts)
         sticky: dict[str, tuple[int, int]] = {}
-        arena = BatchArena()  # the record batches of one gathered Arrow batch, reused for the next
-        for rb in _gathered(batches, _REQUEST_BYTES):
+        # the record batches of one gathered Arrow batch, reused for the next (and the next task)
+        arena = lease.state.setdefault("arena", BatchArena())
+        for rb in _gathered(batches, _REQUEST_BYTES, opts.linger_ms):
             pending = _arrow_record_batches(rb, opts, cols, producer, sticky, arena)
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
-            _send_all(producer, pending)  # returns once every batch is acknowledged (or failed)
-            arena.reset()
-    finally:
-        cluster.close()
+            try:
+                _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
+            finally:
+                arena.reset()
+    settle_worker()  # the worker's long-lived objects out of the collector's way
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
@@ -165,18 +186,22 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
 _REQUEST_BYTES = 4 * 1048576
 
 
-def _gathered(batches, min_bytes: int):
+def _gathered(batches, min_bytes: int, linger_ms: int | None = None):
     """The non-empty Arrow batches of ``batches`` joined into batches of at least ``min_bytes``
     (the last may be smaller): record batches then fill ``batch.size`` whatever rows per
     Arrow batch Spark sends (``spark.sql.execution.arrow.maxRecordsPerBatch``), as a Kafka
-    producer's per-partition accumulator does."""
-    held, size = [], 0
+    producer's per-partition accumulator does.  With ``linger_ms`` (``kafka.linger.ms``) the
+    rows held go out once the first of them has waited that long (checked as each Arrow batch
+    arrives), however few they are."""
+    held, size, since = [], 0, 0.0
     for rb in batches:
         if not rb.num_rows:
             continue
+        if not held:
+            since = time.monotonic()
         held.append(rb)
         size += rb.nbytes
-        if size >= min_bytes:
+        if size >= min_bytes or (linger_ms is not None and (time.monotonic() - since) * 1000 >= linger_ms):
             yield _joined(held)
             held, size = [], 0
     if held:
@@ -192,20 +217,23 @@ def _joined(held: list):
     return pa.Table.from_batches(held).combine_chunks().to_batches()[0]
 
 
-#: Produce requests the Arrow writer keeps in flight per task (Kafka's max.in.flight.requests.per.connection).
-MAX_IN_FLIGHT = 5
-
-
-def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]]) -> None:
+def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]], max_in_flight: int = 5) -> None:
     """Produce every pending batch: one batch per partition per request (Kafka's rule), up to
-    ``MAX_IN_FLIGHT`` requests pipelined.  A batch that fails with a retriable error (or whose
-    connection breaks) is produced again through ``Producer.send_batches`` (its retries and
-    leader refresh), so, as with any Kafka producer with several requests in flight and no
-    idempotence, a retried batch may land after batches sent behind it."""
+    ``max_in_flight`` requests pipelined (Kafka's max.in.flight.requests.per.connection).
+
+    A request that fails -- its connection broke before the answer came, or a partition was
+    refused with a retriable code -- is produced again through ``Producer.send_batches`` (its
+    retries and leader refresh), in the order the requests were sent: the requests before it
+    are settled first, so a partition's batches go out again in their order.  With idempotence
+    (the producer's id and sequence numbers in every batch) the broker answers a batch it
+    already holds as a duplicate and refuses one that would skip a sequence
+    (OUT_OF_ORDER_SEQUENCE_NUMBER, retried in its turn), so nothing is stored twice or out of
+    order.  Without it, as with any Kafka producer with several requests in flight and no
+    idempotence, a retried batch may be stored twice or land after batches sent behind it."""
     from collections import deque
 
     from spark_coord.client.connection import BrokerConnectionError
-    from spark_coord.errors import KafkaError, is_retriable
+    from spark_coord.errors import KafkaError
     from spark_coord.wire.registry import ApiKey
 
     if producer.acks == 0:
@@ -221,16 +249,19 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
         try:
             resp = answer.result()
         except BrokerConnectionError as e:
-            log.info("produce of %d batch(es) failed (%s); retrying them", len(group), e)
+            log.info("produce of %d batch(es) lost its answer (%s); producing them again", len(group), e)
             producer.send_batches(group)
             return
+        again = {}
         for t in resp["responses"]:
             for p in t["partition_responses"]:
                 tp, code = (t["name"], p["index"]), p["error_code"]
-                if is_retriable(code):
-                    producer.send_batches({tp: group[tp]})
+                if producer.retriable(code):
+                    again[tp] = group[tp]
                 elif code:
                     raise KafkaError(code, f"producing to {tp[0]}-{tp[1]}")
+        if again:
+            producer.send_batches(again)
 
     while pending:
         by_leader: dict[int, dict] = {}
@@ -246,10 +277,12 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]])
             try:
                 answer = cluster.connection(leader).send(ApiKey.PRODUCE, body)
             except BrokerConnectionError:
+                while in_flight:  # the requests sent before it go again first
+                    settle()
                 producer.send_batches(group)
                 continue
             in_flight.append((group, answer))
-            while len(in_flight) >= MAX_IN_FLIGHT:
+            while len(in_flight) >= max_in_flight:
                 settle()
     while in_flight:
         settle()
@@ -267,8 +300,6 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
                           arena=None) -> dict[tuple[str, int], list[tuple[bytes, int]]]:
     """The record batches of one Arrow batch's rows, by (topic, partition); uncompressed ones in
     ``arena`` (a ``BatchArena``) when given."""
-    import time
-
     import numpy as np
     import pyarrow.compute as pc
 
@@ -306,10 +337,13 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
             keyless = unset[parts[unset] < 0]
             if len(keyless):
                 parts[keyless] = _sticky_partitions(columns, keyless, n, opts.batch_size, sticky, topic)
+        ident = producer.ensure_producer_id() if producer.idempotence else None
+        sequences = {q: seq for (t, q), seq in producer.sequences.items() if t == topic}
         by_partition = arrow_batches_by_partition(columns, rows, parts[rows], n, codec, opts.batch_size, now,
-                                                  arena=arena)
+                                                  arena=arena, producer=ident, sequences=sequences)
         for part, batches in by_partition.items():
             out[(topic, part)] = batches
+        producer.sequences.update({(topic, q): seq for q, seq in sequences.items()})
     return out
 
 

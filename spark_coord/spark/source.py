@@ -17,9 +17,9 @@ class CoordKafkaDataSource(DataSource):
     timestamp timestamp, timestampType int`` and, with ``includeHeaders``,
     ``headers array<struct<key: string, value: binary>>``.
 
-    Options (names as in Spark's Kafka source where there is one)
-    ------------------------------------------------------------------
-    bootstrap.brokers : str, required
+    Options (Spark's Kafka source's names; a job written for ``format("kafka")`` runs unchanged)
+    -------------------------------------------------------------------------------------------
+    kafka.bootstrap.servers : str, required (``bootstrap.brokers`` is the same)
         ``host:port[,host:port...]`` of brokers to bootstrap from.
     subscribe | subscribePattern | assign : exactly one
         Comma-separated topics; a regular expression matched against whole topic
@@ -28,38 +28,59 @@ class CoordKafkaDataSource(DataSource):
     startingOffsets : str, default ``latest`` (stream) / ``earliest`` (batch)
         ``earliest``, ``latest``, ``group`` (with group.id) or JSON
         ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest).
-    endingOffsets : str, default ``latest`` (batch reads only)
-        ``latest`` or JSON as above (-1 latest).
+    startingTimestamp, startingOffsetsByTimestamp : take precedence over startingOffsets
+        A timestamp (ms) for every partition, or JSON ``{"topic": {"0": ts}}`` naming
+        every partition read: each starts at its first record at or after it (Kafka's
+        offsetsForTimes); ``startingOffsetsByTimestampStrategy`` (``error``, default, or
+        ``latest``) says what happens when no record is that recent.
+    endingOffsets, endingTimestamp, endingOffsetsByTimestamp : batch reads only
+        ``latest`` or JSON as above (-1 latest); the timestamp forms end before the first
+        record at or after the timestamp (latest when there is none).
     maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay : streams only
         Cap records per micro-batch (spread over partitions by lag); wait for at
         least this many records, but no longer than maxTriggerDelay (15m).
     failOnDataLoss : bool, default true
-        Fail when records of a planned range were removed by retention; false
-        logs a warning and skips to the log start.
+        Fail the query when records it planned are gone: removed by retention, or its
+        topic deleted (or deleted and created again), naming the topic and partition;
+        false logs a warning and goes on (from the log start, or the new topic's start).
     includeHeaders : bool, default false
-    minPartitions : int
-        Split big offset ranges so there are at least this many input partitions.
+    minPartitions, maxRecordsPerPartition : int
+        Split offset ranges into more input partitions: at most maxRecordsPerPartition
+        records each, then at least minPartitions of them.
     group.id : str, streams only
-        Join this consumer group: the query registers ``members`` group members
-        with the coordinator, which assigns them partitions (shared with other
-        queries and consumers of the group); committed micro-batches are reported
-        in ping answers and land in ZooKeeper as the group's offsets.
-        ``startingOffsets`` then applies to partitions the group has no offset for.
+        Join this consumer group for real (unlike Spark's ``kafka.group.id``, which
+        only names the group of its unmanaged consumers and is refused here): the query
+        registers ``members`` group members with the coordinator, which assigns them
+        partitions (shared with other queries and consumers of the group); committed
+        micro-batches land in ZooKeeper as the group's offsets.  ``startingOffsets``
+        then applies to partitions the group has no offset for.  ``groupIdPrefix`` has
+        no meaning (a query without group.id uses no group) and is ignored with a warning.
     members : int, default 1
         Group members this query registers: threads of the driver-side process
         that hosts the reader, not executors (executors come and go without the
         group noticing).  It sets the query's share of the group: the coordinator
         splits the partitions over all members of the group, so a query with 3
         members beside a consumer with 1 is assigned about three quarters of them.
-    session.timeout.ms : int, default 10000
+    session.timeout.ms : int, default 30000
         The members' session timeout (pings every third of it).
-    fetch.max.bytes, max.partition.fetch.bytes, fetch.max.wait.ms, socket.timeout.ms, client.id : tuning.
+    kafka.<setting> : Kafka consumer settings the source implements
+        ``kafka.fetch.max.bytes``, ``kafka.max.partition.fetch.bytes``,
+        ``kafka.fetch.max.wait.ms``, ``kafka.fetch.min.bytes``, ``kafka.request.timeout.ms``,
+        ``kafka.client.id``, ``kafka.session.timeout.ms`` and the security settings
+        (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``), under the Java
+        client's or librdkafka's names; any other is refused by name.
+    kafkaConsumer.pollTimeoutMs, fetchOffset.numRetries, fetchOffset.retryIntervalMs
+        Executors' fetch timeout; retries of the driver's offset look-ups.
 
-    Sink options: ``bootstrap.brokers``, ``topic`` (unless rows carry a ``topic``
-    column), ``compression`` (none, gzip, snappy, lz4, zstd), ``acks`` (0, 1,
-    -1/all; default all), ``batch.size``, ``retries``.  Input columns: ``value``
-    and optionally ``key``, ``topic``, ``partition``, ``headers``.  Batch writes need
-    ``mode("append")`` (Spark refuses the default ErrorIfExists for Python data sources).
+    Sink options: ``kafka.bootstrap.servers``, ``topic`` (unless rows carry a ``topic``
+    column), and Kafka producer settings: ``kafka.acks`` (all), ``kafka.compression.type``
+    (none, gzip, snappy, lz4, zstd), ``kafka.batch.size``, ``kafka.linger.ms``,
+    ``kafka.retries``, ``kafka.enable.idempotence`` (true: producer id and sequence numbers,
+    so a retried Produce neither duplicates nor reorders), ``kafka.max.in.flight.requests.
+    per.connection``, ``kafka.request.timeout.ms``, ``kafka.client.id`` and the security
+    settings.  Input columns: ``value`` and optionally ``key``, ``topic``, ``partition``,
+    ``headers``; other columns are not written.  Batch writes need ``mode("append")``
+    (PySpark's Python data sources take only append and overwrite).
 
     Examples
     --------
@@ -67,7 +88,7 @@ class CoordKafkaDataSource(DataSource):
     ``pyspark_coordkafka`` module):
 
     >>> clicks = (spark.readStream.format("coordkafka")            # doctest: +SKIP
-    ...           .option("bootstrap.brokers", "127.0.0.1:9092")
+    ...           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
     ...           .option("subscribe", "clicks")
     ...           .option("startingOffsets", "earliest")
     ...           .option("maxOffsetsPerTrigger", 10000)
@@ -78,10 +99,10 @@ class CoordKafkaDataSource(DataSource):
 
     A bounded read, and a write:
 
-    >>> df = (spark.read.format("coordkafka").option("bootstrap.brokers", "127.0.0.1:9092")  # doctest: +SKIP
+    >>> df = (spark.read.format("coordkafka").option("kafka.bootstrap.servers", "127.0.0.1:9092")  # doctest: +SKIP
     ...       .option("subscribe", "clicks").load())
     >>> (df.select("key", "value").write.format("coordkafka")     # doctest: +SKIP
-    ...  .mode("append").option("bootstrap.brokers", "127.0.0.1:9092").option("topic", "copy").save())
+    ...  .mode("append").option("kafka.bootstrap.servers", "127.0.0.1:9092").option("topic", "copy").save())
     """
 
     @classmethod

@@ -110,7 +110,7 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if rest:
             # 'group' without a committed offset falls back to latest, as a Kafka consumer's default reset does
             policy = "latest" if self.opts.starting == "group" else self.opts.starting
-            offsets.update(self._resolver.resolve(policy, rest, "startingOffsets"))
+            offsets.update(self._resolver.starting(rest, policy))
         log.info("initial offsets %s", offsets)
         return to_json(offsets)
 
@@ -144,6 +144,7 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if flush is not None:
                 flush()
         assigned = self._source.assigned()
+        start_offsets = self._drop_gone(start_offsets, assigned)
         handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
         new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
         base = {tp: start_offsets[tp] for tp in assigned if tp in start_offsets}
@@ -151,16 +152,12 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if new:  # partitions that appeared after the query began start at their earliest offset
             base.update(self._resolver.earliest(new))
         latest = self._resolver.latest(list(assigned)) if assigned else {}
+        reset = self._restarted_logs(base, latest)
+        base.update(reset)
         self._latest = dict(latest)
         if self._target is not None:
             latest = {tp: min(off, self._target.get(tp, base[tp])) for tp, off in latest.items()}
-        lag = {}
-        for tp in assigned:
-            if latest[tp] < base[tp]:
-                log.warning("%s-%d: latest offset %d is below the next offset %d (log truncated or topic "
-                            "re-created?); nothing is read from it until it grows past", tp[0], tp[1], latest[tp],
-                            base[tp])
-            lag[tp] = max(0, latest[tp] - base[tp])
+        lag = {tp: max(0, latest[tp] - base[tp]) for tp in assigned}
 
         max_rows, min_rows = self._limits(limit)
         available = sum(lag.values())
@@ -174,9 +171,9 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         froms = {}
         for tp in assigned:
             end[tp] = base[tp] + take[tp]
-            if take[tp] and base[tp] != start_offsets.get(tp):
+            if (take[tp] or tp in reset) and base[tp] != start_offsets.get(tp):
                 froms[tp] = base[tp]
-        if end == start_offsets and not froms:
+        if end == from_json(start) and not froms:
             return start
         self._applied.update(handed)
         self._last_batch_at = time.monotonic()
@@ -184,6 +181,42 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if planned is not None:
             planned({tp: end[tp] for tp in assigned})
         return to_json(end, froms)
+
+    def _data_loss(self, message: str) -> None:
+        """Spark's failOnDataLoss on the driver: fail the query, or warn and go on."""
+        from spark_coord.spark.partition import DataLossError
+
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(message + ". Some data may have been lost; set failOnDataLoss=false to go on with a "
+                                          "warning instead")
+        log.warning("%s; going on (failOnDataLoss=false)", message)
+
+    def _drop_gone(self, start_offsets: dict[TopicPartition, int], assigned: dict) -> dict[TopicPartition, int]:
+        """``start_offsets`` without the partitions that no longer exist (their topic was deleted),
+        each reported as data loss.  A partition merely not assigned now (a group's other member has
+        it) is kept, so the query resumes from it if it comes back."""
+        candidates = [tp for tp in start_offsets if tp not in assigned]
+        if not candidates:
+            return start_offsets
+        gone = self._resolver.gone(candidates)
+        for t, p in gone:
+            self._data_loss(f"{t}-{p}: the partition is gone (its topic was deleted) with offset "
+                            f"{start_offsets[(t, p)]} next to read; a topic created again under that name is read "
+                            "from its start")
+        return {tp: off for tp, off in start_offsets.items() if tp not in gone}
+
+    def _restarted_logs(self, base: dict[TopicPartition, int], latest: dict[TopicPartition, int]
+                        ) -> dict[TopicPartition, int]:
+        """Partitions whose log now ends before the offset the query reads next -- the topic was
+        deleted and created again, or its log truncated -- reported as data loss; without
+        failOnDataLoss they go on from the new log's start (returned: partition -> that offset)."""
+        behind = [tp for tp in base if tp in latest and latest[tp] < base[tp]]
+        for t, p in behind:
+            self._data_loss(f"{t}-{p}: the log now ends at offset {latest[(t, p)]}, before offset {base[(t, p)]} "
+                            "that the query reads next (the topic was deleted and created again, or its log "
+                            "truncated); records of the old log may not have been read, and the new log is read "
+                            "from its start")
+        return self._resolver.earliest(behind) if behind else {}
 
     @staticmethod
     def _handed_starts(handed: dict[TopicPartition, int], start_offsets: dict[TopicPartition, int]
@@ -241,7 +274,7 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 continue
             if until > frm:
                 ranges[tp] = (frm, until)
-        pieces = split_ranges(ranges, self.opts.min_partitions)
+        pieces = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         leaders = self._resolver.leaders(sorted(ranges)) if ranges else {}
         return [make_partition(self.opts, tp, a, b, leaders.get(tp)) for tp, a, b in pieces]
 

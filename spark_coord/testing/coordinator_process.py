@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from spark_coord.cluster import _free_port
+from spark_coord.net import free_port
 
 
 class CoordinatorProcess:
@@ -18,7 +18,7 @@ class CoordinatorProcess:
     def __init__(self, coordinator_id: int, data_bootstrap: str, zk_connect: str, workdir: Path,
                  port: int | None = None, **overrides):
         self.coordinator_id = coordinator_id
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = workdir / f"coordinator-{coordinator_id}.log"
         settings = {"coordinator.id": coordinator_id, "listeners": f"PLAINTEXT://{self.address}",

@@ -30,6 +30,8 @@ Contract (see ``protocol`` for the entry points):
 
 from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     coordinator,
     create_acls,
     create_topics,

@@ -228,10 +228,11 @@ START_FETCHER_RESPONSE = Message("StartFetcherResponse", valid="0-1", flexible="
 ])
 
 # ------------------------------------------------------------------- DescribeGroups
-DESCRIBE_GROUPS_REQUEST = Message("CoordinatorDescribeGroupsRequest", valid="0", flexible="none", fields=[
+# v1: each member's protocol (coordinator, spark, classic or consumer)
+DESCRIBE_GROUPS_REQUEST = Message("CoordinatorDescribeGroupsRequest", valid="0-1", flexible="none", fields=[
     Field("GroupIds", "[]string", "0+"),  # empty: every group
 ])
-DESCRIBE_GROUPS_RESPONSE = Message("CoordinatorDescribeGroupsResponse", valid="0", flexible="none", fields=[
+DESCRIBE_GROUPS_RESPONSE = Message("CoordinatorDescribeGroupsResponse", valid="0-1", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("Groups", "[]DescribedGroup", "0+", fields=[
         Field("GroupId", "string", "0+"),
@@ -240,6 +241,7 @@ DESCRIBE_GROUPS_RESPONSE = Message("CoordinatorDescribeGroupsResponse", valid="0
         Field("Members", "[]DescribedMember", "0+", fields=[
             Field("ConsumerId", "string", "0+"),
             Field("Host", "string", "0+"),
+            Field("Protocol", "string", "1+", default="coordinator"),
             Field("Assigned", "[]AssignedTopicPartition", "0+", fields=[
                 Field("Topic", "string", "0+"),
                 Field("Partition", "int32", "0+"),
@@ -288,6 +290,9 @@ VERSIONS: dict[int, tuple[int, int]] = {key: (VERSION, VERSION) for key in MESSA
 VERSIONS[REGISTER_CONSUMER] = (0, REGISTER_VERSION)
 VERSIONS[STOP_FETCHER] = (0, INCREMENTAL_VERSION)
 VERSIONS[START_FETCHER] = (0, INCREMENTAL_VERSION)
+#: The newest coordinator DescribeGroups version (1: each member's protocol).
+DESCRIBE_VERSION = 1
+VERSIONS[DESCRIBE_GROUPS] = (0, DESCRIBE_VERSION)
 
 for _key, (_name, _request, _response) in MESSAGES.items():
     register(_key, _name, _request, _response, VERSIONS[_key])

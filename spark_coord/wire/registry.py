@@ -56,19 +56,33 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True)
 class ApiEntry:
-    """One served (api_key, version): its codecs and header versions."""
+    """One served (api_key, version): its schemas and header versions.
+
+    The codecs are compiled the first time they are used (``Message.codec`` keeps them): a
+    process that speaks a few APIs (a client, Spark's reader process that every streaming
+    query starts) does not pay for compiling every version of every API at import."""
 
     api_key: int
     version: int
     name: str
-    request: StructCodec
-    response: StructCodec
+    request_message: Message
+    response_message: Message
     request_header_version: int   # 1 (classic) or 2 (flexible: + tagged fields)
     response_header_version: int  # 0 (classic) or 1 (flexible: + tagged fields)
+
+    @property
+    def request(self) -> StructCodec:
+        return self.request_message.codec(self.version)
+
+    @property
+    def response(self) -> StructCodec:
+        return self.response_message.codec(self.version)
 
 
 _lock = threading.Lock()
@@ -95,9 +109,11 @@ def register(api_key: int, name: str, request: Message, response: Message, versi
         req_flex = request.is_flexible(v)
         if req_flex != response.is_flexible(v):
             raise ValueError(f"{name} v{v}: request and response disagree on flexibility")
+        for message in (request, response):
+            if v not in message.valid_versions:
+                raise ValueError(f"{message.name} has no version {v} (valid: {message.valid})")
         built.append(ApiEntry(
-            api_key=int(api_key), version=v, name=name,
-            request=request.codec(v), response=response.codec(v),
+            api_key=int(api_key), version=v, name=name, request_message=request, response_message=response,
             request_header_version=2 if req_flex else 1,
             response_header_version=(response_header_version if response_header_version is not None
                                      else (1 if req_flex else 0)),

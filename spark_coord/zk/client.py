@@ -138,7 +138,7 @@ def connect(connect_string: str, session_timeout_ms: int = DEFAULT_SESSION_TIMEO
 
 def _digest_auth(auth_digest: Any) -> list[tuple[str, str]]:
     """kazoo's ``auth_data`` for ``user:password`` digest credentials (empty: none)."""
-    from spark_coord.security.secret import reveal
+    from spark_coord.secret import reveal
 
     text = reveal(auth_digest)
     if not text:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from spark_coord import config
+from spark_coord.net import free_port
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +149,6 @@ def find_jars() -> Path:
 
 
 # ---------------------------------------------------------------------- helpers
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the caller must tolerate losing a race for it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
 
 def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 2.0) -> str:
     """Send a ZooKeeper four-letter word (``srvr``, ``ruok``, ``mntr``...) and return the answer."""
@@ -556,15 +549,13 @@ class EmbeddedEnsemble:
 
     def start(self, timeout: float = 60.0) -> "EmbeddedEnsemble":
         """Start every member, then wait until each serves (a quorum formed)."""
-        from spark_coord.cluster import _free_port  # below the ephemeral range: no clash with outgoing sockets
-
         if self._data_dir is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="spark-coord-zk-ensemble-"))
         taken: set[int] = set()
 
         def port() -> int:
             while True:
-                p = _free_port(self.host)
+                p = free_port(self.host)
                 if p not in taken:
                     taken.add(p)
                     return p

@@ -201,7 +201,7 @@ def test_sequence_gap_and_stale_epoch_are_refused_and_nothing_is_appended(broker
 
 
 def test_unknown_producer_is_accepted_at_any_sequence_and_sequences_wrap(broker):
-    """After a broker restart the state is gone: a producer continuing at sequence n > 0 is accepted."""
+    """A producer the partition has no state for (last seen in an older segment) is accepted at any sequence."""
     _topic(broker, "wrap")
     s = connect(broker.address)
     top = 2**31 - 1
@@ -209,6 +209,32 @@ def test_unknown_producer_is_accepted_at_any_sequence_and_sequences_wrap(broker)
     assert _produce(s, "wrap", _batch(4242, 3, 0, [b"3"]))["error_code"] == 0  # wrapped from 2**31-1 to 0
     assert _produce(s, "wrap", _batch(4242, 3, 0, [b"3"]))["base_offset"] == 2  # duplicate
     assert _values(broker, "wrap") == [b"1", b"2", b"3"]
+
+
+def test_a_retry_after_a_broker_restart_is_answered_as_the_duplicate(broker_factory, tmp_path):
+    """The restarted broker rebuilds its producers' sequences from the log: the retry of a batch
+    appended before the restart (its answer lost) is not stored again, and a gap is still refused."""
+    kept = {"log.dirs": str(tmp_path / "kept-logs")}
+    first = broker_factory(0, **kept)
+    _topic(first, "restart")
+    s = connect(first.address)
+    pid = _init_pid(s)["producer_id"]
+    other = _init_pid(s)["producer_id"]
+    for producer, seq, values in ((pid, 0, [b"a", b"b"]), (other, 0, [b"o"]), (pid, 2, [b"c"]), (pid, 3, [b"d"])):
+        assert _produce(s, "restart", _batch(producer, 0, seq, values))["error_code"] == 0
+    s.close()
+    first.stop()
+    second = broker_factory(0, **kept)
+    wait_until(lambda: second.broker.logs.get("restart", 0), 10, message="the log of restart-0")
+    s = connect(second.address)
+    again = _produce(s, "restart", _batch(pid, 0, 3, [b"d"]))
+    assert (again["error_code"], again["base_offset"]) == (0, 4)
+    assert _produce(s, "restart", _batch(other, 0, 0, [b"o"]))["base_offset"] == 2
+    gap = _produce(s, "restart", _batch(pid, 0, 9, [b"x"]))
+    assert gap["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and "expected sequence 4" in gap["error_message"]
+    assert _produce(s, "restart", _batch(pid, 0, 4, [b"e"]))["base_offset"] == 5
+    assert _values(second, "restart") == [b"a", b"b", b"o", b"c", b"d", b"e"]
+    s.close()
 
 
 def test_idempotent_batch_without_epoch_or_with_company_is_refused(broker):

@@ -456,7 +456,7 @@ def test_ids_are_authorized_by_the_topic_they_name(broker_factory, zk):
     DeleteTopics; an id of nothing stays UNKNOWN_TOPIC_ID."""
     from spark_coord.security.client import ClientSecurity
     from spark_coord.security.credentials import UserStore
-    from spark_coord.security.secret import Password
+    from spark_coord.secret import Password
 
     passwords = {"admin": "admin-s3cret-pw", "alice": "alice-s3cret-pw"}
     for user, password in passwords.items():

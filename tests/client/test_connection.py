@@ -309,7 +309,7 @@ def test_large_records_reach_the_broker_intact_from_parts(broker):
 
 def test_send_parts_survives_partial_writes():
     """sendmsg may take only part of what it is given: the rest follows in order."""
-    from spark_coord.client.connection import send_parts
+    from spark_coord.client.transport import send_parts
 
     a, b = socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)

@@ -91,3 +91,42 @@ def test_unknown_codec_is_refused_naming_the_known_ones(cluster):
     with ClusterClient(cluster.bootstrap) as cc:
         with pytest.raises(ValueError, match="brotli.*gzip"):
             Producer(cc, compression="brotli")
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+def test_idempotent_producer_absorbs_lost_answers(broker_factory, idempotence):
+    """Answers lost on the way back (a proxy that cuts the connection once the broker answered):
+    the idempotent producer sends the batches again and the broker keeps one copy of each; a plain
+    producer stores them twice."""
+    from spark_coord.client.fetcher import fetch
+    from spark_coord.records.reader import iter_records
+
+    from proxy import AnswerDroppingProxy
+
+    holder: dict = {}
+    proxy = AnswerDroppingProxy(lambda: holder["broker"].address)
+    holder["broker"] = broker_factory(0, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    try:
+        with ClusterClient(bootstrap) as cc:
+            AdminClient(cc).create_topic("lost", 1)
+            proxy.drop_answer_of(2, 5, 6)
+            producer = Producer(cc, acks=-1, batch_size=1024, idempotence=idempotence)
+            for i in range(2000):
+                producer.send("lost", b"%06d" % i, partition=0)
+            producer.flush()
+            assert producer.producer_id >= 0 if idempotence else producer.producer_id == -1
+            values, offset = [], 0
+            end = AdminClient(cc).list_offsets("lost", [0], LATEST)[0]
+            while offset < end:
+                part = fetch(cc.connection(cc.leader("lost", 0)), {("lost", 0): offset})[0]
+                for rec in iter_records(part.records, min_offset=offset):
+                    values.append(int(rec.value))
+                    offset = rec.offset + 1
+    finally:
+        proxy.close()
+    assert len(proxy.dropped) == 3
+    if idempotence:
+        assert values == list(range(2000))
+    else:
+        assert len(values) > 2000 and sorted(set(values)) == list(range(2000))

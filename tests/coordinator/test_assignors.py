@@ -174,3 +174,25 @@ def test_manual_timer_fires_in_order_and_purgatory_completes_once():
     assert purgatory.check_and_complete(MemberKey("g", "c")) == 1
     timer.advance(5000)
     assert expired == [op] and purgatory.pending() == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(members_st, topics_st, previous_st)
+def test_sticky_range_is_balanced_per_topic_and_keeps_holders_within_their_share(subs, topics, previous):
+    from spark_coord.coordinator.assignors import sticky_range_assign
+
+    members = {cid: TopicCount.static(s) for cid, s in subs.items()}
+    owners = sticky_range_assign(members, topics, previous)
+    _check_complete(owners, members, topics)
+    for t, n in topics.items():
+        threads = [tid for cid, tc in members.items() for tid in tc.thread_ids(cid, t)]
+        if not threads or n == 0:
+            continue
+        counts = Counter(owners[(t, p)] for p in range(n))
+        per = [counts.get(th, 0) for th in threads]
+        assert max(per) - min(per) <= 1
+        kept = Counter(th for (tt, p), th in previous.items() if tt == t and p < n and th in threads)
+        for th in threads:  # a holder keeps min(what it had, its share)
+            assert sum(1 for (tt, p), o in owners.items() if tt == t and o == th and previous.get((tt, p)) == th) \
+                == min(kept.get(th, 0), counts.get(th, 0))
+    assert sticky_range_assign(members, topics, previous) == owners

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from spark_coord.coordinator.group import LEASE_MARGIN_MS
 from spark_coord.coordinator.classic import ClassicMember
-from spark_coord.metrics.coordinator import (CLASSIC_PROTOCOL, COORDINATOR_PROTOCOL, NO_METRICS, SPARK_PROTOCOL,
+from spark_coord.coordinator.metrics import (CLASSIC_PROTOCOL, COORDINATOR_PROTOCOL, NO_METRICS, SPARK_PROTOCOL,
                                              PrometheusCoordinatorMetrics, member_protocol, partitions_moved)
 from spark_coord.metrics.lag import snapshot_coordinator
 

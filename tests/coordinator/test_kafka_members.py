@@ -26,8 +26,9 @@ class KafkaClient:
     (KIP-429).  ``revoked`` and ``assigned`` log what its callbacks would have received."""
 
     def __init__(self, h: Harness, kg: KafkaGroups, topics=("t",), group: str = "g", session: int = 3000,
-                 protocols=("range", "roundrobin")):
+                 protocols=("range", "roundrobin"), instance: str | None = None):
         self.h, self.kg, self.group, self.session = h, kg, group, session
+        self.instance = instance
         self.topics, self.protocols = list(topics), list(protocols)
         self.member_id = ""
         self.generation = -1
@@ -47,7 +48,7 @@ class KafkaClient:
         else:
             meta = encode_subscription({"topics": self.topics}, 0)
         return {"group_id": self.group, "session_timeout_ms": self.session, "rebalance_timeout_ms": self.session,
-                "member_id": self.member_id, "group_instance_id": None, "protocol_type": "consumer",
+                "member_id": self.member_id, "group_instance_id": self.instance, "protocol_type": "consumer",
                 "protocols": [{"name": n, "metadata": meta} for n in self.protocols]}
 
     async def join(self) -> asyncio.Task:
@@ -56,7 +57,7 @@ class KafkaClient:
         if not self.cooperative and self.partitions:
             self.revoked.append(self.owned())
             self.partitions = {}
-        if not self.member_id:
+        if not self.member_id and not self.instance:  # a static member gets its id at once (KIP-345)
             first = await self.kg.join_group(self.join_body(), JOIN_VERSION, "client", "127.0.0.1")
             assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and first["member_id"]
             self.member_id = first["member_id"]
@@ -84,6 +85,7 @@ class KafkaClient:
         assert answer["error_code"] == 0, answer
         assert answer["leader"] == LEADER and answer["members"] == []  # the coordinator assigns
         self.generation, self.protocol = answer["generation_id"], answer["protocol_name"]
+        self.member_id = answer["member_id"]
         before = self.owned()
         assert self.sync()["error_code"] == 0
         await self.h.settle()
@@ -575,3 +577,35 @@ async def test_a_cooperative_member_is_taken_back_after_a_failover_in_its_epoch(
     await h.settle()
     g = h.group()
     assert g.state == GroupState.STABLE and g.members["k1"].incremental and len(g.members["k1"].owned()) == 4
+
+
+@async_test
+async def test_a_static_member_restarted_within_its_session_takes_its_partitions_back_without_a_rebalance():
+    """KIP-345: a new incarnation of a static member (same group.instance.id, new member id) gets
+    what the instance held in the same generation; the other member is told nothing; the earlier
+    incarnation's member id is fenced from then on."""
+    h, kg = await _start({"t": 6})
+    a, b = KafkaClient(h, kg, instance="host-a"), KafkaClient(h, kg)
+    await a.joined(await a.join())
+    b_join = await b.join()
+    await a.joined(await a.join())  # eager: a gives everything up, then gets its share
+    await b.joined(b_join)
+    assert len(a.owned()) == 3 and len(b.owned()) == 3 and h.group().state == GroupState.STABLE
+    generation, held, b_seen = h.group().generation_id, a.owned(), (list(b.revoked), list(b.assigned))
+    a2 = KafkaClient(h, kg, instance="host-a")  # the restarted process: no member id yet
+    answer = await a2.joined(await a2.join())
+    assert answer["generation_id"] == generation and a2.owned() == held and a2.member_id != a.member_id
+    await h.settle()
+    assert b.heartbeat() == ErrorCode.NONE and (b.revoked, b.assigned) == b_seen  # nothing moved for b
+    assert h.group().generation_id == generation
+    assert a.heartbeat() == ErrorCode.FENCED_INSTANCE_ID
+    assert set((await a.commit({("t", 0): 1})).values()) == {ErrorCode.FENCED_INSTANCE_ID}
+    assert kg.sync_group({"group_id": "g", "generation_id": generation, "member_id": a.member_id,
+                          "assignments": []})["error_code"] == ErrorCode.FENCED_INSTANCE_ID
+    described = kg.describe_groups({"groups": ["g"]})["groups"][0]["members"]
+    assert {(m["member_id"], m["group_instance_id"]) for m in described} == {(a2.member_id, "host-a"),
+                                                                              (b.member_id, None)}
+    left = kg.leave_group({"group_id": "g", "members": [{"member_id": "", "group_instance_id": "host-a"}]}, 3)
+    assert left["members"][0]["error_code"] == 0  # an admin removes the static member by its instance id
+    await h.settle()
+    assert "host-a" not in h.group().members

@@ -192,5 +192,8 @@ BROKER_OVERRIDES = {
     "coordinator.rebalance.backoff.ms": 200,
     "coordinator.min.session.timeout.ms": 1000,
     "num.partitions": 3,
+    # Kafka 4's consumer group protocol (KIP-848): the coordinator sets these for its members
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.consumer.session.timeout.ms": 6000,
 }
 

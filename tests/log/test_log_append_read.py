@@ -109,19 +109,23 @@ def test_segments_roll_by_size_and_index_finds_every_offset(kit):
     reopened.close()
 
 
-def test_offset_for_timestamp_at_batch_granularity(kit):
+def test_offset_for_timestamp_is_the_first_record_at_or_after_it(kit):
+    """Kafka's rule (what offsetsForTimes and Spark's timestamp options rely on): the first record,
+    not its batch, whose timestamp is >= t."""
     plog = kit.open(segment_bytes=1024)
     for i in range(30):  # batch i holds timestamps 1000*i .. 1000*i + 2
         kit.append(plog, kit.batch([b"x" * 40] * 3, timestamp=1000 * i, step_ms=1))
     assert len(plog.segment_bases()) > 2
-    assert plog.offset_for_timestamp(0) == (0, 2)
-    assert plog.offset_for_timestamp(5001) == (15, 5002)  # inside batch 5 -> its base offset
-    assert plog.offset_for_timestamp(5003) == (18, 6002)
-    assert plog.offset_for_timestamp(29_002) == (87, 29_002)
+    assert plog.offset_for_timestamp(0) == (0, 0)
+    assert plog.offset_for_timestamp(5001) == (16, 5001)  # the second record of batch 5
+    assert plog.offset_for_timestamp(5002) == (17, 5002)
+    assert plog.offset_for_timestamp(5003) == (18, 6000)  # none in batch 5: the first of batch 6
+    assert plog.offset_for_timestamp(29_002) == (89, 29_002)
     assert plog.offset_for_timestamp(29_003) is None
     plog.close()
     reopened = kit.open(segment_bytes=1024)  # old segments' timestamps are computed lazily
-    assert reopened.offset_for_timestamp(20_000) == (60, 20_002)
+    assert reopened.offset_for_timestamp(20_000) == (60, 20_000)
+    assert reopened.offset_for_timestamp(20_001) == (61, 20_001)
     reopened.close()
 
 

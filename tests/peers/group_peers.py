@@ -26,20 +26,28 @@ class KafkaPeer:
     """A Kafka-client group consumer process."""
 
     def __init__(self, kind: str, bootstrap: str, group: str, topic: str, client_id: str, workdir: Path,
-                 strategy: str | None = None, session_ms: int = 6000):
+                 strategy: str | None = None, session_ms: int = 6000, instance: str | None = None):
         self.kind = kind
         self.client_id = client_id
         self.strategy = strategy
+        self.instance = instance
         self.out = Path(workdir) / f"{client_id}.jsonl"
         self._out = open(self.out, "w")
         self._err = open(Path(workdir) / f"{client_id}.stderr", "w")
         self.proc = subprocess.Popen([sys.executable, str(PEER), kind, bootstrap, group, topic, client_id,
                                       str(session_ms)] + ([strategy] if strategy else []),
-                                     stdout=self._out, stderr=self._err, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     stdout=self._out, stderr=self._err,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1", GROUP_INSTANCE_ID=instance or ""))
 
     @property
     def cooperative(self) -> bool:
-        return self.strategy == "cooperative-sticky"
+        return self.strategy in ("cooperative-sticky", "consumer")
+
+    def member_id(self) -> str | None:
+        """Its member id, as its last assignment callback saw it (confluent-kafka peers).  The
+        coordinator knows a static member (``instance``) by its instance id instead."""
+        ids = [e["member"] for e in self.events() if e["event"] == "assigned" and e.get("member")]
+        return ids[-1] if ids else None
 
     def events(self) -> list[dict]:
         lines = self.out.read_text().splitlines()

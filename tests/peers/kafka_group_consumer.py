@@ -1,8 +1,12 @@
 """A Kafka-client group consumer as a test process: ``python kafka_group_consumer.py
 {confluent|kafka-python} BOOTSTRAP GROUP TOPIC CLIENT_ID SESSION_MS [STRATEGY]``.
 
-It subscribes (Kafka's group protocol) with the assignment strategy STRATEGY (the
-client's default eager assignors when absent, ``cooperative-sticky`` for KIP-429),
+It subscribes (Kafka's classic group protocol) with the assignment strategy STRATEGY
+(the client's default eager assignors when absent, ``cooperative-sticky`` for KIP-429);
+STRATEGY ``consumer`` (confluent-kafka only) is Kafka 4's consumer group protocol
+instead (``group.protocol=consumer``, KIP-848: the coordinator sets the session and
+heartbeat interval and assigns, so neither is configured).  With GROUP_INSTANCE_ID in
+the environment it is a static member (``group.instance.id``, KIP-345).  It
 reads with auto-commit every 200 ms and prints one JSON line per event on stdout:
 ``assigned`` / ``revoked`` / ``lost`` (the partitions each callback received, with
 the time), ``records`` (partition -> offsets of what one poll returned) and ``read``
@@ -15,6 +19,7 @@ SIGKILL never commits a record this process did not report.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -46,12 +51,21 @@ def main() -> None:
 
         conf = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
                 "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200,
-                "enable.auto.offset.store": False, "session.timeout.ms": int(session), "heartbeat.interval.ms": 300}
-        if strategy:
-            conf["partition.assignment.strategy"] = strategy
+                "enable.auto.offset.store": False}
+        if os.environ.get("PEER_DEBUG"):  # librdkafka's debug contexts, into the peer's stderr file
+            conf["debug"] = os.environ["PEER_DEBUG"]
+        if os.environ.get("GROUP_INSTANCE_ID"):
+            conf["group.instance.id"] = os.environ["GROUP_INSTANCE_ID"]
+        if strategy == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf.update({"session.timeout.ms": int(session), "heartbeat.interval.ms": 300})
+            if strategy:
+                conf["partition.assignment.strategy"] = strategy
         c = Consumer(conf)
         c.subscribe([topic],
-                    on_assign=lambda _c, ps: emit(event="assigned", partitions=sorted(p.partition for p in ps)),
+                    on_assign=lambda _c, ps: emit(event="assigned", partitions=sorted(p.partition for p in ps),
+                                                  member=c.memberid()),
                     on_revoke=lambda _c, ps: emit(event="revoked", partitions=sorted(p.partition for p in ps)),
                     on_lost=lambda _c, ps: emit(event="lost", partitions=sorted(p.partition for p in ps)))
         while not stop:

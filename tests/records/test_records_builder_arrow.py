@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from spark_coord.records import arrow_jit, builder
 from spark_coord.records.arrow import HEADERS_TYPE, decode_to_arrow
+from spark_coord.records.header import validate_batches
 from spark_coord.records.reader import iter_batches
 
 row = st.tuples(st.one_of(st.none(), st.binary(max_size=30)), st.one_of(st.none(), st.binary(max_size=400)),
@@ -85,6 +86,33 @@ def test_by_partition_without_the_compiled_encoder_gives_the_same_records(monkey
         assert [r[1] for r in decoded(python[q])] == [b"v" * (i % 50) for i in order if i % 3 == q]
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("codec", [0, 3])
+def test_idempotent_batches_carry_the_producer_and_consecutive_sequences(monkeypatch, compiled, codec):
+    """Each partition's batches get the producer id and epoch and base sequences that follow on from
+    ``sequences`` (which moves past them, wrapping at 2**31), in the CRC-checked header."""
+    if not compiled:
+        monkeypatch.setattr(arrow_jit, "AVAILABLE", False)
+    elif not arrow_jit.AVAILABLE:
+        pytest.skip("numba unavailable")
+    cols = builder.ArrowColumns(None, pa.array([b"v" * (i % 40) for i in range(400)], pa.binary()))
+    rows = np.arange(400)
+    sequences = {1: 2**31 - 5}
+    batches = builder.arrow_batches_by_partition(cols, rows, rows % 2, 2, codec, 600, 7, producer=(42, 3),
+                                                 sequences=sequences)
+    for q, start in ((0, 0), (1, 2**31 - 5)):
+        expected, seen = start, 0
+        for data, count in batches[q]:
+            header, = validate_batches(bytes(data))  # the CRC covers the producer fields
+            assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, expected)
+            expected = (expected + count) % 2**31
+            seen += count
+        assert seen == 200 and sequences[q] == expected
+    plain = builder.arrow_batches_by_partition(cols, rows, rows % 2, 2, codec, 600, 7)
+    (header, _), = iter_batches(bytes(plain[0][0][0]))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (-1, -1, -1)
+
+
 def test_partitions_out_of_range_are_refused():
     cols = builder.ArrowColumns(None, pa.array([b"a", b"b"], pa.binary()))
     for parts in ([0, 2], [-1, 0]):
@@ -98,7 +126,7 @@ def test_partitions_out_of_range_are_refused():
 def test_key_partitions_match_the_producer():
     import random
 
-    from spark_coord.client.producer import partition_for_key
+    from spark_coord.records.partitioner import partition_for_key
 
     rnd = random.Random(5)
     keys = [None if i % 9 == 0 else bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(40))) for i in range(3000)]

@@ -153,3 +153,22 @@ def test_exact_fit_limit():
 def test_zlib_stream_is_not_gzip():
     with pytest.raises(ValueError, match="corrupt gzip"):
         decompress(1, zlib.compress(DATA))
+
+
+def test_decompress_all_puts_every_item_side_by_side_growing_as_needed():
+    """Items of any codec, one after the other in one buffer; data that decompresses to far more
+    than the first guess (a zstd frame without its size, 1000:1) makes the buffer grow."""
+    pieces = [b"a" * 100_000, bytes(range(256)) * 40, b"", b"z" * 3000, b"plain bytes"]
+    codecs = [compression.ZSTD, compression.GZIP, compression.LZ4, compression.SNAPPY, compression.NONE]
+    items = [(c, compress(c, p) if c else p) for c, p in zip(codecs, pieces)]
+    import zstandard
+
+    items[0] = (compression.ZSTD, zstandard.ZstdCompressor(write_content_size=False).compress(pieces[0]))
+    assert compression._size_hint(compression.ZSTD, items[0][1]) is None  # as librdkafka's (kcat's) frames
+    out, spans = compression.decompress_all(items)
+    assert [bytes(out[a:b]) for a, b in spans] == pieces
+    assert [a for a, _ in spans] == [sum(map(len, pieces[:i])) for i in range(len(pieces))]
+    with pytest.raises(DecompressedTooLarge):
+        compression.decompress_all(items, max_bytes=50_000)
+    with pytest.raises(ValueError, match="corrupt zstd"):
+        compression.decompress_all([(compression.ZSTD, b"\x28\xb5\x2f\xfd" + b"garbage" * 5)])

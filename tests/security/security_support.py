@@ -28,7 +28,7 @@ def add_users(zk, *names: str) -> None:
 
 def sasl_ssl(pki, user: str = "alice", mechanism: str = "SCRAM-SHA-512", password: str | None = None,
              protocol: str = "SASL_SSL") -> ClientSecurity:
-    from spark_coord.security.secret import Password
+    from spark_coord.secret import Password
 
     return ClientSecurity(protocol=protocol, mechanism=mechanism, username=user,
                           password=Password(password if password is not None else PASSWORDS[user]),

@@ -165,8 +165,12 @@ def test_acls_cli_adds_lists_and_removes(acl_broker, pki, tmp_path):
         return subprocess.run([sys.executable, "-m", "spark_coord.cli", "acls", *args, "-b", _bootstrap(acl_broker),
                                "--command-config", str(admin_conf)], capture_output=True, text=True, timeout=60)
 
-    added = cli("add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "clicks")
+    # -X takes librdkafka's names as kcat does: sasl.mechanisms is sasl.mechanism
+    added = cli("add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "clicks",
+                "-X", "sasl.mechanisms=SCRAM-SHA-256")
     assert added.returncode == 0, added.stderr
+    refused = cli("list", "-X", "sasl.mechanisms=GSSAPI")
+    assert refused.returncode == 2 and "sasl.mechanism: expected one of" in refused.stderr, refused.stderr
     listed = cli("list", "--topic", "clicks")
     assert listed.returncode == 0 and "principal=User:alice" in listed.stdout and "operation=READ" in listed.stdout
     assert PASSWORDS["admin"] not in listed.stdout + listed.stderr

@@ -23,7 +23,7 @@ from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.errors import ErrorCode
 from spark_coord.records.reader import iter_records
-from spark_coord.security.client import SaslAuthenticationFailed
+from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.security.credentials import UserStore
 from spark_coord.wire.protocol import encode_request
 from spark_coord.wire.registry import ApiKey

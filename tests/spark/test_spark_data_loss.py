@@ -86,3 +86,77 @@ def test_batch_read_below_log_start(spark, trimmed):
     df = reader(spark, cluster, topic, startingOffsets=starting, failOnDataLoss="false")
     got = sorted(r.offset for r in df.select("offset").collect())
     assert got == list(range(got[0], latest)) and got[0] >= earliest
+
+
+# ------------------------------------------------- a topic deleted and created again, on the driver
+
+def _recreate(cluster, topic: str, partitions: int = 2) -> None:
+    """Delete ``topic`` and create it again (empty) under the same name."""
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.errors import ErrorCode, KafkaError
+
+    with ClusterClient(cluster.bootstrap) as cc:
+        admin = AdminClient(cc)
+        admin.delete_topic(topic)
+
+        def created():
+            try:
+                return admin.create_topic(topic, partitions)
+            except KafkaError as e:  # the deletion may still be under way
+                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+                return None
+
+        wait_until(created, timeout=30, interval=0.2, message=f"{topic} created again")
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_stream_whose_topic_is_deleted_and_created_again(spark, cluster, fail):
+    """Spark's failOnDataLoss on the driver: the query fails naming the topic and partition, or
+    (false) warns and reads the new topic from its start."""
+    topic = new_topic(cluster)
+    produce(cluster, topic, 40)
+    name = f"recreated_{'fail' if fail else 'skip'}"
+    query = (reader(spark, cluster, topic, streaming=True, startingOffsets="earliest",
+                    failOnDataLoss=str(fail).lower())
+             .writeStream.format("memory").queryName(name).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: spark.table(name).count() == 40, timeout=60, message="the first 40 records read")
+        query.processAllAvailable()
+        _recreate(cluster, topic)
+        fresh = produce(cluster, topic, 6, start=1000, headers=False)  # 3 per partition: before offset 20
+        if fail:
+            with pytest.raises(Exception, match=rf"{topic}-[01]: .*failOnDataLoss=false"):
+                query.awaitTermination(120)
+            assert not query.isActive
+        else:
+            wait_until(lambda: spark.table(name).count() == 46, timeout=60,
+                       message=lambda: f"the new topic's records read ({spark.table(name).count()} rows)")
+            query.processAllAvailable()
+            rows = [(r.partition, r.offset, bytes(r.value)) for r in spark.table(name).collect()]
+            expected = [(row[3], row[4], bytes(row[1])) for row in fresh]
+            assert sorted(r for r in rows if r[2] in {v for _, _, v in expected}) == sorted(expected)
+            assert sorted(o for p, o, _ in expected) == [0, 0, 1, 1, 2, 2]  # from the new logs' start
+            assert len(rows) == 46
+            assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_stream_whose_topic_is_deleted_fails_naming_the_partition(spark, cluster):
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    topic = new_topic(cluster)
+    produce(cluster, topic, 10)
+    query = (reader(spark, cluster, topic, streaming=True, startingOffsets="earliest").writeStream
+             .format("memory").queryName("deleted_fail").trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: spark.table("deleted_fail").count() == 10, timeout=60, message="the records read")
+        with ClusterClient(cluster.bootstrap) as cc:
+            AdminClient(cc).delete_topic(topic)
+        with pytest.raises(Exception, match=rf"{topic}-[01]: the partition is gone .*failOnDataLoss=false"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()

@@ -39,8 +39,27 @@ def opts(**kw):
     (opts(maxTriggerDelay="5m"), True, "maxTriggerDelay"),
     (opts(failOnDataLoss="maybe"), True, "failOnDataLoss"),
     (opts(members="2"), True, "members"),
-    (opts(**{"kafka.bootstrap.servers": "x:1"}), True, "kafka.bootstrap.servers"),
+    (opts(**{"kafka.bootstrap.servers": "x:1"}), True, "bootstrap.brokers: given twice"),
+    (opts(**{"kafka.group.id": "g"}), True, "kafka.group.id: not taken by coordkafka: coordkafka's group.id"),
+    (opts(**{"kafka.auto.offset.reset": "earliest"}), True, "kafka.auto.offset.reset: not taken"),
+    (opts(**{"kafka.max.poll.records": "10"}), True, "kafka.max.poll.records: not a Kafka consumer setting"),
+    (opts(**{"kafka.linger.ms": "10"}), True, "kafka.linger.ms: not a Kafka consumer setting"),
+    (opts(**{"kafka.fetch.max.bytes": "x"}), True, "kafka.fetch.max.bytes: expected an integer"),
+    (opts(**{"kafka.fetch.max.wait.ms": "1", "kafka.fetch.wait.max.ms": "2"}), True, "given twice"),
+    (opts(**{"kafka.sasl.mechanisms": "GSSAPI", "kafka.security.protocol": "SASL_SSL",
+             "kafka.sasl.username": "u", "kafka.sasl.password": "p"}), True, "kafka.sasl.mechanism: expected one of"),
+    (opts(**{"kafka.session.timeout.ms": "6000"}), True, "kafka.session.timeout.ms: only meaningful with group.id"),
     (opts(subscribe="bad topic!"), True, "subscribe"),
+    (opts(startingTimestamp="yesterday"), True, "startingTimestamp"),
+    (opts(startingTimestamp="-5"), True, "startingTimestamp"),
+    (opts(startingOffsetsByTimestamp='{"a": {"0": "noon"}}'), True, "startingOffsetsByTimestamp"),
+    (opts(startingOffsetsByTimestamp='{"zzz": {"0": 1}}'), True, "startingOffsetsByTimestamp"),
+    (opts(startingOffsetsByTimestampStrategy="earliest"), True, "startingOffsetsByTimestampStrategy"),
+    (opts(endingTimestamp="1000"), True, "endingTimestamp"),
+    (opts(endingOffsetsByTimestamp='{"a": {"0": 1}}'), True, "endingOffsetsByTimestamp"),
+    (opts(endingOffsetsByTimestamp='{"a": {"0": -2}}'), False, "endingOffsetsByTimestamp"),
+    (opts(maxRecordsPerPartition="0"), False, "maxRecordsPerPartition"),
+    (opts(**{"fetchOffset.numRetries": "-1"}), True, "fetchOffset.numRetries"),
 ])
 def test_bad_source_options_name_the_option(options, streaming, names):
     with pytest.raises(ValueError) as e:
@@ -60,6 +79,50 @@ def test_good_source_options():
     assert parse_source_options(opts(), True).starting == "latest"
 
 
+def test_spark_kafka_names_pass_through():
+    o = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "kafka.fetch.max.bytes": "2048",
+                              "kafka.max.partition.fetch.bytes": "4096", "kafka.fetch.wait.max.ms": "7",
+                              "kafka.fetch.min.bytes": "3", "kafka.request.timeout.ms": "1234",
+                              "kafka.client.id": "job", "kafkaConsumer.pollTimeoutMs": "5000",
+                              "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanisms": "PLAIN",
+                              "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                                        'required username="u" password="secret";',
+                              "kafka.ssl.truststore.location": "/ca.pem", "groupIdPrefix": "ignored",
+                              "startingTimestamp": "1000", "maxRecordsPerPartition": "50",
+                              "fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "100"}, True)
+    assert o.bootstrap == "h:1"
+    assert (o.fetch_max_bytes, o.max_partition_fetch_bytes, o.fetch_max_wait_ms, o.fetch_min_bytes) == \
+        (2048, 4096, 7, 3)
+    assert (o.socket_timeout_ms, o.poll_timeout_ms, o.client_id) == (1234, 5000, "job")
+    assert (o.security.protocol, o.security.mechanism, o.security.username, o.security.ca_location) == \
+        ("SASL_SSL", "PLAIN", "u", "/ca.pem")
+    assert "secret" not in repr(o)
+    assert (o.starting_timestamp, o.max_records_per_partition, o.offset_retries, o.offset_retry_interval_ms) == \
+        (1000, 50, 5, 100)
+    assert parse_source_options(opts(startingOffsetsByTimestamp='{"a": {"0": 5, "1": -1}}'), False) \
+        .starting_by_timestamp == {"a": {0: 5, 1: -1}}
+
+
+def test_sink_takes_kafka_producer_settings():
+    o = parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "20", "kafka.acks": "all",
+                            "kafka.compression.type": "lz4", "kafka.batch.size": "65536", "kafka.retries": "3",
+                            "kafka.max.in.flight.requests.per.connection": "2", "includeHeaders": "true"})
+    assert (o.bootstrap, o.linger_ms, o.acks, o.compression, o.batch_size, o.retries, o.max_in_flight) == \
+        ("h:1", 20, -1, "lz4", 65536, 3, 2)
+    assert o.idempotence  # Kafka's default
+    assert not parse_sink_options({"bootstrap.brokers": "h:1", "kafka.enable.idempotence": "false"}).idempotence
+    assert not parse_sink_options({"bootstrap.brokers": "h:1", "acks": "1"}).idempotence  # Kafka: acks=1 turns it off
+    with pytest.raises(ValueError, match="^kafka.acks: the idempotent sink needs acks=all"):
+        parse_sink_options({"bootstrap.brokers": "h:1", "kafka.acks": "1", "kafka.enable.idempotence": "true"})
+    with pytest.raises(ValueError, match="^kafka.max.in.flight.requests.per.connection: at most 5"):
+        parse_sink_options({"bootstrap.brokers": "h:1", "kafka.max.in.flight.requests.per.connection": "6",
+                            "kafka.enable.idempotence": "true"})
+    for refused, why in (("kafka.partitioner.class", "Java classes"), ("kafka.value.serializer", "Spark's rule"),
+                         ("kafka.transactional.id", "transactions"), ("kafka.buffer.memory", "not a Kafka producer")):
+        with pytest.raises(ValueError, match=f"^{refused}: .*{why}"):
+            parse_sink_options({"bootstrap.brokers": "h:1", refused: "x"})
+
+
 def test_unknown_option_gets_a_suggestion():
     with pytest.raises(ValueError, match="(?i)maxOffsetPerTrigger.*did you mean 'maxOffsetsPerTrigger'"):
         parse_source_options(opts(maxOffsetPerTrigger="1"), True)
@@ -71,6 +134,8 @@ def test_sink_options():
         parse_sink_options({"bootstrap.brokers": "h:1", "compression": "brotli"})
     with pytest.raises(ValueError, match="^acks"):
         parse_sink_options({"bootstrap.brokers": "h:1", "acks": "2"})
+    with pytest.raises(ValueError, match="^kafka.bootstrap.servers: required"):
+        parse_sink_options({"topic": "t"})
 
 
 def test_offset_json_round_trip_is_canonical():
@@ -91,6 +156,16 @@ def test_allocate_caps_exactly_and_in_proportion_to_lag():
     assert allocate(lag, None) == lag and allocate(lag, 10**6) == lag
 
 
+def test_max_records_per_partition_cuts_ranges_then_min_partitions_cuts_more():
+    ranges = {("t", 0): (0, 1000), ("t", 1): (5, 15)}
+    pieces = split_ranges(ranges, None, 300)
+    assert pieces == [(("t", 0), 0, 250), (("t", 0), 250, 500), (("t", 0), 500, 750), (("t", 0), 750, 1000),
+                      (("t", 1), 5, 15)]
+    more = split_ranges(ranges, 12, 300)
+    assert len(more) >= 12 and max(e - s for _, s, e in more) <= 250
+    assert sorted(o for tp, s, e in more if tp == ("t", 0) for o in range(s, e)) == list(range(1000))
+
+
 def test_split_ranges_is_deterministic_and_covers_everything():
     ranges = {("t", 0): (0, 1000), ("t", 1): (5, 15), ("t", 2): (3, 3)}
     pieces = split_ranges(ranges, 8)
@@ -103,7 +178,9 @@ def test_split_ranges_is_deterministic_and_covers_everything():
 
 
 @pytest.mark.parametrize("options, name", [
-    ({"subscribe": "x"}, "bootstrap.brokers"),
+    ({"subscribe": "x"}, "kafka.bootstrap.servers"),
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "x", "kafka.max.poll.records": "5"},
+     "kafka.max.poll.records"),
     ({"bootstrap.brokers": "127.0.0.1:1", "subscribe": "x", "startingOffsets": "yesterday"}, "startingOffsets"),
     ({"bootstrap.brokers": "127.0.0.1:1", "subscribe": "x", "noSuchOption": "1"}, "nosuchoption"),
     ({"bootstrap.brokers": "127.0.0.1:1", "assign": '{"x":[0]}', "group.id": "g"}, "group.id"),

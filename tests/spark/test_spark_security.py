@@ -70,3 +70,40 @@ def test_query_reads_and_writes_over_sasl_ssl(spark, sasl_broker, pki, zk_connec
     assert got == sorted(rows)
     wait_until(lambda: sum(group_offsets(zk_connect, group, source).values()) == len(rows), timeout=30,
                message=lambda: f"group offsets {group_offsets(zk_connect, group, source)}")
+
+
+def _authentications(caplog) -> int:
+    return sum("authenticated as User:spark" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("idle_ms", ["540000", "0"])
+def test_executors_keep_their_authenticated_connections_between_tasks(spark, sasl_broker, pki, caplog, idle_ms):
+    """Each Python worker keeps its SASL_SSL connections for the next task (Kafka's
+    connections.max.idle.ms, 9 minutes by default): ten micro-batches of two tasks log in a few
+    times, not once per task as with kafka.connections.max.idle.ms=0."""
+    from spark_data import produce
+
+    bootstrap = f"127.0.0.1:{sasl_broker.broker.bound_ports['SASL_SSL']}"
+    plain = f"127.0.0.1:{sasl_broker.broker.bound_ports['PLAINTEXT']}"
+    topic = f"reuse-{idle_ms}-{uuid.uuid4().hex[:6]}"
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(plain) as cc:
+        AdminClient(cc).create_topic(topic, 2)
+    produce(type("C", (), {"bootstrap": plain}), topic, 40, headers=False)
+    reader = (spark.readStream.format("coordkafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 4)
+              .option("kafka.security.protocol", "SASL_SSL").option("kafka.sasl.mechanism", "SCRAM-SHA-512")
+              .option("kafka.sasl.username", "spark").option("kafka.sasl.password", PASSWORD)
+              .option("kafka.ssl.ca.location", str(pki.ca_path)).option("kafka.connections.max.idle.ms", idle_ms))
+    caplog.clear()
+    query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+    assert query.awaitTermination(180)
+    batches = sum(1 for p in query.recentProgress if p["numInputRows"])
+    assert batches == 10 and sum(p["numInputRows"] for p in query.recentProgress) == 40
+    logins = _authentications(caplog)
+    if idle_ms == "0":
+        assert logins >= 2 * batches  # every task logs in again
+    else:
+        assert logins <= 6, f"{logins} log-ins for {2 * batches} tasks"  # two workers and the driver

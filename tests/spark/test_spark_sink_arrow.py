@@ -76,7 +76,7 @@ def test_uncompressed_batches_reuse_memory_and_round_trip_across_gathered_batche
     intact and in order in its key's partition."""
     import pyarrow as pa
 
-    from spark_coord.client.producer import partition_for_key
+    from spark_coord.records.partitioner import partition_for_key
     from spark_coord.spark.options import parse_sink_options
     from spark_coord.spark.sink import SinkColumns, produce_arrow
 
@@ -106,7 +106,7 @@ def test_the_writers_spark_gets_are_arrow_writers():
 
 
 def test_keys_go_where_kafka_puts_them_and_everything_round_trips(spark, cluster):
-    from spark_coord.client.producer import partition_for_key
+    from spark_coord.records.partitioner import partition_for_key
 
     topic = new_topic(cluster, partitions=3)
     data = [(None if i % 5 == 0 else f"key-{i}".encode(),

@@ -218,8 +218,10 @@ def test_a_standalone_coordinator_exports_its_groups_lag(data_cluster, zk_connec
         assert found[("kafka_consumergroup_members", (("consumergroup", group),))] == 1
         assert found[("spark_coord_coordinator_members", (("protocol", "coordinator"),))] == 1
         assert found[("spark_coord_coordinator_active", ())] == 1
+        from spark_coord.wire.coordinator import REGISTER_VERSION
+
         assert found[("kafka_network_requestmetrics_requests_total",
-                      (("request", "RegisterConsumer"), ("version", "1")))] >= 1
+                      (("request", "RegisterConsumer"), ("version", str(REGISTER_VERSION))))] >= 1
         assert found[("spark_coord_zookeeper_session_state", (("state", "CONNECTED"),))] == 1
     finally:
         if member is not None:

@@ -69,12 +69,17 @@ def _sample(api_key: int, version: int) -> tuple[dict, dict]:
         req_gone, resp_gone = V0_LACKS[api_key]
         request = {k: v for k, v in request.items() if k not in req_gone}
         response = {k: v for k, v in response.items() if k not in resp_gone}
+    if api_key == api.DESCRIBE_GROUPS:  # v1: each member's protocol (v0 reads as the default)
+        protocol_ = "consumer" if version >= 1 else "coordinator"
+        response = dict(response, groups=[dict(g, members=[dict(m, protocol=protocol_) for m in g["members"]])
+                                          for g in response["groups"]])
     return request, response
 
 
 def test_registered_with_classic_headers():
     for key in KEYS:
-        expected = {api.REGISTER_CONSUMER: (0, 2), api.STOP_FETCHER: (0, 1), api.START_FETCHER: (0, 1)}.get(key, (0, 0))
+        expected = {api.REGISTER_CONSUMER: (0, 2), api.STOP_FETCHER: (0, 1), api.START_FETCHER: (0, 1),
+                    api.DESCRIBE_GROUPS: (0, 1)}.get(key, (0, 0))
         assert protocol.served_versions(key) == expected
         for v in range(expected[0], expected[1] + 1):
             entry = registry.lookup(key, v)

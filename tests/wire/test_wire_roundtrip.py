@@ -22,12 +22,12 @@ def _join(parts) -> bytes:
 def test_every_kafka_api_is_served_at_the_documented_versions():
     table = {row["api_key"]: (row["min_version"], row["max_version"]) for row in protocol.api_versions_table()}
     assert table == {0: (3, 9), 1: (4, 17), 2: (0, 7), 3: (0, 12), 18: (0, 4), 19: (0, 7), 20: (0, 6), 22: (0, 4),
-                     # the group APIs (codecs; no broker handler yet)
+                     # Kafka's classic group APIs, and Kafka 4's consumer group protocol (KIP-848)
                      8: (0, 9), 9: (0, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
-                     16: (0, 5), 42: (0, 2),
+                     16: (0, 5), 42: (0, 2), 68: (0, 1), 69: (0, 1),
                      # SASL (KIP-152) and the ACL APIs
                      17: (0, 1), 36: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3),
-                     **{key: {1001: (0, 2), 1003: (0, 1), 1004: (0, 1)}.get(key, (0, 0)) for key in range(1000, 1007)}}
+                     **{key: {1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0)) for key in range(1000, 1007)}}
     assert protocol.served_versions(1) == (4, 17)
     assert protocol.served_versions(999) is None
 

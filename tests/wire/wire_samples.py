@@ -34,7 +34,8 @@ def message_of(api_key: int, kind: str) -> Message:
                10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
                15: "describe_groups", 16: "list_groups", 17: "sasl_handshake", 18: "api_versions",
                19: "create_topics", 20: "delete_topics", 22: "init_producer_id", 29: "describe_acls",
-               30: "create_acls", 31: "delete_acls", 36: "sasl_authenticate", 42: "delete_groups"}
+               30: "create_acls", 31: "delete_acls", 36: "sasl_authenticate", 42: "delete_groups",
+               68: "consumer_group_heartbeat", 69: "consumer_group_describe"}
     mod = importlib.import_module(f"spark_coord.wire.{modules[api_key]}")
     return mod.REQUEST if kind == "request" else mod.RESPONSE
 

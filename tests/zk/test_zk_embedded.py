@@ -232,11 +232,11 @@ def test_cli_member_without_an_id_exits_1_naming_myid(tmp_path):
 
 
 def test_cli_runs_the_members_of_a_three_server_ensemble(tmp_path):
-    from spark_coord.cluster import _free_port
+    from spark_coord.net import free_port
 
     ports = []
     while len(ports) < 9:
-        p = _free_port()
+        p = free_port()
         if p not in ports:
             ports.append(p)
     lines = "".join(f"server.{n}=127.0.0.1:{ports[3 + n - 1]}:{ports[6 + n - 1]}\n" for n in (1, 2, 3))

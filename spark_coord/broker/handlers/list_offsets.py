@@ -6,9 +6,9 @@ Versions served per the wire registry (0-7): v0 answers a list
 offset) pair; v2 adds isolation_level and throttle_time_ms, v4 leader epochs,
 v6 is flexible, v7 allows -3 (KIP-734: the offset and timestamp of the first
 record with the partition's largest timestamp, ``PartitionLog.max_timestamp``).
-Lookups by a timestamp t >= 0 are at batch granularity (the log's
-``offset_for_timestamp``: the base offset of the first batch holding a record
-at or after t).  Nothing found -> offset -1 (v1+) or [] (v0); another negative
+Lookups by a timestamp t >= 0 answer the first record at or after t, as Kafka
+does (the log's ``offset_for_timestamp``: the first batch recent enough is found
+from the headers, and that batch is decoded).  Nothing found -> offset -1 (v1+) or [] (v0); another negative
 timestamp -> INVALID_REQUEST.  Earliest and latest are answered from memory;
 the lookups that read segments run on the log's I/O threads, off the event loop.
 A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED.

@@ -10,7 +10,9 @@ process that serves them (a broker, or a standalone coordinator) implements
 The seeds' own APIs: ClusterMetadata, RegisterConsumer, CommitOffsets and the
 coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
-DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``.
+DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``; and Kafka
+4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+through ``consumer_group.ConsumerGroups``.
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -39,11 +41,13 @@ class GroupApi:
 
 def group_apis() -> list[GroupApi]:
     """Every API of the front door."""
-    from spark_coord.coordinator.handlers import (cluster_metadata, commit_offsets, delete_groups, describe_groups,
+    from spark_coord.coordinator.handlers import (cluster_metadata, commit_offsets, consumer_group_describe,
+                                                  consumer_group_heartbeat, delete_groups, describe_groups,
                                                   describe_members, find_coordinator, heartbeat, join_group,
                                                   leave_group, list_groups, offset_commit, offset_fetch,
                                                   register_consumer, sync_group)
 
     return [cluster_metadata.API, register_consumer.API, describe_members.API, commit_offsets.API,
             find_coordinator.API, join_group.API, sync_group.API, heartbeat.API, leave_group.API,
-            offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API]
+            offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
+            consumer_group_heartbeat.API, consumer_group_describe.API]

@@ -1,4 +1,4 @@
-"""The coordinator's DescribeGroups (coordinator api 1005, version 0): ``spark-coord groups``.
+"""The coordinator's DescribeGroups (coordinator api 1005, versions 0-1): ``spark-coord groups``.
 
 Every group (or the ones asked for) the principal may Describe, with its members,
 what each holds, committed offsets and owners.
@@ -25,7 +25,7 @@ async def handle(door, ctx, conn, header, body) -> dict:
         offsets = {(o["topic"], o["partition"]): o["offset"] for o in d["offsets"]}
         groups.append({
             "group_id": gid, "state": d["state"], "generation_id": d["generation_id"],
-            "members": [{"consumer_id": m["consumer_id"], "host": m["peer"],
+            "members": [{"consumer_id": m["consumer_id"], "host": m["peer"], "protocol": m["protocol"],
                          "assigned": [{"topic": t, "partition": p}
                                       for tps in m["assignment"].values() for t, p in tps]}
                         for m in d["members"]],

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Protocol
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.coordinator.channel import MemberChannel
     from spark_coord.coordinator.classic import ClassicGroups
+    from spark_coord.coordinator.consumer_group import ConsumerGroups
     from spark_coord.coordinator.coordinator import Coordinator
     from spark_coord.errors import ErrorCode
 
@@ -15,9 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class FrontDoor(Protocol):
     """A broker or a standalone coordinator, as the group API handlers see it."""
 
-    #: This process's coordinator (None: it does not stand for election) and its Kafka door.
+    #: This process's coordinator (None: it does not stand for election) and its Kafka doors.
     coordinator: "Coordinator | None"
     classic: "ClassicGroups | None"
+    consumer: "ConsumerGroups | None"
     #: Who coordinates, as the election node says (-1: nobody right now), and its epoch.
     coordinator_id: int
     coordinator_epoch: int

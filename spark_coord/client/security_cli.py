@@ -249,7 +249,7 @@ def add_parsers(subcommand, actions) -> None:
             a.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (default: %(default)s)")
     lst = action("list", help="list users and their mechanisms")
     lst.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func="spark_coord.security.cli:users")
+    p.set_defaults(func="spark_coord.client.security_cli:users")
 
     p = subcommand("acls", help="add, remove and list ACLs (Kafka's kafka-acls vocabulary)",
                    description="ACLs through the Kafka API (CreateAcls, DescribeAcls, DeleteAcls) of any broker; "
@@ -265,7 +265,7 @@ def add_parsers(subcommand, actions) -> None:
             a.add_argument("--consumer", action="store_true", help="Read, Describe on --topic, Read on --group")
         if name == "list":
             a.add_argument("--principal", metavar="PRINCIPAL", help="only ACLs of this principal")
-    p.set_defaults(func="spark_coord.security.cli:acls")
+    p.set_defaults(func="spark_coord.client.security_cli:acls")
 
 
 def _acl_options(p: argparse.ArgumentParser, suppress: object = None) -> None:

@@ -3,7 +3,7 @@
 from hypothesis import given, strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from spark_coord.client.producer import murmur2, partition_for_key
+from spark_coord.records.partitioner import murmur2, partition_for_key
 
 
 @given(st.binary(max_size=64))

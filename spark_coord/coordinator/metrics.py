@@ -33,10 +33,10 @@ COORDINATOR_PROTOCOL = "coordinator"
 SPARK_PROTOCOL = "spark"
 #: Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat): Kafka's own consumers.
 CLASSIC_PROTOCOL = "classic"
+#: Kafka 4's consumer group protocol (ConsumerGroupHeartbeat, KIP-848).
+CONSUMER_PROTOCOL = "consumer"
 #: Every value the protocol label takes, so a gauge shows 0 rather than nothing for an absent kind.
-PROTOCOLS = (COORDINATOR_PROTOCOL, SPARK_PROTOCOL, CLASSIC_PROTOCOL)
-#: Consumer ids of the Spark source's members start with this (``spark_coord.spark.group``).
-SPARK_MEMBER_PREFIX = "coordkafka-"
+PROTOCOLS = (COORDINATOR_PROTOCOL, SPARK_PROTOCOL, CLASSIC_PROTOCOL, CONSUMER_PROTOCOL)
 
 _CHANNEL_KINDS: list[tuple[type, str]] | None = None
 
@@ -46,19 +46,25 @@ def _channel_kinds() -> list[tuple[type, str]]:
     global _CHANNEL_KINDS
     if _CHANNEL_KINDS is None:
         from spark_coord.coordinator.classic import ClassicMember
+        from spark_coord.coordinator.consumer_group import ConsumerGroupMember
 
         _CHANNEL_KINDS = [
             (ClassicMember, CLASSIC_PROTOCOL),
-            # Kafka's consumer group protocol (KIP-848) goes here: (its member class, "consumer").
+            (ConsumerGroupMember, CONSUMER_PROTOCOL),
         ]
     return _CHANNEL_KINDS
 
 
-def member_protocol(channel: Any, consumer_id: str) -> str:
-    """The protocol label of a member: from its channel's type, else from its consumer id."""
-    for kind, label in _channel_kinds():
-        if isinstance(channel, kind):
+def member_protocol(channel: Any, consumer_id: str, kind: str | None = None) -> str:
+    """The protocol label of a member: from its channel's type, else (absent: after a failover, or a
+    static member away for now) from the kind the registry keeps, else from its consumer id."""
+    for cls, label in _channel_kinds():
+        if isinstance(channel, cls):
             return label
+    if kind in (CLASSIC_PROTOCOL, CONSUMER_PROTOCOL):
+        return kind
+    from spark_coord.coordinator.group import SPARK_MEMBER_PREFIX
+
     return SPARK_PROTOCOL if consumer_id.startswith(SPARK_MEMBER_PREFIX) else COORDINATOR_PROTOCOL
 
 

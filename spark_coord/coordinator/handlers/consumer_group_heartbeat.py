@@ -1,0 +1,30 @@
+"""ConsumerGroupHeartbeat (Kafka api 68, versions 0-1): Kafka 4's consumer group protocol (KIP-848).
+
+Served by the elected coordinator only.  Joining, and changing the subscription, needs
+Read on the group and on the topics named; every heartbeat needs Read on the group.
+The member's partitions come only from topics its principal may Read.  See
+``consumer_group.ConsumerGroups.heartbeat``.
+"""
+
+from __future__ import annotations
+
+from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.wire.registry import ApiKey
+
+
+def error_response(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "error_message": None, "member_id": body.get("member_id"),
+            "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
+
+
+async def handle(door, ctx, conn, header, body) -> dict:
+    code = door.not_serving()
+    if code is None:
+        code = authz.refuse_member(ctx, conn, body.get("group_id"), body.get("subscribed_topic_names") or []) or None
+    if code is not None:
+        return error_response(body, code)
+    return await door.consumer.heartbeat(body, header.api_version, header.client_id or "", conn.auth.host,
+                                         authz.topic_filter(ctx, conn))
+
+
+API = GroupApi(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", handle, error_response)
