@@ -143,11 +143,17 @@ class PartitionBuffer:
         with self._cond:
             return dict(self._consumed)
 
-    def set_position(self, token: int, tp: TopicPartition, offset: int, only_if_idle: bool = False) -> bool:
+    def set_position(self, token: int, tp: TopicPartition, offset: int, only_if_idle: bool = False,
+                     incarnation: int | None = None) -> bool:
         """Set a position found by the fetchers (auto.offset.reset).  With ``only_if_idle``,
-        only when nothing of that partition is buffered (the application has not caught up)."""
+        only when nothing of that partition is buffered (the application has not caught up).
+        With ``incarnation``, only while the partition is still that incarnation: a reset resolved
+        for a partition that was revoked and given back meanwhile (at the offset its previous
+        holder stopped at) belongs to the earlier holding and must not move the new one."""
         with self._cond:
             if token != self._token or tp not in self._assigned:
+                return False
+            if incarnation is not None and self._incarnations.get(tp) != incarnation:
                 return False
             if only_if_idle and any((i.topic, i.partition) == tp for i in self._items):
                 return False

@@ -202,7 +202,7 @@ class FetcherThread(threading.Thread):
                 if self._remove(tp) is not None:
                     m.orphan({tp: offset}, backoff=True, run=self.run_halt)
                 return
-            m.buffer.set_position(self.token, tp, new, only_if_idle=True)
+            m.buffer.set_position(self.token, tp, new, only_if_idle=True, incarnation=self.incarnation(tp) or None)
             self._advance(tp, offset, new)
         else:
             level = logging.INFO if is_retriable(pd.error) else logging.WARNING
@@ -371,12 +371,15 @@ class FetcherManager:
                 # take them out: a fetcher that fails at once hands its partition back to the
                 # (now empty) table while we are still placing, and it must stay there
                 orphans, self._orphans = self._orphans, {}
-            placed = set(self._place(orphans, stop, token))
+                incarnations = {tp: self._incarnations.get(tp) for tp in orphans}
+            placed = set(self._place(orphans, stop, token, incarnations))
             with self._lock:
                 if stop.is_set():  # a finished run: the orphans belong to the next one now
                     break
                 for tp, offset in orphans.items():
-                    if tp not in placed:
+                    # one removed meanwhile is forgotten; one given back meanwhile is in the table
+                    # again with its new start offset: the old one must not come back
+                    if tp not in placed and self._current(tp, incarnations[tp]):
                         self._orphans.setdefault(tp, offset)
                 failed_rounds = failed_rounds + 1 if len(placed) < len(orphans) else 0
                 if self._orphans and not stop.is_set():
@@ -401,8 +404,19 @@ class FetcherManager:
             self._lock.notify_all()
         return now_missing - lost
 
-    def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event, token: int) -> list[TopicPartition]:
-        """Hand each orphan to its leader's fetcher; returns the partitions placed."""
+    def _current(self, tp: TopicPartition, incarnation: int | None) -> bool:
+        """(Lock held.)  Is ``tp`` still assigned, as the same incarnation?  A partition removed
+        (StopFetcher v1) and maybe added again (StartFetcher v1) since is not."""
+        return tp in self._assigned and self._incarnations.get(tp) == incarnation
+
+    def _place(self, orphans: dict[TopicPartition, int], stop: threading.Event, token: int,
+               incarnations: dict[TopicPartition, int | None] | None = None) -> list[TopicPartition]:
+        """Hand each orphan to its leader's fetcher; returns the partitions placed.  ``incarnations``:
+        each orphan's incarnation when it was taken out of the table; an orphan whose partition was
+        removed or given back since is stale (its offset belongs to the earlier holding) and skipped."""
+        if incarnations is None:
+            with self._lock:
+                incarnations = {tp: self._incarnations.get(tp) for tp in orphans}
         try:
             self.cluster.refresh(sorted({t for t, _ in orphans}))
         except _NETWORK_ERRORS as e:
@@ -421,19 +435,27 @@ class FetcherManager:
             for tp, offset in parts.items():
                 if stop.is_set():
                     return placed
+                incarnation = incarnations.get(tp)
+                with self._lock:
+                    if not self._current(tp, incarnation):
+                        continue  # removed (and maybe given back) meanwhile
                 if offset < 0:
                     resolved = self.reset_offset(tp)
                     if resolved is None:
                         continue
+                    # the buffer refuses it if tp was given back meanwhile: the new holding starts
+                    # where the coordinator said, not where this reset of the earlier one found
+                    if not self.buffer.set_position(token, tp, resolved, incarnation=incarnation):
+                        log.info("%s-%d: taken away while its auto.offset.reset was resolved; dropped", *tp)
+                        continue
                     log.info("%s-%d: no committed offset; auto.offset.reset=%s -> %d", tp[0], tp[1],
                              self.settings.auto_offset_reset, resolved)
-                    self.buffer.set_position(token, tp, resolved)
                     offset = resolved
                 with self._lock:
                     if stop.is_set():
                         return placed
-                    if tp not in self._assigned:
-                        continue  # removed meanwhile
+                    if not self._current(tp, incarnation):
+                        continue  # removed (and maybe given back) meanwhile
                     fetcher = self._fetchers.get(leader)
                     if fetcher is None:
                         fetcher = FetcherThread(self, leader, token)

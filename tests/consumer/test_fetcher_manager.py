@@ -145,3 +145,80 @@ def test_nothing_is_fetched_or_delivered_after_the_lease_ran_out():
         wait_until(lambda: conns[0].fetched, 5)
     finally:
         manager.stop()
+
+
+class OffsetRecordingConnection(ScriptedConnection):
+    """A ScriptedConnection that also keeps the offset each Fetch asked for, per partition."""
+
+    def __init__(self):
+        super().__init__()
+        self.offsets: list[tuple[tuple[str, int], int]] = []
+
+    def request(self, api_key, body, timeout=None, version=None):
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                self.offsets.append(((t["topic"], p["partition"]), p["fetch_offset"]))
+        return super().request(api_key, body, timeout, version)
+
+
+class GatedReset(FetcherManager):
+    """auto.offset.reset of A (-> 0) waits for ``gate``; ``resolving`` tells that it was asked."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.resolving = threading.Event()
+        self.gate = threading.Event()
+        self.resets: list[tuple[str, int]] = []
+
+    def reset_offset(self, tp):
+        self.resets.append(tp)
+        if tp == A:
+            self.resolving.set()
+            assert self.gate.wait(5), "the test did not release the reset"
+        return 0
+
+
+def test_a_partition_taken_away_and_given_back_while_its_reset_runs_starts_where_it_was_given():
+    """Incremental hand-over: the member got A with no committed offset (-1) and lost it again
+    before the leader finder had resolved auto.offset.reset; later A comes back at 171, where
+    its previous holder stopped.  The reset still under way for the first holding must neither
+    move the consumed position (reported to the coordinator, which would commit 0) nor make
+    the fetcher read A from 0 again."""
+    conns = {0: OffsetRecordingConnection(), 1: OffsetRecordingConnection()}
+    manager, buffer = _manager(ScriptedCluster(conns), GatedReset)
+    token = buffer.assign({A: -1, B: 0})
+    manager.start({A: -1, B: 0}, token)
+    try:
+        assert manager.resolving.wait(5), "the finder did not resolve A's start offset"
+        # StopFetcher v1 naming A (as Consumer.stop_fetchers does it), then StartFetcher v1 giving it back
+        manager.remove({A})
+        buffer.revoke({A})
+        manager.add({A: 171}, buffer.add({A: 171}))
+        manager.gate.set()
+        wait_until(lambda: any(tp == A for tp, _ in conns[0].offsets), 5, message="A to be fetched")
+        time.sleep(0.3)  # the finder's next rounds
+        assert buffer.positions()[A] == 171
+        assert {o for tp, o in conns[0].offsets if tp == A} == {171}
+    finally:
+        manager.stop()
+
+
+def test_a_partition_taken_away_while_its_reset_runs_is_not_resolved_again():
+    """A partition removed while the finder resolved its start offset is forgotten: the finder
+    does not keep it (with its stale start offset) and resolve it again and again."""
+    conns = {0: OffsetRecordingConnection(), 1: OffsetRecordingConnection()}
+    manager, buffer = _manager(ScriptedCluster(conns), GatedReset)
+    token = buffer.assign({A: -1, B: 0})
+    manager.start({A: -1, B: 0}, token)
+    try:
+        assert manager.resolving.wait(5), "the finder did not resolve A's start offset"
+        manager.remove({A})
+        buffer.revoke({A})
+        manager.gate.set()
+        time.sleep(1.0)  # several rounds of the finder (200 ms backoff)
+        assert manager.resets.count(A) == 1, manager.resets
+        assert A not in manager._orphans
+        assert not any(tp == A for tp, _ in conns[0].offsets)
+        assert A not in buffer.positions()
+    finally:
+        manager.stop()
