@@ -14,10 +14,11 @@ from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.registry import ApiKey
 
-#: Kafka's group APIs (DESIGN section 11).
+#: Kafka's group APIs (DESIGN section 11): the classic ones and Kafka 4's consumer group protocol (KIP-848).
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
-              ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS}
+              ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+              ApiKey.CONSUMER_GROUP_DESCRIBE}
 #: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the group APIs, and the coordinator protocol's
 #: requests to it (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
 DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 29, 30, 31, 36, 1000, 1001, 1005, 1006} | {int(k) for k in GROUP_APIS}
