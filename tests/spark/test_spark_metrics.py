@@ -63,6 +63,7 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
     from spark_coord.cluster import LocalCluster
+    from spark_coord.coordinator.assignors import thread_owner
     from spark_coord.testing.zk_history import read_partitions
     from spark_coord.zk.client import close, connect
 
@@ -106,10 +107,14 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
                            and prom.value('sum(spark_coord_coordinator_members{protocol="classic"})') == 1,
                            timeout=120, message=lambda: "Prometheus counting 3 members (2 spark, 1 classic): "
                                                         f"{prom.query('spark_coord_coordinator_members')}")
-                owners = wait_until(lambda: (o := read_partitions(zk, GROUP, "owners")) and len(o) == PARTITIONS
-                                    and {v.startswith("confluent") for v in o.values()} == {True, False} and o,
-                                    timeout=60, message="the query and the Kafka consumer owning every partition")
-                held = sum(1 for v in owners.values() if v.startswith("confluent"))
+                def kafka_held() -> int:
+                    return sum(1 for v in read_partitions(zk, GROUP, "owners").values() if v.startswith("confluent"))
+
+                # all three members own partitions (the query's second member may join after the first)
+                wait_until(lambda: (o := read_partitions(zk, GROUP, "owners")) and len(o) == PARTITIONS
+                           and len({thread_owner(v) for v in o.values()}) == 3
+                           and {v.startswith("confluent") for v in o.values()} == {True, False},
+                           timeout=60, message="the query's two members and the Kafka consumer owning every partition")
                 kafka.committing.set()
                 produce(10)
                 wait_until(lambda: committed() == 10 * PARTITIONS and lag() == 0, timeout=60,
@@ -118,11 +123,12 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
                 kafka.committing.clear()
                 produce(100)
                 wait_until(lambda: (lag() or 0) > 0, timeout=60, message="a positive lag")
-                wait_until(lambda: lag() == 100 * held, timeout=60,
-                           message=lambda: f"lag {lag()} of the Kafka consumer's {held} partitions only")
+                held_lag = wait_until(lambda: (x := lag()) == 100 * kafka_held() and x, timeout=60,
+                                      message=lambda: f"lag {lag()} of the Kafka consumer's {kafka_held()} "
+                                                      f"partitions only")
                 assert prom.value(f'count(count by (instance) (kafka_consumergroup_lag{{consumergroup="{GROUP}"}}))') \
                     == 1  # exported by the coordinator alone: a sum counts the group once
-                assert prom.value(f'sum(kafka_consumergroup_lag_sum{{consumergroup="{GROUP}"}})') == 100 * held
+                assert prom.value(f'sum(kafka_consumergroup_lag_sum{{consumergroup="{GROUP}"}})') == held_lag
                 kafka.committing.set()
                 wait_until(lambda: lag() == 0 and committed() == 110 * PARTITIONS, timeout=60,
                            message=lambda: f"lag 0 once consumption caught up (lag {lag()}, committed {committed()})")
