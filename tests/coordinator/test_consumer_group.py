@@ -283,8 +283,9 @@ async def test_describe_and_list_a_mixed_group():
     assert {m["member_id"] for m in classic_view["members"]} == {"native", a.member_id}
 
 
-@async_test
-async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
+async def _restored_member() -> tuple[Harness, Modern]:
+    """A coordinator that restored group g from ZooKeeper after a failover: one KIP-848 member,
+    saved in epoch 7 with all four partitions of t, not heard from yet."""
     h = Harness({"t": 4}, consumer_session_timeout_ms=SESSION, consumer_heartbeat_interval_ms=INTERVAL)
     mid = str(uuid.uuid4())
     h.store.groups["g"] = StoredGroup("g", generation_id=7, members={
@@ -292,8 +293,13 @@ async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
                           kind="consumer")}, owners={("t", p): f"{mid}-0" for p in range(4)})
     await h.start()
     h.coord.topic_ids = {"t": uuid.uuid4().bytes}
-    door = ConsumerGroups(h.coord)
-    a = Modern(h, door, member_id=mid)
+    return h, Modern(h, ConsumerGroups(h.coord), member_id=mid)
+
+
+@async_test
+async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
+    h, a = await _restored_member()
+    mid = a.member_id
     a.owned, a.epoch = {("t", p) for p in range(4)}, 8
     assert (await a.heartbeat())["error_code"] == ErrorCode.FENCED_MEMBER_EPOCH  # newer than any it was sent
     a.epoch, a.changed = 7, True
@@ -310,15 +316,7 @@ async def test_a_consumer_member_is_taken_back_after_a_failover_in_its_epoch():
 async def test_a_member_told_an_older_epoch_is_taken_back_in_the_newest_with_its_assignment():
     """The coordinator died after saving epoch 7 for the member and before an answer told it so:
     the member heartbeats in epoch 5 and is answered epoch 7 with its whole assignment, nothing moves."""
-    h = Harness({"t": 4}, consumer_session_timeout_ms=SESSION, consumer_heartbeat_interval_ms=INTERVAL)
-    mid = str(uuid.uuid4())
-    h.store.groups["g"] = StoredGroup("g", generation_id=7, members={
-        mid: StoredMember(mid, TopicCount.static({"t": 1}), False, "largest", SESSION, epoch=7, incremental=True,
-                          kind="consumer")}, owners={("t", p): f"{mid}-0" for p in range(4)})
-    await h.start()
-    h.coord.topic_ids = {"t": uuid.uuid4().bytes}
-    door = ConsumerGroups(h.coord)
-    a = Modern(h, door, member_id=mid)
+    h, a = await _restored_member()
     a.owned, a.epoch, a.changed = {("t", 0), ("t", 1)}, 5, False  # the StartFetcher of epoch 7 never reached it
     answer = await a.heartbeat()
     assert answer["error_code"] == 0 and answer["member_epoch"] == 7

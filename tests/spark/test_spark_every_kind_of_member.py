@@ -17,8 +17,8 @@ import signal
 import time
 
 from helpers import group_owners, owners_by_member, wait_until
-from peers.group_peers import CliConsumer, KafkaPeer, topic_index
-from test_spark_group import Collect, group_reader, zk_offsets
+from peers.group_peers import CliConsumer, KafkaPeer
+from test_spark_group import Collect, group_reader, wait_everything_read_and_committed
 
 PARTITIONS = 12
 SESSION_MS = 6000
@@ -101,22 +101,7 @@ def test_cooperative_eager_cli_and_a_query_share_one_group(spark, cluster, tmp_p
             assert final[name] >= after[name]
 
         producer.stop()
-        index = topic_index(cluster.bootstrap, topic)
-        everything = set(index.values())
-
-        def read_by_all() -> set[tuple[int, int]]:
-            got = set().union(*(p.records() for p in peers.values()))
-            got |= {(p, o) for _, p, o, _ in sink.rows()}
-            got |= {index[v] for v in cli.values() if v in index}
-            return got
-
-        wait_until(lambda: read_by_all() >= everything, timeout=90, interval=0.5,
-                   message=lambda: f"every record read; missing {len(everything - read_by_all())}")
-        ends = {}
-        for p, o in everything:
-            ends[p] = max(ends.get(p, 0), o + 1)
-        wait_until(lambda: zk_offsets(cluster, group, topic) == ends, timeout=60, interval=0.5,
-                   message=lambda: f"the group's offsets at the log end {ends}; now {zk_offsets(cluster, group, topic)}")
+        wait_everything_read_and_committed(cluster, group, topic, peers.values(), sink, cli)
     finally:
         if producer.is_alive():
             producer.stop()

@@ -333,3 +333,29 @@ def test_a_joining_member_takes_only_its_share_from_a_running_query(spark, clust
         stop.set()
         if consumer is not None:
             consumer.close()
+
+
+def wait_everything_read_and_committed(cluster, group: str, topic: str, peers, sink, cli) -> dict[int, int]:
+    """With the producer stopped: every record of ``topic`` was read by some member (Kafka peers,
+    the query's ``sink``, the ``cli`` consumer), and the group's offsets in ZooKeeper reach the log end,
+    which is returned (partition -> offset)."""
+    from helpers import wait_until
+    from peers.group_peers import topic_index
+
+    index = topic_index(cluster.bootstrap, topic)
+    everything = set(index.values())
+
+    def read_by_all() -> set[tuple[int, int]]:
+        got = set().union(*(p.records() for p in peers))
+        got |= {(p, o) for _, p, o, _ in sink.rows()}
+        got |= {index[v] for v in cli.values() if v in index}
+        return got
+
+    wait_until(lambda: read_by_all() >= everything, timeout=90, interval=0.5,
+               message=lambda: f"every record read; missing {len(everything - read_by_all())}")
+    ends: dict[int, int] = {}
+    for p, o in everything:
+        ends[p] = max(ends.get(p, 0), o + 1)
+    wait_until(lambda: zk_offsets(cluster, group, topic) == ends, timeout=60, interval=0.5,
+               message=lambda: f"the group's offsets at the log end {ends}; now {zk_offsets(cluster, group, topic)}")
+    return ends

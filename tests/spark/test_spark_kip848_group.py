@@ -20,9 +20,9 @@ import time
 import pytest
 
 from helpers import group_owners, local_cluster, owners_by_member, wait_until
-from peers.group_peers import CliConsumer, KafkaPeer, topic_index
+from peers.group_peers import CliConsumer, KafkaPeer
 from spark_coord.coordinator.group import registry_key
-from test_spark_group import Collect, group_reader, zk_offsets
+from test_spark_group import Collect, group_reader, wait_everything_read_and_committed
 
 PARTITIONS = 12
 SESSION_MS = 6000
@@ -131,22 +131,7 @@ def test_consumer_protocol_members_share_a_group_with_every_other_kind(spark, cl
               f"after {moved_after2:.1f} s (session {SESSION_MS} ms)")
 
         producer.stop()
-        index = topic_index(cluster.bootstrap, topic)
-        everything = set(index.values())
-
-        def read_by_all() -> set[tuple[int, int]]:
-            got = set().union(*(p.records() for p in peers.values()))
-            got |= {(p, o) for _, p, o, _ in sink.rows()}
-            got |= {index[v] for v in cli.values() if v in index}
-            return got
-
-        wait_until(lambda: read_by_all() >= everything, timeout=90, interval=0.5,
-                   message=lambda: f"every record read; missing {len(everything - read_by_all())}")
-        ends = {}
-        for p, o in everything:
-            ends[p] = max(ends.get(p, 0), o + 1)
-        wait_until(lambda: zk_offsets(cluster, group, topic) == ends, timeout=60, interval=0.5,
-                   message=lambda: f"the group's offsets at the log end {ends}; now {zk_offsets(cluster, group, topic)}")
+        ends = wait_everything_read_and_committed(cluster, group, topic, peers.values(), sink, cli)
         fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
         assert {tp.partition: tp.offset for tp in fetched.topic_partitions if tp.topic == topic} == ends  # OffsetFetch
     finally:
