@@ -151,8 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
                     description="Run the consumer-group coordinator as its own process for any Kafka-protocol "
                                 "cluster (bootstrap.servers): it elects through its own ZooKeeper, learns brokers "
                                 "and topics from the cluster's Metadata API, and keeps offsets in ZooKeeper (and, "
-                                "with coordinator.offsets.mirror=true, in the cluster's own offset store).")
+                                "with coordinator.offsets.mirror=true, in the cluster's own offset store). "
+                                "It reaches the cluster with the client security settings of every client "
+                                "command: -X key=value and --command-config FILE (security.protocol, "
+                                "sasl.mechanism(s), sasl.username, sasl.password, ssl.ca.location, ...), or "
+                                "the same keys under kafka. in its properties file (kafka.security.protocol=...).")
     _add_config_args(p, None)
+    p.add_argument("--command-config", metavar="FILE", default=None,
+                   help="client properties file (conf/client.properties) with the data cluster's security.protocol, "
+                        "sasl.*, ssl.* (the kafka.* keys of conf/coordinator.properties)")
+    p.add_argument("-X", dest="client_option", metavar="KEY=VALUE", action="append", default=[],
+                   help="a client security setting for the data cluster, as kcat takes it; repeatable "
+                        "(e.g. -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512)")
     p.set_defaults(func="spark_coord.standalone:run_cli")
 
     p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",

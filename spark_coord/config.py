@@ -570,6 +570,32 @@ _COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.
                        "allow.everyone.if.no.acl.found")
 _COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.", "metrics.")
 
+#: How a standalone coordinator's client settings for the data cluster are named in its properties
+#: file: every client security key under this prefix (as the Spark source takes them), since its own
+#: ssl.* keys are its listeners'.  ``spark-coord coordinator -X key=value`` takes them unprefixed.
+DATA_CLUSTER_PREFIX = "kafka."
+
+_DATA_CLUSTER_DOC = {
+    "security.protocol":
+        "The data cluster's client settings: every connection this coordinator opens to bootstrap.servers\n"
+        "(Metadata, the offset mirror's OffsetCommit, the lag reader's ListOffsets) uses the kafka.* keys,\n"
+        "which are the client keys of conf/client.properties under the prefix kafka. (as the Spark source\n"
+        "takes them; the unprefixed ssl.* keys are this coordinator's own listeners'). On the command line,\n"
+        "-X key=value and --command-config FILE take them unprefixed, as every client command does.\n"
+        "Members reach the data cluster with their own settings.\n"
+        "How to talk to the data cluster: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+}
+
+
+def _data_cluster_key(k: Key) -> Key:
+    doc = _DATA_CLUSTER_DOC.get(k.name, k.doc).replace("brokers' certificates", "data brokers' certificates")
+    return Key(DATA_CLUSTER_PREFIX + k.name, k.type, k.default, doc, k.minimum,
+               tuple(DATA_CLUSTER_PREFIX + a for a in k.aliases))
+
+
+#: The data cluster's client security keys in conf/coordinator.properties (``kafka.security.protocol``...).
+DATA_CLUSTER_KEYS = [_data_cluster_key(k) for k in CLIENT_SECURITY_KEYS]
+
 COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings (spark-coord coordinator --config "
                      "conf/coordinator.properties):\n# the coordinator beside an existing Kafka-protocol cluster", [
     Key("coordinator.id", "int", 1000,
@@ -590,6 +616,7 @@ COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings
         "Also write every committed offset to the data cluster's own offset store (OffsetCommit, as a\n"
         "standalone commit of the group), so its own tools show the lag; a failed mirror write is logged and\n"
         "retried, and never holds up the ZooKeeper commit."),
+    *DATA_CLUSTER_KEYS,
     *(k for k in BROKER.keys.values()
       if (k.name in _COORDINATOR_SHARED or k.name.startswith(_COORDINATOR_PREFIXES)) and k.name != "coordinator.enable"),
 ], footer=BROKER.footer, dynamic=lambda name: _listener_key(name))

@@ -18,6 +18,13 @@ in a process of its own with its own ZooKeeper.  What differs:
   standalone commit of the group, in the background, retried; it never holds up the
   ZooKeeper commit), so the cluster's own tools show the group's lag.
 
+Every connection to the data cluster (Metadata, the offset mirror, the metrics endpoint's
+ListOffsets) speaks the client security settings ``data_cluster_security`` reads: the client
+keys under ``kafka.`` in the properties file, or unprefixed with ``-X`` / ``--command-config``
+on the command line.  A bad value stops the process at start with the key named; a refused
+log-in or a failed TLS handshake is logged as such (``describe_data_error``) and retried, and
+a coordinator that cannot read the data cluster yet keeps trying, saying why.
+
 Members reach it with ``coordinator.bootstrap`` (thin consumer, ``spark-coord consume
 --coordinator``, the Spark source's ``coordinator.bootstrap`` option) and fetch from the
 data cluster.  Kafka-protocol consumers (``subscribe()``) are not served through a
@@ -30,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import threading
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -44,11 +53,14 @@ from spark_coord.broker.registration import BrokerIdTaken, BrokerRegistration
 from spark_coord.broker.server import BrokerServer
 from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.client.transport import SaslAuthenticationFailed
+from spark_coord.config import ConfigError
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.broker.security import BrokerSecurity
+from spark_coord.security.client import ClientSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model
 from spark_coord.zk.client import ZooKeeperUnavailable
@@ -62,6 +74,65 @@ INTERNAL_PREFIX = "__"
 
 def coordinator_path(coordinator_id: int) -> str:
     return f"{COORDINATOR_IDS}/{int(coordinator_id)}"
+
+
+def data_cluster_security(cfg: config_mod.Config) -> ClientSecurity | None:
+    """The client security of every connection to the data cluster (``kafka.*`` keys), None for
+    PLAINTEXT; ``ConfigError`` names a bad key, a TLS file that cannot be read included."""
+    prefix = config_mod.DATA_CLUSTER_PREFIX
+    security = ClientSecurity.from_settings(cfg, prefix=prefix)
+    if security.protocol == "PLAINTEXT":
+        return None
+    try:
+        security.ssl_context()  # read the CA, certificate and key files now, not at every retry
+    except (OSError, ssl.SSLError, ValueError) as e:
+        key = "ssl.ca.location"
+        if security.certificate_location or security.key_location:
+            key = "ssl.ca.location / ssl.certificate.location / ssl.key.location"
+        raise ConfigError(f"{prefix}{key}: the data cluster's TLS files cannot be used: {e}") from None
+    return security
+
+
+def describe_data_error(e: BaseException, security: ClientSecurity | None) -> str:
+    """What went wrong reaching the data cluster, in words naming the setting to look at."""
+    protocol = security.protocol if security is not None else "PLAINTEXT"
+    if isinstance(e, SaslAuthenticationFailed):
+        return (f"SASL authentication failed ({security.mechanism if security else '?'} as "
+                f"{security.username if security else '?'}; check kafka.sasl.*): {e}")
+    if isinstance(e, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(e):
+        return f"TLS: the data broker's certificate is not trusted (check kafka.ssl.ca.location): {e}"
+    if isinstance(e, ssl.SSLError) or "[SSL" in str(e) or "EOF occurred in violation of protocol" in str(e):
+        return (f"TLS handshake failed (security.protocol {protocol}: is the data broker's listener TLS? "
+                f"check kafka.security.protocol and kafka.ssl.*): {e}")
+    if isinstance(e, ConnectionResetError) or "closed the connection" in str(e):
+        return (f"the data broker closed the connection (is its listener {protocol}? check "
+                f"kafka.security.protocol): {e}")
+    return str(e)
+
+
+def _level(described: str) -> int:
+    """ERROR for a failure only a setting can fix (credentials, TLS), WARNING for one that may pass."""
+    return logging.ERROR if described.startswith(("SASL authentication failed", "TLS")) else logging.WARNING
+
+
+class _Throttle:
+    """Log a repeated failure once a minute, a new one at once."""
+
+    def __init__(self, interval: float = 60.0):
+        self.interval = interval
+        self._last: tuple[str, float] | None = None
+
+    def __call__(self, level: int, message: str, *args: Any) -> None:
+        text = message % args if args else message
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == text and now - self._last[1] < self.interval:
+            log.debug("%s", text)
+            return
+        self._last = (text, now)
+        log.log(level, "%s", text)
+
+    def reset(self) -> None:
+        self._last = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +156,13 @@ class MetadataView:
     """
 
     def __init__(self, bootstrap: list[str], refresh_ms: int, loop: asyncio.AbstractEventLoop,
-                 client_id: str = "spark-coord-coordinator", timeout: float = 10.0):
+                 client_id: str = "spark-coord-coordinator", timeout: float = 10.0,
+                 security: ClientSecurity | None = None):
         self.bootstrap = list(bootstrap)
+        self.security = security  # TLS/SASL of every Metadata connection (None: PLAINTEXT)
+        #: Why the last read failed (None: it did not), for the log and for ``start``.
+        self.last_error: str | None = None
+        self._log = _Throttle()
         self.refresh_ms = refresh_ms
         self.loop = loop
         self.client_id = client_id
@@ -104,13 +180,19 @@ class MetadataView:
         self._listeners.append(fn)
 
     async def start(self, timeout: float = 30.0) -> None:
-        """Read the cluster once (waiting up to ``timeout`` for it), then keep reading it."""
+        """Read the cluster once, then keep reading it.  Waits for the first answer, saying every
+        ``timeout`` seconds why there is none yet (the reads go on: a data cluster down, or one that
+        refuses our credentials until they are fixed on either side, is waited for)."""
         self._task = self.loop.create_task(self._run(), name="metadata-view")
+        loaded = self.loop.create_task(self.loaded.wait())
+        waited = 0.0
         try:
-            await asyncio.wait_for(self.loaded.wait(), timeout)
-        except asyncio.TimeoutError:
-            raise ConnectionError(f"the data cluster {','.join(self.bootstrap)} answered no Metadata "
-                                  f"within {timeout:.0f} s") from None
+            while not (await asyncio.wait({loaded}, timeout=timeout))[0]:
+                waited += timeout
+                log.error("the data cluster %s has answered no Metadata for %.0f s (%s); still trying",
+                          ",".join(self.bootstrap), waited, self.last_error or "no answer")
+        finally:
+            loaded.cancel()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -129,17 +211,24 @@ class MetadataView:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("reading the data cluster's metadata failed: %s; retrying", e)
+                self.last_error = describe_data_error(e, self.security)
+                self._log(_level(self.last_error), "reading the data cluster's metadata failed: %s; retrying",
+                          self.last_error)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.refresh_ms / 1000)
                 continue
+            if self.last_error is not None:
+                log.info("reading the data cluster's metadata again (%d brokers)", len(brokers))
+                self.last_error = None
+                self._log.reset()
             backoff = 0.1
             self._apply(brokers, topics, ids)
             await asyncio.sleep(self.refresh_ms / 1000)
 
     def _read(self) -> tuple[dict[int, DataBroker], dict[str, dict[int, list[int]]], dict[str, bytes]]:
         if self._cluster is None:
-            self._cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout)
+            self._cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout,
+                                          security=self.security)
         try:
             infos = self._cluster.refresh()
         except Exception:
@@ -188,8 +277,11 @@ class OffsetMirror:
     sent yet.  A failed commit is logged and retried (backing off to ``max_backoff`` seconds).
     """
 
-    def __init__(self, bootstrap: list[str], client_id: str = "spark-coord-coordinator", max_backoff: float = 5.0):
+    def __init__(self, bootstrap: list[str], client_id: str = "spark-coord-coordinator", max_backoff: float = 5.0,
+                 security: ClientSecurity | None = None):
         self.bootstrap = bootstrap
+        self.security = security  # TLS/SASL of its connections (None: PLAINTEXT)
+        self._log = _Throttle()
         self.client_id = client_id
         self.max_backoff = max_backoff
         self._pending: dict[str, dict[tuple[str, int], int]] = {}
@@ -229,14 +321,16 @@ class OffsetMirror:
             for group, offsets in batch.items():
                 try:
                     if groups is None:
-                        cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=10.0)
+                        cluster = ClusterClient(self.bootstrap, client_id=self.client_id, timeout=10.0,
+                                                security=self.security)
                         groups = GroupClient(cluster, timeout=10.0)
                     groups.commit_offsets(group, offsets)
                     self.mirrored += len(offsets)
                 except Exception as e:
                     self.failures += 1
-                    log.warning("mirroring %d offsets of %s to the data cluster failed: %s; retrying",
-                                len(offsets), group, e)
+                    described = describe_data_error(e, self.security)
+                    self._log(_level(described), "mirroring offsets of %s to the data cluster failed: %s; retrying",
+                              group, described)
                     failed[group] = offsets
                     if cluster is not None:
                         cluster.close()
@@ -317,6 +411,8 @@ class StandaloneCoordinator:
         self.coordinator_id: int = cfg["coordinator.id"]
         self.broker_id = self.coordinator_id  # CoordinationService's name for it
         self.security = BrokerSecurity(cfg)
+        #: The client security of every connection to the data cluster (None: PLAINTEXT).
+        self.data_security = data_cluster_security(cfg)
         self.zk = None
         self.view: MetadataView | None = None
         self.ctx = None
@@ -339,7 +435,8 @@ class StandaloneCoordinator:
         try:
             self.zk = await loop.run_in_executor(None, lambda: zk_client.connect_from_config(cfg, create_chroot=True))
             await loop.run_in_executor(None, self.security.start, self.zk)
-            self.view = MetadataView(cfg["bootstrap.servers"], cfg["coordinator.metadata.refresh.ms"], loop)
+            self.view = MetadataView(cfg["bootstrap.servers"], cfg["coordinator.metadata.refresh.ms"], loop,
+                                     security=self.data_security)
             await self.view.start()
             self.ctx = SimpleNamespace(authorizer=self.security.authorizer, server=None)
             self.server = BrokerServer(self.ctx, self.security.served, cfg["socket.request.max.bytes"],
@@ -359,7 +456,7 @@ class StandaloneCoordinator:
                                                    endpoints=endpoints, path=coordinator_path(self.coordinator_id))
             await self.registration.start()
             if cfg["coordinator.offsets.mirror"]:
-                self.mirror = OffsetMirror(cfg["bootstrap.servers"])
+                self.mirror = OffsetMirror(cfg["bootstrap.servers"], security=self.data_security)
                 self.mirror.start()
             await self.coordination.start()
             if self.mirror is not None and self.coordination.coordinator is not None:
@@ -371,8 +468,14 @@ class StandaloneCoordinator:
             raise
         log.info("coordinator %d listening on %s (data cluster %s, ZooKeeper %s%s)", self.coordinator_id,
                  ", ".join(f"{n}://{h}:{p}" for n, _, h, p in self.advertised_endpoints()),
-                 ",".join(cfg["bootstrap.servers"]), cfg["zookeeper.connect"],
+                 ",".join(cfg["bootstrap.servers"]) + self._data_security_text(), cfg["zookeeper.connect"],
                  ", offsets mirrored" if self.mirror is not None else "")
+
+    def _data_security_text(self) -> str:
+        s = self.data_security
+        if s is None:
+            return ""
+        return f" over {s.protocol}" + (f" as {s.username} ({s.mechanism})" if s.sasl else "")
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -405,22 +508,65 @@ async def serve(cfg: config_mod.Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     coordinator = StandaloneCoordinator(cfg)
+    # start() waits for the data cluster as long as it takes (saying why): a signal stops it meanwhile
+    starting = asyncio.ensure_future(coordinator.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)  # start() closes what it opened
+        log.info("coordinator %d stopped before it started", coordinator.coordinator_id)
+        return 0
     try:
-        await coordinator.start()
+        starting.result()
     except (BrokerIdTaken, ZooKeeperUnavailable, ConnectionError, OSError) as e:
+        stopping.cancel()
         log.error("coordinator %d cannot start: %s", cfg["coordinator.id"], e)
         return 1
-    await stop.wait()
+    await stopping
     log.info("coordinator %d stopping", coordinator.coordinator_id)
     await coordinator.stop()
     return 0
 
 
+def data_cluster_overrides(command_config: str | None, options: list[str] | None) -> dict[str, str]:
+    """``--command-config FILE`` then ``-X key=value`` (later wins): client security keys, as every client
+    command takes them, returned as the coordinator's ``kafka.*`` keys.  ``ConfigError`` names a key that
+    is not a client security key."""
+    from spark_coord.security.client import ALIASES, KEYS
+
+    out: dict[str, str] = {}
+    sources = []
+    if command_config:
+        sources.append((command_config, config_mod.read_properties_file(command_config), True))
+    if options:
+        sources.append(("-X", config_mod.parse_overrides(options), False))
+    for source, settings, from_file in sources:
+        given: dict[str, str] = {}
+        for name, value in settings.items():
+            canonical = ALIASES.get(name, name)
+            if canonical not in KEYS:
+                if from_file and name in ("client.id", "socket.timeout.ms", "request.timeout.ms"):
+                    continue  # the rest of a client properties file: not the data cluster's security
+                raise ConfigError(f"{source} {name}: the coordinator takes the data cluster's client security "
+                                  f"settings here ({', '.join(KEYS)}); set its other keys with --override")
+            if canonical in given and given[canonical] != name:
+                raise ConfigError(f"{canonical}: given twice in {source}, as {given[canonical]} and as {name} "
+                                  "(two names of one setting); keep one")
+            given[canonical] = name
+            out[config_mod.DATA_CLUSTER_PREFIX + canonical] = value
+    return out
+
+
 def run_cli(args) -> int:
-    """Entry point of ``spark-coord coordinator --config FILE --override k=v``."""
+    """Entry point of ``spark-coord coordinator --config FILE --override k=v -X k=v --command-config FILE``."""
     cfg = config_mod.load(config_mod.COORDINATOR, args.config, args.override)
+    data = data_cluster_overrides(getattr(args, "command_config", None), getattr(args, "client_option", None))
+    if data:
+        cfg = cfg.with_overrides(data)
+    data_cluster_security(cfg)  # a bad setting stops here, naming its key
     return asyncio.run(serve(cfg))
 
 
 __all__ = ["StandaloneCoordinator", "MetadataView", "OffsetMirror", "DataBroker", "COORDINATOR_IDS", "run_cli",
-           "coordinator_path"]
+           "coordinator_path", "data_cluster_security", "data_cluster_overrides", "describe_data_error"]

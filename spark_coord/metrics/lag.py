@@ -17,7 +17,7 @@ log end is never older than its committed offset and lag never comes out negativ
 Log ends (``LogEnds``): partitions this process leads come from its own logs; the others
 from their leaders with ListOffsets (one request per leader, connections kept), on the
 brokers' inter-broker listener (a standalone coordinator: the data cluster's brokers as
-its Metadata names them).  A leader that cannot be reached leaves its partitions' lag out
+its Metadata names them, with its client security settings for the data cluster).  A leader that cannot be reached leaves its partitions' lag out
 of that scrape, as kafka_exporter does, with a warning at most once a minute.
 
 ``LagTracker`` takes a sample every ``metrics.lag.sample.ms`` from a thread of its own and
@@ -179,11 +179,15 @@ class LogEnds:
 
     ``local_id``: this broker's id (None: a standalone coordinator, everything is remote).
     ``remote``: whether other brokers may be asked (False unless the inter-broker listener is
-    PLAINTEXT: the endpoint holds no client TLS or SASL settings).  Used by one thread at a time."""
+    PLAINTEXT: a broker's endpoint holds no client TLS or SASL settings).  ``security``: the client
+    security of those connections (a standalone coordinator's for its data cluster; None: PLAINTEXT).
+    Used by one thread at a time."""
 
     def __init__(self, local: Callable[[TopicPartition], int | None] | None = None, local_id: int | None = None,
-                 remote: bool = True, client_id: str = "spark-coord-metrics", timeout: float = LOG_END_TIMEOUT_S):
+                 remote: bool = True, client_id: str = "spark-coord-metrics", timeout: float = LOG_END_TIMEOUT_S,
+                 security: Any = None):
         self.local = local
+        self.security = security
         self.local_id = local_id
         self.remote = remote
         self.client_id = client_id
@@ -251,7 +255,8 @@ class LogEnds:
         if known is not None and known[0] == address and not known[1].closed:
             return known[1]
         self._drop(leader)
-        conn = BrokerConnection(address[0], address[1], client_id=self.client_id, timeout=self.timeout)
+        conn = BrokerConnection(address[0], address[1], client_id=self.client_id, timeout=self.timeout,
+                                security=self.security)
         self._conns[leader] = (address, conn)
         return conn
 

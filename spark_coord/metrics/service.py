@@ -137,7 +137,8 @@ class MetricsEndpoint:
 
     def start_for_standalone(self, process: Any, loop: asyncio.AbstractEventLoop) -> int:
         """Serve a started standalone coordinator: its groups, with the data cluster's log ends."""
-        port = self.start(lambda: on_loop(loop, lambda: standalone_snapshot(process)), LogEnds(),
+        port = self.start(lambda: on_loop(loop, lambda: standalone_snapshot(process)),
+                          LogEnds(security=getattr(process, "data_security", None)),
                           lambda tracker: [ZooKeeperCollector(process)])
         self._watch_zk(process.zk)
         return port

@@ -13,10 +13,11 @@ from spark_coord.net import free_port
 
 
 class CoordinatorProcess:
-    """One ``spark-coord coordinator`` process on a loopback port (``port``: a restart on the same one)."""
+    """One ``spark-coord coordinator`` process on a loopback port (``port``: a restart on the same one).
+    ``args``: more command-line arguments (``-X key=value``, ``--command-config FILE``)."""
 
     def __init__(self, coordinator_id: int, data_bootstrap: str, zk_connect: str, workdir: Path,
-                 port: int | None = None, **overrides):
+                 port: int | None = None, args: tuple[str, ...] = (), **overrides):
         self.coordinator_id = coordinator_id
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -27,6 +28,7 @@ class CoordinatorProcess:
         cmd = [sys.executable, "-m", "spark_coord.cli", "coordinator"]
         for k, v in settings.items():
             cmd += ["--override", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+        cmd += list(args)
         self._out = open(self.log, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
