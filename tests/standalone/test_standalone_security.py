@@ -2,9 +2,11 @@
 SASL_SSL listeners (SCRAM users in their ZooKeeper), the coordinator in a ZooKeeper of its own with
 the data cluster's client security settings (``-X``, ``--command-config`` or ``kafka.*`` keys).
 
-Members read everything through it; offsets land in the coordinator's ZooKeeper and, mirrored, in
-the data cluster's own offset store (OffsetFetch over the secured listener shows them); the lag
-reader's ListOffsets reach the data brokers.  A refused log-in or an untrusted certificate is
+Members (thin consumers, and ``spark-coord consume -X ...``, with one set of client settings for the
+data cluster and the coordinator's listener of the same protocol) read everything through it;
+offsets land in the coordinator's ZooKeeper and, mirrored, in the data cluster's own offset store
+(OffsetFetch by confluent-kafka over the secured listener shows them); the lag reader's ListOffsets
+reach both data brokers (the lag exported is the log end minus the committed offset).  A refused log-in or an untrusted certificate is
 logged as such and the coordinator keeps trying (served once the password is right); a bad
 setting stops it at start, naming the key.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 import uuid
 
@@ -185,9 +189,23 @@ def test_members_read_everything_through_a_coordinator_beside_a_secured_cluster(
         wait_until(lambda: mirrored(cluster.bootstrap, settings, group, topic) == ends, timeout=30,
                    message=lambda: f"offsets mirrored into the data cluster over {protocol}: "
                                    f"{mirrored(cluster.bootstrap, settings, group, topic)} (want {ends})")
-        # the lag reader's ListOffsets reached both data brokers: every partition, at its log end
-        wait_until(lambda: scrape_lag(metrics_port, group) == {p: 0 for p in range(PARTITIONS)}, timeout=30,
-                   message=lambda: f"lag {scrape_lag(metrics_port, group)}")
+        # spark-coord consume as a member: its -X settings for the data cluster and the coordinator alike
+        x = [a for k, v in settings.items() for a in ("-X", f"{k}={v}")]
+        proc = subprocess.run([sys.executable, "-m", "spark_coord.cli", "consume", "-b", cluster.bootstrap,
+                               "--coordinator", coordinator.address, "--group", group + "-cli", "--topic", topic,
+                               "--from-beginning", "--count", str(n), *x], capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        assert sorted(proc.stdout.decode().split()) == sorted(f"v{i}" for i in range(n))
+        assert PASSWORD.encode() not in proc.stderr
+        # the lag reader's ListOffsets reach both data brokers: a member that commits 10 of 50 per partition
+        lagging = Consumer(cluster.bootstrap, group + "-lag", topics=[topic], auto_commit=False,
+                           session_timeout_ms=6000, coordinator_bootstrap=coordinator.address, config=settings)
+        members.append(lagging)
+        wait_until(lambda: len(lagging.assignment()) == PARTITIONS, timeout=60, message="the member's partitions")
+        lagging.commit({(topic, p): 10 for p in range(PARTITIONS)}, timeout=10)
+        want = {p: n // PARTITIONS - 10 for p in range(PARTITIONS)}
+        wait_until(lambda: scrape_lag(metrics_port, group + "-lag") == want, timeout=30,
+                   message=lambda: f"lag {scrape_lag(metrics_port, group + '-lag')} (want {want})")
     finally:
         for m in members:
             m.close()
