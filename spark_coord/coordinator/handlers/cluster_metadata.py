@@ -14,8 +14,8 @@ from spark_coord.wire import coordinator as api
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    return {"error_code": ErrorCode.NONE, "coordinator_id": door.coordinator_id,
-            "coordinator_epoch": door.coordinator_epoch,
+    node, epoch = door.holder_of(body.get("group_id") if header.api_version >= 1 else None)
+    return {"error_code": ErrorCode.NONE, "coordinator_id": node, "coordinator_epoch": epoch,
             "brokers": [{"node_id": i, "host": h, "port": p}
                         for i, h, p in door.coordinator_nodes(conn.auth.listener_name)]}
 

@@ -31,12 +31,12 @@ def subscribed_topics(body: dict) -> list[str]:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
+    role, code = door.for_group(body.get("group_id"))
     if code is None:
         code = authz.refuse_member(ctx, conn, body.get("group_id"), subscribed_topics(body)) or None
     if code is not None:
         return error_response(body, code)
-    return await door.classic.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
+    return await role.classic.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
                                          door.closed_future(conn), authz.topic_filter(ctx, conn))
 
 

@@ -17,10 +17,12 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code if code != ErrorCode.NOT_COORDINATOR else 0)
-    answer = door.classic.list_groups(body)
+    answer = {"throttle_time_ms": 0, "error_code": 0, "groups": []}
+    for role in door.active_roles():
+        one = role.classic.list_groups(body)
+        if one.get("error_code"):
+            continue
+        answer["groups"].extend(one["groups"])
     visible = set(authz.describable_groups(ctx, conn, [g["group_id"] for g in answer["groups"]]))
     answer["groups"] = [g for g in answer["groups"] if g["group_id"] in visible]
     return answer

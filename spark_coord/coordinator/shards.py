@@ -1,0 +1,67 @@
+"""Coordinator shards: which shard a group belongs to, and which coordinator holds each shard.
+
+A group belongs to shard ``(hashCode(group) & 0x7fffffff) % count`` -- Kafka's own rule
+(``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``), so a group's shard is
+the ``__consumer_offsets`` partition Kafka would give it.  ``hashCode`` is Java's
+``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, with
+32-bit wrap-around.
+
+``place`` is the target every coordinator computes alike from the live coordinators
+and the shards' current holders: sticky (a shard stays with its live holder while
+that holder is within its share) and balanced (loads differ by at most one); free
+and surplus shards go to the least-loaded live coordinators, ties by id.  A
+coordinator joining or leaving moves only the shards that must move.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+__all__ = ["java_hash", "shard_of", "place"]
+
+
+def java_hash(s: str) -> int:
+    """Java's ``String.hashCode`` of ``s`` (a signed 32-bit int)."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def shard_of(group_id: str, count: int) -> int:
+    """The shard of ``group_id`` among ``count`` shards (Kafka's partition of the group)."""
+    return (java_hash(group_id) & 0x7FFFFFFF) % count
+
+
+def place(count: int, live: Iterable[int], holders: Mapping[int, int | None]) -> dict[int, int | None]:
+    """The target holder of each shard ``0..count-1`` (None for all when nobody is live).
+
+    ``holders``: each shard's current holder (missing or None: free).  A live holder
+    keeps up to ``count // n`` of its shards (in shard order), and the holders with
+    the most shards keep one more while ``count % n`` such places remain; every other
+    shard goes to the least-loaded live coordinator (ties by the lower id)."""
+    ids = sorted(set(live))
+    if not ids:
+        return {s: None for s in range(count)}
+    base, extra = divmod(count, len(ids))
+    held: dict[int, list[int]] = {c: [] for c in ids}
+    for s in range(count):
+        h = holders.get(s)
+        if h in held:
+            held[h].append(s)
+    target: dict[int, int | None] = {}
+    load = {c: 0 for c in ids}
+    for c in sorted(ids, key=lambda c: (-len(held[c]), c)):
+        keep = base
+        if extra and len(held[c]) > base:
+            keep, extra = base + 1, extra - 1
+        for s in held[c][:keep]:
+            target[s] = c
+        load[c] = min(keep, len(held[c]))
+    for s in range(count):
+        if s not in target:
+            c = min(ids, key=lambda c: (load[c], c))
+            target[s] = c
+            load[c] += 1
+    return target
