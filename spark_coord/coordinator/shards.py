@@ -8,9 +8,10 @@ the ``__consumer_offsets`` partition Kafka would give it.  ``hashCode`` is Java'
 
 ``place`` is the target every coordinator computes alike from the live coordinators
 and the shards' current holders: sticky (a shard stays with its live holder while
-that holder is within its share) and balanced (loads differ by at most one); free
-and surplus shards go to the least-loaded live coordinators, ties by id.  A
-coordinator joining or leaving moves only the shards that must move.
+that holder is within its share), balanced (loads differ by at most one) and spread
+(each shard has a preferred coordinator, round-robin over the live ids); free and
+surplus shards go to their preferred coordinator, else the least-loaded, ties by id.
+A coordinator joining or leaving moves only the shards that must move.
 """
 
 from __future__ import annotations
@@ -37,14 +38,24 @@ def shard_of(group_id: str, count: int) -> int:
 def place(count: int, live: Iterable[int], holders: Mapping[int, int | None]) -> dict[int, int | None]:
     """The target holder of each shard ``0..count-1`` (None for all when nobody is live).
 
-    ``holders``: each shard's current holder (missing or None: free).  A live holder
-    keeps up to ``count // n`` of its shards (in shard order), and the holders with
-    the most shards keep one more while ``count % n`` such places remain; every other
-    shard goes to the least-loaded live coordinator (ties by the lower id)."""
+    ``holders``: each shard's current holder (missing or None: free).  Each shard has a
+    preferred coordinator, the live ids round-robin (``ids[shard % n]``), so that a
+    coordinator's shards are spread over the shard range rather than one block of it
+    (groups named alike hash to neighbouring shards).  A live holder keeps up to
+    ``count // n`` of its shards, its preferred ones first, and the holders with the most
+    shards keep one more while ``count % n`` such places remain; every other shard goes
+    to its preferred coordinator while that one has fewer than ``count // n``, else to
+    the least-loaded live coordinator (ties by the lower id).  So loads differ by at most
+    one, and only shards above a holder's share, or of a holder gone, move."""
     ids = sorted(set(live))
     if not ids:
         return {s: None for s in range(count)}
-    base, extra = divmod(count, len(ids))
+    n = len(ids)
+    base, extra = divmod(count, n)
+
+    def preferred(s: int) -> int:
+        return ids[s % n]
+
     held: dict[int, list[int]] = {c: [] for c in ids}
     for s in range(count):
         h = holders.get(s)
@@ -56,12 +67,13 @@ def place(count: int, live: Iterable[int], holders: Mapping[int, int | None]) ->
         keep = base
         if extra and len(held[c]) > base:
             keep, extra = base + 1, extra - 1
-        for s in held[c][:keep]:
+        for s in sorted(held[c], key=lambda s: (preferred(s) != c, s))[:keep]:
             target[s] = c
-        load[c] = min(keep, len(held[c]))
+            load[c] += 1
     for s in range(count):
         if s not in target:
-            c = min(ids, key=lambda c: (load[c], c))
+            p = preferred(s)
+            c = p if load[p] < base else min(ids, key=lambda c: (load[c], c))
             target[s] = c
             load[c] += 1
     return target

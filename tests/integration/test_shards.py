@@ -1,0 +1,150 @@
+"""Coordinator shards on real broker processes: spread, routing, failure isolation, handover, migration.
+
+The cluster runs the default 50 shards (``coordinator.shards``).  Where each group is
+coordinated is read from ZooKeeper (``/coordinators/shards/<n>/leader``) and compared
+with what Kafka clients (confluent-kafka's FindCoordinator) and our members
+(ClusterMetadata v1) are told.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+from helpers import wait_until
+from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, topic_partitions, wait_balanced
+
+from spark_coord.coordinator.shards import shard_of
+from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
+from spark_coord.zk import paths
+
+SHARDS = 50
+SHARDED = dict(BROKER_OVERRIDES, **{"coordinator.shards": SHARDS})
+#: Members' session: outlasts the brokers' ZooKeeper session plus an election (they ride a failover through).
+RIDE_THROUGH_SESSION_MS = BROKER_ZK_SESSION_MS + 4000
+GROUPS = [f"orders-{i}" for i in range(60)]
+
+pytestmark = pytest.mark.parametrize("cluster", [SHARDED], indirect=True)
+
+
+def _settled(czk, live: set[int]) -> dict[int, int] | None:
+    """Every shard held by a live broker and the loads within one of each other; else None."""
+    holders = read_shard_holders(czk)
+    if len(holders) != SHARDS or any(h not in live for h in holders.values()):
+        return None
+    loads = Counter(holders.values())
+    if set(loads) != live or max(loads.values()) - min(loads.values()) > 1:
+        return None
+    return holders
+
+
+def wait_settled(czk, live: set[int], timeout: float = 60.0) -> dict[int, int]:
+    return wait_until(lambda: _settled(czk, live), timeout=timeout, interval=0.2,
+                      message=lambda: f"every shard held, balanced over {sorted(live)}: "
+                                      f"{Counter(read_shard_holders(czk).values())}")
+
+
+def coordinator_of(holders: dict[int, int], group: str) -> int:
+    return holders[shard_of(group, SHARDS)]
+
+
+def our_coordinator(bootstrap: str, group: str) -> int:
+    """The coordinator our members are sent to (ClusterMetadata v1 naming the group)."""
+    from spark_coord.consumer.discovery import Discovery
+    from spark_coord.client.metadata import parse_bootstrap
+
+    view = Discovery(parse_bootstrap(bootstrap), "shard-test", 5.0, group_id=group).one_round()
+    assert view is not None
+    return view.coordinator_id
+
+
+def test_groups_spread_over_the_brokers_and_every_client_is_routed_as_zookeeper_says(cluster, czk):
+    from confluent_kafka.admin import AdminClient
+
+    holders = wait_settled(czk, {0, 1, 2})
+    assert read_shard_count(czk) == SHARDS
+    per_broker = Counter(coordinator_of(holders, g) for g in GROUPS)
+    shares = {b: n / len(GROUPS) for b, n in sorted(per_broker.items())}
+    print(f"\n{len(GROUPS)} groups over {SHARDS} shards: shards per broker {dict(Counter(holders.values()))}, "
+          f"groups per broker {dict(sorted(per_broker.items()))}")
+    assert set(shares) == {0, 1, 2}
+    assert all(0.25 <= s <= 0.42 for s in shares.values()), shares
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    described = admin.describe_consumer_groups(GROUPS, request_timeout=30)
+    kafka_says = {g: f.result(timeout=30).coordinator.id for g, f in described.items()}
+    assert kafka_says == {g: coordinator_of(holders, g) for g in GROUPS}
+    ours = {g: our_coordinator(cluster.bootstrap, g) for g in GROUPS}
+    assert ours == {g: coordinator_of(holders, g) for g in GROUPS}
+
+
+def _spawn(members, topic, group, n=2):
+    return [members(f"{group}-m{i}", group, topics=[topic], session_timeout_ms=RIDE_THROUGH_SESSION_MS)
+            for i in range(n)]
+
+
+def _moved_events(ms, since: float) -> dict[str, list]:
+    """What each member saw since ``since``: StopFetcher, lost connections, new assignments."""
+    return {m.name: [e for e in m.events() if e["ev"] in ("stop", "lost", "assign", "resume") and e["ts"] >= since]
+            for m in ms}
+
+
+def _registrations(m) -> int:
+    return m.log_path.read_text(errors="replace").count(f"registered {m.consumer_id} in group")
+
+
+def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, members, create):
+    holders = wait_settled(czk, {0, 1, 2})
+    victim = 2
+    on_victim = [g for g in GROUPS if coordinator_of(holders, g) == victim][:2]
+    elsewhere = [g for g in GROUPS if coordinator_of(holders, g) != victim][:3]
+    topic = "iso"
+    create(topic, 6)
+    parts = topic_partitions(topic, 6)
+    groups = {g: _spawn(members, topic, g) for g in on_victim + elsewhere}
+    gens = {g: wait_balanced(ms, parts, timeout=60)[0] for g, ms in groups.items()}
+    wall_kill = time.time()
+    cluster.kill_broker(victim, signal.SIGKILL)
+    survivors = wait_settled(czk, {0, 1}, timeout=BROKER_ZK_SESSION_MS / 1000 + 30)
+    for g in on_victim:
+        successor = coordinator_of(survivors, g)
+        wait_until(lambda: all(broker_log_has(cluster, successor, f"group {g}: consumer {m.consumer_id} is back")
+                               for m in groups[g]), timeout=60,
+                   message=f"the members of {g} taken back by coordinator {successor}")
+        assert wait_balanced(groups[g], parts)[0] == gens[g]
+    seen = {g: _moved_events(ms, wall_kill) for g, ms in groups.items()}
+    print(f"\nSIGKILL of broker {victim}: its groups {on_victim} -> "
+          f"{ {g: coordinator_of(survivors, g) for g in on_victim} }; what the members saw: {seen}")
+    for g in on_victim:  # taken back: lost their coordinator, nothing stopped, nothing reassigned
+        for name, evs in seen[g].items():
+            assert [e["ev"] for e in evs if e["ev"] != "lost"] in ([], ["resume"]), (name, evs)
+    for g in elsewhere:  # nothing at all
+        assert all(evs == [] for evs in seen[g].values()), (g, seen[g])
+        assert all(_registrations(m) == 1 for m in groups[g]), g
+        assert all(coordinator_of(survivors, g) == coordinator_of(holders, g) for g in elsewhere)
+
+
+def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(cluster, czk, members, create):
+    before = wait_settled(czk, {0, 1, 2})
+    topic = "join"
+    create(topic, 4)
+    parts = topic_partitions(topic, 4)
+    groups = {g: _spawn(members, topic, g) for g in GROUPS[:6]}
+    gens = {g: wait_balanced(ms, parts, timeout=60)[0] for g, ms in groups.items()}
+    wall_join = time.time()
+    newcomer = cluster.add_broker()
+    after = wait_settled(czk, {0, 1, 2, newcomer})
+    moved = {s for s in range(SHARDS) if after[s] != before[s]}
+    print(f"\nbroker {newcomer} joined: {len(moved)} of {SHARDS} shards moved, all to it")
+    assert all(after[s] == newcomer for s in moved)
+    assert len(moved) == SHARDS // 4  # 17/17/16 -> 13/13/12/12: the newcomer's share, nothing else
+    for g, ms in groups.items():
+        if shard_of(g, SHARDS) in moved:
+            wait_until(lambda: all(broker_log_has(cluster, newcomer, f"group {g}: consumer {m.consumer_id} is back")
+                                   for m in ms), timeout=60, message=f"the members of {g} taken back by {newcomer}")
+        assert wait_balanced(ms, parts)[0] == gens[g]
+        for m in ms:
+            stops = [e for e in m.events() if e["ev"] in ("stop", "assign") and e["ts"] >= wall_join]
+            assert not stops, (m.name, stops)
