@@ -113,7 +113,7 @@ class ShardRole:
         loop = asyncio.get_running_loop()
         broker = service.broker
         count = service.shard_count
-        self.elector = CoordinatorElector(broker.zk, broker.broker_id, loop, self._elected, self._resigned,
+        self.elector = CoordinatorElector(broker.zk, broker.broker_id, loop, self._elected, self._lost_election,
                                           node=paths.shard_leader(shard), fence=paths.shard(shard),
                                           guard_legacy=True, label=f"coordinator of shard {shard}")
         observer = service.observer
@@ -150,6 +150,10 @@ class ShardRole:
         log.info("%d coordinates shard %d (epoch %d)", self.service.broker.broker_id, self.shard, epoch)
         await self.coordinator.activate(epoch)
         self.service._topics_changed_in(self, self.service.broker.view)
+
+    async def _lost_election(self) -> None:
+        self.service.resigned(self)
+        await self._resigned()
 
     async def _resigned(self) -> None:
         await self.coordinator.deactivate()
@@ -204,6 +208,15 @@ class CoordinationService:
         """The coordinator of shard 0 when this process holds it (None otherwise)."""
         role = self.shards.get(0)
         return role.coordinator if role is not None else None
+
+    @property
+    def elector(self) -> CoordinatorElector | None:
+        """The elector of shard 0 when this process stands for it (None otherwise)."""
+        role = self.shards.get(0)
+        return role.elector if role is not None else None
+
+    def resigned(self, role: ShardRole) -> None:
+        """``role``'s election was lost (fenced, session expired, stopped): a hook for observers."""
 
     @property
     def coordinator_id(self) -> int:

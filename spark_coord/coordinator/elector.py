@@ -205,7 +205,7 @@ class CoordinatorElector:
     def _resign(self, why: str) -> None:
         if self.check is None:
             return
-        log.warning("%d resigns the %s (epoch %d): %s", self.broker_id, self.label, self.check.epoch, why)
+        log.warning("%d resigns as %s (epoch %d): %s", self.broker_id, self.label, self.check.epoch, why)
         self.check = None
         self._call(self.on_resigned)
 
@@ -242,7 +242,7 @@ class CoordinatorElector:
                         await self._run(self._delete_own)
                         return False
                     self.check = check
-                    log.info("%d holds the %s (epoch %d)", self.broker_id, self.label, check.epoch)
+                    log.info("%d is the %s (epoch %d)", self.broker_id, self.label, check.epoch)
                     self._call(self.on_elected, check.epoch)
                     return True
                 if not self._again:
