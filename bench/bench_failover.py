@@ -46,7 +46,7 @@ class ElectionClock:
         self.changed = threading.Condition()
         self.current: tuple[int, int] | None = None  # (czxid, broker id)
         self.seen_at: dict[int, float] = {}
-        zk.DataWatch(paths.COORDINATOR, self._on_node)
+        zk.DataWatch(paths.shard_leader(0), self._on_node)
 
     def _on_node(self, data, stat) -> None:
         with self.changed:
@@ -93,7 +93,7 @@ def main() -> int:
                                                                             "minSessionTimeout": 1000})
         zk_server.start(timeout=60)
         cluster = LocalCluster(3, Path(tmp) / "cluster", zk_connect=zk_server.connect_string,
-                               overrides={"zookeeper.session.timeout.ms": args.session_ms})
+                               overrides={"zookeeper.session.timeout.ms": args.session_ms, "coordinator.shards": 1})
         zk = zkclient.connect(zk_server.connect_string)
         try:
             cluster.start()

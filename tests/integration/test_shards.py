@@ -16,6 +16,7 @@ import pytest
 from helpers import wait_until
 from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, topic_partitions, wait_balanced
 
+from spark_coord.consumer.cli import describe_groups
 from spark_coord.coordinator.shards import shard_of
 from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
 from spark_coord.zk import paths
@@ -105,6 +106,11 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
     parts = topic_partitions(topic, 6)
     groups = {g: _spawn(members, topic, g) for g in on_victim + elsewhere}
     gens = {g: wait_balanced(ms, parts, timeout=60)[0] for g, ms in groups.items()}
+    # spark-coord groups: every group listed, with the coordinator ZooKeeper says holds it
+    listed = {g["group_id"]: (g["coordinator_id"], g["coordinator"])
+              for g in describe_groups(cluster.bootstrap, with_lag=False)}
+    assert listed == {g: (coordinator_of(holders, g), "%s:%d" % cluster.brokers[coordinator_of(holders, g)])
+                      for g in groups}
     wall_kill = time.time()
     cluster.kill_broker(victim, signal.SIGKILL)
     survivors = wait_settled(czk, {0, 1}, timeout=BROKER_ZK_SESSION_MS / 1000 + 30)
