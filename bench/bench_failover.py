@@ -3,9 +3,10 @@
 Run:  .venv/bin/python bench/bench_failover.py [--session-ms 6000] [--runs 3] [--tick-ms 2000]
 
 A real ZooKeeper (tickTime --tick-ms, as in conf/zookeeper.properties) and three
-broker processes with zookeeper.session.timeout.ms = --session-ms.  Each run
-SIGKILLs the broker that coordinates and measures the time from the SIGKILL to a
-new /consumers/coordinator node (a new epoch):
+broker processes with zookeeper.session.timeout.ms = --session-ms and one
+coordinator shard (coordinator.shards=1).  Each run SIGKILLs the broker that
+coordinates and measures the time from the SIGKILL to a new
+/coordinators/shards/0/leader node (a new epoch):
 
 - baseline "not restarted": the dead broker stays down, so its election node lives
   until ZooKeeper expires its session (session timeout, checked once per tick),
