@@ -14,7 +14,8 @@ from collections import Counter
 
 import pytest
 from helpers import wait_until
-from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, topic_partitions, wait_balanced
+from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, consumed_up_to, leaders, log_end_of,
+                     topic_partitions, wait_balanced)
 
 from spark_coord.consumer.cli import describe_groups
 from spark_coord.coordinator.shards import shard_of
@@ -26,6 +27,8 @@ SHARDED = dict(BROKER_OVERRIDES, **{"coordinator.shards": SHARDS})
 #: Members' session: outlasts the brokers' ZooKeeper session plus an election (they ride a failover through).
 RIDE_THROUGH_SESSION_MS = BROKER_ZK_SESSION_MS + 4000
 GROUPS = [f"orders-{i}" for i in range(60)]
+#: Seconds of the quiet baseline of fetch gaps before the fault.
+QUIET_S = 4.0
 
 pytestmark = pytest.mark.parametrize("cluster", [SHARDED], indirect=True)
 
@@ -96,7 +99,18 @@ def _registrations(m) -> int:
     return m.log_path.read_text(errors="replace").count(f"registered {m.consumer_id} in group")
 
 
-def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, members, create):
+def _fetch_gap(ms, start: float, end: float) -> float:
+    """The longest time within [start, end] in which no member of the group got records."""
+    times = sorted(e["ts"] for m in ms for e in m.events("recs") if start <= e["ts"] <= end)
+    edges = [start, *times, end]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
+def _recs_until(ms, ts: float) -> bool:
+    return any(e["ts"] >= ts for m in ms for e in m.events("recs"))
+
+
+def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, members, create, producer_factory):
     holders = wait_settled(czk, {0, 1, 2})
     victim = 2
     on_victim = [g for g in GROUPS if coordinator_of(holders, g) == victim][:2]
@@ -104,6 +118,9 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
     topic = "iso"
     create(topic, 6)
     parts = topic_partitions(topic, 6)
+    live = {p for p, b in leaders(cluster.bootstrap, topic).items() if b != victim}  # data is not the fault here
+    producer = producer_factory(topic, 6)
+    producer.allowed = set(live)
     groups = {g: _spawn(members, topic, g) for g in on_victim + elsewhere}
     gens = {g: wait_balanced(ms, parts, timeout=60)[0] for g, ms in groups.items()}
     # spark-coord groups: every group listed, with the coordinator ZooKeeper says holds it
@@ -111,6 +128,13 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
               for g in describe_groups(cluster.bootstrap, with_lag=False)}
     assert listed == {g: (coordinator_of(holders, g), "%s:%d" % cluster.brokers[coordinator_of(holders, g)])
                       for g in groups}
+    # the quiet baseline: every group reading, QUIET_S seconds of it
+    ends = log_end_of(cluster.bootstrap, topic, live)
+    for g, ms in groups.items():
+        wait_until(lambda: not consumed_up_to(ms, ends), timeout=60, message=f"{g} reading the records")
+    quiet_from = time.time()
+    wait_until(lambda: all(_recs_until(ms, quiet_from + QUIET_S) for ms in groups.values()), timeout=60,
+               message="the quiet baseline")
     wall_kill = time.time()
     cluster.kill_broker(victim, signal.SIGKILL)
     survivors = wait_settled(czk, {0, 1}, timeout=BROKER_ZK_SESSION_MS / 1000 + 30)
@@ -120,16 +144,27 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
                                for m in groups[g]), timeout=60,
                    message=f"the members of {g} taken back by coordinator {successor}")
         assert wait_balanced(groups[g], parts)[0] == gens[g]
+    settled = time.time()
+    wait_until(lambda: all(_recs_until(ms, settled + 1.0) for ms in groups.values()), timeout=60,
+               message="every group reading after the failover")
+    quiet = {g: _fetch_gap(ms, quiet_from, wall_kill) for g, ms in groups.items()}
+    after = {g: _fetch_gap(ms, wall_kill, settled + 1.0) for g, ms in groups.items()}
     seen = {g: _moved_events(ms, wall_kill) for g, ms in groups.items()}
     print(f"\nSIGKILL of broker {victim}: its groups {on_victim} -> "
-          f"{ {g: coordinator_of(survivors, g) for g in on_victim} }; what the members saw: {seen}")
-    for g in on_victim:  # taken back: lost their coordinator, nothing stopped, nothing reassigned
+          f"{ {g: coordinator_of(survivors, g) for g in on_victim} }, failover settled after "
+          f"{settled - wall_kill:.2f} s; longest fetch gap per group, quiet {QUIET_S:.0f} s before -> from the kill "
+          f"until settled: " + ", ".join(f"{g} {quiet[g]:.2f} -> {after[g]:.2f} s" for g in groups)
+          + f"; what the members saw: {seen}")
+    for g in on_victim:  # taken back: nothing stopped, nothing reassigned
         for name, evs in seen[g].items():
             assert [e["ev"] for e in evs if e["ev"] != "lost"] in ([], ["resume"]), (name, evs)
     for g in elsewhere:  # nothing at all
         assert all(evs == [] for evs in seen[g].values()), (g, seen[g])
         assert all(_registrations(m) == 1 for m in groups[g]), g
-        assert all(coordinator_of(survivors, g) == coordinator_of(holders, g) for g in elsewhere)
+        assert coordinator_of(survivors, g) == coordinator_of(holders, g)
+        # no fetch gap beyond the quiet baseline (a coordinator's failover would show seconds: its
+        # members' leases, the ZooKeeper session, an election)
+        assert after[g] <= max(2 * quiet[g], quiet[g] + 1.0), (g, quiet[g], after[g])
 
 
 def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(cluster, czk, members, create):
