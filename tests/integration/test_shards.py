@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 from helpers import wait_until
-from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, consumed_up_to, leaders, log_end_of,
-                     topic_partitions, wait_balanced)
+from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, consumed_up_to, leaders, log_end,
+                     log_end_of, topic_partitions, wait_balanced, wait_caught_up)
 
 from spark_coord.consumer.cli import describe_groups
-from spark_coord.coordinator.shards import shard_of
+from spark_coord.coordinator.shards import place, shard_of
 from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
 from spark_coord.zk import paths
 
@@ -167,25 +167,39 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
         assert after[g] <= max(2 * quiet[g], quiet[g] + 1.0), (g, quiet[g], after[g])
 
 
-def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(cluster, czk, members, create):
+def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(cluster, czk, members, create,
+                                                                              producer_factory):
     before = wait_settled(czk, {0, 1, 2})
     topic = "join"
     create(topic, 4)
     parts = topic_partitions(topic, 4)
-    groups = {g: _spawn(members, topic, g) for g in GROUPS[:6]}
+    producer = producer_factory(topic, 4)
+    planned = place(SHARDS, [0, 1, 2, 3], before)  # where the shards will be once broker 3 joined
+    leaving = [g for g in GROUPS if planned[shard_of(g, SHARDS)] == 3][:3]
+    staying = [g for g in GROUPS if planned[shard_of(g, SHARDS)] != 3][:2]
+    groups = {g: _spawn(members, topic, g) for g in leaving + staying}
     gens = {g: wait_balanced(ms, parts, timeout=60)[0] for g, ms in groups.items()}
     wall_join = time.time()
     newcomer = cluster.add_broker()
     after = wait_settled(czk, {0, 1, 2, newcomer})
     moved = {s for s in range(SHARDS) if after[s] != before[s]}
-    print(f"\nbroker {newcomer} joined: {len(moved)} of {SHARDS} shards moved, all to it")
+    moved_groups = [g for g in groups if shard_of(g, SHARDS) in moved]
+    print(f"\nbroker {newcomer} joined: {len(moved)} of {SHARDS} shards moved, all to it; groups handed over: "
+          f"{moved_groups}")
     assert all(after[s] == newcomer for s in moved)
     assert len(moved) == SHARDS // 4  # 17/17/16 -> 13/13/12/12: the newcomer's share, nothing else
+    assert after == planned and moved_groups == leaving
     for g, ms in groups.items():
-        if shard_of(g, SHARDS) in moved:
+        if g in moved_groups:
             wait_until(lambda: all(broker_log_has(cluster, newcomer, f"group {g}: consumer {m.consumer_id} is back")
                                    for m in ms), timeout=60, message=f"the members of {g} taken back by {newcomer}")
         assert wait_balanced(ms, parts)[0] == gens[g]
         for m in ms:
             stops = [e for e in m.events() if e["ev"] in ("stop", "assign") and e["ts"] >= wall_join]
             assert not stops, (m.name, stops)
+    # no record lost: every group reads and commits up to the log end
+    producer.stop()
+    ends = log_end(cluster.bootstrap, topic)
+    for g, ms in groups.items():
+        wait_caught_up(czk, g, ends, timeout=60)
+        assert not consumed_up_to(ms, ends), g
