@@ -20,7 +20,6 @@ from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, con
 from spark_coord.consumer.cli import describe_groups
 from spark_coord.coordinator.shards import place, shard_of
 from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
-from spark_coord.zk import paths
 
 SHARDS = 50
 SHARDED = dict(BROKER_OVERRIDES, **{"coordinator.shards": SHARDS})

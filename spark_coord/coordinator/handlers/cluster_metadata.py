@@ -1,4 +1,7 @@
-"""ClusterMetadata (coordinator api 1000, version 0): where the coordinator is, and the live brokers.
+"""ClusterMetadata (coordinator api 1000, versions 0-1): where a group's coordinator is, and the live brokers.
+
+v1 names the member's group: the coordinator answered holds the group's shard.  v0
+(or a null group) answers the holder of shard 0.
 
 Any broker answers it, elected or not: members ask it round-robin to find the
 coordinator (seeds 001, 003 section 7).  The nodes are given at their endpoints of

@@ -1,6 +1,6 @@
 """ConsumerGroupHeartbeat (Kafka api 68, versions 0-1): Kafka 4's consumer group protocol (KIP-848).
 
-Served by the elected coordinator only.  Joining, and changing the subscription, needs
+Served by the coordinator of the group's shard only.  Joining, and changing the subscription, needs
 Read on the group and on the topics named; every heartbeat needs Read on the group.
 The member's partitions come only from topics its principal may Read.  See
 ``consumer_group.ConsumerGroups.heartbeat``.

@@ -1,7 +1,9 @@
 """FindCoordinator (Kafka api 10, versions 0-6 as the wire registry serves them).
 
-Every broker answers with the elected coordinator, at its endpoint of the listener
-the request came in on; v4+ answer each key of a batch.  Only group keys exist here
+Every broker answers each key with the coordinator holding the key's shard (the
+group's ``__consumer_offsets`` partition in Kafka), at its endpoint of the listener
+the request came in on (COORDINATOR_NOT_AVAILABLE while nobody holds the shard);
+v4+ answer each key of a batch.  Only group keys exist here
 (no transactions); a group the principal may not Describe is refused.
 """
 

@@ -1,7 +1,7 @@
 """JoinGroup (Kafka api 11): a Kafka consumer joins, or joins again for a rebalance.
 
-Served by the elected coordinator only (others answer NOT_COORDINATOR, one still
-restoring its groups COORDINATOR_LOAD_IN_PROGRESS).  The member needs Read on the
+Served by the coordinator of the group's shard only (others answer NOT_COORDINATOR,
+one still restoring the shard's groups COORDINATOR_LOAD_IN_PROGRESS).  The member needs Read on the
 group and on the topics of its subscription.  The answer waits for the member's
 assignment (``classic.ClassicGroups.join_group``); a member whose connection closes
 while it waits is no longer waited for.

@@ -1,4 +1,4 @@
-"""ListGroups (Kafka api 16): the groups this coordinator holds, filtered by state (v4+) and type (v5+).
+"""ListGroups (Kafka api 16): the groups of every shard this process holds, filtered by state (v4+) and type (v5+).
 
 Admin clients ask every broker and merge the answers: a broker that coordinates no
 group lists none (an error would fail the whole listing).  Only groups the principal
@@ -8,7 +8,6 @@ may Describe are listed.
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import GroupApi, authz
-from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 
