@@ -268,6 +268,34 @@ class CoordinationService:
             zk, paths.COORDINATOR_IDS,
             lambda children: self._running and loop.call_soon_threadsafe(self._set_coordinators,
                                                                          self._read_coordinators(children))))
+        if self.enabled:
+            await self._first_placement(self.broker.config.get("zookeeper.connection.timeout.ms", 10000) / 1000)
+
+    async def _first_placement(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until this coordinator serves the free shards placed on it, so
+        that a broker started alone coordinates from its first request on."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self._serving_its_share():
+            if loop.time() >= deadline:
+                log.info("%d does not serve all the shards placed on it yet; going on", self.broker.broker_id)
+                return
+            await asyncio.sleep(0.02)
+
+    def _serving_its_share(self) -> bool:
+        me = self.broker.broker_id
+        if self.legacy_held:
+            return True  # nothing to serve while an older coordinator serves every group
+        if self.shard_count is None or me not in self.coordinators:
+            return False
+        holders = {s: h[0] for s, h in self.holders.items()}
+        for s, t in place(self.shard_count, set(self.coordinators), holders).items():
+            if t != me or holders.get(s, me) != me:
+                continue  # another's, or held by another until it hands it over
+            role = self.shards.get(s)
+            if role is None or not role.coordinator.active:
+                return False
+        return True
 
     def _ensure_shard_count(self) -> None:
         """Blocking: the first coordinator writes the cluster's shard count; the others read it."""
