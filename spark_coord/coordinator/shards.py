@@ -42,8 +42,8 @@ def place(count: int, live: Iterable[int], holders: Mapping[int, int | None]) ->
     preferred coordinator, the live ids round-robin (``ids[shard % n]``), so that a
     coordinator's shards are spread over the shard range rather than one block of it
     (groups named alike hash to neighbouring shards).  A live holder keeps up to
-    ``count // n`` of its shards, its preferred ones first, and the holders with the most
-    shards keep one more while ``count % n`` such places remain; every other shard goes
+    ``count // n`` of its shards, its preferred ones first, and holders with more than that
+    keep one more, by id, while ``count % n`` such places remain; every other shard goes
     to its preferred coordinator while that one has fewer than ``count // n``, else to
     the least-loaded live coordinator (ties by the lower id).  So loads differ by at most
     one, and only shards above a holder's share, or of a holder gone, move."""
@@ -63,7 +63,7 @@ def place(count: int, live: Iterable[int], holders: Mapping[int, int | None]) ->
             held[h].append(s)
     target: dict[int, int | None] = {}
     load = {c: 0 for c in ids}
-    for c in sorted(ids, key=lambda c: (-len(held[c]), c)):
+    for c in ids:  # the extra places by id, not by size: the same choice at every step of a handover
         keep = base
         if extra and len(held[c]) > base:
             keep, extra = base + 1, extra - 1

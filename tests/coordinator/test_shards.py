@@ -97,3 +97,26 @@ def test_placement_examples():
     joined = place(16, [0, 1, 2, 3], spread)
     assert _loads(joined, [0, 1, 2, 3]) == [4, 4, 4, 4]
     assert sum(1 for s in range(16) if joined[s] != spread[s]) == 4
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 60), ids_st, st.integers(21, 30), st.randoms(use_true_random=False))
+def test_a_handover_one_shard_at_a_time_ends_where_it_was_planned(count, ids, newcomer, rnd):
+    """Coordinators hand shards over one by one, in any order, each step placing again from what
+    ZooKeeper shows then (the shard handed over is free until its target is elected): the end is
+    the plan made when the newcomer joined, and nothing moves twice."""
+    holders = place(count, ids, {})
+    live = ids + [newcomer]
+    planned = place(count, live, holders)
+    moves = 0
+    while True:
+        target = place(count, live, holders)
+        leaving = [s for s, h in holders.items() if h is not None and target[s] != h]
+        if not leaving:
+            break
+        s = rnd.choice(leaving)
+        holders = {**holders, s: None}  # the old holder deleted its leader node
+        holders[s] = place(count, live, holders)[s]  # its target is elected
+        moves += 1
+    assert holders == planned
+    assert moves == sum(1 for s in range(count) if planned[s] != place(count, ids, {})[s])
