@@ -196,7 +196,7 @@ BROKER_OVERRIDES = {
     "group.consumer.heartbeat.interval.ms": 500,
     "group.consumer.session.timeout.ms": 6000,
     # One coordinator shard: these tests fault "the" coordinator of their groups and follow it
-    # (test_shards.py runs the cluster's groups over many shards).
+    # (test_coordinator_shards.py runs the cluster's groups over many shards).
     "coordinator.shards": 1,
 }
 
