@@ -3,9 +3,10 @@
 Run:  .venv/bin/python bench/bench_failover.py [--session-ms 6000] [--runs 3] [--tick-ms 2000]
 
 A real ZooKeeper (tickTime --tick-ms, as in conf/zookeeper.properties) and three
-broker processes with zookeeper.session.timeout.ms = --session-ms.  Each run
-SIGKILLs the broker that coordinates and measures the time from the SIGKILL to a
-new /consumers/coordinator node (a new epoch):
+broker processes with zookeeper.session.timeout.ms = --session-ms and one
+coordinator shard (coordinator.shards=1).  Each run SIGKILLs the broker that
+coordinates and measures the time from the SIGKILL to a new
+/coordinators/shards/0/leader node (a new epoch):
 
 - baseline "not restarted": the dead broker stays down, so its election node lives
   until ZooKeeper expires its session (session timeout, checked once per tick),
@@ -46,7 +47,7 @@ class ElectionClock:
         self.changed = threading.Condition()
         self.current: tuple[int, int] | None = None  # (czxid, broker id)
         self.seen_at: dict[int, float] = {}
-        zk.DataWatch(paths.COORDINATOR, self._on_node)
+        zk.DataWatch(paths.shard_leader(0), self._on_node)
 
     def _on_node(self, data, stat) -> None:
         with self.changed:
@@ -93,7 +94,7 @@ def main() -> int:
                                                                             "minSessionTimeout": 1000})
         zk_server.start(timeout=60)
         cluster = LocalCluster(3, Path(tmp) / "cluster", zk_connect=zk_server.connect_string,
-                               overrides={"zookeeper.session.timeout.ms": args.session_ms})
+                               overrides={"zookeeper.session.timeout.ms": args.session_ms, "coordinator.shards": 1})
         zk = zkclient.connect(zk_server.connect_string)
         try:
             cluster.start()

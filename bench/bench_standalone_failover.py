@@ -122,12 +122,12 @@ def main() -> int:
                 try:
                     time.sleep(5)  # settle
                     for run in range(args.runs):
-                        active = read_coordinator(zk)
+                        active = read_coordinator(zk, "bench")
                         quiet_end = time.time()
                         baseline = load.latencies(quiet_end - 1.0, quiet_end)
                         killed = time.time()
                         coordinators[active].kill()
-                        while (c := read_coordinator(zk)) is None or c == active:
+                        while (c := read_coordinator(zk, "bench")) is None or c == active:
                             time.sleep(0.02)
                         elected = time.time() - killed
                         while not all(m.connector.registered.is_set() and m.connector.coordinator is not None

@@ -195,6 +195,14 @@ class LocalCluster:
         self._spawn(broker_id)
         self._wait_ready(broker_id, time.monotonic() + timeout)
 
+    def add_broker(self, timeout: float = START_TIMEOUT) -> int:
+        """Start one more broker (the next id) and wait until it serves; returns its id."""
+        broker_id = max(self.ports, default=-1) + 1
+        self.ports[broker_id] = free_port(self.host)
+        self._spawn(broker_id)
+        self._wait_ready(broker_id, time.monotonic() + timeout)
+        return broker_id
+
     def kill_broker(self, broker_id: int, sig: int = signal.SIGKILL, timeout: float = STOP_TIMEOUT) -> int | None:
         """Send ``sig`` to broker ``broker_id`` and wait for it to exit; returns its exit code."""
         proc = self.procs[broker_id]

@@ -390,7 +390,19 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "ZooKeeper digest credentials, user:password, sent on every ZooKeeper connection (also without\n"
         "zookeeper.set.acl, e.g. when ZooKeeper requires authentication: enforce.auth.enabled)."),
     # coordinator (used only while this broker is the elected coordinator)
-    Key("coordinator.enable", "bool", True, "Run a coordinator candidate in this broker (one broker is elected at a time)."),
+    Key("coordinator.enable", "bool", True,
+        "Run a coordinator in this broker: it takes its share of the coordinator shards (see coordinator.shards)."),
+    Key("coordinator.shards", "int", 50,
+        "Coordinator shards: a group belongs to shard (hashCode(group) & 0x7fffffff) % shards, Kafka's\n"
+        "rule for a group's __consumer_offsets partition (50 is Kafka's offsets.topic.num.partitions, so\n"
+        "a group's shard is the partition Kafka would give it). Each shard is elected and fenced on its own\n"
+        "in ZooKeeper (/coordinators/shards/<n>) and the shards are spread evenly over the live\n"
+        "coordinators. Fixed per cluster: the first coordinator writes it to /coordinators/shards; one\n"
+        "configured differently warns and uses the stored count. A shard held costs its holder one\n"
+        "election, one fenced two-check ZooKeeper multi every zookeeper.session.timeout.ms / 4 and one\n"
+        "restore on failover; 50 rather than 16 because groups named alike (orders-1, orders-2...) hash\n"
+        "close together, and more shards spread them more evenly over the coordinators.",
+        minimum=1),
     Key("coordinator.rebalance.threads", "int", 3,
         "Rebalance workers; a group is only ever rebalanced by one worker at a time.", minimum=1),
     Key("coordinator.min.session.timeout.ms", "int", 1000,

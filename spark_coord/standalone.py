@@ -2,8 +2,8 @@
 (DESIGN section 11, "Beside an existing cluster").
 
 The process is the broker's coordinator without the data plane: the same
-``CoordinationService`` (election in ``/consumers/coordinator`` with epochs and fenced
-writes, the coordinator protocol, Kafka's group APIs), the same listeners and security,
+``CoordinationService`` (coordinator shards elected in ``/coordinators/shards/<n>`` with
+epochs and fenced writes, spread over the live coordinators, the coordinator protocol, Kafka's group APIs), the same listeners and security,
 in a process of its own with its own ZooKeeper.  What differs:
 
 * the cluster view comes from the data cluster's Metadata API (``MetadataView``), read
@@ -11,7 +11,7 @@ in a process of its own with its own ZooKeeper.  What differs:
   partitions rebalance the interested groups as ZooKeeper watches do on our brokers;
 * every coordinator process registers its endpoints in ``/coordinators/ids/<id>`` (the
   broker registration format), and ClusterMetadata answers with those processes -- the
-  elected one as coordinator -- while StartFetcher carries the data brokers members fetch
+  holder of the group's shard as coordinator -- while StartFetcher carries the data brokers members fetch
   from;
 * with ``coordinator.offsets.mirror=true`` every offset written to ZooKeeper is also
   committed to the data cluster's own offset store (``OffsetMirror``: OffsetCommit as a
@@ -44,8 +44,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from kazoo.recipe.watchers import ChildrenWatch
-
 from spark_coord import config as config_mod
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
@@ -62,18 +60,18 @@ from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.broker.security import BrokerSecurity
 from spark_coord.security.client import ClientSecurity
 from spark_coord.zk import client as zk_client
-from spark_coord.zk import model
+from spark_coord.zk import model, paths
 from spark_coord.zk.client import ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_IDS = "/coordinators/ids"
+COORDINATOR_IDS = paths.COORDINATOR_IDS
 #: Topics the cluster keeps for itself (Kafka's offsets and transaction state): no group gets them.
 INTERNAL_PREFIX = "__"
 
 
 def coordinator_path(coordinator_id: int) -> str:
-    return f"{COORDINATOR_IDS}/{int(coordinator_id)}"
+    return paths.coordinator(int(coordinator_id))
 
 
 def data_cluster_security(cfg: config_mod.Config) -> ClientSecurity | None:
@@ -261,8 +259,8 @@ class MetadataView:
 class MetadataGroupStore(ZkGroupStore):
     """The group store in the coordinator's ZooKeeper; the topics come from the data cluster."""
 
-    def __init__(self, client, epoch_check, view: MetadataView):
-        super().__init__(client, epoch_check)
+    def __init__(self, client, epoch_check, view: MetadataView, owns=None):
+        super().__init__(client, epoch_check, owns)
         self.view = view
 
     async def topics(self) -> dict[str, int]:
@@ -349,40 +347,17 @@ class OffsetMirror:
 
 
 class StandaloneCoordination(CoordinationService):
-    """The broker's ``CoordinationService`` with the data cluster's view and the coordinator registry."""
+    """The broker's ``CoordinationService`` with the data cluster's view; the coordinator registry
+    (``/coordinators/ids``) holds the coordinator processes, registered by ``StandaloneCoordinator``."""
+
+    register_self = False
 
     def __init__(self, host: Any):
         super().__init__(host)
         self.enabled = True
-        self.coordinators: dict[int, model.BrokerInfo] = {}
-        self._coordinators_watch = None
 
-    def _make_store(self):
-        return MetadataGroupStore(self.broker.zk, self._epoch_check, self.broker.view)
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        zk = self.broker.zk
-        await loop.run_in_executor(None, zk.ensure_path, COORDINATOR_IDS)
-        self._coordinators_watch = ChildrenWatch(
-            zk, COORDINATOR_IDS, lambda children: loop.call_soon_threadsafe(self._set_coordinators,
-                                                                            self._read_coordinators(children)))
-        await super().start()
-
-    def _set_coordinators(self, found: dict[int, model.BrokerInfo]) -> None:
-        self.coordinators = found
-
-    def _read_coordinators(self, children) -> dict[int, model.BrokerInfo]:
-        """The registrations of ``/coordinators/ids`` (kazoo's thread: blocking reads are fine here)."""
-        found: dict[int, model.BrokerInfo] = {}
-        for child in children or []:
-            try:
-                cid = int(child)
-                data, _ = self.broker.zk.get(coordinator_path(cid))
-                found[cid] = model.parse_broker(cid, data)
-            except Exception as e:  # gone meanwhile, or not ours
-                log.debug("coordinator registration %s: %s", child, e)
-        return found
+    def _make_store(self, epoch_check, owns):
+        return MetadataGroupStore(self.broker.zk, epoch_check, self.broker.view, owns)
 
     def live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
         """The data cluster's brokers (members fetch from them whichever listener they came in on)."""
@@ -397,10 +372,10 @@ class StandaloneCoordination(CoordinationService):
                 out.append((cid, ep.host, ep.port))
         return out
 
-    def coordinator_endpoint(self, conn) -> tuple[int, str, int] | None:
-        info = self.coordinators.get(self.coordinator_id)
-        ep = info.endpoint_for(conn.auth.listener_name) if info is not None else None
-        return None if ep is None else (info.id, ep.host, ep.port)
+    def node_endpoint(self, node_id: int, listener: str | None) -> tuple[int, str, int] | None:
+        info = self.coordinators.get(node_id)
+        ep = info.endpoint_for(listener) if info is not None else None
+        return None if ep is None else (node_id, ep.host, ep.port)
 
 
 class StandaloneCoordinator:
@@ -458,9 +433,9 @@ class StandaloneCoordinator:
             if cfg["coordinator.offsets.mirror"]:
                 self.mirror = OffsetMirror(cfg["bootstrap.servers"], security=self.data_security)
                 self.mirror.start()
+            if self.mirror is not None:
+                self.coordination.on_committed = self.mirror.offer
             await self.coordination.start()
-            if self.mirror is not None and self.coordination.coordinator is not None:
-                self.coordination.coordinator.on_committed = self.mirror.offer
             if self.metrics is not None:  # metrics
                 self.metrics.start_for_standalone(self, loop)  # metrics
         except BaseException:

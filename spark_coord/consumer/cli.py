@@ -89,36 +89,75 @@ def consume(args) -> int:
 
 
 def _coordinator_call(bootstrap, api_key: int, body: dict, timeout: float = 10.0, security=None,
-                      version: int | None = None) -> dict:
-    """One request to the current coordinator (found by ClusterMetadata)."""
+                      version: int | None = None, group_id: str | None = None) -> dict:
+    """One request to the coordinator of ``group_id``'s shard (found by ClusterMetadata; None: shard 0's)."""
     from spark_coord.consumer.channel import CoordinatorChannel
     from spark_coord.consumer.discovery import Discovery
 
-    discovery = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout, security)
+    discovery = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout, security, group_id)
     view = discovery.one_round()
     if view is None:
         raise ConnectionError("no broker knows a reachable coordinator")
     host, port = view.coordinator_address  # type: ignore[misc]
     channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout, security=security)
     try:
-        return channel.request(api_key, body) if version is None else channel.request(api_key, body, version=version)
+        answer = channel.request(api_key, body) if version is None else channel.request(api_key, body, version=version)
     finally:
         channel.close()
+    answer["_coordinator"] = (view.coordinator_id, f"{host}:{port}")
+    return answer
+
+
+def _describe_everywhere(bootstrap, group_ids: list[str], timeout: float = 10.0, security=None) -> list[dict]:
+    """The coordinator's DescribeGroups from every coordinator holding one of the groups (all of them:
+    every live coordinator), each group with the coordinator (id, host:port) that holds it."""
+    from spark_coord.consumer.channel import ChannelClosed, CoordinatorChannel
+    from spark_coord.consumer.discovery import Discovery
+    from spark_coord.errors import ErrorCode, KafkaError
+    from spark_coord.wire import coordinator as api
+
+    if group_ids:
+        out = []
+        for g in group_ids:
+            resp = _coordinator_call(bootstrap, api.DESCRIBE_GROUPS, {"group_ids": [g]}, timeout, security,
+                                     api.DESCRIBE_VERSION, group_id=g)
+            if resp["error_code"]:
+                raise KafkaError(resp["error_code"], "DescribeGroups")
+            node, address = resp["_coordinator"]
+            out.extend(dict(d, coordinator_id=node, coordinator=address) for d in resp["groups"])
+        return out
+    view = Discovery(parse_bootstrap(bootstrap), "spark-coord-groups", timeout, security).one_round()
+    if view is None:
+        raise ConnectionError("no broker knows a reachable coordinator")
+    found: dict[str, dict] = {}
+    for node, (host, port) in sorted(view.brokers.items()):
+        try:
+            channel = CoordinatorChannel(host, port, "spark-coord-groups", timeout, security=security)
+        except ChannelClosed as e:
+            log.warning("coordinator %d: %s", node, e)
+            continue
+        try:
+            resp = channel.request(api.DESCRIBE_GROUPS, {"group_ids": []}, version=api.DESCRIBE_VERSION)
+        finally:
+            channel.close()
+        if resp["error_code"] == ErrorCode.NOT_COORDINATOR:
+            continue  # holds no shard
+        if resp["error_code"]:
+            raise KafkaError(resp["error_code"], "DescribeGroups")
+        for d in resp["groups"]:
+            found.setdefault(d["group_id"], dict(d, coordinator_id=node, coordinator=f"{host}:{port}"))
+    return [found[g] for g in sorted(found)]
 
 
 def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: bool = True,
                     security=None, coordinator: str | None = None) -> list[dict]:
-    """The coordinator's DescribeGroups answer, each offset row extended with log_end and lag."""
+    """The coordinators' DescribeGroups answers (each group from the coordinator of its shard, which
+    ``coordinator_id`` / ``coordinator`` name), each offset row extended with log_end and lag."""
     from spark_coord.client.admin import LATEST, AdminClient
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.errors import KafkaError
-    from spark_coord.wire import coordinator as api
 
-    resp = _coordinator_call(coordinator or bootstrap, api.DESCRIBE_GROUPS, {"group_ids": list(group_ids or [])},
-                             security=security, version=api.DESCRIBE_VERSION)
-    if resp["error_code"]:
-        raise KafkaError(resp["error_code"], "DescribeGroups")
-    groups = resp["groups"]
+    groups = _describe_everywhere(coordinator or bootstrap, list(group_ids or []), security=security)
     if with_lag and any(g["offsets"] for g in groups):
         with ClusterClient(bootstrap, security=security) as cc:
             admin = AdminClient(cc)
@@ -157,19 +196,25 @@ def groups(args) -> int:
         return 0
     if args.action == "list":
         rows = [{"group": g["group_id"], "state": g["state"], "generation": g["generation_id"],
-                 "members": len(g["members"])} for g in described]
-        print(format_table(rows, ["group", "state", "generation", "members"]))
+                 "members": len(g["members"]), "coordinator": _coordinator_label(g)} for g in described]
+        print(format_table(rows, ["group", "state", "generation", "members", "coordinator"]))
         return 0
     for g in described:
         print(format_group(g))
     return 0
 
 
+def _coordinator_label(g: dict) -> str:
+    """``<id> (host:port)``: the coordinator holding a described group."""
+    return f"{g['coordinator_id']} ({g['coordinator']})" if "coordinator_id" in g else ""
+
+
 def format_group(g: dict) -> str:
     """One described group as text: a header line, its members, and its offsets with lag."""
     from spark_coord.table import format_table
 
-    out = [f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members"]
+    out = [f"Group {g['group_id']}: {g['state']}, generation {g['generation_id']}, {len(g['members'])} members"
+           + (f", coordinator {_coordinator_label(g)}" if "coordinator_id" in g else "")]
     members = [{"consumer": m["consumer_id"], "protocol": m.get("protocol", "coordinator"), "host": m["host"],
                 "partitions": [f"{a['topic']}-{a['partition']}" for a in m["assigned"]]} for m in g["members"]]
     if members:

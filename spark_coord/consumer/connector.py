@@ -140,7 +140,7 @@ class ConsumerCoordinatorConnector(threading.Thread):
         self.backoff = backoff_ms / 1000
         self.max_backoff = max(max_backoff_ms, backoff_ms) / 1000
         self.security = security  # TLS/SASL of every coordinator connection (None: PLAINTEXT)
-        self.discovery = Discovery(bootstrap, client_id, self.socket_timeout, security)
+        self.discovery = Discovery(bootstrap, client_id, self.socket_timeout, security, registration.group_id)
         self.coordinator_epoch = -1            # the newest epoch seen (fencing)
         self.generation_id = api.NO_GENERATION  # generation of the assignment held (-1: none)
         self.coordinator: ClusterView | None = None

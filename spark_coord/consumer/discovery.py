@@ -1,7 +1,8 @@
 """Coordinator discovery (seeds 001 onStartup step 2, 003 section 7 consumerStartup 1-3).
 
 Round-robin over the known brokers and the bootstrap list: connect, send
-ClusterMetadata, and accept the first answer that names a coordinator we can
+ClusterMetadata v1 naming the member's group (its coordinator is the holder of the
+group's coordinator shard), and accept the first answer that names a coordinator we can
 reach.  A broker that cannot be connected, answers an error, or knows no
 coordinator yet is skipped; the caller retries with backoff until it is closed.
 """
@@ -37,13 +38,17 @@ class ClusterView:
 class Discovery:
     """Round-robin ClusterMetadata over the brokers we know, then the bootstrap list."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], client_id: str | None, timeout: float, security=None):
+    def __init__(self, bootstrap: list[tuple[str, int]], client_id: str | None, timeout: float, security=None,
+                 group_id: str | None = None):
+        """``group_id``: the member's group; the coordinator found is the one of its shard (None:
+        shard 0's)."""
         if not bootstrap:
             raise ValueError("no bootstrap brokers given")
         self.bootstrap = list(bootstrap)
         self.client_id = client_id
         self.timeout = timeout
         self.security = security  # a security.client.ClientSecurity (None: PLAINTEXT)
+        self.group_id = group_id
         self.known: list[tuple[str, int]] = []
         self._next = 0
 
@@ -74,7 +79,7 @@ class Discovery:
             log.info("discovery: %s", e)
             return None
         try:
-            resp = channel.request(api.CLUSTER_METADATA, {})
+            resp = channel.request(api.CLUSTER_METADATA, {"group_id": self.group_id}, version=api.METADATA_VERSION)
         except (ChannelClosed, ProtocolError) as e:
             log.info("discovery: ClusterMetadata from %s:%d failed: %s", host, port, e)
             return None

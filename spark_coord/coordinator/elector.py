@@ -67,11 +67,19 @@ class CoordinatorElector:
 
     def __init__(self, client: KazooClient, broker_id: int, loop: asyncio.AbstractEventLoop,
                  on_elected: Callable[[int], Any], on_resigned: Callable[[], Any], *,
-                 session_timeout_ms: int | None = None, replace_stale_node: bool = True):
+                 session_timeout_ms: int | None = None, replace_stale_node: bool = True,
+                 node: str = paths.COORDINATOR, fence: str = paths.CONSUMERS, guard_legacy: bool = False,
+                 label: str = "coordinator"):
         """``session_timeout_ms``: how long a suspended coordinator keeps the role (default:
         the client's session timeout).  ``replace_stale_node``: replace an election node that
         holds this broker id under another session (only correct where broker ids are unique
-        among live processes, as broker registration ensures)."""
+        among live processes, as broker registration ensures).
+
+        ``node`` / ``fence``: the election node and the node whose version each election bumps
+        (a shard's ``/coordinators/shards/<n>/leader`` and ``/coordinators/shards/<n>``).
+        ``guard_legacy``: the election fails while an older version's single coordinator holds
+        ``/consumers/coordinator`` (created and deleted inside the election's multi), and also
+        bumps ``/consumers``, so that such a coordinator is fenced at its next write."""
         self.client = client
         self.broker_id = paths.validate_broker_id(broker_id)
         self.loop = loop
@@ -79,6 +87,12 @@ class CoordinatorElector:
         self.on_resigned = on_resigned
         self.session_timeout_ms = session_timeout_ms or zkclient.session_timeout_ms(client)
         self.replace_stale_node = replace_stale_node
+        self.node = node
+        self.fence = fence
+        self.guard_legacy = guard_legacy
+        self.label = label
+        #: True after an attempt found the legacy node held (an older coordinator serves every group).
+        self.legacy_held = False
         self.check: EpochCheck | None = None
         self.suspended = False
         self._running = False
@@ -106,9 +120,13 @@ class CoordinatorElector:
         """Try to become coordinator now, and whenever the role becomes free."""
         self._running = True
         await self._run(self.client.ensure_path, paths.CONSUMERS)
+        if self.fence != paths.CONSUMERS:
+            await self._run(self.client.ensure_path, self.fence)
         self._remove_hooks = zkclient.add_state_hooks(self.client, self.loop, on_suspended=self._suspended,
                                                       on_lost=self._lost, on_connected=self._connected)
-        self.client.DataWatch(paths.COORDINATOR, zkclient.to_loop(self.loop, self._on_node))
+        on_node = zkclient.to_loop(self.loop, self._on_node)
+        # A stopped elector's watch ends at its next event (returning False cancels a DataWatch).
+        self.client.DataWatch(self.node, lambda data, stat: False if not self._running else on_node(data, stat))
         await self.elect()
 
     async def stop(self) -> None:
@@ -187,7 +205,7 @@ class CoordinatorElector:
     def _resign(self, why: str) -> None:
         if self.check is None:
             return
-        log.warning("broker %d resigns as coordinator (epoch %d): %s", self.broker_id, self.check.epoch, why)
+        log.warning("%d resigns as %s (epoch %d): %s", self.broker_id, self.label, self.check.epoch, why)
         self.check = None
         self._call(self.on_resigned)
 
@@ -224,7 +242,7 @@ class CoordinatorElector:
                         await self._run(self._delete_own)
                         return False
                     self.check = check
-                    log.info("broker %d is the coordinator (epoch %d)", self.broker_id, check.epoch)
+                    log.info("%d is the %s (epoch %d)", self.broker_id, self.label, check.epoch)
                     self._call(self.on_elected, check.epoch)
                     return True
                 if not self._again:
@@ -241,15 +259,18 @@ class CoordinatorElector:
         whole, so the node we replace (our own from an earlier term, or this broker's
         previous run's) is the node we looked at, never a newer election's.
         """
-        consumers = self.client.exists(paths.CONSUMERS)
+        consumers = self.client.exists(self.fence)
         if consumers is None:
-            raise NoNodeError(paths.CONSUMERS)
+            raise NoNodeError(self.fence)
         session = self.client.client_id[0] if self.client.client_id else None
         try:
-            data, stat = self.client.get(paths.COORDINATOR)
+            data, stat = self.client.get(self.node)
         except NoNodeError:
             data, stat = None, None
         txn = self.client.transaction()
+        if self.guard_legacy:  # fails as a whole while an older version's coordinator holds it
+            txn.create(paths.COORDINATOR, b"")
+            txn.delete(paths.COORDINATOR)
         if stat is not None:
             if stat.ephemeralOwner == session:
                 log.info("broker %d replaces its own election node of an earlier term", self.broker_id)
@@ -258,27 +279,38 @@ class CoordinatorElector:
                          self.broker_id, stat.ephemeralOwner)
             else:
                 return None
-            txn.delete(paths.COORDINATOR, version=stat.version)
-        txn.create(paths.COORDINATOR, str(self.broker_id).encode(), ephemeral=True)
-        txn.set_data(paths.CONSUMERS, b"", version=consumers.version)
+            txn.delete(self.node, version=stat.version)
+        txn.create(self.node, str(self.broker_id).encode(), ephemeral=True)
+        txn.set_data(self.fence, b"", version=consumers.version)
+        bump_at = len(txn.operations) - 1
+        if self.guard_legacy:
+            txn.set_data(paths.CONSUMERS, b"")
         results = txn.commit()
+        if self.guard_legacy and isinstance(results[0], NodeExistsError):
+            if not self.legacy_held:
+                log.warning("%s is held by a coordinator of an older version: %d does not stand for %s until "
+                            "it is gone", paths.COORDINATOR, self.broker_id, self.label)
+            self.legacy_held = True
+            return None
+        self.legacy_held = False
         if any(isinstance(r, (NodeExistsError, NoNodeError, BadVersionError)) for r in results):
             return _LOOK_AGAIN  # the election moved on while we looked
         for r in results:
             if isinstance(r, Exception) and not isinstance(r, RolledBackError):
                 raise r
-        node = self.client.exists(paths.COORDINATOR)
-        bumped = results[-1]
+        node = self.client.exists(self.node)
+        bumped = results[bump_at]
         if node is None or node.ephemeralOwner != session:
             return None  # lost it again already (session trouble)
-        return EpochCheck(epoch=node.czxid, coordinator_version=node.version, consumers_version=bumped.version)
+        return EpochCheck(epoch=node.czxid, coordinator_version=node.version, consumers_version=bumped.version,
+                          leader_path=self.node, fence_path=self.fence)
 
     def _delete_own(self) -> None:
-        stat = self.client.exists(paths.COORDINATOR)
+        stat = self.client.exists(self.node)
         session = self.client.client_id[0] if self.client.client_id else None
         if stat is not None and stat.ephemeralOwner == session:
             try:
-                self.client.delete(paths.COORDINATOR, version=stat.version)
+                self.client.delete(self.node, version=stat.version)
             except (NoNodeError, BadVersionError):
                 pass
 

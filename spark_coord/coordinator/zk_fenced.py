@@ -45,8 +45,12 @@ class EpochCheck:
     """What a write must find in ZooKeeper to be allowed: the election as this coordinator won it."""
 
     epoch: int                 #: czxid of our election node (stamped on requests)
-    coordinator_version: int   #: data version of /consumers/coordinator as we created it
-    consumers_version: int     #: data version of /consumers after our election bumped it
+    coordinator_version: int   #: data version of the election node as we created it
+    consumers_version: int     #: data version of the fencing node after our election bumped it
+    #: The election node (a shard's ``/coordinators/shards/<n>/leader``) and the fencing node
+    #: whose version the election bumped (``/coordinators/shards/<n>``).
+    leader_path: str = paths.COORDINATOR
+    fence_path: str = paths.CONSUMERS
 
 
 class _Conflict(Exception):
@@ -137,8 +141,8 @@ class FencedWriter:
         """One multi: the two election checks, then ``planned``; records the outcome in ``cache``."""
         try:
             txn = self.client.transaction()
-            txn.check(paths.COORDINATOR, check.coordinator_version)
-            txn.check(paths.CONSUMERS, check.consumers_version)
+            txn.check(check.leader_path, check.coordinator_version)
+            txn.check(check.fence_path, check.consumers_version)
             for kind, path, data in planned:
                 if kind == "create":
                     txn.create(path, data)
@@ -158,7 +162,7 @@ class FencedWriter:
                 continue
             if i < 2:
                 cache.reset()
-                raise Fenced(f"{what}: the election changed ({paths.COORDINATOR if i == 0 else paths.CONSUMERS}: "
+                raise Fenced(f"{what}: the election changed ({check.leader_path if i == 0 else check.fence_path}: "
                              f"{result.__class__.__name__}); not writing")
             path = planned[i - 2][1]
             if isinstance(result, (NoNodeError, NodeExistsError, BadVersionError)):

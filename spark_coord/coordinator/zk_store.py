@@ -88,9 +88,13 @@ class ZkGroupStore(GroupStore):
     keep one store call per group at a time (the coordinator's ``store_lock``).
     """
 
-    def __init__(self, client: KazooClient, epoch_check: Callable[[], EpochCheck | None]):
+    def __init__(self, client: KazooClient, epoch_check: Callable[[], EpochCheck | None],
+                 owns: Callable[[str], bool] | None = None):
+        """``owns(group_id)``: whether a group belongs to this store's shard (None: every group);
+        ``load_groups`` restores only those."""
         self.client = client
         self.epoch_check = epoch_check
+        self.owns = owns
         self.writer = FencedWriter(client, epoch_check)
 
     # ------------------------------------------------------------------ writes
@@ -293,7 +297,7 @@ class ZkGroupStore(GroupStore):
 
         try:
             names = [g for g in map(paths.parse_group_node, await zk_async.get_children(self.client, paths.CONSUMERS))
-                     if g is not None]
+                     if g is not None and (self.owns is None or self.owns(g))]
             return {g.group_id: g for g in await zk_async.gather_all(load(name) for name in names)}
         except KazooException as e:
             raise StoreError(f"load groups: {e.__class__.__name__}") from None

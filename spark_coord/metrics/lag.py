@@ -139,10 +139,23 @@ def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, 
     return True, epoch, tuple(groups), dict(coordinator.topics)
 
 
+def snapshot_coordination(coordination: Any) -> tuple[bool, int, tuple[GroupView, ...], dict[str, int]]:
+    """(active, epoch, groups, topics) over every coordinator shard a process serves (epoch: the
+    newest of its shards')."""
+    active, epoch, groups, topics = False, -1, [], {}
+    for coordinator in (coordination.coordinators_active() if coordination is not None else []):
+        a, e, g, t = snapshot_coordinator(coordinator)
+        if a:
+            active, epoch = True, max(epoch, e)
+            groups.extend(g)
+            topics.update(t)
+    return active, epoch, tuple(groups), topics
+
+
 def broker_snapshot(broker: Any) -> ClusterSnapshot:
     """A broker's snapshot (its ``ClusterView`` and, when it coordinates, its groups)."""
     coordination = broker.coordination
-    active, epoch, groups, topics = snapshot_coordinator(coordination.coordinator if coordination else None)
+    active, epoch, groups, topics = snapshot_coordination(coordination)
     view = broker.view
     listener = broker.security.listener_config.inter_broker
     endpoints = {}
@@ -162,7 +175,7 @@ def broker_snapshot(broker: Any) -> ClusterSnapshot:
 def standalone_snapshot(process: Any) -> ClusterSnapshot:
     """A standalone coordinator's snapshot: its groups, and the data cluster as its Metadata names it."""
     coordination = process.coordination
-    active, epoch, groups, topics = snapshot_coordinator(coordination.coordinator if coordination else None)
+    active, epoch, groups, topics = snapshot_coordination(coordination)
     view = process.view
     if view is None:
         return ClusterSnapshot(coordinating=active, epoch=epoch, groups=groups, topics=topics)

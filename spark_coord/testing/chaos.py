@@ -282,7 +282,7 @@ class ChaosRun:
         from spark_coord.testing.zk_history import read_coordinator
 
         try:
-            return read_coordinator(self.zk)
+            return read_coordinator(self.zk, self.group)
         except Exception:
             return None
 

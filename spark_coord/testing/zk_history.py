@@ -10,6 +10,8 @@ consecutive samples.
 
 from __future__ import annotations
 
+import json
+
 import logging
 import threading
 import time
@@ -67,13 +69,40 @@ def read_partitions(zk: KazooClient, group: str, kind: str) -> dict[TopicPartiti
     return out
 
 
-def read_coordinator(zk: KazooClient) -> int | None:
-    """The broker id in ``/consumers/coordinator`` (None while nobody is elected)."""
+def read_shard_count(zk: KazooClient) -> int | None:
+    """The cluster's coordinator shard count (None before the first coordinator wrote it)."""
     try:
-        data, _ = zk.get(paths.COORDINATOR)
+        data, _ = zk.get(paths.SHARDS)
+    except NoNodeError:
+        return None
+    return json.loads(data)["count"]
+
+
+def read_coordinator(zk: KazooClient, group: str | None = None) -> int | None:
+    """The coordinator id holding ``group``'s shard (None: shard 0), as its election node says
+    (None while nobody holds it)."""
+    from spark_coord.coordinator.shards import shard_of
+
+    count = read_shard_count(zk)
+    if count is None:
+        return None
+    try:
+        data, _ = zk.get(paths.shard_leader(0 if group is None else shard_of(group, count)))
     except NoNodeError:
         return None
     return int(data.decode())
+
+
+def read_shard_holders(zk: KazooClient) -> dict[int, int | None]:
+    """Each shard's holder (None: free)."""
+    out: dict[int, int | None] = {}
+    for n in range(read_shard_count(zk) or 0):
+        try:
+            data, _ = zk.get(paths.shard_leader(n))
+            out[n] = int(data.decode())
+        except NoNodeError:
+            out[n] = None
+    return out
 
 
 class ZkHistory(threading.Thread):

@@ -15,6 +15,9 @@ Kafka version uses these keys.  Versions:
   complete assignment: partitions it already fetches go on from its own
   position (their offset is ignored), the others start at the offset given, and
   nothing it holds is missing from it (partitions leave only through StopFetcher).
+- ClusterMetadata 0-1.  v1 names the member's group (nullable): the coordinator
+  answered is the holder of the group's coordinator shard; v0 (or a null group)
+  answers shard 0's holder.
 - Every other API: version 0.
 
 A member's epoch (the GenerationId of these messages) is its own, not the
@@ -24,8 +27,8 @@ partitions do not move keeps its epoch while others are rebalanced.
 
 Who sends what:
 
-- ClusterMetadata (1000): member -> any broker.  Where the coordinator is, and the
-  live brokers.
+- ClusterMetadata (1000): member -> any broker.  Where its group's coordinator is,
+  and the live brokers.
 - RegisterConsumer (1001): member -> coordinator, on a fresh connection.  A member
   that lost its coordinator (a failover, a broken connection) registers again with
   a claim; the coordinator accepts it back into that generation when the claim
@@ -75,7 +78,7 @@ from spark_coord.wire.schema import Field, Message
 
 __all__ = ["CoordinatorApiKey", "CLUSTER_METADATA", "REGISTER_CONSUMER", "PING", "STOP_FETCHER", "START_FETCHER",
            "DESCRIBE_GROUPS", "COMMIT_OFFSETS", "VERSION", "REGISTER_VERSION", "INCREMENTAL_REGISTER_VERSION",
-           "INCREMENTAL_VERSION", "NO_OFFSET", "NO_GENERATION", "MESSAGES",
+           "INCREMENTAL_VERSION", "METADATA_VERSION", "NO_OFFSET", "NO_GENERATION", "MESSAGES",
            "correlation_id", "correlation_ids", "is_response_frame"]
 
 
@@ -142,8 +145,12 @@ def _offset_fields() -> list[Field]:
 
 
 # ------------------------------------------------------------------ ClusterMetadata
-CLUSTER_METADATA_REQUEST = Message("ClusterMetadataRequest", valid="0", flexible="none", fields=[])
-CLUSTER_METADATA_RESPONSE = Message("ClusterMetadataResponse", valid="0", flexible="none", fields=[
+# v1: the group the member belongs to; the answer's coordinator is the holder of the group's
+# shard (v0, or a null group: shard 0's holder).
+CLUSTER_METADATA_REQUEST = Message("ClusterMetadataRequest", valid="0-1", flexible="none", fields=[
+    Field("GroupId", "string", "1+", nullable="1+", default=None),
+])
+CLUSTER_METADATA_RESPONSE = Message("ClusterMetadataResponse", valid="0-1", flexible="none", fields=[
     Field("ErrorCode", "int16", "0+"),
     Field("CoordinatorId", "int32", "0+", default=-1),   # -1: no coordinator elected right now
     Field("CoordinatorEpoch", "int64", "0+", default=-1),
@@ -288,6 +295,9 @@ MESSAGES: dict[int, tuple[str, Message, Message]] = {
 #: api key -> (lowest, highest) version served
 VERSIONS: dict[int, tuple[int, int]] = {key: (VERSION, VERSION) for key in MESSAGES}
 VERSIONS[REGISTER_CONSUMER] = (0, REGISTER_VERSION)
+#: The newest ClusterMetadata version (1: the coordinator of a group's shard).
+METADATA_VERSION = 1
+VERSIONS[CLUSTER_METADATA] = (0, METADATA_VERSION)
 VERSIONS[STOP_FETCHER] = (0, INCREMENTAL_VERSION)
 VERSIONS[START_FETCHER] = (0, INCREMENTAL_VERSION)
 #: The newest coordinator DescribeGroups version (1: each member's protocol).

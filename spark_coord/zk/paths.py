@@ -7,12 +7,24 @@ read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write
     /brokers/ids/<broker id>                            ephemeral, broker JSON (model.py)
     /brokers/topics/<topic>                             persistent, partition assignment JSON
     /latest_producer_id_block                           persistent, last claimed producer id block
-    /consumers/coordinator                              ephemeral, the elected coordinator
+    /consumers/coordinator                              ephemeral, the single coordinator of an older
+                                                        version (legacy; never created now: while it
+                                                        exists no shard is elected)
     /consumers/<group>/ids/<consumer id>                persistent, registered members
     /consumers/<group>/state                            persistent, what a new coordinator
                                                         needs to restore the group
     /consumers/<group>/offsets/<topic>/<partition>      persistent, next offset (decimal)
     /consumers/<group>/owners/<topic>/<partition>       persistent, owning consumer id
+    /coordinators/ids/<coordinator id>                  ephemeral, a live coordinator (a broker with
+                                                        coordinator.enable, or a standalone one):
+                                                        broker JSON with its endpoints
+    /coordinators/shards                                persistent, {"version":1,"count":N}: the
+                                                        cluster's shard count, fixed by the first
+                                                        coordinator
+    /coordinators/shards/<n>                            persistent, its data version is shard n's
+                                                        fencing token (bumped by each election)
+    /coordinators/shards/<n>/leader                     ephemeral, the coordinator id holding shard n;
+                                                        its czxid is the shard's epoch
     /config/users/<user>                                persistent, SCRAM credentials (sensitive)
     /config/changes/config_change_<seq>                 persistent sequential, "users/<user>" changed
     /kafka-acl/<ResourceType>/<name>                    persistent, literal ACLs of a resource (sensitive)
@@ -219,7 +231,33 @@ def acl_resource(pattern_type: str, resource_type: str, name: str) -> str:
 # -------------------------------------------------------------------- consumers
 
 CONSUMERS = "/consumers"
+#: The single coordinator's election node of older versions.  Never created now: a shard
+#: election's multi creates and deletes it, so that it fails while an older coordinator holds it.
 COORDINATOR = "/consumers/coordinator"
+LEGACY_COORDINATOR = COORDINATOR
+
+# ------------------------------------------------------------------ coordinators
+
+COORDINATORS = "/coordinators"
+#: Live coordinators: one ephemeral child per coordinator id, broker JSON with its endpoints.
+COORDINATOR_IDS = "/coordinators/ids"
+#: The shard count: {"version":1,"count":N}; each child is one shard.
+SHARDS = "/coordinators/shards"
+
+
+def coordinator(coordinator_id: int) -> str:
+    """``/coordinators/ids/<id>``: a live coordinator's ephemeral registration."""
+    return f"{COORDINATOR_IDS}/{validate_broker_id(coordinator_id)}"
+
+
+def shard(n: int) -> str:
+    """``/coordinators/shards/<n>``: its data version is the shard's fencing token."""
+    return f"{SHARDS}/{validate_partition(n)}"
+
+
+def shard_leader(n: int) -> str:
+    """``/coordinators/shards/<n>/leader``: ephemeral, the coordinator id holding shard n (czxid: its epoch)."""
+    return f"{shard(n)}/leader"
 
 
 def group(g: str) -> str:

@@ -62,14 +62,18 @@ def test_stop_without_a_zookeeper_connection_gives_up_on_the_znodes_instead_of_h
     hosts, chroot = split_chroot(zk_connect)
     with CuttableProxy.to(hosts) as proxy:
         b = broker_factory(5, **{"zookeeper.connect": f"{proxy.address}{chroot}"})
-        elector = b.broker.coordination.elector
-        assert elector.is_coordinator and zk.exists(paths.broker(5))
+        coordination = b.broker.coordination
+        wait_until(lambda: 0 in coordination.shards and coordination.shards[0].elected, 10,
+                   message="the broker to coordinate shard 0")
+        elector = coordination.shards[0].elector
+        assert zk.exists(paths.broker(5))
         proxy.cut()
         wait_until(lambda: elector.suspended, 10, message="the broker to see its connection drop")
         t0 = time.monotonic()
         b.stop()
         took = time.monotonic() - t0
     assert took < 5, f"stopping took {took:.1f} s"
-    # its session (4 s) expires on the server, taking the registration and the election node along
-    wait_until(lambda: zk.exists(paths.broker(5)) is None and zk.exists(paths.COORDINATOR) is None, 15,
+    # its session (4 s) expires on the server, taking the registrations and the election node along
+    wait_until(lambda: zk.exists(paths.broker(5)) is None and zk.exists(paths.shard_leader(0)) is None
+               and zk.exists(paths.coordinator(5)) is None, 15,
                message="the znodes to go with the session")

@@ -195,5 +195,8 @@ BROKER_OVERRIDES = {
     # Kafka 4's consumer group protocol (KIP-848): the coordinator sets these for its members
     "group.consumer.heartbeat.interval.ms": 500,
     "group.consumer.session.timeout.ms": 6000,
+    # One coordinator shard: these tests fault "the" coordinator of their groups and follow it
+    # (test_coordinator_shards.py runs the cluster's groups over many shards).
+    "coordinator.shards": 1,
 }
 

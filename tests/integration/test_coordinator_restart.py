@@ -26,7 +26,7 @@ def test_restarted_coordinator_broker_does_not_wait_for_its_old_session(cluster,
     parts = topic_partitions("rs", 3)
     ms = [members(f"r{i}", "g-rs", topics=["rs"]) for i in range(2)]
     gen, _ = wait_balanced(ms, parts)
-    data, stat = czk.get(paths.COORDINATOR)
+    data, stat = czk.get(paths.shard_leader(0))
     victim, epoch = int(data), stat.czxid
 
     t_kill = time.monotonic()
@@ -35,7 +35,7 @@ def test_restarted_coordinator_broker_does_not_wait_for_its_old_session(cluster,
 
     def new_election():
         try:
-            data, stat = czk.get(paths.COORDINATOR)
+            data, stat = czk.get(paths.shard_leader(0))
         except Exception:  # noqa: BLE001 - between two elections
             return None
         return (int(data), stat.czxid) if stat.czxid != epoch else None

@@ -33,7 +33,7 @@ DETECT_BOUND_S = 2.5 * MEMBER_SESSION_MS / 1000 + 3.0
 
 
 def _coordinator_id(czk) -> int:
-    return int(czk.get(paths.COORDINATOR)[0].decode())
+    return int(czk.get(paths.shard_leader(0))[0].decode())
 
 
 def test_sigstopped_member_is_failed_by_pings_then_rejoins(cluster, czk, members, create):

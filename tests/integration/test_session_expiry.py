@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
@@ -26,6 +27,9 @@ from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.zk import paths
 from spark_coord.zk.testing import CuttableProxy, expire_session
+
+
+_NOT_STANDING = SimpleNamespace(active=False, epoch=None, groups={}, suspended=False, check=None)
 
 
 class InProcessBroker:
@@ -43,17 +47,17 @@ class InProcessBroker:
         self.broker = Broker(config.load(config.BROKER, None, settings))
         asyncio.run_coroutine_threadsafe(self.broker.start(), self.loop).result(60)
         self.resigned: list[float] = []
-        elector = self.broker.coordination.elector
-        on_resigned = elector.on_resigned
-        elector.on_resigned = lambda: (self.resigned.append(time.monotonic()), on_resigned())[1]
+        # shard 0 (these brokers run one shard) resigned: its election was lost
+        self.broker.coordination.resigned = lambda role: self.resigned.append(time.monotonic())
 
     @property
     def coordinator(self):
-        return self.broker.coordination.coordinator
+        """The coordinator of shard 0 here (an inactive stand-in while this broker does not stand for it)."""
+        return self.broker.coordination.coordinator or _NOT_STANDING
 
     @property
     def elector(self):
-        return self.broker.coordination.elector
+        return self.broker.coordination.elector or _NOT_STANDING
 
     def stop(self) -> None:
         try:

@@ -109,7 +109,7 @@ def test_brokers_and_coordinator_ride_through_the_loss_of_the_zookeeper_leader(e
         members = [MemberProcess(f"z{i}", tmp_path, cluster.bootstrap, "g-ens", topics=[TOPIC],
                                  session_timeout_ms=2000) for i in range(2)]
         gen, _ = wait_balanced(members, parts)
-        data, stat = zk.get(paths.COORDINATOR)
+        data, stat = zk.get(paths.shard_leader(0))
         coordinator, epoch = int(data), stat.czxid
 
         producer = AckedProducer(cluster.bootstrap)
@@ -131,7 +131,7 @@ def test_brokers_and_coordinator_ride_through_the_loss_of_the_zookeeper_leader(e
         assert producer.acked <= consumed, sorted(producer.acked - consumed)[:10]
 
         # rode through: same coordinator and epoch, no rebalance, no resignation, no expiry
-        data, stat = zk.get(paths.COORDINATOR)
+        data, stat = zk.get(paths.shard_leader(0))
         assert (int(data), stat.czxid) == (coordinator, epoch)
         assert {m.last_assignment()["gen"] for m in members} == {gen}
         for broker_id in cluster.brokers:

@@ -95,7 +95,8 @@ def test_sasl_authentication_outcomes_are_counted_per_listener(broker_factory, z
 
 
 def test_group_lag_comes_from_the_coordinator_only_with_every_brokers_log_ends(broker_factory):
-    brokers = [broker_factory(i, **METRICS) for i in (0, 1)]
+    # one coordinator shard: one broker coordinates, the other none
+    brokers = [broker_factory(i, **METRICS, **{"coordinator.shards": 1}) for i in (0, 1)]
     bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
     with ClusterClient(bootstrap) as cc:
         AdminClient(cc).create_topic("t", 4)
@@ -107,7 +108,7 @@ def test_group_lag_comes_from_the_coordinator_only_with_every_brokers_log_ends(b
                 producer.send("t", b"x", partition=p)
         producer.flush()
         GroupClient(cc).commit_offsets("g", {("t", p): p for p in range(4)})  # lag 10 on each
-    coordinator = next(b for b in brokers if b.broker.coordination.coordinator.active)
+    coordinator = next(b for b in brokers if b.broker.coordination.coordinators_active())
     other = next(b for b in brokers if b is not coordinator)
     want = {(("consumergroup", "g"), ("partition", str(p)), ("topic", "t")): 10 for p in range(4)}
     found = wait_until(lambda: series(f := scrape(coordinator), "kafka_consumergroup_lag") == want and f,

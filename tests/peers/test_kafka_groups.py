@@ -158,30 +158,35 @@ def test_lag_tools_see_a_group_of_our_own_members(ours):
 
 
 def test_group_requests_to_other_brokers_get_not_coordinator(ours):
+    """Every broker names the same coordinator for a group (the holder of its shard), batched
+    keys each their own; the others answer the group's requests NOT_COORDINATOR."""
     from spark_coord.client.connection import BrokerConnection
 
     seen = []
+    keys = ["a", "b", "g"]
 
-    def agreed():  # every broker names the same coordinator, and it serves: (its id,)
-        named = set()
+    def agreed():  # every broker names the same coordinator per key, and g's serves it: (its id,)
+        named: dict[str, set] = {k: set() for k in keys}
         seen[:] = [named]
         for host, port in ours.brokers.values():
             with BrokerConnection(host, port) as conn:
-                found = conn.request(ApiKey.FIND_COORDINATOR, {"key": "any", "key_type": 0}, version=3)
-                named.add(found["node_id"] if found["error_code"] == 0 else None)
-                batched = conn.request(ApiKey.FIND_COORDINATOR, {"coordinator_keys": ["a", "b"], "key_type": 0},
+                found = conn.request(ApiKey.FIND_COORDINATOR, {"key": "g", "key_type": 0}, version=3)
+                named["g"].add(found["node_id"] if found["error_code"] == 0 else None)
+                batched = conn.request(ApiKey.FIND_COORDINATOR, {"coordinator_keys": keys, "key_type": 0},
                                        version=4)["coordinators"]
-                named.update(c["node_id"] if c["error_code"] == 0 else None for c in batched)
-                assert [c["key"] for c in batched] == ["a", "b"]
-        if len(named) != 1 or None in named:
+                assert [c["key"] for c in batched] == keys
+                for c in batched:
+                    named[c["key"]].add(c["node_id"] if c["error_code"] == 0 else None)
+        if any(len(ids) != 1 or None in ids for ids in named.values()):
             return None
-        host, port = ours.brokers[next(iter(named))]
+        [coordinator] = named["g"]
+        host, port = ours.brokers[coordinator]
         with BrokerConnection(host, port) as conn:
             beat = conn.request(ApiKey.HEARTBEAT, {"group_id": "g", "generation_id": 1, "member_id": "m"})
         seen.append(beat)
-        return (next(iter(named)),) if beat["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID else None
+        return (coordinator,) if beat["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID else None
 
-    [coordinator] = wait_until(agreed, timeout=30, message=lambda: f"the brokers to agree on the coordinator: {seen}")
+    [coordinator] = wait_until(agreed, timeout=30, message=lambda: f"the brokers to agree on the coordinators: {seen}")
     with ClusterClient(ours.bootstrap) as cc:
         others = [b for b in ours.brokers if b != coordinator]
         assert others
@@ -195,6 +200,7 @@ def test_group_requests_to_other_brokers_get_not_coordinator(ours):
                 fetched = conn.request(ApiKey.OFFSET_FETCH, {"groups": [{"group_id": "g", "topics": None}]}, version=8)
                 assert [g["error_code"] for g in fetched["groups"]] == [ErrorCode.NOT_COORDINATOR]
                 listed = conn.request(ApiKey.LIST_GROUPS, {})
-                assert listed["error_code"] == 0 and listed["groups"] == []  # it coordinates none
+                assert listed["error_code"] == 0  # the groups of the shards it holds, never g
+                assert "g" not in {g["group_id"] for g in listed["groups"]}
         txn = cc.request_any(ApiKey.FIND_COORDINATOR, {"key": "t", "key_type": 1}, version=3)
         assert txn["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE

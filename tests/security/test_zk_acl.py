@@ -40,9 +40,11 @@ def test_a_client_without_the_credentials_cannot_write_what_brokers_created(brok
     owner = connect(zk_connect, session_timeout_ms=10000, connection_timeout_ms=10000, auth_digest=DIGEST)
     try:
         wait_until(lambda: stranger.exists(offsets), 20, message="the group's offsets committed")
+        wait_until(lambda: stranger.exists(paths.shard_leader(0)), 20, message="shard 0 elected")
         data, _ = stranger.get(offsets)  # world-readable: lag tools read offsets without credentials
         assert int(data) > 0
-        for path in (offsets, paths.COORDINATOR, "/brokers/ids/0", "/brokers/topics/acl-t"):
+        for path in (offsets, paths.shard_leader(0), paths.shard(0), paths.SHARDS, paths.coordinator(0),
+                     "/brokers/ids/0", "/brokers/topics/acl-t"):
             assert stranger.exists(path), path
             with pytest.raises(NoAuthError):
                 stranger.set(path, b"forged")

@@ -125,14 +125,15 @@ def test_killing_the_active_coordinator_hands_the_group_to_the_other(data_cluste
                             session_timeout_ms=10000, coordinator_bootstrap=bootstrap) for _ in range(2)]
         got: list = []
         wait_until(lambda: _drain(members, got) or len(got) >= 40, timeout=90, message="the first 40 records")
-        active = wait_until(lambda: (c := read_coordinator(zk)) is not None and (c,), message="a coordinator")[0]
+        active = wait_until(lambda: (c := read_coordinator(zk, group)) is not None and (c,),
+                            message="the group's coordinator")[0]
         coordinators[active].kill()
         killed = time.monotonic()
         produce(data_cluster.bootstrap, topic, 40, start=40)
         wait_until(lambda: _drain(members, got) or len(got) >= 80, timeout=60,
                    message=lambda: f"records produced after the kill; have {len(got)}")
         resumed = time.monotonic() - killed
-        successor = wait_until(lambda: (c := read_coordinator(zk)) is not None and c != active and (c,),
+        successor = wait_until(lambda: (c := read_coordinator(zk, group)) is not None and c != active and (c,),
                                timeout=60, message="the other coordinator elected")[0]
         wait_until(lambda: all(m.connector.registered.is_set() and m.connector.coordinator is not None
                                and m.connector.coordinator.coordinator_id == successor for m in members),

@@ -24,7 +24,7 @@ BROKERS = [{"node_id": 0, "host": "h0", "port": 9092}, {"node_id": 3, "host": ":
 
 SAMPLES = {
     api.CLUSTER_METADATA: (
-        {},
+        {"group_id": "g"},
         {"error_code": 0, "coordinator_id": 3, "coordinator_epoch": 2**35 + 1, "brokers": BROKERS}),
     api.REGISTER_CONSUMER: (
         {"group_id": "g", "consumer_id": "host-1-abc", "topics": [{"topic": "a", "streams": 2}, {"topic": "b",
@@ -59,7 +59,8 @@ SAMPLES = {
                                                                 {"topic": "é", "partition": 7, "error_code": 1006}]}),
 }
 #: fields each version lacks
-V0_LACKS = {api.REGISTER_CONSUMER: ({"generation_id", "owned"}, {"generation_id"}),
+V0_LACKS = {api.CLUSTER_METADATA: ({"group_id"}, set()),
+            api.REGISTER_CONSUMER: ({"generation_id", "owned"}, {"generation_id"}),
             api.STOP_FETCHER: ({"partitions"}, set())}
 
 
@@ -78,7 +79,8 @@ def _sample(api_key: int, version: int) -> tuple[dict, dict]:
 
 def test_registered_with_classic_headers():
     for key in KEYS:
-        expected = {api.REGISTER_CONSUMER: (0, 2), api.STOP_FETCHER: (0, 1), api.START_FETCHER: (0, 1),
+        expected = {api.CLUSTER_METADATA: (0, 1), api.REGISTER_CONSUMER: (0, 2), api.STOP_FETCHER: (0, 1),
+                    api.START_FETCHER: (0, 1),
                     api.DESCRIBE_GROUPS: (0, 1)}.get(key, (0, 0))
         assert protocol.served_versions(key) == expected
         for v in range(expected[0], expected[1] + 1):

@@ -27,7 +27,8 @@ def test_every_kafka_api_is_served_at_the_documented_versions():
                      16: (0, 5), 42: (0, 2), 68: (0, 1), 69: (0, 1),
                      # SASL (KIP-152) and the ACL APIs
                      17: (0, 1), 36: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3),
-                     **{key: {1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0)) for key in range(1000, 1007)}}
+                     **{key: {1000: (0, 1), 1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0))
+                        for key in range(1000, 1007)}}
     assert protocol.served_versions(1) == (4, 17)
     assert protocol.served_versions(999) is None
 

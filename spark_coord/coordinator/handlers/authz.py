@@ -36,7 +36,7 @@ def refused(door: Any, ctx: Any, conn: Any, group: Any, operation: AclOperation 
     """Why a group request cannot be served here now: this process does not coordinate
     (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), or the principal may not do
     ``operation`` on the group; None when it can."""
-    code = door.not_serving()
+    _, code = door.for_group(group)
     if code is None:
         code = group_refused(ctx, conn, operation, group) or None
     return code

@@ -1,4 +1,7 @@
-"""ClusterMetadata (coordinator api 1000, version 0): where the coordinator is, and the live brokers.
+"""ClusterMetadata (coordinator api 1000, versions 0-1): where a group's coordinator is, and the live brokers.
+
+v1 names the member's group: the coordinator answered holds the group's shard.  v0
+(or a null group) answers the holder of shard 0.
 
 Any broker answers it, elected or not: members ask it round-robin to find the
 coordinator (seeds 001, 003 section 7).  The nodes are given at their endpoints of
@@ -14,8 +17,8 @@ from spark_coord.wire import coordinator as api
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    return {"error_code": ErrorCode.NONE, "coordinator_id": door.coordinator_id,
-            "coordinator_epoch": door.coordinator_epoch,
+    node, epoch = door.holder_of(body.get("group_id") if header.api_version >= 1 else None)
+    return {"error_code": ErrorCode.NONE, "coordinator_id": node, "coordinator_epoch": epoch,
             "brokers": [{"node_id": i, "host": h, "port": p}
                         for i, h, p in door.coordinator_nodes(conn.auth.listener_name)]}
 

@@ -19,10 +19,11 @@ log = logging.getLogger(__name__)
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    coordinator = door.coordinator
-    if coordinator is None or not coordinator.active:
-        return {"error_code": ErrorCode.NOT_COORDINATOR, "error_message": "not the coordinator"}
-    channel = door.member_channel(conn)
+    role, _ = door.for_group(body.get("group_id"))
+    if role is None:
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "error_message": "not the coordinator of the group"}
+    coordinator = role.coordinator
+    channel = door.member_channel(conn, role)
     offsets = [o for o in body.get("offsets") or [] if isinstance(o, dict)]
     codes = authz.topic_codes(ctx, conn, AclOperation.READ, body.get("group_id"), [o.get("topic") for o in offsets])
     refused = {t: c for t, c in codes.items() if c}

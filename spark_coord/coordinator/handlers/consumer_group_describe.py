@@ -22,10 +22,10 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code)
-    answer = door.consumer.describe(list(body.get("group_ids") or []))
+    answer = {"throttle_time_ms": 0, "groups": []}
+    for gid in body.get("group_ids") or []:
+        role, code = door.for_group(gid)
+        answer["groups"].append(_refused(gid, code) if role is None else role.consumer.describe([gid])["groups"][0])
     for i, g in enumerate(answer["groups"]):
         refused = authz.group_refused(ctx, conn, AclOperation.DESCRIBE, g["group_id"])
         if refused:

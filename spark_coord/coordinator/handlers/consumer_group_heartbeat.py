@@ -1,6 +1,6 @@
 """ConsumerGroupHeartbeat (Kafka api 68, versions 0-1): Kafka 4's consumer group protocol (KIP-848).
 
-Served by the elected coordinator only.  Joining, and changing the subscription, needs
+Served by the coordinator of the group's shard only.  Joining, and changing the subscription, needs
 Read on the group and on the topics named; every heartbeat needs Read on the group.
 The member's partitions come only from topics its principal may Read.  See
 ``consumer_group.ConsumerGroups.heartbeat``.
@@ -18,12 +18,12 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
+    role, code = door.for_group(body.get("group_id"))
     if code is None:
         code = authz.refuse_member(ctx, conn, body.get("group_id"), body.get("subscribed_topic_names") or []) or None
     if code is not None:
         return error_response(body, code)
-    return await door.consumer.heartbeat(body, header.api_version, header.client_id or "", conn.auth.host,
+    return await role.consumer.heartbeat(body, header.api_version, header.client_id or "", conn.auth.host,
                                          authz.topic_filter(ctx, conn))
 
 

@@ -13,14 +13,16 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code)
     names = body.get("groups_names") or []
-    refused = {g: c for g in names if (c := authz.group_refused(ctx, conn, AclOperation.DELETE, g))}
-    answer = await door.classic.delete_groups({"groups_names": [g for g in names if g not in refused]})
-    answer["results"] = list(answer["results"]) + [{"group_id": g, "error_code": c} for g, c in refused.items()]
-    return answer
+    results = []
+    for g in names:
+        role, code = door.for_group(g)
+        code = code or authz.group_refused(ctx, conn, AclOperation.DELETE, g)
+        if code:
+            results.append({"group_id": g, "error_code": code})
+        else:
+            results.extend((await role.classic.delete_groups({"groups_names": [g]}))["results"])
+    return {"throttle_time_ms": 0, "results": results}
 
 
 API = GroupApi(ApiKey.DELETE_GROUPS, "DeleteGroups", handle, error_response)

@@ -22,10 +22,13 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code)
-    answer = door.classic.describe_groups(body)
+    answer = {"throttle_time_ms": 0, "groups": []}
+    for gid in body.get("groups") or []:
+        role, code = door.for_group(gid)
+        if role is None:
+            answer["groups"].append(_refused(gid, code))
+        else:
+            answer["groups"].extend(role.classic.describe_groups(dict(body, groups=[gid]))["groups"])
     for g in answer["groups"]:
         refused = authz.group_refused(ctx, conn, AclOperation.DESCRIBE, g["group_id"])
         if refused:

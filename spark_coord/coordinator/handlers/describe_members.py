@@ -12,13 +12,16 @@ from spark_coord.wire import coordinator as api
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    coordinator = door.coordinator
-    if coordinator is None or not coordinator.active:
-        return {"error_code": ErrorCode.NOT_COORDINATOR, "groups": []}
-    wanted = body.get("group_ids") or [g["group_id"] for g in coordinator.describe_groups()]
+    wanted = body.get("group_ids")
+    if not wanted:
+        roles = door.active_roles()
+        if not roles:
+            return {"error_code": ErrorCode.NOT_COORDINATOR, "groups": []}
+        wanted = [g["group_id"] for r in roles for g in r.coordinator.describe_groups()]
     groups = []
     for gid in authz.describable_groups(ctx, conn, wanted):
-        d = coordinator.describe_group(gid)
+        role, _ = door.for_group(gid)
+        d = role.coordinator.describe_group(gid) if role is not None else None
         if d is None:
             continue
         owners = {(o["topic"], o["partition"]): o["owner"] for o in d["owners"]}

@@ -13,25 +13,35 @@ if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.errors import ErrorCode
 
 
+class ShardRole(Protocol):
+    """One coordinator shard this process serves: its coordinator and Kafka doors."""
+
+    shard: int
+    coordinator: "Coordinator"
+    classic: "ClassicGroups"
+    consumer: "ConsumerGroups"
+
+
 class FrontDoor(Protocol):
     """A broker or a standalone coordinator, as the group API handlers see it."""
 
-    #: This process's coordinator (None: it does not stand for election) and its Kafka doors.
-    coordinator: "Coordinator | None"
-    classic: "ClassicGroups | None"
-    consumer: "ConsumerGroups | None"
-    #: Who coordinates, as the election node says (-1: nobody right now), and its epoch.
-    coordinator_id: int
-    coordinator_epoch: int
     #: What a handler returns when it answers later itself.
     deferred: Any
 
-    def not_serving(self) -> "ErrorCode | None":
-        """Why this process cannot serve a group request now: NOT_COORDINATOR, or
-        COORDINATOR_LOAD_IN_PROGRESS while it restores groups; None when it can."""
+    def for_group(self, group_id: Any) -> "tuple[ShardRole | None, ErrorCode | None]":
+        """The role serving ``group_id``'s shard here, or why this process cannot serve it now:
+        NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while it restores the shard's groups."""
 
-    def coordinator_endpoint(self, conn: Any) -> tuple[int, str, int] | None:
-        """The coordinator's endpoint on the listener ``conn`` came in on (None: none elected)."""
+    def active_roles(self) -> "list[ShardRole]":
+        """Every shard this process serves now (ListGroups and the like list all their groups)."""
+
+    def holder_of(self, group_id: Any) -> tuple[int, int]:
+        """(coordinator id, epoch) of the holder of ``group_id``'s shard (None: shard 0), (-1, -1)
+        while nobody holds it."""
+
+    def coordinator_endpoint(self, conn: Any, group_id: Any = None) -> tuple[int, str, int] | None:
+        """The endpoint of the holder of ``group_id``'s shard on the listener ``conn`` came in on
+        (None: nobody holds it)."""
 
     def live_brokers(self, listener: str | None) -> list[tuple[int, str, int]]:
         """The brokers members fetch from, at their endpoints of ``listener``."""
@@ -39,8 +49,9 @@ class FrontDoor(Protocol):
     def coordinator_nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
         """The nodes ClusterMetadata names (where members look for the coordinator)."""
 
-    def member_channel(self, conn: Any) -> "MemberChannel":
-        """The coordinator's channel for a member registering on ``conn`` (one per connection)."""
+    def member_channel(self, conn: Any, role: ShardRole) -> "MemberChannel":
+        """The coordinator's channel for a member of ``role``'s shard registering on ``conn`` (one
+        per connection)."""
 
     def closed_future(self, conn: Any) -> "asyncio.Future[Any]":
         """A future done when ``conn`` closes."""

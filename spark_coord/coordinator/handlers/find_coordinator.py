@@ -1,7 +1,9 @@
 """FindCoordinator (Kafka api 10, versions 0-6 as the wire registry serves them).
 
-Every broker answers with the elected coordinator, at its endpoint of the listener
-the request came in on; v4+ answer each key of a batch.  Only group keys exist here
+Every broker answers each key with the coordinator holding the key's shard (the
+group's ``__consumer_offsets`` partition in Kafka), at its endpoint of the listener
+the request came in on (COORDINATOR_NOT_AVAILABLE while nobody holds the shard);
+v4+ answer each key of a batch.  Only group keys exist here
 (no transactions); a group the principal may not Describe is refused.
 """
 
@@ -21,7 +23,6 @@ def _refusal(key: str, code: int, message: str | None) -> dict:
 async def handle(door, ctx, conn, header, body) -> dict:
     keys = body.get("coordinator_keys") if header.api_version >= 4 else [body.get("key") or ""]
     key_type = body.get("key_type", KEY_TYPE_GROUP)
-    found = door.coordinator_endpoint(conn)
     results = []
     for key in keys or []:
         if key_type != KEY_TYPE_GROUP:
@@ -29,8 +30,9 @@ async def handle(door, ctx, conn, header, body) -> dict:
                                     "only group coordinators exist here (no transactions)"))
         elif authz.group_refused(ctx, conn, AclOperation.DESCRIBE, key):
             results.append(_refusal(key, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
-        elif found is None:
-            results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE, "no coordinator is elected right now"))
+        elif (found := door.coordinator_endpoint(conn, key)) is None:
+            results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                    "no coordinator holds the group's shard right now"))
         else:
             node, host, port = found
             results.append({"key": key, "node_id": node, "host": host, "port": port,

@@ -18,7 +18,8 @@ async def handle(door, ctx, conn, header, body) -> dict:
     code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
-    return door.classic.heartbeat(body)
+    role, _ = door.for_group(body.get("group_id"))
+    return role.classic.heartbeat(body)
 
 
 API = GroupApi(ApiKey.HEARTBEAT, "Heartbeat", handle, error_response)

@@ -1,7 +1,7 @@
 """JoinGroup (Kafka api 11): a Kafka consumer joins, or joins again for a rebalance.
 
-Served by the elected coordinator only (others answer NOT_COORDINATOR, one still
-restoring its groups COORDINATOR_LOAD_IN_PROGRESS).  The member needs Read on the
+Served by the coordinator of the group's shard only (others answer NOT_COORDINATOR,
+one still restoring the shard's groups COORDINATOR_LOAD_IN_PROGRESS).  The member needs Read on the
 group and on the topics of its subscription.  The answer waits for the member's
 assignment (``classic.ClassicGroups.join_group``); a member whose connection closes
 while it waits is no longer waited for.
@@ -31,12 +31,12 @@ def subscribed_topics(body: dict) -> list[str]:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
+    role, code = door.for_group(body.get("group_id"))
     if code is None:
         code = authz.refuse_member(ctx, conn, body.get("group_id"), subscribed_topics(body)) or None
     if code is not None:
         return error_response(body, code)
-    return await door.classic.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
+    return await role.classic.join_group(body, header.api_version, header.client_id or "", conn.auth.host,
                                          door.closed_future(conn), authz.topic_filter(ctx, conn))
 
 

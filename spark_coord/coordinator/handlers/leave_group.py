@@ -14,7 +14,8 @@ async def handle(door, ctx, conn, header, body) -> dict:
     code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
-    return door.classic.leave_group(body, header.api_version)
+    role, _ = door.for_group(body.get("group_id"))
+    return role.classic.leave_group(body, header.api_version)
 
 
 API = GroupApi(ApiKey.LEAVE_GROUP, "LeaveGroup", handle, error_response)

@@ -1,4 +1,4 @@
-"""ListGroups (Kafka api 16): the groups this coordinator holds, filtered by state (v4+) and type (v5+).
+"""ListGroups (Kafka api 16): the groups of every shard this process holds, filtered by state (v4+) and type (v5+).
 
 Admin clients ask every broker and merge the answers: a broker that coordinates no
 group lists none (an error would fail the whole listing).  Only groups the principal
@@ -8,7 +8,6 @@ may Describe are listed.
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import GroupApi, authz
-from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 
@@ -17,10 +16,12 @@ def error_response(body: dict, code: int) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code if code != ErrorCode.NOT_COORDINATOR else 0)
-    answer = door.classic.list_groups(body)
+    answer = {"throttle_time_ms": 0, "error_code": 0, "groups": []}
+    for role in door.active_roles():
+        one = role.classic.list_groups(body)
+        if one.get("error_code"):
+            continue
+        answer["groups"].extend(one["groups"])
     visible = set(authz.describable_groups(ctx, conn, [g["group_id"] for g in answer["groups"]]))
     answer["groups"] = [g for g in answer["groups"] if g["group_id"] in visible]
     return answer

@@ -25,21 +25,29 @@ def error_response(body: dict, code: int, version: int = 8) -> dict:
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    code = door.not_serving()
-    if code is not None:
-        return error_response(body, code, header.api_version)
-    if not ctx.authorizer.enabled:
-        return door.classic.offset_fetch(body, header.api_version)
     version = header.api_version
+    if version < 8:
+        role, code = door.for_group(body.get("group_id"))
+        if code is not None:
+            return error_response(body, code, version)
+        if not ctx.authorizer.enabled:
+            return role.classic.offset_fetch(body, version)
     asked = body.get("groups") if version >= 8 else [{"group_id": body.get("group_id"), "topics": body.get("topics")}]
     out = []
     for g in asked or []:
         gid = g.get("group_id") or ""
+        role, code = door.for_group(gid)  # each group from the coordinator of its shard
+        if code is not None:
+            out.append(error_response({"groups": [g]}, code)["groups"][0])
+            continue
+        one = role.classic.offset_fetch(dict(body, groups=[g]), 8)["groups"][0]
+        if not ctx.authorizer.enabled:
+            out.append(one)
+            continue
         refused = authz.group_refused(ctx, conn, AclOperation.DESCRIBE, gid)
         if refused:
             out.append({"group_id": gid, "topics": [], "error_code": refused})
             continue
-        one = door.classic.offset_fetch({"groups": [g]}, 8)["groups"][0]
         codes = authz.topic_codes(ctx, conn, AclOperation.DESCRIBE, gid, [t["name"] for t in one["topics"]])
         topics = []
         for t in one["topics"]:

@@ -15,15 +15,16 @@ from spark_coord.wire import coordinator as api
 
 
 async def handle(door, ctx, conn, header, body) -> dict:
-    coordinator = door.coordinator
-    if coordinator is None or not coordinator.active:
-        return {"error_code": ErrorCode.NOT_COORDINATOR,
-                "error_message": f"not the coordinator (the coordinator is {door.coordinator_id})"}
+    role, _ = door.for_group(body.get("group_id"))
+    if role is None:
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "error_message":
+                f"not the coordinator of the group (its coordinator is {door.holder_of(body.get('group_id'))[0]})"}
+    coordinator = role.coordinator
     refused = authz.refuse_member(ctx, conn, body.get("group_id"),
                                   [t.get("topic") for t in body.get("topics") or [] if isinstance(t, dict)])
     if refused:
         return {"error_code": refused, "error_message": "not authorized"}
-    answer = coordinator.register(door.member_channel(conn), body, header.api_version)
+    answer = coordinator.register(door.member_channel(conn, role), body, header.api_version)
     if answer.get("error_code") == ErrorCode.NONE:
         group, consumer = body.get("group_id"), body.get("consumer_id")
         if isinstance(group, str) and isinstance(consumer, str):

@@ -19,7 +19,8 @@ async def handle(door, ctx, conn, header, body) -> dict:
     code = authz.refused(door, ctx, conn, body.get("group_id"))
     if code is not None:
         return error_response(body, code)
-    return door.classic.sync_group(body)
+    role, _ = door.for_group(body.get("group_id"))
+    return role.classic.sync_group(body)
 
 
 API = GroupApi(ApiKey.SYNC_GROUP, "SyncGroup", handle, error_response)
