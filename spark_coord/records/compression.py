@@ -127,6 +127,9 @@ class Scratch:
 
     def __init__(self) -> None:
         self._buf = None
+        #: decompressed / compressed bytes of the batches last decompressed with it: the guess for
+        #: frames that do not declare their size (LZ4 frames as most producers write them)
+        self.ratio = 4.0
 
     def take(self, size: int):
         if self._buf is None or len(self._buf) < size:
