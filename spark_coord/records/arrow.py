@@ -348,8 +348,7 @@ def _decode_compressed(chosen: list[tuple[BatchHeader, memoryview, int]], filter
         data = batch[HEADER_SIZE:]
         if header.codec:
             try:
-                out, ((_, size),) = compression.decompress_all([(header.codec, data)], max_decompressed_bytes,
-                                                               scratch)
+                out, size = compression.decompress_one(header.codec, data, max_decompressed_bytes, scratch)
             except ValueError:
                 return None
             arena = out[:size].view()
@@ -364,7 +363,7 @@ def _decode_compressed(chosen: list[tuple[BatchHeader, memoryview, int]], filter
         log_append = header.attributes & TIMESTAMP_TYPE_MASK
         span[0] = (0, size, header.records_count, header.base_offset,
                    header.max_timestamp if log_append else header.base_timestamp, 1 if log_append else 0)
-        return arena, span
+        return arena, span, size, header.records_count
 
     sizes = [0, 0]  # compressed, decompressed bytes
     try:

@@ -441,8 +441,8 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
 def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: int, include_headers: bool,
                   topic: str, partition: int, schema, header_type):
     """Like ``decode``, for records that come one span at a time: ``pieces(i)`` for ``i`` in
-    ``range(count)`` gives ``(arena, span)``, a read-only uint8 array and its one span (a row of
-    ``SPAN_FIELDS``), or None to give up; the arena need only live until the next call (a
+    ``range(count)`` gives ``(arena, span, bytes, records)``, a read-only uint8 array, its one span (a
+    row of ``SPAN_FIELDS``) and that span's size and recordsCount, or None to give up; the arena need only live until the next call (a
     decompressed batch in a buffer reused for the next one: it is decoded while it is still in
     the processor's cache).  ``rows``: the spans' records in all; ``data_guess``: their bytes as
     far as known (the binary outputs grow when a span needs more).  None when ``pieces`` or the
@@ -456,9 +456,12 @@ def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: i
         piece = pieces(i)
         if piece is None:
             return None
-        arena, span = piece
-        out.make_room(int(span[0, 1] - span[0, 0]), int(span[0, 2]))
-        before = stats.copy()
+        arena, span, size, records = piece
+        if size > out.bytes_left or records > out.rows_left:
+            out.make_room(size, records)
+        out.bytes_left -= size
+        out.rows_left -= records
+        before = stats.copy() if include_headers else None
         while True:
             _decode(arena, span, lo, hi, include_headers, *out.arrays(), stats)
             status = stats[_STATUS]
@@ -498,6 +501,9 @@ class _Outputs:
         self.hvvalid = np.zeros((header_cap + 7) // 8, np.uint8)
         self.stats = np.zeros(10, np.int64)
         self.include_headers = include_headers
+        #: rows and bytes (in every binary output) that surely fit without ``make_room``
+        self.rows_left = rows
+        self.bytes_left = data_cap
 
     def make_room(self, size: int, records: int) -> None:
         """Room for ``records`` more rows and ``size`` more bytes in every binary output (a span of
@@ -527,6 +533,10 @@ class _Outputs:
             grown = np.empty(max(2 * len(data), int(st[used]) + size), np.uint8)
             grown[:st[used]] = data[:st[used]]
             setattr(self, name, grown)
+        self.rows_left = len(self.offs) - n
+        self.bytes_left = min(len(getattr(self, name)) - int(st[used]) for name, used in
+                              (("kdata", _KEY_BYTES), ("vdata", _VALUE_BYTES)) + ((("hkdata", _HKEY_BYTES),
+                              ("hvdata", _HVALUE_BYTES)) if self.include_headers else ()))
 
     def more_headers(self, count: int) -> None:
         """Room for at least ``count`` headers in all, keeping those written so far."""

@@ -174,6 +174,32 @@ def decompress_all(items: list[tuple[int, object]], max_bytes: int = DEFAULT_MAX
     return out, spans
 
 
+def decompress_one(codec: int, data, max_bytes: int, scratch: Scratch):
+    """``data`` of ``codec`` (not NONE) decompressed into ``scratch``'s buffer: ``(buffer, bytes)``, valid until
+    the scratch's next use.  The common case in one call of the codec (into a buffer of the size the
+    frame declares, else of ``scratch.ratio`` times its size); anything else -- too little room, corrupt
+    data, beyond ``max_bytes`` -- as ``decompress_all`` handles it."""
+    module = _INTO.get(codec)
+    if module is not None:
+        hint = _size_hint(codec, data)
+        want = hint if hint is not None else int(scratch.ratio * len(data)) + 64
+        if 0 < want <= max_bytes:
+            buf = scratch.take(want)
+            try:
+                n = module.decompress_into(data, buf)
+            except cramjam.DecompressionError:
+                pass  # out of room or corrupt: the careful way below says which
+            else:
+                if n <= max_bytes:
+                    return buf, n
+    out, ((_, n),) = decompress_all([(codec, data)], max_bytes, scratch)
+    return out, n
+
+
+#: Codecs cramjam decompresses straight into a buffer.
+_INTO = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+
+
 class _OutOfRoom(Exception):
     """The output buffer filled up before the data was decompressed."""
 
