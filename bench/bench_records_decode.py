@@ -5,7 +5,9 @@ record set of ``--records`` records, in three shapes: ``a`` 100-byte values with
 keys, uncompressed (the Spark benchmark's shape a); ``keyed`` 100-byte values with
 8-byte keys, uncompressed and lz4; ``json`` 16-byte keys and 300-600 byte JSON-like
 values, lz4 and zstd.  ``decode_to_arrow`` runs compiled (numba, the default where
-numba is installed) and in Python (its fallback and oracle).
+numba is installed) and in Python (its fallback and oracle); for compressed shapes also
+compiled with every batch decompressed into one arena first (``compiled, one arena``)
+rather than batch by batch.
 
 Baselines:
 * ``kafka-python iterate``: kafka-python's ``DefaultRecordBatch`` reader yielding its
@@ -27,7 +29,7 @@ import time
 
 import pyarrow as pa
 
-from spark_coord.records import arrow, arrow_jit
+from spark_coord.records import arrow, arrow_jit, compression
 from spark_coord.records.arrow import decode_to_arrow, kafka_schema
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
@@ -72,13 +74,18 @@ def make_record_set(records: int, batch: int, codec: int, shape: str) -> bytes:
     return b"".join(out)
 
 
-def decode_with(buf: bytes, compiled: bool) -> pa.RecordBatch:
-    saved = arrow._USE_JIT
-    arrow._USE_JIT = compiled
+_SCRATCH = compression.Scratch()
+
+
+def decode_with(buf: bytes, compiled: bool, batchwise: bool = True) -> pa.RecordBatch:
+    """``decode_to_arrow`` compiled or in Python; compressed batches decompressed batch by batch or all
+    into one arena first; into one reused buffer, as the Spark source's reader does."""
+    saved = arrow._USE_JIT, arrow._BATCHWISE
+    arrow._USE_JIT, arrow._BATCHWISE = compiled, batchwise
     try:
-        return decode_to_arrow(buf, "t", 0)
+        return decode_to_arrow(buf, "t", 0, scratch=_SCRATCH)
     finally:
-        arrow._USE_JIT = saved
+        arrow._USE_JIT, arrow._BATCHWISE = saved
 
 
 def bench(fn, repeat: int) -> float:
@@ -149,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             results["spark_coord iter_records"] = bench(lambda: sum(1 for _ in iter_records(buf)), args.repeat)
         results["decode_to_arrow (Python)"] = bench(lambda: decode_with(buf, False), args.repeat)
         results["decode_to_arrow (compiled)"] = bench(lambda: decode_with(buf, True), args.repeat)
+        if codec:
+            results["compiled, one arena"] = bench(lambda: decode_with(buf, True, False), args.repeat)
         base = args.records / results["kafka-python iterate"]
         for method, secs in results.items():
             rate = args.records / secs

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 
+from spark_coord.records.header import MIN_RECORD_SIZE
+
 log = logging.getLogger(__name__)
 
 try:
@@ -80,7 +82,9 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
 
     Rows whose offset is outside ``[lo, hi)`` are validated but not written.  Header
     outputs are written while they have room (``len(hkoff) - 1`` headers); past that
-    the headers are only counted and the answer is ``MORE_HEADERS``.
+    the headers are only counted and the answer is ``MORE_HEADERS``.  The counts in
+    ``stats`` on entry say where the outputs go on (all zero: from the start), so the
+    spans of one RecordBatch can come in several calls, each with its own ``d``.
 
     The helpers are closures: numba inlines them, so no array is passed to a call
     (and reference-counted) inside the loop.
@@ -135,15 +139,16 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
             p += k + 1
         return True
 
-    n = 0
-    kb = 0
-    vb = 0
-    knull = 0
-    vnull = 0
-    nh = 0
-    hkb = 0
-    hvb = 0
-    hvnull = 0
+    # the counts so far: zero for a fresh decode, those of the previous call when it goes on from there
+    n = stats[_ROWS]
+    kb = stats[_KEY_BYTES]
+    vb = stats[_VALUE_BYTES]
+    knull = stats[_KEY_NULLS]
+    vnull = stats[_VALUE_NULLS]
+    nh = stats[_HEADERS]
+    hkb = stats[_HKEY_BYTES]
+    hvb = stats[_HVALUE_BYTES]
+    hvnull = stats[_HVALUE_NULLS]
     hcap = len(hkoff) - 1
     koff[0] = 0
     voff[0] = 0
@@ -433,6 +438,43 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
         header_cap = int(out.stats[_HEADERS])
 
 
+def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: int, include_headers: bool,
+                  topic: str, partition: int, schema, header_type):
+    """Like ``decode``, for records that come one span at a time: ``pieces(i)`` for ``i`` in
+    ``range(count)`` gives ``(arena, span, bytes, records)``, a read-only uint8 array, its one span (a
+    row of ``SPAN_FIELDS``) and that span's size and recordsCount, or None to give up; the arena need only live until the next call (a
+    decompressed batch in a buffer reused for the next one: it is decoded while it is still in
+    the processor's cache).  ``rows``: the spans' records in all; ``data_guess``: their bytes as
+    far as known (the binary outputs grow when a span needs more).  None when ``pieces`` or the
+    kernel gives up (the caller then decodes another way)."""
+    import pyarrow as pa
+
+    rows = max(0, min(rows, data_guess // MIN_RECORD_SIZE + 1))  # a hostile recordsCount allocates nothing
+    out = _Outputs(rows, max(data_guess, 1), 4 * rows if include_headers else 0, include_headers)
+    stats = out.stats
+    for i in range(count):
+        piece = pieces(i)
+        if piece is None:
+            return None
+        arena, span, size, records = piece
+        if size > out.bytes_left or records > out.rows_left:
+            out.make_room(size, records)
+        out.bytes_left -= size
+        out.rows_left -= records
+        before = stats.copy() if include_headers else None
+        while True:
+            _decode(arena, span, lo, hi, include_headers, *out.arrays(), stats)
+            status = stats[_STATUS]
+            if status == OK:
+                break
+            if status != MORE_HEADERS:
+                return None
+            needed = int(stats[_HEADERS])
+            stats[:] = before  # the span again, from where it began, with room for its headers
+            out.more_headers(needed)
+    return out.record_batch(pa, topic, partition, schema, header_type)
+
+
 class _Outputs:
     """The kernel's output arrays for at most ``rows`` rows, ``data_cap`` bytes per binary
     column and ``header_cap`` headers.  Data arrays are ``np.empty``: pages never
@@ -458,6 +500,55 @@ class _Outputs:
         self.hvdata = np.empty(hdata, np.uint8)
         self.hvvalid = np.zeros((header_cap + 7) // 8, np.uint8)
         self.stats = np.zeros(10, np.int64)
+        self.include_headers = include_headers
+        #: rows and bytes (in every binary output) that surely fit without ``make_room``
+        self.rows_left = rows
+        self.bytes_left = data_cap
+
+    def make_room(self, size: int, records: int) -> None:
+        """Room for ``records`` more rows and ``size`` more bytes in every binary output (a span of
+        ``size`` bytes holds no more), keeping what the kernel wrote so far."""
+        st = self.stats
+        n = int(st[_ROWS])
+        rows = len(self.offs)
+        if n + records > rows:
+            cap = max(2 * rows, n + records)
+            for name in ("koff", "voff", "hloff", "offs", "ts", "tstype"):
+                old = getattr(self, name)
+                if name == "hloff" and not self.include_headers:
+                    continue
+                grown = np.empty(cap + (len(old) - rows), old.dtype)  # offsets: one more than rows
+                kept = min(n + 1, len(old))
+                grown[:kept] = old[:kept]
+                setattr(self, name, grown)
+            for name in ("kvalid", "vvalid"):
+                grown = np.zeros((cap + 7) // 8, np.uint8)
+                grown[:len(getattr(self, name))] = getattr(self, name)
+                setattr(self, name, grown)
+        for name, used in (("kdata", _KEY_BYTES), ("vdata", _VALUE_BYTES), ("hkdata", _HKEY_BYTES),
+                           ("hvdata", _HVALUE_BYTES)):
+            data = getattr(self, name)
+            if (name[0] == "h" and not self.include_headers) or int(st[used]) + size <= len(data):
+                continue
+            grown = np.empty(max(2 * len(data), int(st[used]) + size), np.uint8)
+            grown[:st[used]] = data[:st[used]]
+            setattr(self, name, grown)
+        self.rows_left = len(self.offs) - n
+        self.bytes_left = min(len(getattr(self, name)) - int(st[used]) for name, used in
+                              (("kdata", _KEY_BYTES), ("vdata", _VALUE_BYTES)) + ((("hkdata", _HKEY_BYTES),
+                              ("hvdata", _HVALUE_BYTES)) if self.include_headers else ()))
+
+    def more_headers(self, count: int) -> None:
+        """Room for at least ``count`` headers in all, keeping those written so far."""
+        cap = max(count, 2 * (len(self.hkoff) - 1))
+        written = min(int(self.stats[_HEADERS]), len(self.hkoff) - 1)
+        for name in ("hkoff", "hvoff"):
+            grown = np.empty(cap + 1, np.int32)
+            grown[:written + 1] = getattr(self, name)[:written + 1]
+            setattr(self, name, grown)
+        valid = np.zeros((cap + 7) // 8, np.uint8)
+        valid[:len(self.hvvalid)] = self.hvvalid
+        self.hvvalid = valid
 
     def arrays(self) -> tuple:
         return (self.koff, self.kdata, self.kvalid, self.voff, self.vdata, self.vvalid, self.offs, self.ts,

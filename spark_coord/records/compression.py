@@ -127,6 +127,9 @@ class Scratch:
 
     def __init__(self) -> None:
         self._buf = None
+        #: decompressed / compressed bytes of the batches last decompressed with it: the guess for
+        #: frames that do not declare their size (LZ4 frames as most producers write them)
+        self.ratio = 4.0
 
     def take(self, size: int):
         if self._buf is None or len(self._buf) < size:
@@ -169,6 +172,32 @@ def decompress_all(items: list[tuple[int, object]], max_bytes: int = DEFAULT_MAX
         spans.append((pos, pos + n))
         pos += n
     return out, spans
+
+
+def decompress_one(codec: int, data, max_bytes: int, scratch: Scratch):
+    """``data`` of ``codec`` (not NONE) decompressed into ``scratch``'s buffer: ``(buffer, bytes)``, valid until
+    the scratch's next use.  The common case in one call of the codec (into a buffer of the size the
+    frame declares, else of ``scratch.ratio`` times its size); anything else -- too little room, corrupt
+    data, beyond ``max_bytes`` -- as ``decompress_all`` handles it."""
+    module = _INTO.get(codec)
+    if module is not None:
+        hint = _size_hint(codec, data)
+        want = hint if hint is not None else int(scratch.ratio * len(data)) + 64
+        if 0 < want <= max_bytes:
+            buf = scratch.take(want)
+            try:
+                n = module.decompress_into(data, buf)
+            except cramjam.DecompressionError:
+                pass  # out of room or corrupt: the careful way below says which
+            else:
+                if n <= max_bytes:
+                    return buf, n
+    out, ((_, n),) = decompress_all([(codec, data)], max_bytes, scratch)
+    return out, n
+
+
+#: Codecs cramjam decompresses straight into a buffer.
+_INTO = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
 
 
 class _OutOfRoom(Exception):

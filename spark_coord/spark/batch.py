@@ -33,9 +33,13 @@ class CoordKafkaBatchReader(DataSourceReader):
             if not tps:
                 log.warning("no partitions match the options; the read is empty")
                 return []
-            starts = resolver.starting(tps)
-            ends = resolver.ending(tps)
             earliest = resolver.earliest(tps)
+            o = self.opts
+            if o.starting == "earliest" and o.starting_timestamp is None and o.starting_by_timestamp is None:
+                starts = earliest  # the same ListOffsets: one round trip less for every query
+            else:
+                starts = resolver.starting(tps)
+            ends = resolver.ending(tps)
             ranges = {}
             for tp in tps:
                 start, end = starts[tp], ends[tp]
