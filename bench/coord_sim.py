@@ -45,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_coord.errors import ErrorCode  # noqa: E402
+from spark_coord.gc_pauses import HeapFreezer  # noqa: E402
 from spark_coord.wire import coordinator as api  # noqa: E402
 from spark_coord.wire import protocol  # noqa: E402
 from spark_coord.wire.types import ProtocolError  # noqa: E402
@@ -326,6 +327,7 @@ class Simulator:
 
     async def control(self) -> None:
         loop = asyncio.get_running_loop()
+        HeapFreezer().start()   # the simulator's own full collections would delay its answers
         reader = asyncio.StreamReader(limit=64 << 20)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         self.spawn(self._lag_monitor())
