@@ -27,7 +27,8 @@ process of the machine, so the controller can compare its own timestamps):
 
 Control: one JSON object per line on stdin, one JSON answer per line on stdout
 (``{"id": ..., ...}``); logs go to stderr.  Operations: ``add``, ``groups``,
-``mark``, ``events``, ``reset``, ``stats``, ``quit``.  Run by
+``mark``, ``events``, ``reset``, ``stats``, ``quit``.  Several simulators can share the
+members of one run (each member's figures are kept under its coordinator's tag).  Run by
 ``bench_coordinator.py``; not meant to be started by hand.
 """
 
@@ -84,6 +85,16 @@ class Stats:
         self.disconnects = 0
         self.errors = 0
         self.offsets_reported = 0
+        #: per coordinator (a member's ``tag``): ping lateness samples and pings re-sent after an expiry
+        self.lateness_by: dict[str, list[float]] = {}
+        self.pings_by: dict[str, int] = {}
+        self.retried_by: dict[str, int] = {}
+
+    def samples(self) -> dict:
+        """The raw samples, per coordinator, for a controller merging several simulators."""
+        return {"lateness_ms": {t: [round(v, 3) for v in vs] for t, vs in self.lateness_by.items()},
+                "pings": self.pings_by, "retried_pings": self.retried_by,
+                "probe_ms": [round(v, 3) for v in self.probe_ms], "loop_lag_ms": [round(v, 3) for v in self.loop_lag_ms]}
 
     def summary(self) -> dict:
         return {"window_s": time.monotonic() - self.since, "pings": self.pings, "retried_pings": self.retried_pings,
@@ -97,8 +108,10 @@ class SimMember:
     """One member: its connection, generation, assignment and event log."""
 
     def __init__(self, sim: "Simulator", group: str, consumer_id: str, topic: str, session_ms: int, probe: bool,
-                 version: int = api.VERSION):
+                 version: int = api.VERSION, tag: str = ""):
         self.sim = sim
+        #: which coordinator it registered with (figures are kept per tag)
+        self.tag = tag
         #: RegisterConsumer version: 2 hands partitions over incrementally (StopFetcher/StartFetcher v1)
         self.version = version
         self.group = group
@@ -191,10 +204,14 @@ class SimMember:
         answer = {"error_code": 0, "consumer_id": self.consumer_id, "generation_id": self.generation}
         if key == api.PING:
             stats.pings += 1
+            stats.pings_by[self.tag] = stats.pings_by.get(self.tag, 0) + 1
             if body["num_retries"] > 0:
                 stats.retried_pings += 1
+                stats.retried_by[self.tag] = stats.retried_by.get(self.tag, 0) + 1
             if self.last_ping is not None:
-                stats.lateness_ms.append((now - self.last_ping - self.ping_interval) * 1000)
+                late = (now - self.last_ping - self.ping_interval) * 1000
+                stats.lateness_ms.append(late)
+                stats.lateness_by.setdefault(self.tag, []).append(late)
             self.last_ping = now
             answer["offsets"] = self._offsets(now, rate)
             stats.offsets_reported += len(answer["offsets"])
@@ -264,7 +281,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ operations
     async def op_add(self, cmd: dict) -> dict:
-        """Register members ``[{group, consumer, topic, probe}]``, ``concurrency`` at a time."""
+        """Register members ``[{group, consumer, topic, probe}]``, ``concurrency`` at a time; a member's own
+        ``host``, ``port`` and ``tag`` (its group's coordinator) go before the command's."""
         sem = asyncio.Semaphore(int(cmd.get("concurrency", 64)))
         host, port, session, rate = cmd["host"], int(cmd["port"]), int(cmd["session_ms"]), float(cmd["rate"])
         failures: list[str] = []
@@ -272,11 +290,11 @@ class Simulator:
 
         async def one(spec: dict) -> None:
             m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")),
-                          int(spec.get("version", api.VERSION)))
+                          int(spec.get("version", api.VERSION)), str(spec.get("tag", "")))
             self.members[(m.group, m.consumer_id)] = m
             async with sem:
                 try:
-                    code = await m.register(host, port, rate)
+                    code = await m.register(spec.get("host", host), int(spec.get("port", port)), rate)
                 except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
                     code = f"{e.__class__.__name__}: {e}"
                     m.connected = False
@@ -323,7 +341,11 @@ class Simulator:
         return {"t": self.stats.since}
 
     def op_stats(self, cmd: dict) -> dict:
-        return self.stats.summary()
+        """The window's figures; with ``raw``, also its samples per coordinator (``samples``)."""
+        out = self.stats.summary()
+        if cmd.get("raw"):
+            out["samples"] = self.stats.samples()
+        return out
 
     async def control(self) -> None:
         loop = asyncio.get_running_loop()
