@@ -433,6 +433,7 @@ class ScaleRun:
     per_coordinator: dict = field(default_factory=dict)   # node id -> figures
     sim: dict = field(default_factory=dict)
     unplaced: str | None = None
+    register_retries: int = 0
 
 
 def _pct(values: list[float]) -> dict:
@@ -518,7 +519,9 @@ def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None) 
                 for reply in pool.map(add, range(len(sims))):
                     if reply["failures"]:
                         raise BenchError(f"registrations failed, e.g. {reply['failures'][:3]}")
-            log.info("%s: %d members registered in %.1f s", label, args.members, time.monotonic() - t0)
+                    run.register_retries += reply["retries"]
+            log.info("%s: %d members registered in %.1f s (%d registrations refused as NOT_COORDINATOR and sent "
+                     "again)", label, args.members, time.monotonic() - t0, run.register_retries)
             _wait_scale_settled(sims, addr, sizes, args.settle_timeout)
             run.settle_s = time.monotonic() - t0
             log.info("%s: every group stable after %.1f s; measuring %.0f s", label, run.settle_s, args.window)
@@ -617,6 +620,7 @@ def report_scale(runs: list[ScaleRun], args: argparse.Namespace) -> str:
         ("  above that per 1,000 members (MB)",
          lambda r, f: (f["rss_mb"] - f["idle_rss_mb"]) * 1000 / f["members"] if f["members"] else None, ".1f"),
         ("register + settle, all members (s)", lambda r, f: r.settle_s, ".1f"),
+        ("  registrations refused and sent again", lambda r, f: r.register_retries, ","),
         ("members disconnected (all)", lambda r, f: r.sim["disconnects"], ","),
         ("probe RTT after answer p99 (ms, all)", lambda r, f: r.sim["probe_ms"]["p99"], ".1f"),
         ("simulators / their CPU (% of a core each)",

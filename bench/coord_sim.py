@@ -55,6 +55,8 @@ log = logging.getLogger("coord_sim")
 
 MAX_FRAME = 16 << 20
 _REQUEST_KEYS = (api.PING, api.STOP_FETCHER, api.START_FETCHER)
+#: RegisterConsumer refusals a member answers by registering again a little later
+_RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
 def percentiles(values: list[float]) -> dict[str, float | int | None]:
@@ -85,6 +87,7 @@ class Stats:
         self.disconnects = 0
         self.errors = 0
         self.offsets_reported = 0
+        self.register_retries = 0    # registrations refused as NOT_COORDINATOR and sent again
         #: per coordinator (a member's ``tag``): ping lateness samples and pings re-sent after an expiry
         self.lateness_by: dict[str, list[float]] = {}
         self.pings_by: dict[str, int] = {}
@@ -99,7 +102,7 @@ class Stats:
     def summary(self) -> dict:
         return {"window_s": time.monotonic() - self.since, "pings": self.pings, "retried_pings": self.retried_pings,
                 "stops": self.stops, "starts": self.starts, "disconnects": self.disconnects, "errors": self.errors,
-                "offsets_reported": self.offsets_reported,
+                "offsets_reported": self.offsets_reported, "register_retries": self.register_retries,
                 "lateness_ms": percentiles(self.lateness_ms), "probe_ms": percentiles(self.probe_ms),
                 "service_us": percentiles(self.service_us), "loop_lag_ms": percentiles(self.loop_lag_ms)}
 
@@ -285,25 +288,35 @@ class Simulator:
         ``host``, ``port`` and ``tag`` (its group's coordinator) go before the command's."""
         sem = asyncio.Semaphore(int(cmd.get("concurrency", 64)))
         host, port, session, rate = cmd["host"], int(cmd["port"]), int(cmd["session_ms"]), float(cmd["rate"])
+        retry_s = float(cmd.get("retry_s", 120.0))
         failures: list[str] = []
         t0 = time.monotonic()
+        retries0 = self.stats.register_retries
 
         async def one(spec: dict) -> None:
             m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")),
                           int(spec.get("version", api.VERSION)), str(spec.get("tag", "")))
             self.members[(m.group, m.consumer_id)] = m
-            async with sem:
-                try:
-                    code = await m.register(spec.get("host", host), int(spec.get("port", port)), rate)
-                except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
-                    code = f"{e.__class__.__name__}: {e}"
-                    m.connected = False
+            deadline = time.monotonic() + retry_s
+            while True:
+                async with sem:
+                    try:
+                        code = await m.register(spec.get("host", host), int(spec.get("port", port)), rate)
+                    except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
+                        code = f"{e.__class__.__name__}: {e}"
+                        m.connected = False
+                # a coordinator not sure of its election (or not elected yet) is asked again, as members do
+                if code in _RETRIABLE and time.monotonic() < deadline:
+                    self.stats.register_retries += 1
+                    await asyncio.sleep(1.0)
+                    continue
                 if code:
                     failures.append(f"{m.group}/{m.consumer_id}: {code}")
+                return
 
         await asyncio.gather(*(one(s) for s in cmd["members"]))
         return {"registered": len(cmd["members"]) - len(failures), "failures": failures[:20],
-                "t0": t0, "t1": time.monotonic()}
+                "retries": self.stats.register_retries - retries0, "t0": t0, "t1": time.monotonic()}
 
     def op_groups(self, cmd: dict) -> dict:
         """Per group: members, registered, the newest epoch a member runs, and whether every member
