@@ -513,7 +513,7 @@ def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None) 
 
             def add(k: int) -> dict:
                 return sims[k].call("add", host=host, port=port, session_ms=args.session_ms, rate=args.rate,
-                                    concurrency=args.concurrency, members=specs[k])
+                                    concurrency=max(1, args.concurrency // len(sims)), members=specs[k])
 
             with ThreadPoolExecutor(len(sims)) as pool:
                 for reply in pool.map(add, range(len(sims))):
@@ -679,7 +679,8 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=30.0, help="seconds of steady state measured per phase")
     ap.add_argument("--rate", type=float, default=10.0, help="records/s each owned partition advances")
     ap.add_argument("--probe-every", type=int, default=5, help="every n-th member sends a probe after each ping")
-    ap.add_argument("--concurrency", type=int, default=64, help="registrations in flight at once")
+    ap.add_argument("--concurrency", type=int, default=64, help="registrations in flight at once (over all "
+                                                                 "simulators)")
     ap.add_argument("--settle-timeout", type=float, default=240.0)
     ap.add_argument("--register-version", type=int, default=2, choices=(0, 1, 2),
                     help="RegisterConsumer version of the members: 2 hands partitions over incrementally, "

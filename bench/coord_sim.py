@@ -297,9 +297,10 @@ class Simulator:
             m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")),
                           int(spec.get("version", api.VERSION)), str(spec.get("tag", "")))
             self.members[(m.group, m.consumer_id)] = m
-            deadline = time.monotonic() + retry_s
+            deadline = None
             while True:
                 async with sem:
+                    deadline = deadline or time.monotonic() + retry_s
                     try:
                         code = await m.register(spec.get("host", host), int(spec.get("port", port)), rate)
                     except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
