@@ -654,16 +654,17 @@ def main_scale(args: argparse.Namespace) -> int:
     variants = {"both": [("python", 0), ("frozen", None)], "frozen": [("frozen", None)],
                 "python": [("python", 0)]}[args.gc]
     runs: list[ScaleRun] = []
-    failed = None
+    failed: list[str] = []
     for label, interval in variants:
         try:
             runs.append(run_scale(args, label, interval))
-        except BenchError as e:
-            failed = f"{label}: {e}"
-            log.error("benchmark stopped: %s", failed)
-            break
+        except BenchError as e:   # the other setting is still measured (the baseline may be what fails)
+            failed.append(f"{label}: {e}")
+            log.error("%s run stopped: %s", label, e)
     if runs:
         print(report_scale(runs, args))
+    for f in failed:
+        print(f"\nnot measured, {f}")
     return 1 if failed else 0
 
 
