@@ -451,7 +451,7 @@ def _fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
 
-def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None, loop: str) -> ScaleRun:
+def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None) -> ScaleRun:
     """``--members`` members in groups of ``--group-size`` over ``--coordinators`` coordinator-enabled brokers."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -463,7 +463,6 @@ def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None, 
     overrides: dict = {"coordinator.min.session.timeout.ms": 1000}
     if gc_interval_ms is not None:
         overrides["gc.freeze.interval.ms"] = gc_interval_ms
-    overrides["event.loop"] = loop
     if args.coordinators > 1 and "coordinator.shards" in config.BROKER.keys:
         overrides["coordinator.shards"] = args.coordinators
     tmp = tempfile.mkdtemp(prefix="spark-coord-bench-coord-")
@@ -645,23 +644,20 @@ def report_scale(runs: list[ScaleRun], args: argparse.Namespace) -> str:
     for r in runs:
         if r.unplaced:
             lines.append(f"\n{r.label}: {r.unplaced}.")
-    lines.append("\ncolumns: collector setting / event.loop, and coordinator (broker id). python: Python's own "
-                 "collection schedule (gc.freeze.interval.ms=0, the earlier code path); frozen: the default "
-                 "(survivors frozen, a full collection only when the heap doubled). Pings expired: the "
-                 "coordinator's log over the window.")
+    lines.append("\ncolumns: collector setting and coordinator (broker id). python: Python's own collection schedule "
+                 "(gc.freeze.interval.ms=0, the earlier code path); frozen: the default (survivors frozen, a full "
+                 "collection only when the heap doubled). Pings expired: the coordinator's log over the window.")
     return "\n".join(lines)
 
 
 def main_scale(args: argparse.Namespace) -> int:
-    collectors = {"both": [("python", 0), ("frozen", None)], "frozen": [("frozen", None)],
-                  "python": [("python", 0)]}[args.gc]
-    loops = {"both": ["asyncio", "uvloop"], "asyncio": ["asyncio"], "uvloop": ["uvloop"]}[args.loop]
+    variants = {"both": [("python", 0), ("frozen", None)], "frozen": [("frozen", None)],
+                "python": [("python", 0)]}[args.gc]
     runs: list[ScaleRun] = []
     failed: list[str] = []
-    for (collector, interval), loop in [(c, lp) for c in collectors for lp in loops]:
-        label = f"{collector}/{loop}"
+    for label, interval in variants:
         try:
-            runs.append(run_scale(args, label, interval, loop))
+            runs.append(run_scale(args, label, interval))
         except BenchError as e:   # the other setting is still measured (the baseline may be what fails)
             failed.append(f"{label}: {e}")
             log.error("%s run stopped: %s", label, e)
@@ -699,12 +695,9 @@ def main() -> int:
                        help="coordinator-enabled brokers (coordinator.shards set to it where the broker has the "
                             "key); members reach each group's coordinator through FindCoordinator")
     scale.add_argument("--sims", type=int, default=0, help="member-simulator processes (default: one per 5,000)")
-    scale.add_argument("--gc", choices=("both", "frozen", "python"), default="frozen",
+    scale.add_argument("--gc", choices=("both", "frozen", "python"), default="both",
                        help="collector setting of the brokers: both runs the same load twice, Python's own "
                             "schedule first (the baseline), then the default")
-    scale.add_argument("--loop", choices=("both", "asyncio", "uvloop"), default="both",
-                       help="the brokers' event.loop: both runs the same load on asyncio's loop first (the "
-                            "baseline), then on uvloop")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (broker and simulator logs)")
     args = ap.parse_args()
     if args.members:

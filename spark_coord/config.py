@@ -401,11 +401,6 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("coordinator.offsets.commit.interval.ms", "int", 1000,
         "How often consumed offsets reported in ping answers are written to ZooKeeper\n"
         "(/consumers/<group>/offsets/<topic>/<partition>). They are also written before every StartFetcher.", minimum=10),
-    Key("event.loop", "str", "asyncio",
-        "The event loop: asyncio (the standard library's) or uvloop (libuv's, from the uvloop package; the\n"
-        "standard one where it is not installed). uvloop spends about half the time per ping, which a\n"
-        "coordinator with many members needs (ping lateness p99 at 19,800 members: 201 ms against 579 ms),\n"
-        "but has no sendfile: fetches then read the log and write it, as over TLS."),
     Key("gc.freeze.interval.ms", "int", 10000,
         "How often objects that survived Python's garbage collector are frozen out of its sight (gc.freeze),\n"
         "so its automatic collections visit only what is new, instead of every object of the process\n"
@@ -578,7 +573,7 @@ CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produ
 #: its ZooKeeper, authorization, and every coordinator.* key.
 _COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
                        "socket.request.max.bytes", "connections.max.idle.ms", "authorizer.class.name", "super.users",
-                       "allow.everyone.if.no.acl.found", "gc.freeze.interval.ms", "event.loop")
+                       "allow.everyone.if.no.acl.found", "gc.freeze.interval.ms")
 _COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.", "metrics.")
 
 COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings (spark-coord coordinator --config "

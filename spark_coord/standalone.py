@@ -38,7 +38,6 @@ from typing import Any, Callable
 from kazoo.recipe.watchers import ChildrenWatch
 
 from spark_coord import config as config_mod
-from spark_coord import event_loop
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
 from spark_coord.broker.registration import BrokerIdTaken, BrokerRegistration
@@ -424,10 +423,7 @@ async def serve(cfg: config_mod.Config) -> int:
 def run_cli(args) -> int:
     """Entry point of ``spark-coord coordinator --config FILE --override k=v``."""
     cfg = config_mod.load(config_mod.COORDINATOR, args.config, args.override)
-    if cfg["event.loop"] not in event_loop.LOOPS:
-        raise config_mod.ConfigError(f"event.loop must be one of {', '.join(event_loop.LOOPS)}, "
-                                     f"not {cfg['event.loop']!r}")
-    return event_loop.run(serve(cfg), cfg["event.loop"])
+    return asyncio.run(serve(cfg))
 
 
 __all__ = ["StandaloneCoordinator", "MetadataView", "OffsetMirror", "DataBroker", "COORDINATOR_IDS", "run_cli",

@@ -7,7 +7,6 @@ import logging
 import signal
 
 from spark_coord import config as config_mod
-from spark_coord import event_loop
 from spark_coord.gc_pauses import start_from_config
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,4 @@ def run_cli(args) -> int:
 
     cfg = config_mod.load(config_mod.BROKER, args.config, args.override)
     keep_freed_memory()  # request buffers reuse freed memory instead of fresh pages (spark_coord.memory)
-    if cfg["event.loop"] not in event_loop.LOOPS:
-        raise config_mod.ConfigError(f"event.loop must be one of {', '.join(event_loop.LOOPS)}, "
-                                     f"not {cfg['event.loop']!r}")
-    return event_loop.run(serve(cfg), cfg["event.loop"])
+    return asyncio.run(serve(cfg))
