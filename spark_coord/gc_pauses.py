@@ -20,7 +20,8 @@ threshold is raised out of reach; young collections go on as before), moves what
 survived out of the collector's sight (``gc.freeze``, which costs nothing) every
 ``interval_s``, and runs a full collection itself (unfreeze, collect, freeze) only
 when the interpreter's allocated memory blocks have grown by ``growth`` (doubled,
-by default) since the last one.  Objects freed by reference counting still go at
+by default) since the last one; it looks every second, so that collection comes
+while the heap grows rather than in the steady state after it.  Objects freed by reference counting still go at
 once (nearly all the garbage a broker makes: the full collections of the
 benchmark found none in steady state); cyclic garbage that reached the oldest
 generation waits for the next full collection.  Like Go's collector at
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two freezes of the survivors.
 INTERVAL_S = 10.0
+#: Seconds between two looks at the heap's size (``sys.getallocatedblocks`` costs nothing): a full
+#: collection runs while the heap grows, not up to ``INTERVAL_S`` after it stopped growing.
+CHECK_S = 1.0
 #: A full collection runs once allocated blocks grew by this fraction since the last one.
 GROWTH = 1.0
 #: The oldest generation's threshold while a freezer runs: young collections never set off a full one.
@@ -59,6 +63,7 @@ class HeapFreezer:
         self.full_collections = 0
         self.last_full_s = 0.0
         self._blocks_after_full = 0
+        self._frozen_at = 0.0
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thresholds: tuple[int, int, int] | None = None
@@ -75,7 +80,7 @@ class HeapFreezer:
         self._thresholds = gc.get_threshold()
         gc.set_threshold(self._thresholds[0], self._thresholds[1], NO_AUTOMATIC_FULL)
         self.collect_full()
-        self._handle = self._loop.call_later(self.interval_s, self._tick)
+        self._handle = self._loop.call_later(min(CHECK_S, self.interval_s), self._tick)
 
     def stop(self) -> None:
         """Give every object back to the collector's own schedule."""
@@ -93,6 +98,7 @@ class HeapFreezer:
         gc.unfreeze()
         found = gc.collect()
         gc.freeze()
+        self._frozen_at = time.monotonic()
         self.last_full_s = time.perf_counter() - t0
         self.full_collections += 1
         self._blocks_after_full = sys.getallocatedblocks()
@@ -105,11 +111,12 @@ class HeapFreezer:
 
     def _tick(self) -> None:
         assert self._loop is not None
-        self._handle = self._loop.call_later(self.interval_s, self._tick)
+        self._handle = self._loop.call_later(min(CHECK_S, self.interval_s), self._tick)
         if self.due_for_full():
             self.collect_full()
-        else:
+        elif time.monotonic() - self._frozen_at >= self.interval_s:
             gc.freeze()
+            self._frozen_at = time.monotonic()
 
 
 def start_from_config(interval_ms: int) -> HeapFreezer | None:
