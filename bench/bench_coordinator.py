@@ -2,6 +2,10 @@
 
 Run:  .venv/bin/python bench/bench_coordinator.py [--baseline 100] [--big 1000] [--small-groups 400]
       (about 3 minutes on 2 cores; ``--quick`` runs 50 / 300 / +70 members in about a minute)
+      .venv/bin/python bench/bench_coordinator.py --members 19800 [--coordinators 3] [--gc both|frozen|python]
+      (scale mode: one steady-state window over groups of ``--group-size``, members spread over
+      ``--sims`` simulator processes, figures per coordinator; ``--gc both`` measures Python's own
+      collection schedule first as the same-run baseline; see ``run_scale``)
 
 Set-up: one broker (so its coordinator is the elected one) and an embedded ZooKeeper
 in a ``LocalCluster``; light simulated members in a separate process
