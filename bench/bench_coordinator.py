@@ -2,6 +2,10 @@
 
 Run:  .venv/bin/python bench/bench_coordinator.py [--baseline 100] [--big 1000] [--small-groups 400]
       (about 3 minutes on 2 cores; ``--quick`` runs 50 / 300 / +70 members in about a minute)
+      .venv/bin/python bench/bench_coordinator.py --members 19800 [--coordinators 3] [--gc both|frozen|python]
+      (scale mode: one steady-state window over groups of ``--group-size``, members spread over
+      ``--sims`` simulator processes, figures per coordinator; ``--gc both`` measures Python's own
+      collection schedule first as the same-run baseline; see ``run_scale``)
 
 Set-up: one broker (so its coordinator is the elected one) and an embedded ZooKeeper
 in a ``LocalCluster``; light simulated members in a separate process
@@ -57,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import shutil
 import subprocess
@@ -413,6 +418,260 @@ def report(phases: list[Phase], idle_rss: float, peak_rss: float, args: argparse
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------- scale mode (--members)
+#: File descriptors a broker needs besides its members' connections (listeners, ZooKeeper, segments, epoll).
+FD_RESERVE = 150
+
+
+@dataclass
+class ScaleRun:
+    """Figures of one scale-mode run: one cluster, one collector setting."""
+
+    label: str
+    members: int
+    groups: int
+    sims: int
+    settle_s: float = 0.0
+    load_before: tuple = ()
+    load_after: tuple = ()
+    per_coordinator: dict = field(default_factory=dict)   # node id -> figures
+    sim: dict = field(default_factory=dict)
+    unplaced: str | None = None
+    register_retries: int = 0
+
+
+def _pct(values: list[float]) -> dict:
+    from coord_sim import percentiles
+    return percentiles(values)
+
+
+def _log_tail(path: Path, start: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
+
+
+def _fd_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None) -> ScaleRun:
+    """``--members`` members in groups of ``--group-size`` over ``--coordinators`` coordinator-enabled brokers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spark_coord import config
+    from spark_coord.client.groups import GroupClient
+
+    n_groups = -(-args.members // args.group_size)
+    groups = [f"bench-g{i:05d}" for i in range(n_groups)]
+    overrides: dict = {"coordinator.min.session.timeout.ms": 1000}
+    if gc_interval_ms is not None:
+        overrides["gc.freeze.interval.ms"] = gc_interval_ms
+    if args.coordinators > 1 and "coordinator.shards" in config.BROKER.keys:
+        overrides["coordinator.shards"] = args.coordinators
+    tmp = tempfile.mkdtemp(prefix="spark-coord-bench-coord-")
+    run = ScaleRun(label, args.members, n_groups, args.sims)
+    sims: list[Simulator] = []
+    try:
+        with LocalCluster(args.coordinators, tmp, overrides=overrides) as cluster:
+            with ClusterClient(cluster.bootstrap) as c:
+                AdminClient(c).create_topic(SMALL_TOPIC, args.small_partitions)
+                host, port = next(iter(cluster.brokers.values()))
+                deadline = time.monotonic() + 30
+                while admin_request(host, port, api.CLUSTER_METADATA, {})["coordinator_id"] < 0:
+                    if time.monotonic() > deadline:
+                        raise BenchError("no coordinator elected within 30 s")
+                    time.sleep(0.1)
+                with GroupClient(c, timeout=60) as gcl:
+                    found: dict = {}
+                    for start in range(0, n_groups, 500):
+                        found.update(gcl.coordinators(groups[start:start + 500]))
+            addr = {g: (co.host, co.port) for g, co in found.items()}
+            node = {g: co.node_id for g, co in found.items()}
+            pids = {i: p.pid for i, p in cluster.procs.items()}
+            per_node_members: dict[int, int] = {}
+            sizes = {g: min(args.group_size, args.members - i * args.group_size) for i, g in enumerate(groups)}
+            for g in groups:
+                per_node_members[node[g]] = per_node_members.get(node[g], 0) + sizes[g]
+            if len(per_node_members) < args.coordinators:
+                run.unplaced = (f"all {n_groups:,} groups sit on {len(per_node_members)} of {args.coordinators} "
+                                f"coordinator-enabled brokers (node(s) {sorted(per_node_members)}): this cluster "
+                                "elects one coordinator")
+                log.warning("%s", run.unplaced)
+            worst = max(per_node_members.values())
+            if worst + FD_RESERVE > _fd_limit():
+                raise BenchError(f"coordinator {max(per_node_members, key=per_node_members.get)} would hold {worst:,} "
+                                 f"member connections, but a process may open only {_fd_limit():,} files here "
+                                 f"(hard RLIMIT_NOFILE; {FD_RESERVE} kept for the broker itself): fewer --members "
+                                 "per coordinator, or a higher hard limit")
+            idle_rss = {i: rss_mb(pid) for i, pid in pids.items()}
+            sims = [Simulator(Path(tmp) / f"simulator-{k}.log") for k in range(args.sims)]
+            specs: list[list[dict]] = [[] for _ in sims]
+            for gi, g in enumerate(groups):
+                h, p = addr[g]
+                specs[gi % len(sims)].extend(
+                    {"group": g, "consumer": f"{g}-{i:02d}", "topic": SMALL_TOPIC, "version": args.register_version,
+                     "probe": i == 0 and gi % 10 == 0, "host": h, "port": p, "tag": str(node[g])}
+                    for i in range(sizes[g]))
+            t0 = time.monotonic()
+
+            def add(k: int) -> dict:
+                return sims[k].call("add", host=host, port=port, session_ms=args.session_ms, rate=args.rate,
+                                    concurrency=max(1, args.concurrency // len(sims)), members=specs[k])
+
+            with ThreadPoolExecutor(len(sims)) as pool:
+                for reply in pool.map(add, range(len(sims))):
+                    if reply["failures"]:
+                        raise BenchError(f"registrations failed, e.g. {reply['failures'][:3]}")
+                    run.register_retries += reply["retries"]
+            log.info("%s: %d members registered in %.1f s (%d registrations refused as NOT_COORDINATOR and sent "
+                     "again)", label, args.members, time.monotonic() - t0, run.register_retries)
+            _wait_scale_settled(sims, addr, sizes, args.settle_timeout)
+            run.settle_s = time.monotonic() - t0
+            log.info("%s: every group stable after %.1f s; measuring %.0f s", label, run.settle_s, args.window)
+            log_pos = {i: cluster.log_path(i).stat().st_size for i in pids}
+            for sim in sims:
+                sim.call("reset")
+            run.load_before = os.getloadavg()
+            cpu0 = {i: cpu_seconds(pid) for i, pid in pids.items()}
+            sim_cpu0 = [cpu_seconds(sim.pid) for sim in sims]
+            w0 = time.monotonic()
+            time.sleep(args.window)  # the measurement window itself, not a wait for a condition
+            wall = time.monotonic() - w0
+            cpu1 = {i: cpu_seconds(pid) for i, pid in pids.items()}
+            sim_cpu = [(cpu_seconds(sim.pid) - c) / wall for sim, c in zip(sims, sim_cpu0)]
+            run.load_after = os.getloadavg()
+            stats = [sim.call("stats", raw=True) for sim in sims]
+            late: dict[str, list[float]] = {}
+            pings: dict[str, int] = {}
+            retried: dict[str, int] = {}
+            for st in stats:
+                for t, vs in st["samples"]["lateness_ms"].items():
+                    late.setdefault(t, []).extend(vs)
+                for t, n in st["samples"]["pings"].items():
+                    pings[t] = pings.get(t, 0) + n
+                for t, n in st["samples"]["retried_pings"].items():
+                    retried[t] = retried.get(t, 0) + n
+            for i, pid in pids.items():
+                text = _log_tail(cluster.log_path(i), log_pos[i])
+                members = per_node_members.get(i, 0)
+                rss = rss_mb(pid)
+                run.per_coordinator[i] = {
+                    "groups": sum(1 for g in groups if node[g] == i), "members": members,
+                    "pings": pings.get(str(i), 0), "lateness_ms": _pct(late.get(str(i), [])),
+                    "expired": text.count("did not answer ping"), "retried": retried.get(str(i), 0),
+                    "failed": text.count("pings unanswered"), "cpu": (cpu1[i] - cpu0[i]) / wall,
+                    "rss_mb": rss, "idle_rss_mb": idle_rss[i]}
+            run.sim = {"cpu": sim_cpu, "loop_lag_ms": _pct([v for st in stats for v in st["samples"]["loop_lag_ms"]]),
+                       "disconnects": sum(st["disconnects"] for st in stats),
+                       "probe_ms": _pct([v for st in stats for v in st["samples"]["probe_ms"]])}
+            log.info("%s: %s", label, "; ".join(
+                f"coordinator {i}: {f['members']:,} members, lateness p99 {f['lateness_ms']['p99']}, "
+                f"cpu {f['cpu']:.0%}, rss {f['rss_mb']:.0f} MB" for i, f in run.per_coordinator.items()))
+            for sim in sims:
+                sim.close()
+            sims = []
+    finally:
+        for sim in sims:
+            sim.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            log.info("logs of %s kept in %s", label, tmp)
+    return run
+
+
+def _wait_scale_settled(sims: list[Simulator], addr: dict, sizes: dict, timeout: float) -> None:
+    """Every group Stable at its coordinator with every member started."""
+    deadline = time.monotonic() + timeout
+    pending = set(sizes)
+    while pending:
+        sim_groups: dict = {}
+        for sim in sims:
+            sim_groups.update(sim.call("groups")["groups"])
+        ready = sorted(g for g in pending if sim_groups.get(g, {}).get("settled")
+                       and sim_groups[g]["members"] == sizes[g])
+        by_coordinator: dict = {}
+        for g in ready:
+            by_coordinator.setdefault(addr[g], []).append(g)
+        for (h, p), gs in by_coordinator.items():
+            for start in range(0, len(gs), 500):
+                resp = admin_request(h, p, api.DESCRIBE_GROUPS, {"group_ids": gs[start:start + 500]})
+                for d in resp["groups"]:
+                    if d["state"] == "Stable" and len(d["members"]) == sizes.get(d["group_id"], -1):
+                        pending.discard(d["group_id"])
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{len(pending)} groups not settled after {timeout:.0f} s, e.g. {sorted(pending)[:3]}")
+        time.sleep(0.5)
+
+
+def report_scale(runs: list[ScaleRun], args: argparse.Namespace) -> str:
+    cols = [(r, i) for r in runs for i in sorted(r.per_coordinator)]
+    rows: list[tuple[str, Callable[[ScaleRun, dict], object], str]] = [
+        ("groups / members", lambda r, f: f"{f['groups']:,} / {f['members']:,}", ""),
+        ("pings received in window", lambda r, f: f["pings"], ","),
+        ("ping lateness p50 (ms)", lambda r, f: f["lateness_ms"]["p50"], ".1f"),
+        ("ping lateness p99 (ms)", lambda r, f: f["lateness_ms"]["p99"], ".1f"),
+        ("ping lateness max (ms)", lambda r, f: f["lateness_ms"]["max"], ".1f"),
+        ("pings expired / members failed", lambda r, f: f"{f['expired']} / {f['failed']}", ""),
+        ("pings re-sent after expiry (members' side)", lambda r, f: f["retried"], ","),
+        ("coordinator CPU (% of a core)", lambda r, f: 100 * f["cpu"], ".1f"),
+        ("  per 1,000 members", lambda r, f: 100 * f["cpu"] * 1000 / f["members"] if f["members"] else None, ".2f"),
+        ("coordinator RSS (MB)", lambda r, f: f["rss_mb"], ".0f"),
+        ("  before any member (MB)", lambda r, f: f["idle_rss_mb"], ".0f"),
+        ("  above that per 1,000 members (MB)",
+         lambda r, f: (f["rss_mb"] - f["idle_rss_mb"]) * 1000 / f["members"] if f["members"] else None, ".1f"),
+        ("register + settle, all members (s)", lambda r, f: r.settle_s, ".1f"),
+        ("  registrations refused and sent again", lambda r, f: r.register_retries, ","),
+        ("members disconnected (all)", lambda r, f: r.sim["disconnects"], ","),
+        ("probe RTT after answer p99 (ms, all)", lambda r, f: r.sim["probe_ms"]["p99"], ".1f"),
+        ("simulators / their CPU (% of a core each)",
+         lambda r, f: f"{r.sims} / " + " ".join(f"{100 * c:.0f}" for c in r.sim["cpu"]), ""),
+        ("simulator loop lag p99 / max (ms)",
+         lambda r, f: f"{_fmt(r.sim['loop_lag_ms']['p99'], '.1f')} / {_fmt(r.sim['loop_lag_ms']['max'], '.1f')}", ""),
+        ("load average before / after window",
+         lambda r, f: f"{r.load_before[0]:.1f} / {r.load_after[0]:.1f}", ""),
+    ]
+    width = 22
+    head = f"{'':44}" + "".join(f"{(r.label + ' c' + str(i)):>{width}}" for r, i in cols)
+    lines = [f"\ncoordinator scale benchmark: {args.members:,} members in groups of {args.group_size} over "
+             f"{args.coordinators} coordinator-enabled broker(s), session timeout {args.session_ms} ms "
+             f"(ping every {args.session_ms // 3} ms), {args.window:.0f} s window\n", head]
+    for name, fn, spec in rows:
+        line = f"{name:44}"
+        for r, i in cols:
+            v = fn(r, r.per_coordinator[i])
+            line += f"{v if isinstance(v, str) else _fmt(v, spec):>{width}}"
+        lines.append(line)
+    for r in runs:
+        if r.unplaced:
+            lines.append(f"\n{r.label}: {r.unplaced}.")
+    lines.append("\ncolumns: collector setting and coordinator (broker id). python: Python's own collection schedule "
+                 "(gc.freeze.interval.ms=0, the earlier code path); frozen: the default (survivors frozen, a full "
+                 "collection only when the heap doubled). Pings expired: the coordinator's log over the window.")
+    return "\n".join(lines)
+
+
+def main_scale(args: argparse.Namespace) -> int:
+    variants = {"both": [("python", 0), ("frozen", None)], "frozen": [("frozen", None)],
+                "python": [("python", 0)]}[args.gc]
+    runs: list[ScaleRun] = []
+    failed: list[str] = []
+    for label, interval in variants:
+        try:
+            runs.append(run_scale(args, label, interval))
+        except BenchError as e:   # the other setting is still measured (the baseline may be what fails)
+            failed.append(f"{label}: {e}")
+            log.error("%s run stopped: %s", label, e)
+    if runs:
+        print(report_scale(runs, args))
+    for f in failed:
+        print(f"\nnot measured, {f}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=int, default=100, help="members of the big group in the baseline phase")
@@ -425,14 +684,32 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=30.0, help="seconds of steady state measured per phase")
     ap.add_argument("--rate", type=float, default=10.0, help="records/s each owned partition advances")
     ap.add_argument("--probe-every", type=int, default=5, help="every n-th member sends a probe after each ping")
-    ap.add_argument("--concurrency", type=int, default=64, help="registrations in flight at once")
+    ap.add_argument("--concurrency", type=int, default=64, help="registrations in flight at once (over all "
+                                                                 "simulators)")
     ap.add_argument("--settle-timeout", type=float, default=240.0)
     ap.add_argument("--register-version", type=int, default=2, choices=(0, 1, 2),
                     help="RegisterConsumer version of the members: 2 hands partitions over incrementally, "
                          "0 and 1 stop everything a member holds whenever its assignment changes")
     ap.add_argument("--quick", action="store_true", help="50 / 300 / +70 members, 12 s windows (a smoke run)")
+    scale = ap.add_argument_group("scale mode", "one steady-state window over many small groups instead of the phases")
+    scale.add_argument("--members", type=int, default=0, help="members in all (scale mode when set)")
+    scale.add_argument("--group-size", type=int, default=10, help="members per group (each owns one partition of "
+                                                                   "the --small-partitions topic when equal)")
+    scale.add_argument("--coordinators", type=int, default=1,
+                       help="coordinator-enabled brokers (coordinator.shards set to it where the broker has the "
+                            "key); members reach each group's coordinator through FindCoordinator")
+    scale.add_argument("--sims", type=int, default=0, help="member-simulator processes (default: one per 5,000)")
+    scale.add_argument("--gc", choices=("both", "frozen", "python"), default="both",
+                       help="collector setting of the brokers: both runs the same load twice, Python's own "
+                            "schedule first (the baseline), then the default")
     ap.add_argument("--keep", action="store_true", help="keep the data directory (broker and simulator logs)")
     args = ap.parse_args()
+    if args.members:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+        args.sims = args.sims or max(1, -(-args.members // 5000))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)   # brokers and simulators inherit it
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return main_scale(args)
     if args.quick:
         args.baseline, args.big, args.small_groups, args.big_partitions, args.window = 50, 300, 7, 300, 12.0
         args.session_ms = 15000

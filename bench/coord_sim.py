@@ -27,7 +27,8 @@ process of the machine, so the controller can compare its own timestamps):
 
 Control: one JSON object per line on stdin, one JSON answer per line on stdout
 (``{"id": ..., ...}``); logs go to stderr.  Operations: ``add``, ``groups``,
-``mark``, ``events``, ``reset``, ``stats``, ``quit``.  Run by
+``mark``, ``events``, ``reset``, ``stats``, ``quit``.  Several simulators can share the
+members of one run (each member's figures are kept under its coordinator's tag).  Run by
 ``bench_coordinator.py``; not meant to be started by hand.
 """
 
@@ -45,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_coord.errors import ErrorCode  # noqa: E402
+from spark_coord.gc_pauses import HeapFreezer  # noqa: E402
 from spark_coord.wire import coordinator as api  # noqa: E402
 from spark_coord.wire import protocol  # noqa: E402
 from spark_coord.wire.types import ProtocolError  # noqa: E402
@@ -53,6 +55,8 @@ log = logging.getLogger("coord_sim")
 
 MAX_FRAME = 16 << 20
 _REQUEST_KEYS = (api.PING, api.STOP_FETCHER, api.START_FETCHER)
+#: RegisterConsumer refusals a member answers by registering again a little later
+_RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
 def percentiles(values: list[float]) -> dict[str, float | int | None]:
@@ -83,11 +87,22 @@ class Stats:
         self.disconnects = 0
         self.errors = 0
         self.offsets_reported = 0
+        self.register_retries = 0    # registrations refused as NOT_COORDINATOR and sent again
+        #: per coordinator (a member's ``tag``): ping lateness samples and pings re-sent after an expiry
+        self.lateness_by: dict[str, list[float]] = {}
+        self.pings_by: dict[str, int] = {}
+        self.retried_by: dict[str, int] = {}
+
+    def samples(self) -> dict:
+        """The raw samples, per coordinator, for a controller merging several simulators."""
+        return {"lateness_ms": {t: [round(v, 3) for v in vs] for t, vs in self.lateness_by.items()},
+                "pings": self.pings_by, "retried_pings": self.retried_by,
+                "probe_ms": [round(v, 3) for v in self.probe_ms], "loop_lag_ms": [round(v, 3) for v in self.loop_lag_ms]}
 
     def summary(self) -> dict:
         return {"window_s": time.monotonic() - self.since, "pings": self.pings, "retried_pings": self.retried_pings,
                 "stops": self.stops, "starts": self.starts, "disconnects": self.disconnects, "errors": self.errors,
-                "offsets_reported": self.offsets_reported,
+                "offsets_reported": self.offsets_reported, "register_retries": self.register_retries,
                 "lateness_ms": percentiles(self.lateness_ms), "probe_ms": percentiles(self.probe_ms),
                 "service_us": percentiles(self.service_us), "loop_lag_ms": percentiles(self.loop_lag_ms)}
 
@@ -96,8 +111,10 @@ class SimMember:
     """One member: its connection, generation, assignment and event log."""
 
     def __init__(self, sim: "Simulator", group: str, consumer_id: str, topic: str, session_ms: int, probe: bool,
-                 version: int = api.VERSION):
+                 version: int = api.VERSION, tag: str = ""):
         self.sim = sim
+        #: which coordinator it registered with (figures are kept per tag)
+        self.tag = tag
         #: RegisterConsumer version: 2 hands partitions over incrementally (StopFetcher/StartFetcher v1)
         self.version = version
         self.group = group
@@ -190,10 +207,14 @@ class SimMember:
         answer = {"error_code": 0, "consumer_id": self.consumer_id, "generation_id": self.generation}
         if key == api.PING:
             stats.pings += 1
+            stats.pings_by[self.tag] = stats.pings_by.get(self.tag, 0) + 1
             if body["num_retries"] > 0:
                 stats.retried_pings += 1
+                stats.retried_by[self.tag] = stats.retried_by.get(self.tag, 0) + 1
             if self.last_ping is not None:
-                stats.lateness_ms.append((now - self.last_ping - self.ping_interval) * 1000)
+                late = (now - self.last_ping - self.ping_interval) * 1000
+                stats.lateness_ms.append(late)
+                stats.lateness_by.setdefault(self.tag, []).append(late)
             self.last_ping = now
             answer["offsets"] = self._offsets(now, rate)
             stats.offsets_reported += len(answer["offsets"])
@@ -263,28 +284,40 @@ class Simulator:
 
     # ------------------------------------------------------------------ operations
     async def op_add(self, cmd: dict) -> dict:
-        """Register members ``[{group, consumer, topic, probe}]``, ``concurrency`` at a time."""
+        """Register members ``[{group, consumer, topic, probe}]``, ``concurrency`` at a time; a member's own
+        ``host``, ``port`` and ``tag`` (its group's coordinator) go before the command's."""
         sem = asyncio.Semaphore(int(cmd.get("concurrency", 64)))
         host, port, session, rate = cmd["host"], int(cmd["port"]), int(cmd["session_ms"]), float(cmd["rate"])
+        retry_s = float(cmd.get("retry_s", 120.0))
         failures: list[str] = []
         t0 = time.monotonic()
+        retries0 = self.stats.register_retries
 
         async def one(spec: dict) -> None:
             m = SimMember(self, spec["group"], spec["consumer"], spec["topic"], session, bool(spec.get("probe")),
-                          int(spec.get("version", api.VERSION)))
+                          int(spec.get("version", api.VERSION)), str(spec.get("tag", "")))
             self.members[(m.group, m.consumer_id)] = m
-            async with sem:
-                try:
-                    code = await m.register(host, port, rate)
-                except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
-                    code = f"{e.__class__.__name__}: {e}"
-                    m.connected = False
+            deadline = None
+            while True:
+                async with sem:
+                    deadline = deadline or time.monotonic() + retry_s
+                    try:
+                        code = await m.register(spec.get("host", host), int(spec.get("port", port)), rate)
+                    except (OSError, ConnectionError, asyncio.IncompleteReadError, ProtocolError) as e:
+                        code = f"{e.__class__.__name__}: {e}"
+                        m.connected = False
+                # a coordinator not sure of its election (or not elected yet) is asked again, as members do
+                if code in _RETRIABLE and time.monotonic() < deadline:
+                    self.stats.register_retries += 1
+                    await asyncio.sleep(1.0)
+                    continue
                 if code:
                     failures.append(f"{m.group}/{m.consumer_id}: {code}")
+                return
 
         await asyncio.gather(*(one(s) for s in cmd["members"]))
         return {"registered": len(cmd["members"]) - len(failures), "failures": failures[:20],
-                "t0": t0, "t1": time.monotonic()}
+                "retries": self.stats.register_retries - retries0, "t0": t0, "t1": time.monotonic()}
 
     def op_groups(self, cmd: dict) -> dict:
         """Per group: members, registered, the newest epoch a member runs, and whether every member
@@ -322,10 +355,15 @@ class Simulator:
         return {"t": self.stats.since}
 
     def op_stats(self, cmd: dict) -> dict:
-        return self.stats.summary()
+        """The window's figures; with ``raw``, also its samples per coordinator (``samples``)."""
+        out = self.stats.summary()
+        if cmd.get("raw"):
+            out["samples"] = self.stats.samples()
+        return out
 
     async def control(self) -> None:
         loop = asyncio.get_running_loop()
+        HeapFreezer().start()   # the simulator's own full collections would delay its answers
         reader = asyncio.StreamReader(limit=64 << 20)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         self.spawn(self._lag_monitor())

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: as no circle forms) and of the layers below.
 LAYERS: list[tuple[str, ...]] = [
     # primitives every part shares: names, error codes, hidden passwords, free ports
-    ("spark_coord", "common", "errors", "secret", "net", "memory", "table", "sitepath"),
+    ("spark_coord", "common", "errors", "secret", "net", "memory", "gc_pauses", "table", "sitepath"),
     ("config",),            # properties files and their documented keys
     ("records",),           # record batch v2 codec, compression, murmur2, decode to Arrow
     ("wire",),              # framing and one module per API

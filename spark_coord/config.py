@@ -413,6 +413,12 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("coordinator.offsets.commit.interval.ms", "int", 1000,
         "How often consumed offsets reported in ping answers are written to ZooKeeper\n"
         "(/consumers/<group>/offsets/<topic>/<partition>). They are also written before every StartFetcher.", minimum=10),
+    Key("gc.freeze.interval.ms", "int", 10000,
+        "How often objects that survived Python's garbage collector are frozen out of its sight (gc.freeze),\n"
+        "so its automatic collections visit only what is new, instead of every object of the process\n"
+        "(with 5,000 members such a full collection held the event loop, and so pings, for 300-430 ms every\n"
+        "10 s). A full collection then runs only when the heap has doubled since the last one.\n"
+        "0: Python's own collection schedule.", minimum=0),
     Key("coordinator.rebalance.backoff.ms", "int", 500, "Wait before retrying a rebalance that timed out or failed.", minimum=0),
     Key("coordinator.rebalance.max.retries", "int", 10,
         "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged (the next group change retries).",
@@ -579,7 +585,7 @@ CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produ
 #: its ZooKeeper, authorization, and every coordinator.* key.
 _COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
                        "socket.request.max.bytes", "connections.max.idle.ms", "authorizer.class.name", "super.users",
-                       "allow.everyone.if.no.acl.found")
+                       "allow.everyone.if.no.acl.found", "gc.freeze.interval.ms")
 _COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.", "metrics.")
 
 #: How a standalone coordinator's client settings for the data cluster are named in its properties

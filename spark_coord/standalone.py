@@ -55,6 +55,7 @@ from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.config import ConfigError
 from spark_coord.coordinator.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
+from spark_coord.gc_pauses import start_from_config
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.broker.security import BrokerSecurity
@@ -498,8 +499,11 @@ async def serve(cfg: config_mod.Config) -> int:
         stopping.cancel()
         log.error("coordinator %d cannot start: %s", cfg["coordinator.id"], e)
         return 1
+    freezer = start_from_config(cfg["gc.freeze.interval.ms"])  # full collections off the loop's hot path
     await stopping
     log.info("coordinator %d stopping", coordinator.coordinator_id)
+    if freezer is not None:
+        freezer.stop()
     await coordinator.stop()
     return 0
 

@@ -96,6 +96,7 @@ class Connection:
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._pending: dict[int, tuple[int, int, asyncio.Future]] = {}
+        self._queued_sends = 0   # server-initiated requests waiting for the write lock, in order
         self._next_correlation = itertools.count(0)
         self._on_close: list[Callable[["Connection"], Any]] = []
 
@@ -266,11 +267,21 @@ class Connection:
         correlation_id = nth_correlation_id(next(self._next_correlation))
         self._pending[correlation_id] = (api_key, api_version, fut)
         frame = encode_request(api_key, api_version, correlation_id, client_id, body)
+        if not self._write_lock.locked() and not self._queued_sends:
+            # No frame half-written and none waiting before it: write it now.  A coordinator sends
+            # one of these per member every few seconds (pings), and a task, a lock and a drain per
+            # frame cost more than encoding it.  The transport buffers what the socket does not take.
+            self.writer.write(frame)
+            return fut
 
         async def _send() -> None:
-            if not await self.write_parts([frame]):
-                self._fail_pending_one(correlation_id)
+            try:
+                if not await self.write_parts([frame]):
+                    self._fail_pending_one(correlation_id)
+            finally:
+                self._queued_sends -= 1
 
+        self._queued_sends += 1
         loop.create_task(_send())
         return fut
 

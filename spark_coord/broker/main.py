@@ -7,6 +7,7 @@ import logging
 import signal
 
 from spark_coord import config as config_mod
+from spark_coord.gc_pauses import start_from_config
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,11 @@ async def serve(cfg: config_mod.Config) -> int:
         return 1
     host, port = broker.advertised
     log.info("broker %d serving on %s:%d; stop with SIGTERM or Ctrl-C", broker.broker_id, host, port)
+    freezer = start_from_config(cfg["gc.freeze.interval.ms"])  # full collections off the loop's hot path
     await stop.wait()
     log.info("broker %d stopping", broker.broker_id)
+    if freezer is not None:
+        freezer.stop()
     await broker.stop()
     return 0
 
