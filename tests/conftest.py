@@ -22,6 +22,20 @@ ZOOKEEPER_TEST_SETTINGS = {
 
 
 @pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A throw-away CA made at run time, with a broker certificate (127.0.0.1, ::1, localhost) and
+    client certificates, as PEM files."""
+    from spark_coord.testing.tls import TestPki
+
+    return TestPki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def server_cert(pki):
+    return pki.server()
+
+
+@pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
     """One real ZooKeeper server (pyspark's jars) on a free port for the whole test session."""
     from spark_coord.zk.embedded import EmbeddedZooKeeper

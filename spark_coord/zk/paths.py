@@ -234,7 +234,6 @@ CONSUMERS = "/consumers"
 #: The single coordinator's election node of older versions.  Never created now: a shard
 #: election's multi creates and deletes it, so that it fails while an older coordinator holds it.
 COORDINATOR = "/consumers/coordinator"
-LEGACY_COORDINATOR = COORDINATOR
 
 # ------------------------------------------------------------------ coordinators
 

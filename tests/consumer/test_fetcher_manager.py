@@ -178,18 +178,25 @@ class GatedReset(FetcherManager):
         return 0
 
 
+def _resolving_a():
+    """A manager given A (no committed offset) and B, its finder held while resolving A's reset."""
+    conns = {0: OffsetRecordingConnection(), 1: OffsetRecordingConnection()}
+    manager, buffer = _manager(ScriptedCluster(conns), GatedReset)
+    manager.start({A: -1, B: 0}, buffer.assign({A: -1, B: 0}))
+    if not manager.resolving.wait(5):
+        manager.stop()
+        raise AssertionError("the finder did not resolve A's start offset")
+    return conns, manager, buffer
+
+
 def test_a_partition_taken_away_and_given_back_while_its_reset_runs_starts_where_it_was_given():
     """Incremental hand-over: the member got A with no committed offset (-1) and lost it again
     before the leader finder had resolved auto.offset.reset; later A comes back at 171, where
     its previous holder stopped.  The reset still under way for the first holding must neither
     move the consumed position (reported to the coordinator, which would commit 0) nor make
     the fetcher read A from 0 again."""
-    conns = {0: OffsetRecordingConnection(), 1: OffsetRecordingConnection()}
-    manager, buffer = _manager(ScriptedCluster(conns), GatedReset)
-    token = buffer.assign({A: -1, B: 0})
-    manager.start({A: -1, B: 0}, token)
+    conns, manager, buffer = _resolving_a()
     try:
-        assert manager.resolving.wait(5), "the finder did not resolve A's start offset"
         # StopFetcher v1 naming A (as Consumer.stop_fetchers does it), then StartFetcher v1 giving it back
         manager.remove({A})
         buffer.revoke({A})
@@ -206,12 +213,8 @@ def test_a_partition_taken_away_and_given_back_while_its_reset_runs_starts_where
 def test_a_partition_taken_away_while_its_reset_runs_is_not_resolved_again():
     """A partition removed while the finder resolved its start offset is forgotten: the finder
     does not keep it (with its stale start offset) and resolve it again and again."""
-    conns = {0: OffsetRecordingConnection(), 1: OffsetRecordingConnection()}
-    manager, buffer = _manager(ScriptedCluster(conns), GatedReset)
-    token = buffer.assign({A: -1, B: 0})
-    manager.start({A: -1, B: 0}, token)
+    conns, manager, buffer = _resolving_a()
     try:
-        assert manager.resolving.wait(5), "the finder did not resolve A's start offset"
         manager.remove({A})
         buffer.revoke({A})
         manager.gate.set()

@@ -167,13 +167,6 @@ def test_a_port_in_use_fails_the_broker_start(broker_factory):
             broker_factory(0, **{"metrics.port": taken.getsockname()[1]})
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from spark_coord.testing.tls import TestPki
-
-    return TestPki(tmp_path_factory.mktemp("pki"))
-
-
 def test_https_endpoint_and_client_certificates(broker_factory, pki):
     server = pki.server()
     b = broker_factory(0, **{"metrics.port": 0, "metrics.ssl.keystore.location": str(server.keystore),

@@ -12,13 +12,6 @@ from helpers import group_offsets, wait_until
 PASSWORD = "spark-s3cret-pw"
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from spark_coord.testing.tls import TestPki
-
-    return TestPki(tmp_path_factory.mktemp("pki"))
-
-
 @pytest.fixture
 def sasl_broker(broker_factory, pki, zk):
     from spark_coord.security.credentials import UserStore

@@ -31,18 +31,6 @@ PARTITIONS = 4
 USER, PASSWORD = "alice", "alice-s3cret-pw"
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    from spark_coord.testing.tls import TestPki
-
-    return TestPki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def server_cert(pki):
-    return pki.server()
-
-
 def set_password(zk_connect: str, password: str = PASSWORD) -> None:
     """SCRAM credentials of ``USER`` (both mechanisms) in that ZooKeeper; running brokers pick them up at once."""
     from spark_coord.security.credentials import UserStore
