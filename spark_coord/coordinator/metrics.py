@@ -120,7 +120,8 @@ PARTITIONS_MOVED_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5
 #: Seconds; one fenced ZooKeeper multi.
 ZK_WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 #: The group store's methods that write to ZooKeeper (``coordinator.store.GroupStore``).
-STORE_WRITES = ("save_member", "remove_member", "save_generation", "commit_offsets", "delete_topic",
+STORE_WRITES = ("save_member", "remove_member", "save_generation", "commit_offsets", "commit_offsets_many",
+                "delete_topic",
                 "delete_group", "write_owners", "verify")
 
 

@@ -126,6 +126,12 @@ class GroupStore(ABC):
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         """Write these partitions' offsets (others keep theirs)."""
 
+    async def commit_offsets_many(self, offsets: dict[str, dict[TopicPartition, int]]) -> None:
+        """``commit_offsets`` for several groups (``{group: offsets}``); a store that can write them
+        together does (ZooKeeper: in as few multis as fit, each fenced)."""
+        for group_id, batch in offsets.items():
+            await self.commit_offsets(group_id, batch)
+
     @abstractmethod
     async def delete_topic(self, group_id: str, topic: str) -> None:
         """Forget the group's offsets and owners of a (deleted) topic."""

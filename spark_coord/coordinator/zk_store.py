@@ -131,6 +131,12 @@ class ZkGroupStore(GroupStore):
                          for (t, p), o in sorted(offsets.items())]
         await self.writer.write(f"commit {len(ops)} offsets of {group_id}", ops)
 
+    async def commit_offsets_many(self, offsets: dict[str, dict[TopicPartition, int]]) -> None:
+        ops: list[Op] = [("put", paths.offset(group_id, t, p), model.encode_offset(o))
+                         for group_id, batch in offsets.items() for (t, p), o in sorted(batch.items())]
+        if ops:
+            await self.writer.write(f"commit {len(ops)} offsets of {len(offsets)} groups", ops)
+
     async def verify(self) -> None:
         await self.writer.write("verify the election", [])  # just the two checks
 

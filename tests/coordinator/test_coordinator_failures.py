@@ -370,3 +370,26 @@ async def test_a_member_that_only_gave_up_a_partition_is_taken_back_after_a_fail
     await successor.settle()
     (kept,) = m1.positions
     assert successor.group().offsets[kept] == m1.positions[kept]
+
+
+@async_test
+async def test_committer_leaves_a_group_whose_write_is_in_flight_for_the_next_tick():
+    """The tick writes every dirty group together, except one whose own write still runs (its
+    store lock held): that one is written at a later tick, so a group's writes land in order."""
+    h = await Harness({"t": 2}, offsets_commit_interval_ms=1000).start()
+    a, _ = h.register("ca", group="a", session=3000)
+    b, _ = h.register("cb", group="b", session=3000)
+    await h.settle()
+    a.consume(4)
+    b.consume(6)
+    await h.advance(1000)  # the pings carrying the offsets (the tick at 1000 ran first)
+    assert h.group("a").dirty and h.group("b").dirty
+    await h.group("b").store_lock.acquire()  # b's own write (a forced commit, say) in flight
+    await h.advance(1000)
+    assert h.store.groups["a"].offsets == {("t", 0): 4, ("t", 1): 4}
+    assert "b" not in h.store.groups or h.store.groups["b"].offsets == {}
+    assert h.group("b").dirty
+    h.group("b").store_lock.release()
+    await h.advance(1000)
+    assert h.store.groups["b"].offsets == {("t", 0): 6, ("t", 1): 6}
+    assert not h.group("a").dirty and not h.group("b").dirty

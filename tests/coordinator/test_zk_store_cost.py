@@ -161,3 +161,34 @@ def test_cached_writes_are_still_fenced_after_another_election(zk, zk_connect):
         assert zk.get("/consumers/g/offsets/t/0")[0] == b"1"
     finally:
         zkclient.close(other)
+
+
+def test_many_groups_commit_in_one_multi_per_500_offsets(zk):
+    """The committer's tick writes every dirty group together: 1,200 groups' offsets cost three
+    fenced multis, not 1,200 transactions."""
+    check = _elect(zk)
+    counting = CountingClient(zk)
+    store = ZkGroupStore(counting, lambda: check)  # type: ignore[arg-type]
+    groups = [f"g{i}" for i in range(1200)]
+
+    async def main():
+        await store.commit_offsets_many({g: {("t", 0): 1} for g in groups})  # creates, existence learnt once
+        counting.take()
+        await store.commit_offsets_many({g: {("t", 0): 2, ("t", 1): 5} for g in groups[:200]}
+                                        | {g: {("t", 0): 2} for g in groups[200:]})
+        return counting.take()
+
+    calls = asyncio.run(main())
+    assert calls["transaction"] == 3, calls  # 1,400 offsets: 500 + 500 + 400
+    assert zk.get("/consumers/g0/offsets/t/1")[0] == b"5" and zk.get("/consumers/g1199/offsets/t/0")[0] == b"2"
+    assert not zk.exists("/consumers/g1199/offsets/t/1")
+
+
+def test_many_groups_commit_is_fenced(zk, zk_connect):
+    check = _elect(zk)
+    store = ZkGroupStore(zk, lambda: check)
+    asyncio.run(store.commit_offsets_many({"a": {("t", 0): 1}, "b": {("t", 0): 1}}))
+    zk.set("/consumers", b"")  # another election bumped the fencing node
+    with pytest.raises(Fenced):
+        asyncio.run(store.commit_offsets_many({"a": {("t", 0): 2}, "b": {("t", 0): 2}}))
+    assert zk.get("/consumers/a/offsets/t/0")[0] == b"1" and zk.get("/consumers/b/offsets/t/0")[0] == b"1"
