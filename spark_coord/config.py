@@ -617,8 +617,8 @@ DATA_CLUSTER_KEYS = [_data_cluster_key(k) for k in CLIENT_SECURITY_KEYS]
 COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings (spark-coord coordinator --config "
                      "conf/coordinator.properties):\n# the coordinator beside an existing Kafka-protocol cluster", [
     Key("coordinator.id", "int", 1000,
-        "Unique id of this coordinator process; it names /coordinators/ids/<id> in ZooKeeper and\n"
-        "/consumers/coordinator while it is the elected one. Keep it apart from the data brokers' ids.",
+        "Unique id of this coordinator process; it names /coordinators/ids/<id> in ZooKeeper, where\n"
+        "brokers with coordinator.enable=true register too: an id a live coordinator holds is refused.",
         minimum=0),
     Key("bootstrap.servers", "list", ["127.0.0.1:9092"],
         "The data cluster (any Kafka-protocol cluster: Apache Kafka, a compatible broker, or our brokers with\n"
