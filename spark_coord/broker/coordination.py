@@ -150,6 +150,9 @@ class ShardRole:
         log.info("%d coordinates shard %d (epoch %d)", self.service.broker.broker_id, self.shard, epoch)
         await self.coordinator.activate(epoch)
         self.service._topics_changed_in(self, self.service.broker.view)
+        # placement may have given the shard to another coordinator while the election ran (its
+        # node's watch fired before it was won): look again now that it is held
+        self.service._place()
 
     async def _lost_election(self) -> None:
         self.service.resigned(self)
@@ -191,6 +194,12 @@ class CoordinationService:
         self.on_committed: Callable[[str, dict], None] | None = None
         self._free_since: dict[int, float] = {}
         self._leaving: set[int] = set()
+        #: Shards this process handed over and the new holder has not won yet: shard -> (the coordinator
+        #: it went to, the epoch of the election node given up, when).  Until ZooKeeper shows a new
+        #: election (or the new holder leaves, or FREE_SHARD_GRACE_S passes) placement counts the shard
+        #: as that coordinator's, so this process does not stand for it again on a stale view of its
+        #: own deleted node and win it back before the new holder could.
+        self._handed: dict[int, tuple[int, int | None, float]] = {}
         self._recheck: asyncio.TimerHandle | None = None
         self._running = False
         self._registration = None
@@ -398,9 +407,18 @@ class CoordinationService:
         me = self.broker.broker_id
         live = set(self.coordinators)
         holders = {s: h[0] for s, h in self.holders.items()}
-        target = place(self.shard_count, live, holders)
         now = time.monotonic()
         next_check: float | None = None
+        for s, (to, given_up, since) in list(self._handed.items()):
+            current = self.holders.get(s)
+            if (current is not None and current[1] != given_up) or to not in live \
+                    or now - since >= FREE_SHARD_GRACE_S:
+                del self._handed[s]  # a new election happened, or the handover will not complete
+                continue
+            holders[s] = to
+            wait = since + FREE_SHARD_GRACE_S - now
+            next_check = wait if next_check is None else min(next_check, wait)
+        target = place(self.shard_count, live, holders)
         for s in range(self.shard_count):
             holder = holders.get(s)
             if holder is None:
@@ -455,6 +473,7 @@ class CoordinationService:
 
     def _hand_over(self, shard: int, role: ShardRole, to: int) -> None:
         log.info("%d hands shard %d over to coordinator %d", self.broker.broker_id, shard, to)
+        self._handed[shard] = (to, self.holders.get(shard, (None, None))[1], time.monotonic())
         self.shards.pop(shard, None)
         self._leave(shard, role.stop(commit=True), f"hand over shard {shard}")
 

@@ -202,3 +202,69 @@ def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(c
     for g, ms in groups.items():
         wait_caught_up(czk, g, ends, timeout=60)
         assert not consumed_up_to(ms, ends), g
+
+
+def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, producer_factory, tmp_path):
+    """A group of a thin member, an eager and a cooperative confluent-kafka member, whose shard a
+    joining broker takes: the old coordinator commits and hands the group over, and every member,
+    of either protocol, goes on reading from the new one.  What each client saw is asserted."""
+    from confluent_kafka.admin import AdminClient
+
+    from spark_coord.testing import invariants
+    from spark_coord.testing.kafka_member import KafkaMemberProcess
+
+    before = wait_settled(czk, {0, 1, 2})
+    topic = "handover-kafka"
+    create(topic, 6)
+    parts = topic_partitions(topic, 6)
+    producer = producer_factory(topic, 6)
+    planned = place(SHARDS, [0, 1, 2, 3], before)
+    group = next(g for g in (f"kafka-handover-{i}" for i in range(1000)) if planned[shard_of(g, SHARDS)] == 3)
+    thin = members("thin", group, topics=[topic], session_timeout_ms=RIDE_THROUGH_SESSION_MS)
+    workdir = tmp_path / "kafka-members"
+    workdir.mkdir()
+    kafka = [KafkaMemberProcess(kind, workdir, cluster.bootstrap, group, topics=[topic], strategy=kind,
+                                session_timeout_ms=RIDE_THROUGH_SESSION_MS) for kind in ("eager", "cooperative")]
+    everyone = [thin, *kafka]
+    try:
+        def shared() -> bool:
+            owned = [m.owned() for m in everyone]
+            return all(owned) and set().union(*owned) == parts and sum(map(len, owned)) == len(parts)
+        wait_until(shared, timeout=90, interval=0.2,
+                   message=lambda: f"the three members to share the partitions: {[m.owned() for m in everyone]}")
+        held_before = {m.name: m.owned() for m in everyone}
+        wall_join = time.time()
+        newcomer = cluster.add_broker()
+        after = wait_settled(czk, {0, 1, 2, newcomer})
+        assert after[shard_of(group, SHARDS)] == newcomer
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        wait_until(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
+                   .coordinator.id == newcomer, timeout=30, message="FindCoordinator to name the new holder")
+        wait_until(lambda: all(any(e["ts"] > wall_join + 1 for e in m.events("recs")) for m in everyone),
+            timeout=90, interval=0.5, message="every member reading again after the handover")
+        producer.stop()
+        ends = log_end(cluster.bootstrap, topic)
+        wait_until(lambda: not invariants.at_least_once({m.name: m.events() for m in everyone}, ends),
+                   timeout=90, interval=0.5,
+                   message=lambda: invariants.at_least_once({m.name: m.events() for m in everyone}, ends))
+        wait_caught_up(czk, group, ends, timeout=60)
+        journals = {m.name: m.events() for m in everyone}
+        spans = invariants.ownership_intervals(journals)
+        assert invariants.one_owner_at_a_time(spans) == []
+        assert invariants.delivered_outside_ownership(journals, spans) == []
+        seen = {m.name: [(e["ev"], sorted(tuple(p[:2]) for p in e.get("parts", [])))
+                         for e in journals[m.name] if e["ev"] in ("assign", "revoke", "lost", "stop")
+                         and e["ts"] >= wall_join] for m in everyone}
+        failed = {m.name: sum(1 for e in journals[m.name] if e["ev"] == "commit_failed" and e["ts"] >= wall_join)
+                  for m in kafka}
+        print(f"\ngroup {group} handed over to broker {newcomer}; held before {held_before}; callbacks since: "
+              f"{seen}; commits refused since (retried): {failed}")
+        # nobody was stopped, revoked, lost or given anything: the handover is invisible to the clients
+        assert seen == {m.name: [] for m in everyone}, seen
+        assert {m.name: m.owned() for m in everyone} == held_before
+        assert wait_until(lambda: broker_log_has(cluster, newcomer, f"group {group}: consumer {thin.consumer_id} "
+                                                                    f"is back"), timeout=30)
+    finally:
+        for m in kafka:
+            if m.alive():
+                m.stop(30)
