@@ -410,6 +410,12 @@ class ClassicGroups:
         """UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a static member a newer incarnation replaced."""
         return ErrorCode.FENCED_INSTANCE_ID if (group_id, member_id) in self._fenced else ErrorCode.UNKNOWN_MEMBER_ID
 
+    def _restored_consumer_member(self, group_id: str, member_id: str) -> bool:
+        """A member of Kafka's consumer protocol (KIP-848) the registry knows but has not heard from
+        since it was restored (no channel)."""
+        _, member = self._registry(group_id, member_id)
+        return member is not None and member.kind == "consumer" and member.channel is None
+
     def _live(self, group_id: str, member_id: str) -> ClassicMember | None:
         """The member's adapter, if it is a live classic member of the group."""
         _, member = self._registry(group_id, member_id)
@@ -668,7 +674,8 @@ class ClassicGroups:
         an epoch it can have: back with the partitions it is counted for (its claim), nothing stopped."""
         group, member = self._registry(group_id, member_id)
         if group is None or member is None or member.channel is not None or not member.holds_assignment \
-                or not isinstance(generation, int) or generation != member.sent_epoch:
+                or not isinstance(generation, int) or generation != member.sent_epoch \
+                or member.kind == "consumer":  # a KIP-848 member is taken back by its own heartbeat only
             return None
         owned = [{"consumer_thread_id": thread, "partitions": [{"topic": t, "partition": p, "offset": -1}
                                                                for t, p in tps]}
@@ -767,6 +774,10 @@ class ClassicGroups:
             modern.contact()
             group, member = self.consumer.find(group_id, member_id)
             stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
+        elif self._restored_consumer_member(group_id, member_id):
+            # a KIP-848 member restored after a failover or handover, whose commit came before its
+            # heartbeat: the heartbeat takes it back (in its own protocol), then the commit is retried
+            return answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         else:
             km = self._member_for(group_id, member_id, generation)
             if isinstance(km, ErrorCode):

@@ -413,3 +413,24 @@ def test_arbitrary_heartbeats_get_an_error_code_and_never_break_the_group(bodies
         assert a.owned <= {("t", p) for p in range(6)} and a.owned
 
     asyncio.run(run())
+
+
+@async_test
+async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_retried_not_fenced():
+    """After a failover or a handover a KIP-848 member may commit before it heartbeats: the commit
+    is answered COORDINATOR_LOAD_IN_PROGRESS (retriable) and does not take the member back as a
+    classic one, so its heartbeat in its epoch takes it back with nothing lost or fenced."""
+    h, a = await _restored_member()
+    mid = a.member_id
+    door = ClassicGroups(h.coord, a.door)
+    commit = {"group_id": "g", "member_id": mid, "generation_id_or_member_epoch": 7,
+              "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}]}
+    answer = await door.offset_commit(commit, 9)
+    assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.group().members[mid].kind == "consumer" and h.group().members[mid].channel is None
+    a.owned, a.epoch, a.changed = {("t", p) for p in range(4)}, 7, True
+    beat = await a.heartbeat()
+    assert beat["error_code"] == 0 and beat["member_epoch"] == 7
+    answer = await door.offset_commit(commit, 9)  # retried: now it lands
+    assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+    assert h.store.groups["g"].offsets[("t", 0)] == 5

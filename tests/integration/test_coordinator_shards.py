@@ -205,19 +205,21 @@ def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(c
 
 
 def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, producer_factory, tmp_path):
-    """A group of a thin member, an eager and a cooperative confluent-kafka member, whose shard a
-    joining broker takes: the old coordinator commits and hands the group over, and every member,
-    of either protocol, goes on reading from the new one.  What each client saw is asserted."""
+    """A group of a thin member, an eager and a cooperative confluent-kafka member (Kafka's classic
+    protocol) and a KIP-848 one (``group.protocol=consumer``), whose shard a joining broker takes:
+    the old coordinator commits and hands the group over, and every member, of every protocol,
+    goes on reading from the new one.  What each client saw is asserted."""
     from confluent_kafka.admin import AdminClient
+    from peers.group_peers import KafkaPeer
 
     from spark_coord.testing import invariants
     from spark_coord.testing.kafka_member import KafkaMemberProcess
 
     before = wait_settled(czk, {0, 1, 2})
     topic = "handover-kafka"
-    create(topic, 6)
-    parts = topic_partitions(topic, 6)
-    producer = producer_factory(topic, 6)
+    create(topic, 8)
+    parts = topic_partitions(topic, 8)
+    producer = producer_factory(topic, 8)
     planned = place(SHARDS, [0, 1, 2, 3], before)
     group = next(g for g in (f"kafka-handover-{i}" for i in range(1000)) if planned[shard_of(g, SHARDS)] == 3)
     thin = members("thin", group, topics=[topic], session_timeout_ms=RIDE_THROUGH_SESSION_MS)
@@ -225,14 +227,19 @@ def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, pr
     workdir.mkdir()
     kafka = [KafkaMemberProcess(kind, workdir, cluster.bootstrap, group, topics=[topic], strategy=kind,
                                 session_timeout_ms=RIDE_THROUGH_SESSION_MS) for kind in ("eager", "cooperative")]
+    kip848 = KafkaPeer("confluent", cluster.bootstrap, group, topic, "kip848", workdir, strategy="consumer")
     everyone = [thin, *kafka]
+
+    def kip848_owned() -> set[tuple[str, int]]:
+        return {(topic, p) for p in kip848.owned()}
     try:
         def shared() -> bool:
-            owned = [m.owned() for m in everyone]
+            owned = [m.owned() for m in everyone] + [kip848_owned()]
             return all(owned) and set().union(*owned) == parts and sum(map(len, owned)) == len(parts)
         wait_until(shared, timeout=90, interval=0.2,
-                   message=lambda: f"the three members to share the partitions: {[m.owned() for m in everyone]}")
-        held_before = {m.name: m.owned() for m in everyone}
+                   message=lambda: f"the four members to share the partitions: "
+                                   f"{[m.owned() for m in everyone] + [kip848_owned()]}")
+        held_before = {m.name: m.owned() for m in everyone} | {"kip848": kip848_owned()}
         wall_join = time.time()
         newcomer = cluster.add_broker()
         after = wait_settled(czk, {0, 1, 2, newcomer})
@@ -240,13 +247,18 @@ def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, pr
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         wait_until(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
                    .coordinator.id == newcomer, timeout=30, message="FindCoordinator to name the new holder")
-        wait_until(lambda: all(any(e["ts"] > wall_join + 1 for e in m.events("recs")) for m in everyone),
+        wait_until(lambda: all(any(e["ts"] > wall_join + 1 for e in m.events("recs")) for m in everyone)
+                   and any(e["event"] == "records" and e["ts"] > wall_join + 1 for e in kip848.events()),
             timeout=90, interval=0.5, message="every member reading again after the handover")
         producer.stop()
         ends = log_end(cluster.bootstrap, topic)
-        wait_until(lambda: not invariants.at_least_once({m.name: m.events() for m in everyone}, ends),
-                   timeout=90, interval=0.5,
-                   message=lambda: invariants.at_least_once({m.name: m.events() for m in everyone}, ends))
+
+        def never_read() -> dict[int, int]:  # partition -> records no member read
+            got = set(invariants.consumed({m.name: m.events() for m in everyone})) | {
+                (topic, p, o) for p, o in kip848.records()}
+            return {p: n for (t, p), end in ends.items() if (n := sum((t, p, o) not in got for o in range(end)))}
+        wait_until(lambda: not never_read(), timeout=90, interval=0.5,
+                   message=lambda: f"every record read by some member; never read, per partition: {never_read()}")
         wait_caught_up(czk, group, ends, timeout=60)
         journals = {m.name: m.events() for m in everyone}
         spans = invariants.ownership_intervals(journals)
@@ -255,16 +267,18 @@ def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, pr
         seen = {m.name: [(e["ev"], sorted(tuple(p[:2]) for p in e.get("parts", [])))
                          for e in journals[m.name] if e["ev"] in ("assign", "revoke", "lost", "stop")
                          and e["ts"] >= wall_join] for m in everyone}
+        seen["kip848"] = [(what, sorted(ps)) for ts, what, ps in kip848.callbacks() if ts >= wall_join]
         failed = {m.name: sum(1 for e in journals[m.name] if e["ev"] == "commit_failed" and e["ts"] >= wall_join)
                   for m in kafka}
         print(f"\ngroup {group} handed over to broker {newcomer}; held before {held_before}; callbacks since: "
               f"{seen}; commits refused since (retried): {failed}")
         # nobody was stopped, revoked, lost or given anything: the handover is invisible to the clients
-        assert seen == {m.name: [] for m in everyone}, seen
-        assert {m.name: m.owned() for m in everyone} == held_before
+        assert seen == {name: [] for name in held_before}, seen
+        assert {m.name: m.owned() for m in everyone} | {"kip848": kip848_owned()} == held_before
         assert wait_until(lambda: broker_log_has(cluster, newcomer, f"group {group}: consumer {thin.consumer_id} "
                                                                     f"is back"), timeout=30)
     finally:
+        kip848.stop()
         for m in kafka:
             if m.alive():
                 m.stop(30)
