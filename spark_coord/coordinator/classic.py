@@ -661,6 +661,10 @@ class ClassicGroups:
     def _member_for(self, group_id: str, member_id: str, generation: int | None) -> ClassicMember | ErrorCode:
         if not self.c.active:
             return ErrorCode.NOT_COORDINATOR
+        if self._restored_consumer_member(group_id, member_id):
+            # a KIP-848 member restored after a failover or handover, heard from here (a commit) before
+            # its heartbeat: only the heartbeat takes it back, in its own protocol; this is retried
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         km = self._live(group_id, member_id)
         if km is None and generation is not None:
             km = self._take_back(group_id, member_id, generation)
@@ -674,8 +678,7 @@ class ClassicGroups:
         an epoch it can have: back with the partitions it is counted for (its claim), nothing stopped."""
         group, member = self._registry(group_id, member_id)
         if group is None or member is None or member.channel is not None or not member.holds_assignment \
-                or not isinstance(generation, int) or generation != member.sent_epoch \
-                or member.kind == "consumer":  # a KIP-848 member is taken back by its own heartbeat only
+                or not isinstance(generation, int) or generation != member.sent_epoch:
             return None
         owned = [{"consumer_thread_id": thread, "partitions": [{"topic": t, "partition": p, "offset": -1}
                                                                for t, p in tps]}
@@ -774,10 +777,6 @@ class ClassicGroups:
             modern.contact()
             group, member = self.consumer.find(group_id, member_id)
             stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
-        elif self._restored_consumer_member(group_id, member_id):
-            # a KIP-848 member restored after a failover or handover, whose commit came before its
-            # heartbeat: the heartbeat takes it back (in its own protocol), then the commit is retried
-            return answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         else:
             km = self._member_for(group_id, member_id, generation)
             if isinstance(km, ErrorCode):

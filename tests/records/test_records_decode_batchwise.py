@@ -15,7 +15,11 @@ from spark_coord.records import arrow, arrow_jit, compression
 from spark_coord.records.header import CONTROL_MASK, TRANSACTIONAL_MASK
 from spark_coord.records.reader import iter_batches
 
-pytestmark = pytest.mark.skipif(not arrow_jit.AVAILABLE, reason=f"numba unavailable: {arrow_jit.WHY_NOT}")
+
+
+def test_the_compiled_decoder_is_available():
+    """numba is a dependency (pyproject.toml): without it these comparisons would test nothing."""
+    assert arrow_jit.AVAILABLE, f"numba unavailable: {arrow_jit.WHY_NOT}"
 
 WAYS = {"batchwise": (True, True), "arena": (True, False), "python": (False, True)}
 
