@@ -16,7 +16,7 @@ from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.records.reader import iter_records
 
-from helpers import local_cluster
+from helpers import local_cluster, wait_until
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not on PATH (apt-get install kcat)")
@@ -73,10 +73,14 @@ def consume_kcat(bootstrap: str, topic: str) -> list[dict]:
 
 def test_kcat_lists_metadata(cluster):
     create_topic(cluster, "kcat-meta")
-    doc = json.loads(kcat("-b", cluster.bootstrap, "-L", "-J"))
+
+    def listed():  # the broker kcat asks may learn of the new topic a moment after the one that created it
+        doc = json.loads(kcat("-b", cluster.bootstrap, "-L", "-J"))
+        topic = next((t for t in doc["topics"] if t["topic"] == "kcat-meta"), None)
+        return topic is not None and (doc, topic)
+    doc, topic = wait_until(listed, timeout=30, interval=0.2, message="kcat to list the new topic")
     assert sorted(b["id"] for b in doc["brokers"]) == sorted(cluster.brokers)
     assert {b["name"] for b in doc["brokers"]} == {f"{h}:{p}" for h, p in cluster.brokers.values()}
-    topic = next(t for t in doc["topics"] if t["topic"] == "kcat-meta")
     assert [p["partition"] for p in sorted(topic["partitions"], key=lambda p: p["partition"])] == [0, 1, 2]
     assert {p["leader"] for p in topic["partitions"]} <= set(cluster.brokers)
     assert all(p["replicas"] == [{"id": p["leader"]}] for p in topic["partitions"])
