@@ -12,9 +12,22 @@ def new_topic(cluster, partitions: int = 2, prefix: str = "t") -> str:
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
 
+    from helpers import wait_until
+
+    from spark_coord.errors import ErrorCode, KafkaError
+
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    with ClusterClient(cluster.bootstrap) as cc:
-        AdminClient(cc).create_topic(name, partitions)
+
+    def created() -> bool:  # a cluster just started may not list its own brokers yet: no live brokers
+        try:
+            with ClusterClient(cluster.bootstrap) as cc:
+                AdminClient(cc).create_topic(name, partitions)
+        except KafkaError as e:
+            if e.code != ErrorCode.BROKER_NOT_AVAILABLE:
+                raise
+            return False
+        return True
+    wait_until(created, timeout=30, interval=0.2, message=f"topic {name} created")
     return name
 
 
