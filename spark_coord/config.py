@@ -439,6 +439,43 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("group.consumer.heartbeat.interval.ms", "int", 5000,
         "How often members of Kafka's consumer group protocol heartbeat (told in every heartbeat answer):\n"
         "the longest a member waits to hear of a new assignment.", minimum=1),
+    # Share groups (KIP-932, "Queues for Kafka"): Kafka's names, defaults and bounds
+    Key("group.share.session.timeout.ms", "int", 45000,
+        "Session timeout of share group members (confluent-kafka's ShareConsumer, Kafka's KafkaShareConsumer):\n"
+        "a member that sends no ShareGroupHeartbeat for this long is removed and the group's partitions are\n"
+        "assigned again. A group may set its own (group config share.session.timeout.ms) within the bounds below.",
+        minimum=1),
+    Key("group.share.min.session.timeout.ms", "int", 45000,
+        "The smallest share.session.timeout.ms a share group may set for itself.", minimum=1),
+    Key("group.share.max.session.timeout.ms", "int", 60000,
+        "The largest share.session.timeout.ms a share group may set for itself.", minimum=1),
+    Key("group.share.heartbeat.interval.ms", "int", 5000,
+        "How often share group members heartbeat (told in every ShareGroupHeartbeat answer): the longest a\n"
+        "member waits to hear of a new assignment. A group may set its own (share.heartbeat.interval.ms).",
+        minimum=1),
+    Key("group.share.min.heartbeat.interval.ms", "int", 5000,
+        "The smallest share.heartbeat.interval.ms a share group may set for itself.", minimum=1),
+    Key("group.share.max.heartbeat.interval.ms", "int", 15000,
+        "The largest share.heartbeat.interval.ms a share group may set for itself.", minimum=1),
+    Key("group.share.record.lock.duration.ms", "int", 30000,
+        "How long a share group member holds the records a ShareFetch acquired for it: records neither\n"
+        "acknowledged nor renewed by then are released to the group again (their delivery count kept).\n"
+        "A group may set its own (share.record.lock.duration.ms) within the bounds below.", minimum=1),
+    Key("group.share.min.record.lock.duration.ms", "int", 15000,
+        "The smallest share.record.lock.duration.ms a share group may set for itself.", minimum=1),
+    Key("group.share.max.record.lock.duration.ms", "int", 60000,
+        "The largest share.record.lock.duration.ms a share group may set for itself.", minimum=1),
+    Key("group.share.delivery.count.limit", "int", 5,
+        "How many times a record of a share group is delivered at most: a record released (or whose lock\n"
+        "ran out) this many times is archived -- set aside for good -- and the others keep flowing.\n"
+        "Kafka's range: 2 to 10.", minimum=2),
+    Key("group.share.partition.max.record.locks", "int", 2000,
+        "The most records of one partition a share group has in flight (acquired, or delivered and waiting\n"
+        "for the records before them to be acknowledged): a ShareFetch acquires nothing beyond it until the\n"
+        "oldest in-flight records are acknowledged. Kafka's range: 100 to 10000.", minimum=100),
+    Key("group.share.max.size", "int", 200,
+        "The most members a share group may have: a member joining a full group is refused\n"
+        "GROUP_MAX_SIZE_REACHED.", minimum=1),
     *METRICS_KEYS,
 ], footer="""
 Per-listener settings, as Kafka takes them (the listener name in lower case):
