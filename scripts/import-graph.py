@@ -36,6 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("log",),               # partition logs on disk
     ("zk",),                # ZooKeeper paths, client, embedded server
     ("security",),          # policy and mechanisms: ACLs, SASL, SCRAM, TLS contexts, client settings
+    ("configs",),           # Kafka's config resources (group, topic, broker): model, validation, ZooKeeper store
+    ("share",),             # share partitions (KIP-932) on their leaders: record states, sessions, persistence
     ("client",),            # the one client transport (sockets, framing, TLS/SASL handshake) and clients
     ("coordinator",),       # groups, rebalancing, offsets (no sockets of its own)
     ("consumer",),          # the thin consumer (a group member)

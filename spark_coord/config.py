@@ -129,11 +129,15 @@ class KeySet:
 
 
 class Config(Mapping[str, Any]):
-    """Typed settings: ``cfg["log.segment.bytes"]`` or ``cfg.get_int(...)``."""
+    """Typed settings: ``cfg["log.segment.bytes"]`` or ``cfg.get_int(...)``.
 
-    def __init__(self, keyset: KeySet, values: dict[str, Any]):
+    ``explicit`` names the keys a properties file or an override set (the others hold
+    their defaults): DescribeConfigs reports those as Kafka's static broker config."""
+
+    def __init__(self, keyset: KeySet, values: dict[str, Any], explicit: Iterable[str] = ()):
         self.keyset = keyset
         self._values = values
+        self.explicit: frozenset[str] = frozenset(explicit)
 
     def __getitem__(self, name: str) -> Any:
         name = self.keyset.canonical(name)
@@ -149,9 +153,10 @@ class Config(Mapping[str, Any]):
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
         values = dict(self._values)
-        for name, value in _canonical_names(self.keyset, overrides, "overrides").items():
+        named = _canonical_names(self.keyset, overrides, "overrides")
+        for name, value in named.items():
             values[name] = _coerce(self.keyset, name, value)
-        return Config(self.keyset, values)
+        return Config(self.keyset, values, self.explicit | set(named))
 
     def __repr__(self) -> str:
         return f"Config({self.keyset.name}, {self._values!r})"
@@ -239,6 +244,7 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
 def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str, Any] | Iterable[str] = ()) -> Config:
     """Defaults, then the file (if any), then overrides (a mapping or ``key=value`` strings)."""
     values = keyset.defaults()
+    explicit: set[str] = set()
     if path is not None:
         for name, raw in _canonical_names(keyset, read_properties_file(path), str(path)).items():
             if raw == "" and name in keyset.keys and keyset.keys[name].default is None:
@@ -246,11 +252,13 @@ def load(keyset: KeySet, path: str | Path | None = None, overrides: Mapping[str,
             if raw == "" and name not in keyset.keys and keyset.dynamic is not None and keyset.dynamic(name):
                 continue
             values[name] = _coerce(keyset, name, raw)
+            explicit.add(name)
     if not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     for name, value in _canonical_names(keyset, overrides, "the overrides").items():
         values[name] = _coerce(keyset, name, value)
-    return Config(keyset, values)
+        explicit.add(name)
+    return Config(keyset, values, explicit)
 
 
 # -------------------------------------------------------------------------- metrics
@@ -439,6 +447,15 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("group.consumer.heartbeat.interval.ms", "int", 5000,
         "How often members of Kafka's consumer group protocol heartbeat (told in every heartbeat answer):\n"
         "the longest a member waits to hear of a new assignment.", minimum=1),
+    Key("group.consumer.min.session.timeout.ms", "int", 45000,
+        "The smallest consumer.session.timeout.ms a consumer group may set for itself (a group config,\n"
+        "IncrementalAlterConfigs on the group).", minimum=1),
+    Key("group.consumer.max.session.timeout.ms", "int", 60000,
+        "The largest consumer.session.timeout.ms a consumer group may set for itself.", minimum=1),
+    Key("group.consumer.min.heartbeat.interval.ms", "int", 5000,
+        "The smallest consumer.heartbeat.interval.ms a consumer group may set for itself.", minimum=1),
+    Key("group.consumer.max.heartbeat.interval.ms", "int", 15000,
+        "The largest consumer.heartbeat.interval.ms a consumer group may set for itself.", minimum=1),
     # Share groups (KIP-932, "Queues for Kafka"): Kafka's names, defaults and bounds
     Key("group.share.session.timeout.ms", "int", 45000,
         "Session timeout of share group members (confluent-kafka's ShareConsumer, Kafka's KafkaShareConsumer):\n"

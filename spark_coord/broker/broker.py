@@ -1,7 +1,8 @@
 """``Broker``: one broker process's parts wired together.
 
 Start order: open the logs (recovery), listen (so the bound port is known),
-connect to ZooKeeper, read or create the cluster id, load the cluster view,
+connect to ZooKeeper, read or create the cluster id, load the groups' configs
+(and follow their change notifications), load the cluster view,
 register ``/brokers/ids/<id>``, stand for coordinator, and last open the metrics
 endpoint (``metrics.port``; ``spark_coord.metrics``).  Stop order is the reverse, so
 clients see the broker leave ZooKeeper before its socket closes.  Log flush and
@@ -23,11 +24,13 @@ from kazoo.exceptions import NodeExistsError
 from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import data_handlers
+from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
 from spark_coord.config import Config
+from spark_coord.configs.store import GroupConfigs
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.zk import client as zk_client
@@ -104,13 +107,18 @@ class Broker:
                                        cfg["connections.max.idle.ms"] / 1000,
                                        connection_auth=self.security.connection_auth, metrics=counters)
             self.ctx.server = self.server
+            self.ctx.share = SharePartitionManager(self.ctx, settings=self._share_settings)
             self.coordination = CoordinationService(self)
             for handler in data_handlers() + self.coordination.handlers():
                 self.server.add_handler(handler)
             self.ctx.cluster_id = await loop.run_in_executor(None, self._cluster_id)
+            group_configs = GroupConfigs(self.zk, cfg)
+            await loop.run_in_executor(None, group_configs.start, loop)
+            self.ctx.group_configs = group_configs
             await self.view.start()
             self.view.add_listener(self._reconcile_logs)
             self._reconcile_logs(self.view)
+            self.ctx.share.start()
             await self.server.start()
             host, port = self.advertised
             self.registration = BrokerRegistration(self.zk, loop, self.broker_id, host, port,
@@ -135,6 +143,19 @@ class Broker:
         log.info("broker %d listening on %s (cluster %s, ZooKeeper %s)", self.broker_id,
                  ", ".join(f"{name}://{host}:{port}" for name, _, host, port in self.advertised_endpoints()),
                  self.ctx.cluster_id, cfg["zookeeper.connect"])
+
+    def _share_settings(self, group: str) -> ShareSettings:
+        """What ``group``'s share partitions follow: the broker's group.share.* settings, and the
+        group's own configs where it has them (share.record.lock.duration.ms, share.auto.offset.reset)."""
+        cfg = self.config
+        configs = getattr(self.ctx, "group_configs", None)
+        own = configs.get(group) if configs is not None else None
+        return ShareSettings(
+            lock_duration_ms=own.share_record_lock_duration_ms if own is not None
+            else cfg["group.share.record.lock.duration.ms"],
+            delivery_count_limit=cfg["group.share.delivery.count.limit"],
+            max_in_flight=cfg["group.share.partition.max.record.locks"],
+            auto_offset_reset=own.share_auto_offset_reset if own is not None else "latest")
 
     def _cluster_id(self) -> str:
         """Read ``/cluster/id``, creating it once for a new cluster (blocking); Kafka keeps it
@@ -195,9 +216,13 @@ class Broker:
             self.registration = None
         if self.server is not None:
             await self.server.stop()
+        if self.ctx is not None and self.ctx.share is not None:
+            await self.ctx.share.stop()
         if self.view is not None:
             self.view.stop()
         self.security.stop()
+        if self.ctx is not None and self.ctx.group_configs is not None:
+            self.ctx.group_configs.stop()
         if self.logs is not None:
             logs, self.logs = self.logs, None
             await loop.run_in_executor(self._maintenance, logs.close)

@@ -1,5 +1,5 @@
 """What request handlers can reach: configuration, logs, the cluster view, ZooKeeper,
-the waiters of long-polling fetches and the idempotent producers' state."""
+the waiters of long-polling fetches, the idempotent producers' state and the groups' configs."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from spark_coord.broker.server import BrokerServer
     from spark_coord.broker.state import ClusterView
+    from spark_coord.configs.store import GroupConfigs
     from spark_coord.log import LogManager
 
 
@@ -45,6 +46,13 @@ class BrokerContext:
     authorizer: Any = field(default_factory=lambda: NoAuthorizer())
     #: Request, byte and connection counters (``spark_coord.metrics.broker``; nothing without metrics.port).
     metrics: BrokerMetrics = NO_BROKER_METRICS
+    #: Every group's own configs (the GROUP config resource, ``configs.store.GroupConfigs``), loaded by
+    #: ``Broker.start`` and kept current from ZooKeeper: ``group_configs.get(group_id) -> GroupConfig``
+    #: (never blocks), ``add_listener(fn)`` (``fn(group_id)`` on the loop after a change), ``await
+    #: group_configs.delete(group_id)`` when a group is deleted.  None until the broker has started.
+    group_configs: "GroupConfigs | None" = None
+    #: Share partitions this broker leads, share sessions, their persistence (``share.manager``; KIP-932).
+    share: Any = None
 
     async def zk_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking kazoo call off the event loop thread (with kazoo's command retry)."""

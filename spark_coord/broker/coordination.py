@@ -53,6 +53,7 @@ from spark_coord.broker.handlers import Handler
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.classic import ClassicGroups
 from spark_coord.coordinator.consumer_group import ConsumerGroups
+from spark_coord.coordinator.share_group import ShareGroups
 from spark_coord.coordinator.clock import LoopTimer, SystemClock
 from spark_coord.coordinator.config import CoordinatorConfig
 from spark_coord.coordinator.coordinator import Coordinator
@@ -124,6 +125,7 @@ class ShardRole:
         self.coordinator.on_committed = service.on_committed
         self.consumer = ConsumerGroups(self.coordinator)
         self.classic = ClassicGroups(self.coordinator, self.consumer)
+        self.share = ShareGroups(self.coordinator, service.share_timeouts)
 
     @property
     def elected(self) -> bool:
@@ -162,6 +164,7 @@ class ShardRole:
         await self.coordinator.deactivate()
         self.classic.reset()
         self.consumer.reset()
+        self.share.reset()
 
     def _fenced(self) -> None:
         # The coordinator drops its state itself; the elector sees the election node change
@@ -212,6 +215,15 @@ class CoordinationService:
         self._tasks: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ compatibility views
+    def share_timeouts(self, group_id: str) -> tuple[int, int] | None:
+        """A share group's own session timeout and heartbeat interval (its group configs
+        share.session.timeout.ms, share.heartbeat.interval.ms), None where the broker has no group configs."""
+        configs = getattr(getattr(self.broker, "ctx", None), "group_configs", None)
+        if configs is None:
+            return None
+        c = configs.get(group_id)
+        return c.share_session_timeout_ms, c.share_heartbeat_interval_ms
+
     @property
     def coordinator(self) -> Coordinator | None:
         """The coordinator of shard 0 when this process holds it (None otherwise)."""
@@ -512,6 +524,7 @@ class CoordinationService:
             ids = getattr(view, "topic_ids", None)  # Kafka 4's consumers name topics by id
             role.coordinator.on_topics_changed({t: len(a) for t, a in view.topics.items()}, complete=True,
                                                ids=dict(ids) if ids else None)
+            role.share.on_topics_changed()
 
     # ------------------------------------------------------------------ the front door
     def shard_of(self, group_id: Any) -> int | None:

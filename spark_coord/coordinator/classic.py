@@ -453,6 +453,9 @@ class ClassicGroups:
 
         if (refused := self.not_served(group_id)) is not None:
             return answer(refused)
+        if self.c.group_type(group_id) == "share":
+            log.info("JoinGroup %s from %s: a share group's id", group_id, client_host)
+            return answer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if body.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
             log.info("JoinGroup %s from %s: protocol type %r refused (only %r)", group_id, client_host,
                      body.get("protocol_type"), CONSUMER_PROTOCOL_TYPE)
@@ -863,6 +866,11 @@ class ClassicGroups:
                 continue
             groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
                            "group_type": kind})
+        for gid, share in sorted(self.c.share_groups.items()):  # KIP-932: type "share", protocol type "share"
+            if (states and share.state.lower() not in states) or (types and "share" not in types):
+                continue
+            groups.append({"group_id": gid, "protocol_type": "share", "group_state": share.state,
+                           "group_type": "share"})
         return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
 
     def describe_groups(self, body: Mapping[str, Any]) -> dict:
@@ -873,6 +881,10 @@ class ClassicGroups:
                             "protocol_type": "", "protocol_data": "", "members": []})
                 continue
             group = self.c.groups.get(gid)
+            if group is None and gid in self.c.share_groups:  # as Kafka 4 answers it for a share group
+                out.append({"error_code": int(ErrorCode.GROUP_ID_NOT_FOUND), "group_id": gid, "group_state": "",
+                            "protocol_type": "", "protocol_data": "", "members": []})
+                continue
             if group is None:
                 out.append({"error_code": 0, "group_id": gid, "group_state": "Dead", "protocol_type": "",
                             "protocol_data": "", "members": []})
@@ -915,6 +927,13 @@ class ClassicGroups:
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if (refused := self.not_served(group_id)) is not None:
             return refused
+        share = self.c.share_groups.get(group_id)
+        if share is not None:  # a share group (KIP-932): only an empty one goes
+            if share.members:
+                return ErrorCode.NON_EMPTY_GROUP
+            del self.c.share_groups[group_id]
+            log.info("share group %s deleted", group_id)
+            return ErrorCode.NONE
         try:
             return await self.c.delete_group(group_id)
         except Fenced:

@@ -42,10 +42,17 @@ class CoordinatorConfig:
     #: set by the coordinator (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
     consumer_session_timeout_ms: int = 45000
     consumer_heartbeat_interval_ms: int = 5000
+    #: Share groups (KIP-932): members' session timeout and heartbeat interval unless the group sets its
+    #: own (group.share.session.timeout.ms, group.share.heartbeat.interval.ms), and the most members a
+    #: share group takes (group.share.max.size).
+    share_session_timeout_ms: int = 45000
+    share_heartbeat_interval_ms: int = 5000
+    share_max_size: int = 200
 
     def __post_init__(self) -> None:
         for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms",
-                     "consumer_session_timeout_ms", "consumer_heartbeat_interval_ms"):
+                     "consumer_session_timeout_ms", "consumer_heartbeat_interval_ms", "share_session_timeout_ms",
+                     "share_heartbeat_interval_ms", "share_max_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries", "leadership_timeout_ms"):
@@ -71,4 +78,8 @@ class CoordinatorConfig:
                                                  d.consumer_session_timeout_ms)),
             consumer_heartbeat_interval_ms=int(_get(cfg, "group.consumer.heartbeat.interval.ms",
                                                     d.consumer_heartbeat_interval_ms)),
+            share_session_timeout_ms=int(_get(cfg, "group.share.session.timeout.ms", d.share_session_timeout_ms)),
+            share_heartbeat_interval_ms=int(_get(cfg, "group.share.heartbeat.interval.ms",
+                                                 d.share_heartbeat_interval_ms)),
+            share_max_size=int(_get(cfg, "group.share.max.size", d.share_max_size)),
         )

@@ -306,6 +306,8 @@ class ConsumerGroups:
             return error(ErrorCode.INVALID_GROUP_ID, str(e))
         if not isinstance(epoch, int) or epoch < STATIC_LEAVE:
             return error(ErrorCode.INVALID_REQUEST, f"member epoch {epoch!r}")
+        if self.c.group_type(group_id) == "share":
+            return error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         assignor = body.get("server_assignor")
         if assignor is not None and assignor not in SERVER_ASSIGNORS:
             return error(ErrorCode.UNSUPPORTED_ASSIGNOR,

@@ -81,6 +81,9 @@ class Coordinator:
         self.epoch: int | None = None
         self.active = False
         self.groups: dict[str, GroupRegistry] = {}
+        #: Share groups held here (``share_group.ShareGroups`` fills it): kept on the coordinator so
+        #: that every door can tell a share group's id from a consumer group's (``group_type``).
+        self.share_groups: dict[str, Any] = {}
         self.topics: dict[str, int] = {}
         #: Each topic's id (16 bytes), where the cluster view knows it: Kafka 4's consumers name
         #: topics by id (KIP-848).
@@ -174,6 +177,15 @@ class Coordinator:
                 log.exception("on_fenced callback failed")
         assert self._loop is not None
         self._loop.create_task(self.deactivate(), name="coordinator-deactivate")
+
+    def group_type(self, group_id: str) -> str | None:
+        """``"share"`` or ``"consumer"`` (any member kind of the one registry) for a group held here,
+        None for a group id nobody uses: a group id is of one type at a time."""
+        if group_id in self.share_groups:
+            return "share"
+        if group_id in self.groups:
+            return "consumer"
+        return None
 
     # ------------------------------------------------------------ plumbing
 

@@ -21,14 +21,17 @@ Contract (see ``protocol`` for the entry points):
 - ``registry`` is the one table of served (api_key, version) pairs; importing this
   package registers Kafka's data APIs (one module per API, each documenting its
   versions), SASL (SaslHandshake, SaslAuthenticate) and the ACL APIs (DescribeAcls,
-  CreateAcls, DeleteAcls), Kafka's group APIs (their codecs only: a broker advertises and
-  dispatches just the APIs it has handlers for), and the coordinator protocol
-  (``coordinator``: api keys 1000-1005).
+  CreateAcls, DeleteAcls), the config APIs (DescribeConfigs, AlterConfigs,
+  IncrementalAlterConfigs), Kafka's group APIs and share-group APIs (KIP-932; their codecs
+  only: a broker advertises and dispatches just the APIs it has handlers for), and the
+  coordinator protocol (``coordinator``: api keys 1000-1005).
 - ``consumer_protocol`` reads and writes the consumer protocol's subscription and
   assignment bytes carried inside JoinGroup and SyncGroup.
 """
 
 from spark_coord.wire import (  # noqa: F401  (importing registers each API)
+    alter_configs,
+    alter_share_group_offsets,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -37,12 +40,16 @@ from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     create_topics,
     delete_acls,
     delete_groups,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
+    describe_configs,
     describe_groups,
+    describe_share_group_offsets,
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -54,6 +61,10 @@ from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
 )
 from spark_coord.wire.types import EncodeError, ProtocolError  # noqa: F401

@@ -26,7 +26,9 @@ read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write
     /coordinators/shards/<n>/leader                     ephemeral, the coordinator id holding shard n;
                                                         its czxid is the shard's epoch
     /config/users/<user>                                persistent, SCRAM credentials (sensitive)
-    /config/changes/config_change_<seq>                 persistent sequential, "users/<user>" changed
+    /config/groups/<group>                              persistent, a group's own configs (KIP-848, KIP-932)
+    /config/changes/config_change_<seq>                 persistent sequential, "users/<user>" or
+                                                        "groups/<group>" changed
     /kafka-acl/<ResourceType>/<name>                    persistent, literal ACLs of a resource (sensitive)
     /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent, prefixed ACLs (sensitive)
     /kafka-acl-changes/acl_changes_<seq>                persistent sequential, "<TYPE>:<name>" changed
@@ -309,6 +311,31 @@ def owner(g: str, t: str, partition: int) -> str:
     return f"{topic_owners(g, t)}/{validate_partition(partition)}"
 
 
+# ---------------------------------------------------------------- share groups (KIP-932)
+# Kafka keeps share-partition state in its share coordinator's internal topic (__share_group_state);
+# ZooKeeper-mode Kafka never had share groups, so there is no Kafka layout to follow.  Ours sits
+# beside /consumers (not under it, where lag tools and our own group restore would take a share
+# group for a consumer group): one znode per share partition, written by the partition's leader
+# with a version check (DESIGN section 13).
+SHARE_GROUPS = "/share-groups"
+
+
+def share_group(g: str) -> str:
+    """``/share-groups/<group>``: a share group's state, one child per topic it has state for."""
+    return f"{SHARE_GROUPS}/{validate_group(g)}"
+
+
+def share_topic(g: str, t: str) -> str:
+    """``/share-groups/<group>/<topic>``: one child per partition."""
+    return f"{share_group(g)}/{validate_topic(t)}"
+
+
+def share_partition(g: str, t: str, partition: int) -> str:
+    """``/share-groups/<group>/<topic>/<partition>``: the share partition's start offset and in-flight
+    ranges, JSON ``{"version":1,"start":N,"ranges":[[first,last,state,deliveries],...],"topic_id":...}``."""
+    return f"{share_topic(g, t)}/{validate_partition(partition)}"
+
+
 def parse_group_node(node: str) -> str | None:
     """The group id a child of ``/consumers`` stands for, or None for a reserved child
     (``coordinator``) or a name that is not a legal group id."""
@@ -320,3 +347,24 @@ def parse_group_node(node: str) -> str | None:
 
 #: Persistent parents that exist in every cluster (created by a broker at start-up).
 ROOTS = (BROKERS, BROKER_IDS, BROKER_TOPICS, CONSUMERS)
+
+
+# ---------------------------------------------------------- entity configs (groups)
+# ZooKeeper-mode Kafka keeps every entity's dynamic configs at /config/<entity type>/<name>
+# ({"version":1,"config":{...}}: /config/topics/<t>, /config/brokers/<id>, /config/users/<u>...)
+# and announces each change with a notification under /config/changes, {"version":2,
+# "entity_path":"<entity type>/<name>"}.  Group configs (KIP-848, KIP-932: the GROUP config
+# resource) follow the same scheme; the group id is the znode name, as under /consumers.
+CONFIG_GROUPS = "/config/groups"
+#: The entity type of group configs in a change notification's ``entity_path``.
+CONFIG_GROUPS_ENTITY = "groups"
+
+
+def group_config(g: str) -> str:
+    """``/config/groups/<group>``: the group's own configs, ``{"version":1,"config":{"key":"value",...}}``."""
+    return f"{CONFIG_GROUPS}/{_validate_component('group id', g)}"
+
+
+def group_config_entity(g: str) -> str:
+    """``groups/<group>``: how a config change notification names the group's configs."""
+    return f"{CONFIG_GROUPS_ENTITY}/{_validate_component('group id', g)}"

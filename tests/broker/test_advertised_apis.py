@@ -1,5 +1,5 @@
 """What ApiVersions (and its KIP-511 fallback) lists is exactly what the broker dispatches:
-Kafka's data APIs, SASL, ACLs, Kafka's group APIs and the coordinator protocol (a request
+Kafka's data APIs, SASL, ACLs, the config APIs, Kafka's group APIs and the coordinator protocol (a request
 for an API it does not serve closes only its connection: tests/broker/test_bad_input.py)."""
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from spark_coord.wire.registry import ApiKey
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
-              ApiKey.CONSUMER_GROUP_DESCRIBE}
-#: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the group APIs, and the coordinator protocol's
-#: requests to it (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
-DISPATCHED = {0, 1, 2, 3, 17, 18, 19, 20, 22, 29, 30, 31, 36, 1000, 1001, 1005, 1006} | {int(k) for k in GROUP_APIS}
+              ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE}
+#: The config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+CONFIG_APIS = {ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS}
+#: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the config APIs, the group APIs, share fetches and
+#: acknowledgements (KIP-932), and the coordinator protocol's requests to it (ClusterMetadata, RegisterConsumer,
+#: DescribeGroups, CommitOffsets).
+DISPATCHED = ({0, 1, 2, 3, 17, 18, 19, 20, 22, 29, 30, 31, 36, 78, 79, 1000, 1001, 1005, 1006}
+              | {int(k) for k in GROUP_APIS} | {int(k) for k in CONFIG_APIS})
 
 
 def test_group_codecs_are_registered():

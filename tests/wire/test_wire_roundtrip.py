@@ -25,8 +25,12 @@ def test_every_kafka_api_is_served_at_the_documented_versions():
                      # Kafka's classic group APIs, and Kafka 4's consumer group protocol (KIP-848)
                      8: (0, 9), 9: (0, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
                      16: (0, 5), 42: (0, 2), 68: (0, 1), 69: (0, 1),
+                     # share groups (KIP-932): codecs only, no handler yet
+                     76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1), 91: (0, 0), 92: (0, 0),
                      # SASL (KIP-152) and the ACL APIs
                      17: (0, 1), 36: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3),
+                     # the config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+                     32: (0, 4), 33: (0, 2), 44: (0, 1),
                      **{key: {1000: (0, 1), 1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0))
                         for key in range(1000, 1007)}}
     assert protocol.served_versions(1) == (4, 17)

@@ -34,8 +34,12 @@ def message_of(api_key: int, kind: str) -> Message:
                10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
                15: "describe_groups", 16: "list_groups", 17: "sasl_handshake", 18: "api_versions",
                19: "create_topics", 20: "delete_topics", 22: "init_producer_id", 29: "describe_acls",
-               30: "create_acls", 31: "delete_acls", 36: "sasl_authenticate", 42: "delete_groups",
-               68: "consumer_group_heartbeat", 69: "consumer_group_describe"}
+               30: "create_acls", 31: "delete_acls", 32: "describe_configs", 33: "alter_configs",
+               44: "incremental_alter_configs", 36: "sasl_authenticate", 42: "delete_groups",
+               68: "consumer_group_heartbeat", 69: "consumer_group_describe", 76: "share_group_heartbeat",
+               77: "share_group_describe", 78: "share_fetch", 79: "share_acknowledge",
+               90: "describe_share_group_offsets", 91: "alter_share_group_offsets",
+               92: "delete_share_group_offsets"}
     mod = importlib.import_module(f"spark_coord.wire.{modules[api_key]}")
     return mod.REQUEST if kind == "request" else mod.RESPONSE
 

@@ -83,3 +83,13 @@ def test_chroot_validation():
     for bad in ("a", "/", "/a/", "/a//b", "/a/../b", "/a\x00"):
         with pytest.raises(ValueError):
             paths.validate_chroot(bad)
+
+
+def test_group_config_paths():
+    """Group configs sit where ZooKeeper-mode Kafka keeps entity configs (/config/<type>/<name>)."""
+    assert paths.group_config("orders") == "/config/groups/orders"
+    assert paths.group_config("coordinator") == "/config/groups/coordinator"  # reserved only under /consumers
+    assert paths.group_config_entity("orders") == "groups/orders"
+    for bad in ("", "a/b", "..", "x\u0000"):
+        with pytest.raises(ValueError, match="group id"):
+            paths.group_config(bad)

@@ -48,10 +48,13 @@ def may_create_topic(ctx: "BrokerContext", conn: "Connection", name: str) -> boo
 
 def data_handlers() -> list[Handler]:
     """The Kafka data-plane handlers every broker serves."""
-    from spark_coord.broker.handlers import (acls, api_versions, create_topics, delete_topics, fetch,
+    from spark_coord.broker.handlers import (acls, alter_configs, api_versions, create_topics, delete_topics,
+                                             describe_configs, fetch, incremental_alter_configs,
                                              init_producer_id, list_offsets, metadata, produce, sasl_authenticate,
-                                             sasl_handshake)
+                                             sasl_handshake, share_acknowledge, share_fetch)
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
             create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER, sasl_handshake.HANDLER,
-            sasl_authenticate.HANDLER, acls.DESCRIBE, acls.CREATE, acls.DELETE]
+            sasl_authenticate.HANDLER, acls.DESCRIBE, acls.CREATE, acls.DELETE,
+            describe_configs.HANDLER, alter_configs.HANDLER, incremental_alter_configs.HANDLER, share_fetch.HANDLER,
+            share_acknowledge.HANDLER]

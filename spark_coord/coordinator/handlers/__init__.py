@@ -12,7 +12,8 @@ coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
 DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``; and Kafka
 4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
-through ``consumer_group.ConsumerGroups``.
+through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHeartbeat and
+ShareGroupDescribe, through ``share_group.ShareGroups``.
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -45,9 +46,11 @@ def group_apis() -> list[GroupApi]:
                                                   consumer_group_heartbeat, delete_groups, describe_groups,
                                                   describe_members, find_coordinator, heartbeat, join_group,
                                                   leave_group, list_groups, offset_commit, offset_fetch,
-                                                  register_consumer, sync_group)
+                                                  register_consumer, share_group_describe,
+                                                  share_group_heartbeat, sync_group)
 
     return [cluster_metadata.API, register_consumer.API, describe_members.API, commit_offsets.API,
             find_coordinator.API, join_group.API, sync_group.API, heartbeat.API, leave_group.API,
             offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
-            consumer_group_heartbeat.API, consumer_group_describe.API]
+            consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
+            share_group_describe.API]

@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.coordinator.classic import ClassicGroups
     from spark_coord.coordinator.consumer_group import ConsumerGroups
     from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.share_group import ShareGroups
     from spark_coord.errors import ErrorCode
 
 
@@ -20,6 +21,7 @@ class ShardRole(Protocol):
     coordinator: "Coordinator"
     classic: "ClassicGroups"
     consumer: "ConsumerGroups"
+    share: "ShareGroups"
 
 
 class FrontDoor(Protocol):

@@ -1,0 +1,54 @@
+"""ShareAcknowledge (key 79, v1-2): acknowledgements of a share group's member, with no fetch (KIP-932).
+
+Along the member's share session like ShareFetch: the session's next epoch, or -1 with the
+member's last acknowledgements (the session then closes and what the member still holds goes
+back); epoch 0 never opens a session here (INVALID_SHARE_SESSION_EPOCH).  Each partition's
+first error is its ErrorCode (INVALID_RECORD_STATE: a record this member does not hold;
+INVALID_REQUEST: an empty or inverted range, a type out of range, Renew before v2).  The
+answer comes once the acknowledgements are written to ZooKeeper.
+"""
+
+from __future__ import annotations
+
+from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.share_fetch import apply_acks, await_durable, check_group, node_endpoints
+from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
+
+
+def error_response(body: dict, code: int, message: str | None = None) -> dict:
+    return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message,
+            "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []}
+
+
+async def handle(ctx, conn, header, body: dict) -> dict:
+    share = ctx.share
+    code, message = check_group(ctx, conn, body)
+    if code:
+        return error_response(body, code, message)
+    group, member = body["group_id"], body["member_id"]
+    epoch = body.get("share_session_epoch", 0)
+    if epoch == 0 or epoch < -1:
+        return error_response(body, ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                              f"epoch {epoch}: ShareAcknowledge does not open a share session")
+    session, code = share.session(group, member, epoch)
+    if code:
+        return error_response(body, code)
+    parts: dict[tuple, dict] = {}
+    pending = await apply_acks(ctx, conn, group, member, body.get("topics") or [], parts, {},
+                               renew=header.api_version >= 2)
+    if epoch == -1:
+        share.close_session(session)
+    await await_durable(ctx, pending, parts)
+    topics: dict[bytes, list[dict]] = {}
+    for (tid, index), p in sorted(parts.items(), key=lambda kv: (kv[0][0] or b"", kv[0][1])):
+        ack = p["acknowledge_error_code"] or p["error_code"]
+        topics.setdefault(tid, []).append({"partition_index": index, "error_code": ack, "error_message": None,
+                                           "current_leader": p["current_leader"]})
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "acquisition_lock_timeout_ms": share.settings(group).lock_duration_ms,
+            "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()],
+            "node_endpoints": node_endpoints(ctx, conn, parts)}
+
+
+HANDLER = Handler(ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", handle, error_response)

@@ -1,0 +1,439 @@
+"""The share partitions a broker leads, their share sessions and their persistence (KIP-932).
+
+``SharePartitionManager`` is what the ShareFetch and ShareAcknowledge handlers use:
+
+* **Share partitions** (``SharePartition``, per group and partition) are made on first use: from
+  their znode when they have one, else at the group's ``share.auto.offset.reset`` (``latest``:
+  the log end, ``earliest``: the log start, ``by_duration:<ISO-8601>``: the first record at or
+  after now minus the duration).  A partition whose log start moved past its start offset
+  (retention) moves along.
+* **Share sessions**, keyed by (group, member), as Kafka's ShareSessionCache: epoch 0 opens one
+  (replacing any old one, whose records go back), each later request must carry the session's
+  next epoch (else INVALID_SHARE_SESSION_EPOCH and the session is dropped; no session:
+  SHARE_SESSION_NOT_FOUND), -1 closes it, and the records its member still holds go back.  A
+  session is not tied to a connection (librdkafka may send a session's requests over another
+  connection than the one that opened it, and closes its bootstrap connections early): a member
+  that dies leaves its records to their locks, and its session is dropped once idle for
+  ``SESSION_IDLE_MS``.
+* **Locks**: a sweep releases records whose acquisition lock ran out.
+* **Persistence** (``ShareStateStore``): an acknowledgement is answered only once a write that
+  covers it is in ZooKeeper, so an accepted or rejected record never comes back, even after a
+  SIGKILL.  Acquisitions and lock expiries are written behind, within ``flush_interval_ms``: an
+  acquisition lost in a crash is delivered again (its delivery count from the last write).  One
+  writer task batches every dirty partition into ZooKeeper multis, one at a time, so the write
+  rate is bounded whatever the request rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from spark_coord.configs import parse_by_duration
+from spark_coord.errors import ErrorCode
+from spark_coord.records.header import HEADER_SIZE, parse_header
+from spark_coord.share.partition import Acquired, SharePartition
+from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "Key"]
+
+Key = tuple[str, str, int]  # (group, topic, partition)
+
+#: Epochs of a share session (ShareFetch / ShareAcknowledge).
+OPEN_EPOCH, FINAL_EPOCH = 0, -1
+#: A share session that saw no request for this long is dropped (its member is gone; what it held
+#: went back when the locks ran out).
+SESSION_IDLE_MS = 120_000
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """What a group's share partitions follow (broker config and group configs)."""
+
+    lock_duration_ms: int = 30000
+    delivery_count_limit: int = 5
+    max_in_flight: int = 2000
+    auto_offset_reset: str = "latest"
+
+
+@dataclass
+class ShareSession:
+    """One member's share session on this broker (Kafka's ShareSession)."""
+
+    group: str
+    member_id: str
+    #: The epoch the member's next request must carry.
+    epoch: int = 1
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    #: Where the next fetch starts among ``partitions`` (fairness).
+    start: int = 0
+    #: When it last served a request (the manager's clock, ms).
+    used_ms: float = 0.0
+
+
+@dataclass
+class _Held:
+    """A share partition held by this broker, with what its persistence needs."""
+
+    key: Key
+    sp: SharePartition
+    topic_id: bytes | None
+    #: Znode version last written or read (NO_NODE: not written yet).
+    zversion: int = NO_NODE
+    #: ``sp.version`` of what is in ZooKeeper.
+    written: int = -1
+    #: Futures waiting for a write covering a version: (version, future).
+    waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    gone: bool = False
+
+
+class SharePartitionManager:
+    """Share partitions, sessions, lock expiry and the state writer of one broker."""
+
+    def __init__(self, ctx: Any, store: ShareStateStore | None = None, *,
+                 settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
+                 clock: Callable[[], float] = lambda: time.time() * 1000):
+        self.ctx = ctx
+        self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
+        self.settings = settings or (lambda group: ShareSettings())
+        self.flush_interval_ms = flush_interval_ms
+        self.clock = clock
+        self.held: dict[Key, _Held] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._loading: dict[Key, asyncio.Future] = {}
+        self._dirty: set[Key] = set()
+        self._urgent = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._evicted_ms = 0.0
+        #: Counters for the metrics and the benchmark.
+        self.acquired_total = 0
+        self.acknowledged_total = 0
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._writer(), name="share-state-writer"),
+                       loop.create_task(self._sweeper(), name="share-lock-sweeper")]
+
+    async def stop(self) -> None:
+        """Write what is dirty (bounded), then stop."""
+        try:
+            await asyncio.wait_for(self.flush(), 5)
+        except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 -- stopping anyway
+            log.warning("share state not all written at stop: %s", e)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    # ------------------------------------------------------------ share partitions
+
+    async def partition(self, group: str, topic: str, partition: int) -> _Held:
+        """The share partition (loaded or made on first use).  Raises ``OSError``-like errors of
+        ZooKeeper to the caller, which answers an error for the partition."""
+        key = (group, topic, partition)
+        topic_id = self.ctx.view.topic_id(topic)
+        held = self.held.get(key)
+        if held is not None and not held.gone and held.topic_id == topic_id:
+            self._follow_log_start(held)
+            return held
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._loading[key] = fut
+        try:
+            held = await self._load(key, topic_id, None if held is None else held)
+            fut.set_result(held)
+            return held
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved: waiters re-raise it
+            raise
+        finally:
+            self._loading.pop(key, None)
+
+    async def _load(self, key: Key, topic_id: bytes | None, old: _Held | None) -> _Held:
+        group, topic, partition = key
+        s = self.settings(group)
+        limits = {"delivery_count_limit": s.delivery_count_limit, "max_in_flight": s.max_in_flight}
+        data, version = await self.store.load(group, topic, partition)
+        plog = self.ctx.logs.get_or_create(topic, partition)
+        sp = None
+        if data is not None:
+            try:
+                snap, stored_id = decode(data)
+                if stored_id is None or topic_id is None or stored_id == topic_id:
+                    sp = SharePartition.restore(snap, **limits)
+                else:
+                    log.info("share partition %s/%s-%d: topic created again; starting afresh", *key)
+            except ValueError as e:
+                log.error("share partition %s/%s-%d: stored state unreadable (%s); starting afresh", *key, e)
+        fresh = sp is None
+        if sp is None:
+            sp = SharePartition(self._initial_offset(plog, s.auto_offset_reset), **limits)
+        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh else sp.version)
+        self.held[key] = held
+        self._follow_log_start(held)
+        if fresh:
+            log.info("share partition %s/%s-%d starts at offset %d (share.auto.offset.reset=%s)", *key,
+                     sp.start_offset, s.auto_offset_reset)
+            self._mark(held)
+        else:
+            log.info("share partition %s/%s-%d restored at offset %d (%d in flight)", *key, sp.start_offset,
+                     sp.end_offset - sp.start_offset)
+        return held
+
+    def _initial_offset(self, plog: Any, reset: str) -> int:
+        if reset == "earliest":
+            return plog.log_start_offset
+        if reset.startswith("by_duration:"):
+            try:
+                since = self.clock() - parse_by_duration(reset)
+            except ValueError:
+                return plog.log_end_offset
+            found = plog.offset_for_timestamp(int(since))
+            return found[0] if found is not None else plog.log_end_offset
+        return plog.log_end_offset
+
+    def _follow_log_start(self, held: _Held) -> None:
+        group, topic, partition = held.key
+        try:
+            start = self.ctx.logs.get_or_create(topic, partition).log_start_offset
+        except Exception:  # noqa: BLE001 -- the caller answers for a missing log itself
+            return
+        if start > held.sp.start_offset:
+            held.sp.move_start(start)
+            self._mark(held)
+
+    def forget_topic(self, topic: str) -> None:
+        """A topic went: its share partitions here are dropped (its znodes stay until the group goes)."""
+        for key in [k for k in self.held if k[1] == topic]:
+            self.held.pop(key).gone = True
+
+    # ------------------------------------------------------------ sessions
+
+    def session(self, group: str, member_id: str, epoch: int) -> tuple[ShareSession | None, ErrorCode]:
+        """The member's session for a request carrying ``epoch`` (ShareFetch and ShareAcknowledge):
+        opened (0), continued (its next epoch) or found to close (-1)."""
+        key = (group, member_id)
+        session = self.sessions.get(key)
+        if epoch == OPEN_EPOCH:
+            if session is not None:
+                self._close(session)
+            session = self.sessions[key] = ShareSession(group, member_id)
+        elif session is None:
+            return None, ErrorCode.SHARE_SESSION_NOT_FOUND
+        elif epoch != FINAL_EPOCH:
+            if epoch != session.epoch:
+                log.info("share session %s/%s: epoch %d, expected %d; dropped", group, member_id, epoch,
+                         session.epoch)
+                self._close(session)
+                return None, ErrorCode.INVALID_SHARE_SESSION_EPOCH
+            session.epoch += 1
+        session.used_ms = self.clock()
+        return session, ErrorCode.NONE
+
+    def close_session(self, session: ShareSession) -> None:
+        """A final request (-1) was served: the session goes, its member's records go back."""
+        self._close(session)
+
+    def _close(self, session: ShareSession) -> None:
+        key = (session.group, session.member_id)
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+        self.release_member(session.group, session.member_id, session.partitions)
+
+    def _evict_idle(self, now: float) -> None:
+        for session in [s for s in self.sessions.values() if now - s.used_ms > SESSION_IDLE_MS]:
+            log.info("share session %s/%s idle for %d s; dropped", session.group, session.member_id,
+                     SESSION_IDLE_MS // 1000)
+            self._close(session)
+
+    def release_member(self, group: str, member_id: str, partitions: Iterable[tuple[str, int]]) -> int:
+        n = 0
+        for topic, p in partitions:
+            held = self.held.get((group, topic, p))
+            if held is not None and not held.gone:
+                released = held.sp.release_member(member_id)
+                if released:
+                    n += released
+                    self._mark(held)
+                    self.ctx.appends.notify((topic, p))
+        return n
+
+    # ------------------------------------------------------------ acquire / acknowledge
+
+    def acquire(self, held: _Held, member_id: str, region_bytes: bytes, *, max_records: int,
+                batch_optimized: bool) -> tuple[list[Acquired], bytes]:
+        """Acquire from the batches of ``region_bytes`` (whole record batches read from the log at
+        ``sp.fetch_offset()``); the acquired ranges and the batches that hold them."""
+        batches: list[tuple[int, int, int, int]] = []  # first, last, start byte, end byte
+        pos, n = 0, len(region_bytes)
+        while pos + HEADER_SIZE <= n:
+            h = parse_header(region_bytes, pos)
+            end = pos + h.size
+            if end > n:
+                break
+            if not h.is_control:
+                batches.append((h.base_offset, h.last_offset, pos, end))
+            pos = end
+        if not batches:
+            return [], b""
+        s = self.settings(held.key[0])
+        acquired = held.sp.acquire(member_id, [(b[0], b[1]) for b in batches], max_records=max_records,
+                                   lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized)
+        if not acquired:
+            self._mark(held)  # gaps may have been archived
+            return [], b""
+        self._mark(held)
+        self.acquired_total += sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        chunks = []
+        for first, last, start, end in batches:
+            if any(a.first_offset <= last and a.last_offset >= first for a in acquired):
+                chunks.append(region_bytes[start:end])
+        return acquired, b"".join(chunks)
+
+    def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *, renew: bool) -> tuple[ErrorCode, int]:
+        """Apply a partition's AcknowledgementBatches; (first error, version to wait for)."""
+        code = ErrorCode.NONE
+        s = self.settings(held.key[0])
+        deadline = self.clock() + s.lock_duration_ms
+        for b in batches:
+            types = list(b.get("acknowledge_types") or [])
+            if not renew and 4 in types:
+                c = ErrorCode.INVALID_REQUEST  # Renew is v2's
+            else:
+                c = held.sp.acknowledge(member_id, b.get("first_offset", -1), b.get("last_offset", -1), types,
+                                        lock_deadline=deadline)
+            if c == ErrorCode.NONE:
+                self.acknowledged_total += b.get("last_offset", 0) - b.get("first_offset", 0) + 1
+            elif code == ErrorCode.NONE:
+                code = c
+        self._mark(held)
+        topic, p = held.key[1], held.key[2]
+        self.ctx.appends.notify((topic, p))  # released records may be acquired by a waiting fetch
+        return code, held.sp.version
+
+    # ------------------------------------------------------------ persistence
+
+    def _mark(self, held: _Held) -> None:
+        if held.sp.version != held.written:
+            self._dirty.add(held.key)
+            self._wake.set()
+
+    async def durable(self, held: _Held, version: int, timeout: float = 30.0) -> ErrorCode:
+        """Wait until ``version`` of ``held`` is in ZooKeeper: NONE, or the error to answer."""
+        if held.gone:
+            return ErrorCode.FENCED_STATE_EPOCH
+        if held.written >= version:
+            return ErrorCode.NONE
+        fut = asyncio.get_running_loop().create_future()
+        held.waiters.append((version, fut))
+        self._dirty.add(held.key)
+        self._urgent.set()
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            log.warning("share partition %s/%s-%d: state not written within %.0f s", *held.key, timeout)
+            return ErrorCode.REQUEST_TIMED_OUT
+
+    async def flush(self) -> None:
+        """Write everything dirty now (stop, tests)."""
+        while self._dirty:
+            await self._write_once()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._urgent.is_set():
+                try:
+                    await asyncio.wait_for(self._urgent.wait(), self.flush_interval_ms / 1000)
+                except asyncio.TimeoutError:
+                    pass
+            self._urgent.clear()
+            try:
+                await self._write_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: keep it dirty, retry
+                log.warning("share state write failed (%s); retrying", e)
+                await asyncio.sleep(0.5)
+                self._wake.set()
+            if self._dirty:
+                self._wake.set()
+
+    async def _write_once(self) -> None:
+        keys, self._dirty = self._dirty, set()
+        writes, taken = [], []
+        for key in keys:
+            held = self.held.get(key)
+            if held is None or held.gone or held.sp.version == held.written:
+                continue
+            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id), held.zversion))
+            taken.append((held, held.sp.version))
+        if not writes:
+            return
+        try:
+            results = await self.store.write(writes)
+        except BaseException:
+            self._dirty.update(h.key for h, _ in taken)
+            raise
+        for held, version in taken:
+            r = results.get(held.key)
+            if isinstance(r, StateFenced) or r is None:
+                held.gone = True
+                if self.held.get(held.key) is held:
+                    del self.held[held.key]
+                for _, fut in held.waiters:
+                    if not fut.done():
+                        fut.set_result(ErrorCode.FENCED_STATE_EPOCH)
+                held.waiters.clear()
+                continue
+            held.zversion = r
+            held.written = max(held.written, version)
+            keep = []
+            for v, fut in held.waiters:
+                if v <= held.written:
+                    if not fut.done():
+                        fut.set_result(ErrorCode.NONE)
+                else:
+                    keep.append((v, fut))
+            held.waiters = keep
+            if held.sp.version != held.written:
+                self._dirty.add(held.key)
+
+    # ------------------------------------------------------------ locks
+
+    async def _sweeper(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            now = self.clock()
+            if now - self._evicted_ms >= 1000:
+                self._evicted_ms = now
+                self._evict_idle(now)
+            for held in list(self.held.values()):
+                deadline = held.sp.next_lock_deadline()
+                if deadline is not None and deadline <= now:
+                    if held.sp.expire_locks(now):
+                        self._mark(held)
+                        self.ctx.appends.notify((held.key[1], held.key[2]))
+
+    # ------------------------------------------------------------ views
+
+    def stats(self) -> dict[Key, dict[str, int]]:
+        """Per share partition held: start offset, in-flight counts, cumulative deliveries."""
+        out = {}
+        for key, held in self.held.items():
+            c = held.sp.counts()
+            out[key] = {"start_offset": held.sp.start_offset, "end_offset": held.sp.end_offset,
+                        "deliveries": held.sp.deliveries_total, "archived_total": held.sp.archived_total, **c}
+        return out

@@ -1,0 +1,144 @@
+"""Where share partitions are kept across crashes: one znode each, written by the partition's leader.
+
+``/share-groups/<group>/<topic>/<partition>`` holds the share partition's snapshot
+(``SharePartition.snapshot``) and the id of the topic it belongs to (a topic deleted and created
+again under its name starts afresh).  Every write is conditional on the znode version the writer
+last saw, so a process that lost the partition (it is no longer its leader, or an older
+incarnation) cannot overwrite what the current leader wrote: its write fails (``StateFenced``)
+and it drops what it held.  Many partitions are written in one ZooKeeper multi (the writer's
+batch), so the write rate is bounded by the flush interval, not by the request rate.
+
+Blocking kazoo calls run through ``zk_call`` (off the event loop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from spark_coord.zk import paths
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE"]
+
+#: The version of a share partition that has no znode yet.
+NO_NODE = -1
+
+#: Operations of one ZooKeeper multi at most (ZooKeeper's jute.maxbuffer bounds a multi at 1 MB).
+MAX_OPS = 100
+
+
+class StateFenced(Exception):
+    """The znode moved on since this writer last saw it: someone else writes this share partition now."""
+
+
+@dataclass(frozen=True)
+class Write:
+    group: str
+    topic: str
+    partition: int
+    data: bytes
+    #: The znode version this writer last saw (``NO_NODE``: create it).
+    version: int
+
+
+def encode(snapshot: dict, topic_id: bytes | None) -> bytes:
+    doc = dict(snapshot)
+    if topic_id is not None:
+        doc["topic_id"] = topic_id.hex()
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> tuple[dict, bytes | None]:
+    """(snapshot, topic id) from a znode's bytes (ValueError naming what is wrong)."""
+    try:
+        doc = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    tid = doc.pop("topic_id", None)
+    try:
+        topic_id = bytes.fromhex(tid) if isinstance(tid, str) else None
+    except ValueError:
+        raise ValueError(f"bad topic_id {tid!r}") from None
+    return doc, topic_id
+
+
+class ShareStateStore:
+    """Reads and conditional writes of share-partition znodes."""
+
+    def __init__(self, zk: Any, zk_call: Callable[..., Awaitable[Any]]):
+        self.zk = zk
+        self.zk_call = zk_call
+        #: Multis issued, and znodes written (the benchmark's state writes per second).
+        self.multis = 0
+        self.writes = 0
+
+    async def load(self, group: str, topic: str, partition: int) -> tuple[bytes | None, int]:
+        """(data, version) of the share partition's znode; (None, NO_NODE) when it has none."""
+        path = paths.share_partition(group, topic, partition)
+
+        def read() -> tuple[bytes | None, int]:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return None, NO_NODE
+            return data, stat.version
+
+        return await self.zk_call(read)
+
+    async def write(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
+        """Write every entry (in multis of ``MAX_OPS``); per share partition its new znode version, or
+        ``StateFenced`` when its version check failed.  Connection errors raise (nothing is known
+        written; the caller retries)."""
+        out: dict[tuple[str, str, int], int | StateFenced] = {}
+        for i in range(0, len(writes), MAX_OPS):
+            out.update(await self.zk_call(self._multi, writes[i:i + MAX_OPS]))
+        return out
+
+    def _multi(self, batch: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
+        for w in batch:
+            if w.version == NO_NODE:
+                self.zk.ensure_path(paths.share_topic(w.group, w.topic))
+        t = self.zk.transaction()
+        for w in batch:
+            path = paths.share_partition(w.group, w.topic, w.partition)
+            if w.version == NO_NODE:
+                t.create(path, w.data)
+            else:
+                t.set_data(path, w.data, version=w.version)
+        results = t.commit()
+        self.multis += 1
+        out: dict[tuple[str, str, int], int | StateFenced] = {}
+        failed = [(w, r) for w, r in zip(batch, results) if isinstance(r, Exception)]
+        if not failed:
+            self.writes += len(batch)
+            for w, r in zip(batch, results):
+                out[(w.group, w.topic, w.partition)] = 0 if w.version == NO_NODE else r.version
+            return out
+        # A multi is all or nothing: the entries whose own check failed are fenced; the rest go again.
+        bad = {id(w) for w, r in failed if not isinstance(r, RolledBackError)}
+        for w, r in failed:
+            if id(w) in bad:
+                log.warning("share state %s/%s-%d: written by someone else meanwhile (%s)", w.group, w.topic,
+                            w.partition, type(r).__name__)
+                out[(w.group, w.topic, w.partition)] = StateFenced(f"{type(r).__name__}")
+        rest = [w for w in batch if id(w) not in bad]
+        if rest and len(rest) < len(batch):
+            out.update(self._multi(rest))
+        return out
+
+    async def delete_group(self, group: str) -> None:
+        """Remove every share partition of ``group`` (DeleteGroups, AlterShareGroupOffsets resets)."""
+        path = paths.share_group(group)
+        await self.zk_call(lambda: self.zk.delete(path, recursive=True) if self.zk.exists(path) else None)
+
+
+# the exceptions a failed check gives, for callers that look at results themselves
+CHECK_FAILURES = (BadVersionError, NodeExistsError, NoNodeError)

@@ -1,0 +1,120 @@
+"""Share consumers for the share-group tests: confluent-kafka ``ShareConsumer`` (librdkafka 2.16,
+a client we did not write) in threads, each recording every delivery it saw."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+#: Broker settings of the share-group tests: short locks, heartbeats and sessions, so faults
+#: resolve in seconds (the group.share.min.* bounds let the tests go below Kafka's defaults).
+SHARE_OVERRIDES = {
+    "group.share.min.record.lock.duration.ms": 1000,
+    "group.share.record.lock.duration.ms": 4000,
+    "group.share.min.heartbeat.interval.ms": 100,
+    "group.share.heartbeat.interval.ms": 500,
+    "group.share.min.session.timeout.ms": 1000,
+    "group.share.session.timeout.ms": 6000,
+    "group.share.delivery.count.limit": 3,
+}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    consumer: str
+    partition: int
+    offset: int
+    key: bytes | None
+    count: int
+    at: float
+    #: How it was acknowledged ("accept", "release", "reject"; implicit consumers accept).
+    ack: str
+
+
+class ShareReader(threading.Thread):
+    """A ShareConsumer polling in a thread until stopped; ``policy(message) -> "accept" |
+    "release" | "reject"`` makes it an explicit-mode consumer."""
+
+    def __init__(self, name: str, bootstrap: str, group: str, topics: list[str], policy: Callable | None = None,
+                 config: dict | None = None):
+        super().__init__(name=f"share-{name}", daemon=True)
+        self.name_ = name
+        self.bootstrap, self.group, self.topics = bootstrap, group, topics
+        self.policy = policy
+        self.config = config or {}
+        self.deliveries: list[Delivery] = []
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+        self.closed = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import AcknowledgeType, ShareConsumer
+
+        conf = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.name_,
+                "share.acknowledgement.mode": "explicit" if self.policy else "implicit", **self.config}
+        sc = ShareConsumer(conf)
+        types = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE,
+                 "reject": AcknowledgeType.REJECT}
+        try:
+            sc.subscribe(self.topics)
+            while not self._halt.is_set():
+                for m in sc.poll(0.2):
+                    if m.error():
+                        self.errors.append(str(m.error()))
+                        continue
+                    ack = self.policy(m) if self.policy else "accept"
+                    self.deliveries.append(Delivery(self.name_, m.partition(), m.offset(), m.key(),
+                                                    m.delivery_count(), time.time(), ack))
+                    if self.policy:
+                        sc.acknowledge(m, types[ack])
+                if self.policy:
+                    sc.commit_async()
+        finally:
+            sc.close()
+            self.closed.set()
+
+    def stop(self, timeout: float = 30) -> None:
+        self._halt.set()
+        self.join(timeout)
+
+    def seen(self) -> set[tuple[int, int]]:
+        return {(d.partition, d.offset) for d in self.deliveries}
+
+
+def set_group_config(bootstrap: str, group: str, **configs: str) -> None:
+    """Set share-group configs (``share_auto_offset_reset="earliest"`` -> share.auto.offset.reset) the
+    way Kafka users do: AdminClient.incremental_alter_configs on the GROUP resource."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    futures = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)])
+    for f in futures.values():
+        f.result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
+    """(partition, key, value) each, acknowledged by the leader."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, key, value in records:
+        p.produce(topic, value=value, key=key, partition=partition)
+    assert p.flush(30) == 0
+
+
+def describe_share_group(bootstrap: str, group: str) -> dict:
+    """The share group as its coordinator describes it (ShareGroupDescribe)."""
+    from spark_coord.client.groups import GroupClient
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.wire.registry import ApiKey
+
+    with ClusterClient(bootstrap) as cc:
+        with GroupClient(cc) as gc:
+            coord = gc.coordinator(group, refresh=True)
+            conn = cc.connection(coord.node_id)
+            return conn.request(ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": [group],
+                                                               "include_authorized_operations": False})["groups"][0]

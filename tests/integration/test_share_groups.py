@@ -1,0 +1,195 @@
+"""Share groups (KIP-932) judged by real confluent-kafka ``ShareConsumer``s (librdkafka 2.16) on
+three broker processes: what each consumer was handed, with which delivery count, and what came
+back after a release, a rejection, the delivery limit or a consumer's SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from share_support import SHARE_OVERRIDES, ShareReader, describe_share_group, produce, set_group_config
+from support import BROKER_OVERRIDES
+
+from helpers import wait_until
+
+SHARE_CLUSTER = {**BROKER_OVERRIDES, **SHARE_OVERRIDES}
+LIMIT = SHARE_OVERRIDES["group.share.delivery.count.limit"]
+
+pytestmark = pytest.mark.parametrize("cluster", [SHARE_CLUSTER], indirect=True)
+
+
+def _assignments(bootstrap: str, group: str) -> dict[str, set[tuple[str, int]]]:
+    """client id -> (topic, partition)s, as the coordinator describes the group, once every member
+    was told its assignment (its epoch is the group's); {} before."""
+    g = describe_share_group(bootstrap, group)
+    if g["error_code"] == 69:  # GROUP_ID_NOT_FOUND: no member joined yet
+        return {}
+    assert g["error_code"] == 0, g
+    if any(m["member_epoch"] != g["group_epoch"] for m in g["members"]):
+        return {}
+    return {m["client_id"]: {(tp["topic_name"], p) for tp in m["assignment"]["topic_partitions"]
+                             for p in tp["partitions"]} for m in g["members"]}
+
+
+def _stop_all(readers) -> None:
+    for r in readers:
+        r.stop()
+
+
+def test_three_share_consumers_one_explicit_release_reject_and_the_delivery_limit(cluster, create):
+    """a and b (implicit) and x (explicit) share a 4-partition topic; x alone also reads a second
+    topic, where the records it releases, rejects or releases forever go."""
+    group, topic, own = "sg-three", "share-three", "share-three-x"
+    create(topic, 4)
+    create(own, 1)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    before = [(p, f"pre-{p}-{i}".encode(), b"v") for p in range(4) for i in range(25)]
+    produce(cluster.bootstrap, topic, before)
+
+    def policy(m) -> str:
+        key = m.key() or b""
+        if key.startswith(b"rel-"):
+            return "release" if m.delivery_count() == 1 else "accept"
+        if key.startswith(b"rej-"):
+            return "reject"
+        if key.startswith(b"poison-"):
+            return "release"
+        return "accept"
+
+    readers = [ShareReader("a", cluster.bootstrap, group, [topic]), ShareReader("b", cluster.bootstrap, group, [topic]),
+               ShareReader("x", cluster.bootstrap, group, [topic, own], policy=policy)]
+    for r in readers:
+        r.start()
+
+    def by_key(key: bytes):
+        return [d for r in readers for d in r.deliveries if d.key == key]
+
+    try:
+        # every partition of the shared topic covered, each reader with at least one of it
+        shared = {(topic, p) for p in range(4)}
+        parts = wait_until(lambda: (a := _assignments(cluster.bootstrap, group)) and set(a) == {"a", "b", "x"}
+                           and all(ps & shared for ps in a.values()) and set().union(*a.values()) >= shared and a,
+                           timeout=60, interval=0.3, message="three members covering the 4 partitions")
+        assert (own, 0) in parts["x"] and all((own, 0) not in parts[n] for n in "ab"), parts
+        wait_until(lambda: set().union(*(r.seen() for r in readers)) >= {(p, o) for p in range(4) for o in range(25)},
+                   timeout=60, message="the records produced before the consumers")
+        specials = [(0, b"rel-1", b"v"), (0, b"rej-1", b"v"), (0, b"poison-1", b"v")] + \
+                   [(0, f"after-{i}".encode(), b"v") for i in range(10)]
+        produce(cluster.bootstrap, own, specials)
+        x = readers[2]
+        wait_until(lambda: len(by_key(b"poison-1")) >= LIMIT and len(by_key(b"rel-1")) >= 2
+                   and all(by_key(f"after-{i}".encode()) for i in range(10)), timeout=60,
+                   message=lambda: f"poison {by_key(b'poison-1')}, rel {by_key(b'rel-1')}")
+        # then a further lock period passes: nothing archived, rejected or accepted may come back
+        time.sleep(SHARE_OVERRIDES["group.share.record.lock.duration.ms"] / 1000 + 2)
+    finally:
+        _stop_all(readers)
+    assert not any(r.errors for r in readers), [r.errors for r in readers]
+    rel, rej, poison = by_key(b"rel-1"), by_key(b"rej-1"), by_key(b"poison-1")
+    # a RELEASE brings the record back, counted: to x (the only member of its partition) with count 2
+    assert [(d.consumer, d.count, d.ack) for d in rel] == [("x", 1, "release"), ("x", 2, "accept")]
+    # a REJECT archives it for good
+    assert [(d.consumer, d.count) for d in rej] == [("x", 1)]
+    # released at every delivery: archived at the limit, never delivered again
+    assert [(d.consumer, d.count) for d in poison] == [("x", n) for n in range(1, LIMIT + 1)]
+    # and the others kept flowing: each delivered once, accepted
+    for i in range(10):
+        assert [(d.consumer, d.count) for d in by_key(f"after-{i}".encode())] == [("x", 1)]
+    # on the shared topic each record went to one consumer, once (nothing was released there)
+    shared_deliveries = Counter((d.partition, d.offset) for r in readers for d in r.deliveries
+                                if not d.key.startswith((b"rel-", b"rej-", b"poison-", b"after-")))
+    assert set(shared_deliveries) == {(p, o) for p in range(4) for o in range(25)}
+    assert max(shared_deliveries.values()) == 1, [k for k, n in shared_deliveries.items() if n > 1]
+
+
+def test_eight_share_consumers_on_two_partitions_all_receive(cluster, create):
+    group, topic = "sg-eight", "share-eight"
+    create(topic, 2)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    readers = [ShareReader(f"c{i}", cluster.bootstrap, group, [topic], config={"max.poll.records": 5})
+               for i in range(8)]
+    for r in readers:
+        r.start()
+    try:
+        wait_until(lambda: len(_assignments(cluster.bootstrap, group)) == 8, timeout=60, interval=0.3,
+                   message="eight members")
+        a = _assignments(cluster.bootstrap, group)
+        assert all(len(ps) == 1 for ps in a.values()), a  # more members than partitions: one each
+        assert Counter(p for ps in a.values() for _, p in ps) == {0: 4, 1: 4}, a
+        sent = 0
+        deadline = time.time() + 60
+        while not all(r.deliveries for r in readers):
+            assert time.time() < deadline, [len(r.deliveries) for r in readers]
+            produce(cluster.bootstrap, topic, [(p, f"k{sent + i}".encode(), b"v") for i in range(10) for p in (0, 1)])
+            sent += 10
+            time.sleep(0.2)
+        wait_until(lambda: sum(len(r.seen()) for r in readers) >= sent * 2, timeout=60,
+                   message="every record delivered")
+    finally:
+        _stop_all(readers)
+    counts = Counter((d.partition, d.offset) for r in readers for d in r.deliveries)
+    assert len(counts) == sent * 2
+    assert max(counts.values()) == 1, [tp for tp, n in counts.items() if n > 1][:10]
+
+
+HOLDER = r"""
+import sys, time
+from confluent_kafka import ShareConsumer
+sc = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "holder",
+                    "share.acknowledgement.mode": "explicit"})
+sc.subscribe([sys.argv[3]])
+while True:
+    try:
+        msgs = sc.poll(0.5)
+    except Exception:  # IllegalStateException: the records of the last poll are not acknowledged
+        time.sleep(0.2)
+        continue
+    for m in msgs:
+        if not m.error():
+            print(m.partition(), m.offset(), m.delivery_count(), flush=True)
+"""
+
+
+def test_sigkill_of_a_share_consumer_holding_records(cluster, create, tmp_path):
+    """It holds records it never acknowledges; SIGKILL: they reach the other consumer (counted twice),
+    and nothing else is delivered twice."""
+    group, topic = "sg-kill", "share-kill"
+    create(topic, 1)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    produce(cluster.bootstrap, topic, [(0, f"k{i}".encode(), b"v") for i in range(50)])
+    out = tmp_path / "holder.out"
+    with open(out, "w") as f:
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.bootstrap, group, topic], stdout=f,
+                                  stderr=subprocess.STDOUT, env=dict(os.environ))
+    other = None
+    try:
+        held = wait_until(lambda: [tuple(map(int, line.split())) for line in out.read_text().splitlines()
+                                   if line[:1].isdigit()], timeout=60, message="the holder's first records")
+        other = ShareReader("other", cluster.bootstrap, group, [topic])
+        other.start()
+        wait_until(lambda: len(_assignments(cluster.bootstrap, group)) == 2, timeout=60, message="two members")
+        time.sleep(1)  # the other polls while the holder holds: it must not be given the held records
+        assert not other.seen() & {(p, o) for p, o, _ in held}
+        assert holder.poll() is None, out.read_text()[-2000:]  # alive, holding, until killed
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        held_now = [tuple(map(int, line.split())) for line in out.read_text().splitlines() if line[:1].isdigit()]
+        wait_until(lambda: other.seen() >= {(0, o) for o in range(50)}, timeout=60,
+                   message=lambda: f"the other to get all 50 (has {len(other.seen())})")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        if other is not None:
+            other.stop()
+    held_set = {(p, o) for p, o, _ in held_now}
+    again = {(d.partition, d.offset): d.count for d in other.deliveries if (d.partition, d.offset) in held_set}
+    assert again and set(again.values()) == {2}, again  # delivered again, its count kept
+    counts = Counter((d.partition, d.offset) for d in other.deliveries)
+    assert max(counts.values()) == 1
