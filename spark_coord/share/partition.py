@@ -243,7 +243,7 @@ class SharePartition:
                                  f"{RecordState(state).name} (offsets {r[0]}-{r[1]})")
         if move == _ACQUIRE:
             count += 1
-        elif to == _AVAILABLE and count > self._limit:
+        elif to == _AVAILABLE and count >= self._limit:
             to = _ARCHIVED
         if to == _ACQUIRED:
             return (r[0], r[1], _ACQUIRED, count, holder, deadline)

@@ -38,12 +38,21 @@ class ShareReader(threading.Thread):
     "release" | "reject"`` makes it an explicit-mode consumer."""
 
     def __init__(self, name: str, bootstrap: str, group: str, topics: list[str], policy: Callable | None = None,
-                 config: dict | None = None):
+                 config: dict | None = None, confirm: bool = False, pace: float = 0.0):
         super().__init__(name=f"share-{name}", daemon=True)
         self.name_ = name
         self.bootstrap, self.group, self.topics = bootstrap, group, topics
         self.policy = policy
         self.config = config or {}
+        #: Explicit mode, every record accepted, then ``commit_sync``: ``confirmed`` maps the records
+        #: whose acknowledgement the broker answered without error (accepted for good) to when.
+        self.confirm = confirm
+        if confirm:
+            self.policy = policy or (lambda m: "accept")
+        self.confirmed: dict[tuple[int, int], float] = {}
+        #: Seconds each poll's records are held before they are acknowledged (a slower workload that
+        #: always holds records, so a fault lands while records are in flight).
+        self.pace = pace
         self.deliveries: list[Delivery] = []
         self.errors: list[str] = []
         self._halt = threading.Event()
@@ -59,6 +68,7 @@ class ShareReader(threading.Thread):
                  "reject": AcknowledgeType.REJECT}
         try:
             sc.subscribe(self.topics)
+            batch: list = []
             while not self._halt.is_set():
                 for m in sc.poll(0.2):
                     if m.error():
@@ -69,11 +79,29 @@ class ShareReader(threading.Thread):
                                                     m.delivery_count(), time.time(), ack))
                     if self.policy:
                         sc.acknowledge(m, types[ack])
-                if self.policy:
+                    batch.append(m)
+                if self.pace and batch:
+                    self._halt.wait(self.pace)
+                if self.confirm and batch:
+                    self._commit(sc, batch)
+                elif self.policy:
                     sc.commit_async()
+                batch = []
         finally:
             sc.close()
             self.closed.set()
+
+    def _commit(self, sc, batch) -> None:
+        try:
+            results = sc.commit_sync(10)
+        except Exception as e:  # noqa: BLE001 -- a broker going away: nothing confirmed
+            self.errors.append(f"commit_sync: {e}")
+            return
+        now = time.time()
+        ok = {(tp.topic, tp.partition) for tp, err in (results or {}).items() if err is None}
+        for m in batch:
+            if (m.topic(), m.partition()) in ok:
+                self.confirmed.setdefault((m.partition(), m.offset()), now)
 
     def stop(self, timeout: float = 30) -> None:
         self._halt.set()
@@ -96,13 +124,16 @@ def set_group_config(bootstrap: str, group: str, **configs: str) -> None:
         f.result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
-    """(partition, key, value) each, acknowledged by the leader."""
+def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]], batch: int | None = None) -> None:
+    """(partition, key, value) each, acknowledged by the leader; ``batch``: at most that many records per
+    record batch (a share fetch hands out whole batches, so small ones make acquisition fine-grained)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for partition, key, value in records:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0 if batch else 5})
+    for i, (partition, key, value) in enumerate(records, 1):
         p.produce(topic, value=value, key=key, partition=partition)
+        if batch and i % batch == 0:
+            assert p.flush(30) == 0
     assert p.flush(30) == 0
 
 

@@ -193,3 +193,56 @@ def test_sigkill_of_a_share_consumer_holding_records(cluster, create, tmp_path):
     assert again and set(again.values()) == {2}, again  # delivered again, its count kept
     counts = Counter((d.partition, d.offset) for d in other.deliveries)
     assert max(counts.values()) == 1
+
+
+@pytest.mark.parametrize("victim", ["leader", "coordinator"])
+def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, czk, victim):
+    """Two ShareConsumers accept and commit_sync every record; a partition leader (not the coordinator),
+    or the group's coordinator, is SIGKILLed mid-stream and started again.  Every record is delivered,
+    and no record the broker confirmed as accepted is ever delivered again."""
+    from support import leaders
+
+    from spark_coord.testing.zk_history import read_coordinator
+
+    group, topic, n = f"sg-kill-{victim}", f"share-kill-{victim}", 600
+    create(topic, 3)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    produce(cluster.bootstrap, topic, [(p, f"k{p}-{i}".encode(), b"v") for i in range(n) for p in range(3)], batch=30)
+    everything = {(p, o) for p in range(3) for o in range(n)}
+    readers = [ShareReader(f"c{i}", cluster.bootstrap, group, [topic], confirm=True, pace=0.05,
+                           config={"max.poll.records": 10}) for i in range(2)]
+    for r in readers:
+        r.start()
+
+    def delivered():
+        return set().union(*(r.seen() for r in readers))
+
+    try:
+        wait_until(lambda: len(delivered()) >= 300, timeout=60, message="the first records")
+        coordinator = wait_until(lambda: (c := read_coordinator(czk, group)) is not None and (c,),
+                                 message="the coordinator")[0]
+        led = leaders(cluster.bootstrap, topic)
+        if victim == "coordinator":
+            target = coordinator
+        else:
+            target = next(b for b in sorted(set(led.values())) if b != coordinator)
+        cluster.kill_broker(target)
+        killed_at = len(delivered())
+        cluster.start_broker(target)
+        wait_until(lambda: delivered() >= everything, timeout=120,
+                   message=lambda: f"every record delivered ({len(delivered())} of {len(everything)})")
+        assert killed_at < len(everything)  # the fault came mid-stream
+    finally:
+        _stop_all(readers)
+    confirmed: dict = {}
+    for r in readers:
+        for key, at in r.confirmed.items():
+            confirmed[key] = min(at, confirmed.get(key, at))
+    assert len(confirmed) > len(everything) // 2, len(confirmed)
+    late = [(d.consumer, d.partition, d.offset, d.count) for r in readers for d in r.deliveries
+            if (d.partition, d.offset) in confirmed and d.at > confirmed[(d.partition, d.offset)]]
+    assert not late, f"delivered again after the broker confirmed them accepted: {late[:10]}"
+    counts = Counter((d.partition, d.offset) for r in readers for d in r.deliveries)
+    again = {k: c for k, c in counts.items() if c > 1}
+    # redeliveries only for records in flight at the fault: far fewer than were read
+    assert len(again) < len(everything) // 3, len(again)
