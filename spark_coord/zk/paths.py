@@ -32,6 +32,10 @@ read ZooKeeper offsets, ZooKeeper-mode Kafka tooling -- understand what we write
     /kafka-acl/<ResourceType>/<name>                    persistent, literal ACLs of a resource (sensitive)
     /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent, prefixed ACLs (sensitive)
     /kafka-acl-changes/acl_changes_<seq>                persistent sequential, "<TYPE>:<name>" changed
+    /share-groups/<group>/<topic>/<partition>           persistent, a share partition's state, written by
+                                                        the partition's leader (KIP-932)
+    /share-group-changes/share_change_<seq>             persistent sequential, {"version":1,"group":...}:
+                                                        an admin changed or deleted a share group's state
     /kafka-acl-extended-changes/acl_changes_<seq>       persistent sequential, JSON of a changed pattern
 
 No other module builds a path by hand: a name that cannot be a single znode
@@ -334,6 +338,16 @@ def share_partition(g: str, t: str, partition: int) -> str:
     """``/share-groups/<group>/<topic>/<partition>``: the share partition's start offset and in-flight
     ranges, JSON ``{"version":1,"start":N,"ranges":[[first,last,state,deliveries],...],"topic_id":...}``."""
     return f"{share_topic(g, t)}/{validate_partition(partition)}"
+
+
+#: Notifications that an admin (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) rewrote
+#: or deleted a share group's state: sequential children ``share_change_<seq>``, JSON
+#: ``{"version":1,"group":"<group>"}``.  Every broker follows them (Kafka's change-notification
+#: pattern, ``security.notifications``) and drops the share partitions of that group it holds, so the
+#: next fetch reads the new state.  Beside ``/share-groups`` (under it, the root would take a group's
+#: name).
+SHARE_CHANGES = "/share-group-changes"
+SHARE_CHANGE_PREFIX = "share_change_"
 
 
 def parse_group_node(node: str) -> str | None:
