@@ -2,7 +2,8 @@
 
 Run:  .venv/bin/python bench/bench_share.py [--records 200000] [--partitions 8] [--consumers 8] [--runs 3]
                                             [--commits 300] [--commit-batch 10] [--json PATH]
-      (about 2 minutes on 2 cores with the defaults)
+                                            [--queue-backoff-ms 10] [--max-poll-records N]
+      (about 50 s with the defaults, 75 s with --runs 5, on a shared 2-core machine)
 
 Set-up: an embedded ZooKeeper (``EmbeddedZooKeeper``) and one broker (``LocalCluster``) on loopback,
 broker defaults.  One topic of ``--partitions`` partitions gets ``--records`` records of ``--size``
@@ -15,10 +16,16 @@ share a GIL with each other or with this process, which only watches.
 Each run, in this order, every phase with a fresh group reading the whole topic from its start:
 
 1. **consumer group** (the baseline): one ``Consumer`` (classic group protocol,
-   ``auto.offset.reset=earliest``, auto commit on), reading with ``consume(--batch)``;
-2. **1 share consumer**: one ``ShareConsumer`` (implicit acknowledgement) in a share group whose
-   ``share.auto.offset.reset`` was set to ``earliest`` first (``incremental_alter_configs`` on the
-   GROUP resource), reading with ``poll()``;
+   ``auto.offset.reset=earliest``, auto commit on), reading with ``consume(--batch)``, with
+   ``fetch.queue.backoff.ms=--queue-backoff-ms`` (10): with librdkafka's own 1000 ms the Consumer
+   stops fetching for a whole second whenever 100,000 records (``queued.min.messages``) wait in its
+   queue, which happens in some runs and not others (a reader that is slower than the fetches), and
+   the baseline jumps between ~150k and ~1M records/s; that Consumer, all defaults, is measured next
+   and printed beside ("librdkafka defaults"), not used for the ratios (its groups' ZooKeeper writes are
+   the consumer group's offset commits: auto commit every 5 s, and at close);
+2. **1 share consumer**: one ``ShareConsumer`` (implicit acknowledgement, librdkafka's defaults unless
+   ``--max-poll-records``) in a share group whose ``share.auto.offset.reset`` was set to ``earliest``
+   first (``incremental_alter_configs`` on the GROUP resource), reading with ``poll()``;
 3. **N share consumers**: ``--consumers`` ``ShareConsumer`` processes in one share group;
 4. **commit latency**: the commit-phase topic read by one ``Consumer`` (auto commit off) committing
    the offsets of each ``consume(--commit-batch)`` with ``commit(asynchronous=False)`` (the baseline),
@@ -42,11 +49,13 @@ How the figures are taken:
   (``/share-groups/<group>/<topic>/<p>`` for share groups, ``/consumers/<group>/offsets/<topic>/<p>``
   for the consumer group), read with a kazoo client before the start signal and when the N-th record
   was counted (in window), and again after every client closed (total); writes/s divides the
-  window's increments by the reading time; ZooKeeper's write transactions of every kind (a multi is
-  one) from its zxid (``srvr``) over the same window;
-* CPU: the broker's and ZooKeeper's process CPU time over the reading time (/proc/<pid>/stat), and
-  the readers' own (``time.process_time()`` over their reading time: librdkafka's threads and the
-  Python loop, summed over the processes).
+  window's increments by the time from the first record to the N-th counted; ZooKeeper's write
+  transactions of every kind (a multi is one, the coordinator's own writes count too) from its zxid
+  (``srvr``) over the same window;
+* CPU: the broker's and ZooKeeper's process CPU time (/proc/<pid>/stat) from the start signal to the
+  N-th record over that time, and the readers' own (``time.process_time()`` over their reading time:
+  librdkafka's threads and the Python loop, summed over the processes);
+* the longest gap between two calls of one process that returned records: a stall shows there.
 
 Figures are medians over ``--runs``; every ratio is taken within a run (against that run's consumer
 group) and its median printed.  The machine is shared and noisy: quote ratios and medians; the load
@@ -60,10 +69,10 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import sys
 import tempfile
-import shutil
 import time
 import traceback
 from array import array
@@ -76,6 +85,8 @@ from spark_coord.table import format_table  # noqa: E402
 log = logging.getLogger("bench_share")
 
 TOPIC, SMALL_TOPIC = "bench-share", "bench-share-small"
+#: The reading phases of a run, the baseline first.
+READ_PHASES = ("consumer", "consumer_default", "share1", "shareN")
 #: Commits of the commit phase made before the measured ones (connections, partition loads).
 COMMIT_WARMUP = 10
 #: A (partition, offset) pair as one int: partition << 40 | offset.
@@ -111,6 +122,7 @@ def reader(spec: dict, counter, ready, go, stop, out) -> None:
         errors: list[str] = []
         empty = 0
         first = last = cpu_first = cpu_last = None
+        gap = 0.0   # the longest time between two calls that returned records
         while not stop.is_set():
             c0 = time.process_time()
             t0 = time.monotonic()
@@ -126,6 +138,8 @@ def reader(spec: dict, counter, ready, go, stop, out) -> None:
             if n:
                 if first is None:
                     first, cpu_first = t0, c0
+                else:
+                    gap = max(gap, t1 - last)
                 last, cpu_last = t1, time.process_time()
                 polls.append((t1 - t0, n))
                 with counter.get_lock():
@@ -135,7 +149,7 @@ def reader(spec: dict, counter, ready, go, stop, out) -> None:
         t_close = time.monotonic()
         client.close()
         out.put({"idx": idx, "keys": keys.tobytes(), "polls": polls, "errors": errors[:20], "n_errors": len(errors),
-                 "empty_polls": empty, "first": first, "last": last,
+                 "empty_polls": empty, "first": first, "last": last, "gap": gap,
                  "cpu": (cpu_last - cpu_first) if first is not None else 0.0,
                  "close_s": time.monotonic() - t_close})
     except BaseException:  # noqa: BLE001 -- reported to the parent, which stops the phase
@@ -390,13 +404,14 @@ class Bench:
         return sorted(got, key=lambda r: r["idx"])
 
     # ------------------------------------------------------------------ reading phases
-    def read_phase(self, label: str, kind: str, group: str, consumers: int) -> dict:
-        """``consumers`` clients of ``kind`` in ``group`` read the whole topic; the phase's figures."""
+    def read_phase(self, label: str, kind: str, group: str, consumers: int, extra: dict | None = None) -> dict:
+        """``consumers`` clients of ``kind`` in ``group`` (their config plus ``extra``) read the whole topic;
+        the phase's figures."""
         from spark_coord.zk import paths
 
         a = self.args
         n = a.records
-        base = {"bootstrap.servers": self.bootstrap, "group.id": group, "client.id": f"{label}-c"}
+        base = {"bootstrap.servers": self.bootstrap, "group.id": group, **(extra or {})}
         if kind == "share":
             self.set_earliest(group)
             znodes = [paths.share_partition(group, TOPIC, p) for p in range(a.partitions)]
@@ -445,7 +460,8 @@ class Bench:
             deliveries += len(ks)
             per_consumer.append(len(ks))
             seen.update(ks)
-        expected = {p << SHIFT | o for p in range(a.partitions) for o in range(n // a.partitions + (p < n % a.partitions))}
+        per_partition = [n // a.partitions + (p < n % a.partitions) for p in range(a.partitions)]
+        expected = {p << SHIFT | o for p in range(a.partitions) for o in range(per_partition[p])}
         firsts = [r["first"] for r in results if r["first"] is not None]
         t_first, t_last = min(firsts), max(r["last"] for r in results if r["last"] is not None)
         read_s = t_last - t_first
@@ -453,16 +469,18 @@ class Bench:
         polls = [p for r in results for p in r["polls"]]
         lat = [s for s, _ in polls]
         writes = znode_writes(v0, v1)
-        fig = {"label": label, "kind": kind, "consumers": consumers, "group": group,
+        fig = {"label": label, "kind": kind, "consumers": consumers, "group": group, "config": extra or {},
                "records_s": n / read_s, "read_s": read_s, "first_record_s": t_first - t_go,
                "settle_s": settle, "deliveries": deliveries, "unique": len(seen & expected),
                "duplicates": deliveries - len(seen), "missing": len(expected - seen),
                "per_consumer": per_consumer,
                "poll_p50_ms": 1000 * pct(lat, 0.5), "poll_p99_ms": 1000 * pct(lat, 0.99),
                "poll_max_ms": 1000 * max(lat), "polls": len(polls),
+               "gap_max_ms": 1000 * max(r["gap"] for r in results),
                "records_per_poll_p50": pct([k for _, k in polls], 0.5),
                "empty_polls": sum(r["empty_polls"] for r in results),
-               "errors": sum(r["n_errors"] for r in results), "error_sample": [e for r in results for e in r["errors"]][:5],
+               "errors": sum(r["n_errors"] for r in results),
+               "error_sample": [e for r in results for e in r["errors"]][:5],
                "znode_writes": writes, "znode_writes_s": writes / window,
                "znode_writes_per_1k": 1000 * writes / n, "znode_writes_total": znode_writes(v0, v2),
                "zk_txn_s": (z1 - z0) / window,
@@ -531,10 +549,13 @@ class Bench:
     def run(self, i: int) -> dict:
         a = self.args
         run = {"run": i + 1, "load_before": os.getloadavg()[0]}
-        run["consumer"] = self.read_phase(f"r{i}-consumer", "consumer", f"bench-cg-{i}", 1)
-        run["share1"] = self.read_phase(f"r{i}-share1", "share", f"bench-share1-{i}", 1)
+        share = {"max.poll.records": a.max_poll_records} if a.max_poll_records else {}
+        run["consumer"] = self.read_phase(f"r{i}-consumer", "consumer", f"bench-cg-{i}", 1,
+                                          {"fetch.queue.backoff.ms": a.queue_backoff_ms})
+        run["consumer_default"] = self.read_phase(f"r{i}-consumer-default", "consumer", f"bench-cg-default-{i}", 1)
+        run["share1"] = self.read_phase(f"r{i}-share1", "share", f"bench-share1-{i}", 1, share)
         run["shareN"] = self.read_phase(f"r{i}-share{a.consumers}", "share", f"bench-share{a.consumers}-{i}",
-                                        a.consumers)
+                                        a.consumers, share)
         run["commit_consumer"] = self.commit_phase(f"r{i}-commit-consumer", "consumer", f"bench-cg-commit-{i}")
         run["commit_share"] = self.commit_phase(f"r{i}-commit-share", "share", f"bench-share-commit-{i}")
         run["load_after"] = os.getloadavg()[0]
@@ -545,11 +566,11 @@ class Bench:
 def summarize(runs: list[dict]) -> dict:
     """Medians of every figure and of the per-run ratios to the consumer group."""
     out: dict = {}
-    for phase in ("consumer", "share1", "shareN", "commit_consumer", "commit_share"):
+    for phase in READ_PHASES + ("commit_consumer", "commit_share"):
         keys = [k for k, v in runs[0][phase].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
         out[phase] = {k: med([r[phase][k] for r in runs]) for k in keys}
     ratios = {}
-    for phase in ("share1", "shareN"):
+    for phase in READ_PHASES[1:]:
         ratios[f"{phase}_records_s"] = med([r[phase]["records_s"] / r["consumer"]["records_s"] for r in runs])
         for k in ("poll_p50_ms", "poll_p99_ms"):
             ratios[f"{phase}_{k}"] = med([r[phase][k] / r["consumer"][k] for r in runs])
@@ -562,44 +583,50 @@ def summarize(runs: list[dict]) -> dict:
 def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
     s, rt = summary, summary["ratios"]
     n = args.consumers
-    names = {"consumer": "consumer group, 1 Consumer (baseline)", "share1": "share group, 1 ShareConsumer",
-             "shareN": f"share group, {n} ShareConsumers"}
+    mpr = f"max.poll.records={args.max_poll_records}" if args.max_poll_records else "defaults"
+    names = {"consumer": f"consumer group, 1 Consumer (baseline)",
+             "consumer_default": "consumer group, 1 Consumer, librdkafka defaults",
+             "share1": "share group, 1 ShareConsumer", "shareN": f"share group, {n} ShareConsumers"}
+
+    def ratio(ph: str, key: str) -> Fig:
+        return Fig(1.0 if ph == "consumer" else rt[f"{ph}_{key}"], ".2f")
+
     lines = [f"\nshare groups (KIP-932) against a consumer group: one broker, {args.partitions} partitions, "
              f"{args.records:,} records of {args.size} B, confluent-kafka {_ck_version()}; median of {len(runs)} "
-             f"run(s), ratios taken within each run\n"]
+             f"run(s), ratios taken within each run.  Baseline Consumer: fetch.queue.backoff.ms="
+             f"{args.queue_backoff_ms}, else defaults; ShareConsumers: {mpr}\n"]
 
     rows = []
-    for ph in ("consumer", "share1", "shareN"):
+    for ph in READ_PHASES:
         m = s[ph]
-        rows.append({"reader": names[ph], "records/s": Fig(m["records_s"]),
-                     "ratio": Fig(1.0 if ph == "consumer" else rt[f"{ph}_records_s"], ".2f"),
+        rows.append({"reader": names[ph], "records/s": Fig(m["records_s"]), "ratio": ratio(ph, "records_s"),
                      "runs": " ".join(f"{r[ph]['records_s'] / 1000:.0f}k" for r in runs),
                      "broker": Fig(100 * m["broker_cpu"], ".0f"), "zk": Fig(100 * m["zk_cpu"], ".0f"),
                      "clients": Fig(100 * m["client_cpu"], ".0f"), "first": Fig(m["first_record_s"], ".2f")})
     lines.append(format_table(rows, ["reader", "records/s", "ratio", "runs", "broker", "zk", "clients", "first"],
-                              ["reader", "records/s", "x consumer group", "per run", "broker CPU %", "ZK CPU %",
+                              ["reader", "records/s", "x baseline", "per run", "broker CPU %", "ZK CPU %",
                                "clients' CPU %", "start -> first record s"]))
-    lines.append(f"\ngoal: 1 ShareConsumer >= 0.8 x the consumer group's records/s: "
-                 f"{rt['share1_records_s']:.2f} -> {'met' if rt['share1_records_s'] >= 0.8 else 'NOT met'}"
-                 f" (per run: {', '.join(format(r['share1']['records_s'] / r['consumer']['records_s'], '.2f') for r in runs)})")
+    per_run = ", ".join(format(r["share1"]["records_s"] / r["consumer"]["records_s"], ".2f") for r in runs)
+    lines.append(f"\ngoal: 1 ShareConsumer >= 0.8 x the consumer group's records/s: {rt['share1_records_s']:.2f} "
+                 f"-> {'met' if rt['share1_records_s'] >= 0.8 else 'NOT met'} (per run: {per_run}); against the "
+                 f"Consumer with librdkafka's defaults: "
+                 f"{med([r['share1']['records_s'] / r['consumer_default']['records_s'] for r in runs]):.2f}")
 
     rows = []
-    for ph in ("consumer", "share1", "shareN"):
+    for ph in READ_PHASES:
         m = s[ph]
-        base = ph == "consumer"
         rows.append({"reader": names[ph], "calls": Fig(m["polls"]), "per": Fig(m["records_per_poll_p50"]),
                      "p50": Fig(m["poll_p50_ms"], ".2f"), "p99": Fig(m["poll_p99_ms"], ".2f"),
-                     "max": Fig(m["poll_max_ms"], ".1f"),
-                     "r50": Fig(1.0 if base else rt[f"{ph}_poll_p50_ms"], ".2f"),
-                     "r99": Fig(1.0 if base else rt[f"{ph}_poll_p99_ms"], ".2f")})
-    lines.append("\nper call that returned records: Consumer.consume(%d) / ShareConsumer.poll() (the share "
-                 "consumer's poll sends a ShareFetch carrying the previous poll's acknowledgements)\n" % args.batch)
-    lines.append(format_table(rows, ["reader", "calls", "per", "p50", "p99", "max", "r50", "r99"],
+                     "max": Fig(m["poll_max_ms"], ".1f"), "r50": ratio(ph, "poll_p50_ms"),
+                     "r99": ratio(ph, "poll_p99_ms"), "gap": Fig(m["gap_max_ms"], ",.0f")})
+    lines.append(f"\nper call that returned records: Consumer.consume({args.batch}) / ShareConsumer.poll() (which "
+                 f"sends one ShareFetch carrying the previous poll's acknowledgements and waits for its answer)\n")
+    lines.append(format_table(rows, ["reader", "calls", "per", "p50", "p99", "max", "r50", "r99", "gap"],
                               ["reader", "calls with records", "records/call p50", "p50 ms", "p99 ms", "max ms",
-                               "p50 x consumer group", "p99 x consumer group"]))
+                               "p50 x baseline", "p99 x baseline", "longest gap between them ms"]))
 
     rows = []
-    for ph in ("consumer", "share1", "shareN"):
+    for ph in READ_PHASES:
         m = s[ph]
         rows.append({"reader": names[ph], "records/s": Fig(m["records_s"]), "w": Fig(m["znode_writes"]),
                      "ws": Fig(m["znode_writes_s"], ",.1f"), "wk": Fig(m["znode_writes_per_1k"], ".2f"),
@@ -624,7 +651,7 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
                  f"{args.commit_batch}), {args.commits} commits per run after {COMMIT_WARMUP} not counted\n")
     lines.append(format_table(rows, ["what", "commits", "per", "p50", "p99", "max", "r50", "r99", "wpc"],
                               ["commit", "commits", "records/commit p50", "p50 ms", "p99 ms", "max ms",
-                               "p50 x consumer group", "p99 x consumer group", "znode writes/commit"]))
+                               "p50 x baseline", "p99 x baseline", "znode writes/commit"]))
 
     lines.append(f"\n{n} share consumers, records each (one line per run; the check: every record once):")
     for r in runs:
@@ -633,12 +660,12 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
                      f"{f['settle_s']:.1f} s; {f['unique']:,} of {args.records:,} read, {f['duplicates']} twice, "
                      f"{f['missing']} missing)")
     problems = [f"run {r['run']} {ph}: {r[ph]['missing']} missing, {r[ph]['duplicates']} twice, "
-                f"{r[ph]['errors']} errors" for r in runs for ph in ("consumer", "share1", "shareN")
+                f"{r[ph]['errors']} errors" for r in runs for ph in READ_PHASES
                 if r[ph]["missing"] or r[ph]["duplicates"] or r[ph]["errors"]]
     problems += [f"run {r['run']} {ph}: {r[ph]['failures']} failed commits {r[ph]['failure_sample']}"
                  for r in runs for ph in ("commit_consumer", "commit_share") if r[ph]["failures"]]
     lines.append("\n" + ("\n".join(problems) if problems else "every phase read every record once; no commit failed"))
-    lines.append(f"load average (1 min) before / after each run: "
+    lines.append("load average (1 min) before / after each run: "
                  + ", ".join(f"{r['load_before']:.1f} / {r['load_after']:.1f}" for r in runs)
                  + f" on {os.cpu_count()} CPUs")
     return "\n".join(lines)
@@ -664,6 +691,12 @@ def main() -> int:
                                                               "(default: %(default)s)")
     ap.add_argument("--batch", type=int, default=500, help="Consumer.consume() batch of the baseline, librdkafka's "
                                                             "max.poll.records default (default: %(default)s)")
+    ap.add_argument("--queue-backoff-ms", type=int, default=10,
+                    help="fetch.queue.backoff.ms of the baseline Consumer (default: %(default)s; librdkafka's own, "
+                         "1000, stops fetching for a second whenever 100,000 records wait in the consumer's queue: "
+                         "that Consumer is measured too, as 'librdkafka defaults')")
+    ap.add_argument("--max-poll-records", type=int, default=0,
+                    help="max.poll.records of the ShareConsumers of the reading phases (default: librdkafka's, 500)")
     ap.add_argument("--commits", type=int, default=300, help="commits measured per client in the commit phase "
                                                               "(default: %(default)s)")
     ap.add_argument("--commit-batch", type=int, default=10, help="records per commit in the commit phase "

@@ -4,6 +4,8 @@
     .venv/bin/python bench/chaos.py --faults 20 --duration 240 --seed 7
     .venv/bin/python bench/chaos.py --kinds thin,thin,eager,cooperative --session-ms 30000 \
         --zk-session-ms 18000 --faults 30 --duration 600 --workdir /some/dir   # mixed members, default timeouts
+    .venv/bin/python bench/chaos.py --kinds thin,eager,cooperative,share,share --faults 14 --duration 180 \
+        --seed 7 --share-hold 0.2                         # a share group beside the consumer group
 
 An embedded ZooKeeper, 3 broker processes, a 12-partition topic, an acknowledging
 producer (acks=1) and 4 journaling thin-consumer members (6 s sessions) that commit
@@ -21,6 +23,18 @@ member SIGKILL, the longest wait of a record on the other members' partitions ov
 the victim's session timeout and the rebalance after it, against quiet windows; and
 every run of failed commits lasting 10 s or more (a member whose commits keep failing
 has its threads dumped into its log, ``<workdir>/members/<name>.log``).
+
+``share`` members are confluent-kafka ``ShareConsumer``s of one share group (KIP-932)
+reading the same topic (not members of the consumer group; several may read one
+partition): each accepts every record it is handed and commits the acknowledgements
+synchronously, journaling every delivery with its delivery count and which acceptances
+the broker confirmed.  The same faults hit them.  The brokers run with a short
+acquisition lock (``--share-lock-ms``, 5 s) and share sessions of ``--session-ms``; the
+group's ``share.auto.offset.reset`` is ``earliest``.  The report adds the share group's
+checks: every record in the log delivered to it at least once, no record with two lock
+holders, no record acquired again after its acceptance was confirmed, and its
+redeliveries -- how many, explained by a fault of the member holding the record or of the
+partition's leader, by a reassignment of the group only, or unexplained (a violation).
 
 Prints the report and writes it as JSON (``--report``); exits 1 when an invariant
 was violated.  Figures: duplicates as a share of the records consumed, and the
@@ -46,8 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=60)
     p.add_argument("--duration", type=float, default=780.0, help="seconds of faults and load")
     p.add_argument("--members", type=int, default=4, help="thin-consumer members (when --kinds is not given)")
-    p.add_argument("--kinds", help="member kinds, one per member: thin, eager, cooperative "
-                                   "(e.g. thin,thin,eager,cooperative); default: --members thin consumers")
+    p.add_argument("--kinds", help="member kinds, one per member: thin, eager, cooperative (consumer group), share "
+                                   "(share group), e.g. thin,eager,cooperative,share,share; "
+                                   "default: --members thin consumers")
+    p.add_argument("--share-lock-ms", type=int, default=5000,
+                   help="share members: the brokers' acquisition lock (group.share.record.lock.duration.ms)")
+    p.add_argument("--share-hold", type=float, default=0.0,
+                   help="share members: seconds each poll's records are held before they are accepted")
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
@@ -75,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                              member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
                              duration_s=args.duration, faults=args.faults, seed=args.seed,
                              diagnose_after_s=args.diagnose_after, kafka_session_ms=args.kafka_session_ms,
-                             coordinator_defaults=args.coordinator_defaults)
+                             coordinator_defaults=args.coordinator_defaults, share_lock_ms=args.share_lock_ms,
+                             share_hold_s=args.share_hold)
     for item in (args.weights or "").split(","):
         if not item.strip():
             continue

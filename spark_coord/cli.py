@@ -192,6 +192,29 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("groups", nargs="*", help="groups to describe (default: all)")
     p.set_defaults(func="spark_coord.consumer.cli:groups")
 
+    p = _subcommand(sub, "share-groups", _add_bootstrap, _add_json, add_client_options,
+                    help="list share groups (KIP-932), describe their members, offsets and lag, reset their offsets",
+                    description="Share groups as Kafka's kafka-share-groups.sh shows them: members and their "
+                                "assignments, and per partition the start offset (the first record the group is "
+                                "not done with), the log end and the lag; reset-offsets sets an empty group's "
+                                "start offsets (a dry run unless --execute).")
+    action = _actions(p, _add_bootstrap, _add_json, add_client_options)
+    action("list", help="list share groups with their state and member count")
+    d = action("describe", help="members, assignments, start offsets and lag")
+    d.add_argument("groups", nargs="*", help="share groups to describe (default: all)")
+    r = action("reset-offsets", help="set an empty share group's start offsets (dry run unless --execute)",
+               description="Compute new start offsets for the partitions of --topic and print them; with "
+                           "--execute, set them (AlterShareGroupOffsets). The group must have no member.")
+    r.add_argument("group", help="the share group")
+    r.add_argument("--topic", "-t", action="append", required=True, metavar="TOPIC[:P,...]",
+                   help="a topic (every partition) or some of its partitions (orders:0,2); repeatable")
+    to = r.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start: read everything again")
+    to.add_argument("--to-latest", action="store_true", help="the log end: skip what is there now")
+    to.add_argument("--to-offset", type=int, metavar="N", help="offset N (kept within the log)")
+    r.add_argument("--execute", action="store_true", help="apply the new offsets (default: dry run, change nothing)")
+    p.set_defaults(func="spark_coord.client.share_cli:share_groups")
+
     add_security_parsers(lambda name, **kw: _subcommand(sub, name, **kw), _actions)
 
     p = _subcommand(sub, "demo", help="local-cluster demo: start ZooKeeper and a broker, produce, read back, stop",

@@ -378,6 +378,14 @@ class StandaloneCoordination(CoordinationService):
         ep = info.endpoint_for(listener) if info is not None else None
         return None if ep is None else (node_id, ep.host, ep.port)
 
+    def _log_end_sources(self):
+        """The data cluster's leaders, asked with the client security for that cluster (nothing is local)."""
+        view = self.broker.view
+        endpoints = {b.id: (b.host, b.port) for b in view.brokers.values()}
+        leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
+                   for p, replicas in assignment.items() if replicas}
+        return None, None, True, getattr(self.broker, "data_security", None), leaders, endpoints
+
 
 class StandaloneCoordinator:
     """One coordinator process: listeners, ZooKeeper, the data cluster's view, election."""

@@ -8,7 +8,8 @@ import pytest
 from spark_coord.cli import build_parser
 
 COMMANDS = [["zookeeper"], ["broker"], ["up"], ["topics"], ["topics", "create"], ["topics", "describe"],
-            ["produce"], ["tail"], ["demo"], ["consume"], ["groups"], ["groups", "describe"]]
+            ["produce"], ["tail"], ["demo"], ["consume"], ["groups"], ["groups", "describe"],
+            ["share-groups"], ["share-groups", "list"], ["share-groups", "describe"], ["share-groups", "reset-offsets"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
@@ -47,6 +48,9 @@ ACTION_COMMANDS = [
     (["groups"], ["describe", "g1"], ["-b", B, "--json"]),
     (["groups"], ["describe"], ["--json"]),
     (["topics"], ["list"], ["-b", B, "-X", "security.protocol=SSL", "--command-config", "client.properties"]),
+    (["share-groups"], ["list"], ["-b", B, "--json"]),
+    (["share-groups"], ["describe", "g1"], ["-b", B]),
+    (["share-groups"], ["reset-offsets", "g1", "--topic", "t1", "--to-earliest"], ["-b", B, "--json"]),
     (["users"], ["list"], ["--zookeeper", "127.0.0.1:2181/kafka", "--config", "conf/broker.properties"]),
     (["users"], ["delete", "alice"], ["--zookeeper", "127.0.0.1:2181"]),
 ]
@@ -110,3 +114,12 @@ def test_an_unreachable_zookeeper_is_one_clear_line(caplog):
     assert code == 1
     assert any("no ZooKeeper server" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_share_groups_reset_offsets_is_a_dry_run_unless_executed():
+    args = _parse(["share-groups", "reset-offsets", "g", "--topic", "t:0,1", "--topic", "u", "--to-offset", "5"])
+    assert (args["group"], args["topic"], args["to_offset"], args["execute"]) == ("g", ["t:0,1", "u"], 5, False)
+    assert _parse(["share-groups", "reset-offsets", "g", "-t", "t", "--to-latest", "--execute"])["execute"]
+    for missing in (["--topic", "t"], ["--to-earliest"], ["--topic", "t", "--to-earliest", "--to-latest"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["share-groups", "reset-offsets", "g", *missing])

@@ -24,6 +24,7 @@ from kazoo.exceptions import NodeExistsError
 from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import data_handlers
+from spark_coord.share.changes import ShareStateChanges
 from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.security import BrokerSecurity
@@ -60,6 +61,8 @@ class Broker:
         self.ctx: BrokerContext | None = None
         self.registration: BrokerRegistration | None = None
         self.coordination: CoordinationService | None = None
+        #: Follows the share-state notifications of the admin APIs (``share.changes``).
+        self.share_changes: ShareStateChanges | None = None
         #: The metrics endpoint (None without metrics.port); its observers exist before the parts they watch.
         self.metrics = metrics_endpoint(config, f"broker {self.broker_id}")
         self._tasks: list[asyncio.Task] = []
@@ -119,6 +122,8 @@ class Broker:
             self.view.add_listener(self._reconcile_logs)
             self._reconcile_logs(self.view)
             self.ctx.share.start()
+            self.share_changes = ShareStateChanges(self.zk, self.ctx.share, loop)
+            await loop.run_in_executor(None, self.share_changes.start)
             await self.server.start()
             host, port = self.advertised
             self.registration = BrokerRegistration(self.zk, loop, self.broker_id, host, port,
@@ -216,6 +221,9 @@ class Broker:
             self.registration = None
         if self.server is not None:
             await self.server.stop()
+        if self.share_changes is not None:
+            self.share_changes.stop()
+            self.share_changes = None
         if self.ctx is not None and self.ctx.share is not None:
             await self.ctx.share.stop()
         if self.view is not None:

@@ -18,7 +18,6 @@ from spark_coord.security.authorizer import NoAuthorizer
 if TYPE_CHECKING:  # pragma: no cover
     from kazoo.client import KazooClient
 
-    from spark_coord.broker.server import BrokerServer
     from spark_coord.broker.state import ClusterView
     from spark_coord.configs.store import GroupConfigs
     from spark_coord.log import LogManager
@@ -34,7 +33,9 @@ class BrokerContext:
     view: "ClusterView"
     zk: "KazooClient"
     cluster_id: str = ""
-    server: "BrokerServer | None" = None
+    #: The ``BrokerServer`` serving this context (ApiVersions answers what it dispatches); typed loosely:
+    #: the server imports the context, not the other way round.
+    server: Any = None
     appends: AppendWaiters = field(default_factory=AppendWaiters)
     #: Producer ids (claimed in blocks from ZooKeeper) and sequence state (InitProducerId, Produce).
     producers: BrokerProducers = field(init=False)

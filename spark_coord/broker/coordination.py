@@ -49,7 +49,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from spark_coord.broker.connection import DEFERRED, Connection
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.classic import ClassicGroups
 from spark_coord.coordinator.consumer_group import ConsumerGroups
@@ -562,6 +562,48 @@ class CoordinationService:
 
     def coordinator_nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
         return self.live_brokers(listener)
+
+    async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Log ends of ``partitions`` (DescribeShareGroupOffsets' lag): this broker's own logs, the
+        others' leaders by ListOffsets on the inter-broker listener (when it is PLAINTEXT, as the
+        metrics endpoint reads them), on a worker thread."""
+        if not partitions:
+            return {}
+        from spark_coord.metrics.lag import LogEnds
+
+        local, local_id, remote, security, leaders, endpoints = self._log_end_sources()
+
+        def read() -> dict[tuple[str, int], int]:
+            ends = LogEnds(local=local, local_id=local_id, remote=remote, client_id="spark-coord-coordinator",
+                           security=security)
+            try:
+                return ends.read(partitions, leaders, endpoints)
+            finally:
+                ends.close()
+
+        return await asyncio.get_running_loop().run_in_executor(None, read)
+
+    def _log_end_sources(self) -> tuple[Any, int | None, bool, Any, dict, dict]:
+        """(local log end function, local broker id, whether other brokers may be asked, their
+        client security, leader per partition, address per broker) -- on the loop."""
+        broker = self.broker
+        view = broker.view
+        listener_config = broker.security.listener_config
+        listener = listener_config.inter_broker
+        endpoints = {}
+        for b in view.brokers.values():
+            ep = b.endpoint_for(listener)
+            if ep is not None:
+                endpoints[b.id] = (ep.host, ep.port)
+        leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
+                   for p, replicas in assignment.items() if replicas}
+
+        def local(tp: tuple[str, int]) -> int | None:
+            plog = broker.logs.get(*tp) if broker.logs is not None else None
+            return plog.log_end_offset if plog is not None else None
+
+        remote = listener_config.listener(listener).protocol == "PLAINTEXT"
+        return local, broker.broker_id, remote, None, leaders, endpoints
 
     def not_serving(self) -> ErrorCode | None:
         """Why this process serves no group now (None: it serves some shard)."""

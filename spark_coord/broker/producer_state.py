@@ -50,8 +50,6 @@ from spark_coord.zk import paths
 if TYPE_CHECKING:  # pragma: no cover
     from kazoo.client import KazooClient
 
-    from spark_coord.broker.context import BrokerContext
-
 log = logging.getLogger(__name__)
 
 #: Ids per block claimed from ZooKeeper (Kafka's ``PRODUCER_ID_BLOCK_SIZE``).
@@ -293,8 +291,3 @@ class BrokerProducers:
         """Ids claimed from ZooKeeper in blocks through ``zk_call`` (off the event loop)."""
         return cls(ids=ProducerIdAllocator(lambda: zk_call(claim_block, zk, broker_id)),
                    sequences=ProducerStateTable())
-
-
-def for_broker(ctx: "BrokerContext") -> BrokerProducers:
-    """The broker's ``BrokerProducers``: ``ctx.producers``, created with the context."""
-    return ctx.producers

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from spark_coord.broker.connection import Connection
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.metrics.broker import NO_BROKER_METRICS, BrokerMetrics
 from spark_coord.security.principal import ConnectionAuth

@@ -47,7 +47,7 @@ from spark_coord.wire.registry import ApiKey
 log = logging.getLogger(__name__)
 
 __all__ = ["GroupClient", "Coordinator", "CommittedOffset", "GroupListing", "GroupMember", "GroupDescription",
-           "COORDINATOR_ERRORS"]
+           "ShareMember", "ShareGroupDescription", "ShareOffset", "COORDINATOR_ERRORS"]
 
 T = TypeVar("T")
 
@@ -107,6 +107,40 @@ class GroupDescription:
     @property
     def is_consumer_group(self) -> bool:
         return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+
+
+@dataclass(frozen=True)
+class ShareMember:
+    """A member of a share group (KIP-932), as ShareGroupDescribe tells it."""
+    member_id: str
+    client_id: str
+    client_host: str
+    rack_id: str | None
+    epoch: int
+    subscribed: list[str]
+    #: ``{topic: [partitions]}`` (a partition may be assigned to several members of a share group).
+    assignment: dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class ShareGroupDescription:
+    group_id: str
+    error: int
+    state: str
+    epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[ShareMember]
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ShareOffset:
+    """Where a share group stands on a partition (DescribeShareGroupOffsets): its start offset (the
+    first record it is not done with; -1: no state yet) and, from v1 (Kafka 4.2), its lag (-1: unknown)."""
+    start_offset: int
+    leader_epoch: int = -1
+    lag: int = -1
 
 
 class _Retry(Exception):
@@ -326,8 +360,10 @@ class GroupClient:
         return out
 
     # ------------------------------------------------------------------- groups
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        """Every group of the cluster: ListGroups to each broker (each lists the groups it coordinates)."""
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
+        """Every group of the cluster: ListGroups to each broker (each lists the groups it coordinates);
+        ``types`` (``classic``, ``consumer``, ``share``) filters where the brokers serve ListGroups v5."""
+        types = list(types)
         self.cluster.refresh([])
         listed: dict[str, GroupListing] = {}
         for node_id in sorted(self.cluster.brokers):
@@ -337,7 +373,7 @@ class GroupClient:
                 except BrokerConnectionError as e:
                     raise _Retry(None, ErrorCode.NETWORK_EXCEPTION, str(e)) from e
                 resp = self._request(conn, None, ApiKey.LIST_GROUPS,
-                                     {"states_filter": list(states), "types_filter": []})
+                                     {"states_filter": list(states), "types_filter": types})
                 self._check(None, resp["error_code"], f"ListGroups at broker {node_id}")
                 if resp["error_code"]:
                     raise KafkaError(resp["error_code"], f"ListGroups at broker {node_id}")
@@ -369,6 +405,90 @@ class GroupClient:
             self.forget(g)
         return results
 
+    # ------------------------------------------------------------- share groups (KIP-932)
+    def list_share_groups(self) -> list[GroupListing]:
+        """The share groups of the cluster (ListGroups, type ``share``)."""
+        return [g for g in self.list_groups(types=["share"])
+                if g.group_type == "share" or (g.group_type is None and g.protocol_type == "share")]
+
+    def describe_share_groups(self, groups: Iterable[str]) -> dict[str, ShareGroupDescription]:
+        """State, epochs and members (with their assignments) of each share group (ShareGroupDescribe);
+        a group id that is not a share group has ``error`` GROUP_ID_NOT_FOUND."""
+        def parse(g: dict) -> ShareGroupDescription:
+            members = [ShareMember(m["member_id"], m["client_id"], m["client_host"], m.get("rack_id"),
+                                   m["member_epoch"], list(m.get("subscribed_topic_names") or []),
+                                   {tp["topic_name"]: sorted(tp["partitions"])
+                                    for tp in (m.get("assignment") or {}).get("topic_partitions") or []})
+                       for m in g.get("members") or []]
+            return ShareGroupDescription(g["group_id"], g["error_code"], g.get("group_state") or "",
+                                         g.get("group_epoch", -1), g.get("assignment_epoch", -1),
+                                         g.get("assignor_name") or "", members, g.get("error_message"))
+        return {name: parse(g) for name, g in self._per_coordinator(
+            "ShareGroupDescribe", groups, ApiKey.SHARE_GROUP_DESCRIBE,
+            lambda names: {"group_ids": names, "include_authorized_operations": False},
+            lambda resp: [(g["group_id"], g["error_code"], g) for g in resp["groups"]]).items()}
+
+    def share_group_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None
+                            ) -> dict[TopicPartition, ShareOffset]:
+        """Where ``group`` stands on ``partitions`` (None: every partition it has state for), by
+        DescribeShareGroupOffsets.  Raises KafkaError for a group or partition error."""
+        body = {"groups": [{"group_id": group, "topics": None if partitions is None else [
+            {"topic_name": t, "partitions": ps} for t, ps in _by_topic(partitions).items()]}]}
+
+        def attempt() -> dict[TopicPartition, ShareOffset]:
+            resp = self._request(self._group_connection(group), group, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, body)
+            answer = next((g for g in resp["groups"] if g["group_id"] == group), None)
+            if answer is None:
+                raise _Retry(group, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no answer for {group!r}")
+            self._check(group, answer["error_code"], f"DescribeShareGroupOffsets {group!r}")
+            if answer["error_code"]:
+                raise KafkaError(answer["error_code"], answer.get("error_message")
+                                 or f"DescribeShareGroupOffsets {group!r}")
+            out: dict[TopicPartition, ShareOffset] = {}
+            for t in answer["topics"]:
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        raise KafkaError(p["error_code"], p.get("error_message")
+                                         or f"DescribeShareGroupOffsets {group!r} {t['topic_name']}-"
+                                            f"{p['partition_index']}")
+                    out[(t["topic_name"], p["partition_index"])] = ShareOffset(
+                        p["start_offset"], p["leader_epoch"], p.get("lag", -1))
+            return out
+        return self._retrying(f"DescribeShareGroupOffsets {group!r}", attempt)
+
+    def alter_share_group_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set ``group``'s start offset on each partition (AlterShareGroupOffsets); the group must have
+        no member.  Raises KafkaError (NON_EMPTY_GROUP, ...) naming every partition refused."""
+        body = {"group_id": group, "topics": [
+            {"topic_name": t, "partitions": [{"partition_index": p, "start_offset": int(offsets[(t, p)])} for p in ps]}
+            for t, ps in _by_topic(offsets).items()]}
+
+        def attempt() -> None:
+            resp = self._request(self._group_connection(group), group, ApiKey.ALTER_SHARE_GROUP_OFFSETS, body)
+            self._check(group, resp["error_code"], f"AlterShareGroupOffsets {group!r}")
+            if resp["error_code"]:
+                raise KafkaError(resp["error_code"], resp.get("error_message") or f"AlterShareGroupOffsets {group!r}")
+            failed = {(t["topic_name"], p["partition_index"]): p["error_code"]
+                      for t in resp["responses"] for p in t["partitions"] if p["error_code"]}
+            if failed:
+                first = next(iter(failed.values()))
+                text = ", ".join(f"{t}-{p}: {ErrorCode.name_of(c)}" for (t, p), c in sorted(failed.items()))
+                raise KafkaError(first, f"AlterShareGroupOffsets {group!r} refused {text}")
+        self._retrying(f"AlterShareGroupOffsets {group!r}", attempt)
+
+    def delete_share_group_offsets(self, group: str, topics: Iterable[str]) -> dict[str, int]:
+        """Forget ``group``'s state of whole topics (DeleteShareGroupOffsets); the group must have no
+        member.  Returns ``{topic: error code}``; a group-level error raises KafkaError."""
+        body = {"group_id": group, "topics": [{"topic_name": t} for t in dict.fromkeys(topics)]}
+
+        def attempt() -> dict[str, int]:
+            resp = self._request(self._group_connection(group), group, ApiKey.DELETE_SHARE_GROUP_OFFSETS, body)
+            self._check(group, resp["error_code"], f"DeleteShareGroupOffsets {group!r}")
+            if resp["error_code"]:
+                raise KafkaError(resp["error_code"], resp.get("error_message") or f"DeleteShareGroupOffsets {group!r}")
+            return {t["topic_name"]: t["error_code"] for t in resp["responses"]}
+        return self._retrying(f"DeleteShareGroupOffsets {group!r}", attempt)
+
     def _per_coordinator(self, what: str, groups: Iterable[str], api_key: int,
                          make_body: Callable[[list[str]], dict],
                          answers: Callable[[dict], list[tuple[str, int, T]]]) -> dict[str, T]:
@@ -399,6 +519,13 @@ class GroupClient:
                 raise _Retry(lost[0], ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{what}: no answer for {lost}")
         self._retrying(f"{what} {wanted}", attempt)
         return {g: out[g] for g in wanted}
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(partitions)):
+        topics.setdefault(topic, []).append(partition)
+    return topics
 
 
 def _fetch_topics(partitions: list[TopicPartition] | None) -> list[dict] | None:

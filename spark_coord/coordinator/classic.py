@@ -70,6 +70,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from spark_coord.coordinator import share_admin
 from spark_coord.coordinator.api import CoordinatorApi
 from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.delayed import DelayedJoin
@@ -927,13 +928,11 @@ class ClassicGroups:
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if (refused := self.not_served(group_id)) is not None:
             return refused
-        share = self.c.share_groups.get(group_id)
-        if share is not None:  # a share group (KIP-932): only an empty one goes
-            if share.members:
-                return ErrorCode.NON_EMPTY_GROUP
-            del self.c.share_groups[group_id]
-            log.info("share group %s deleted", group_id)
-            return ErrorCode.NONE
+        # a share group (KIP-932), held here or known by its state in ZooKeeper: only an empty one
+        # goes, with every share partition's state
+        share = await share_admin.delete_share_group(self.c, group_id)
+        if share is not None:
+            return share
         try:
             return await self.c.delete_group(group_id)
         except Fenced:

@@ -122,7 +122,7 @@ ZK_WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 #: The group store's methods that write to ZooKeeper (``coordinator.store.GroupStore``).
 STORE_WRITES = ("save_member", "remove_member", "save_generation", "commit_offsets", "commit_offsets_many",
                 "delete_topic",
-                "delete_group", "write_owners", "verify")
+                "delete_group", "write_owners", "verify", "write_share_states", "delete_share_states")
 
 
 class PrometheusCoordinatorMetrics(CoordinatorMetrics):

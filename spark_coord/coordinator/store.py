@@ -161,6 +161,28 @@ class GroupStore(ABC):
         """Change nothing, but raise ``Fenced`` unless this coordinator is still the elected one
         (``StoreError`` when the store cannot tell right now)."""
 
+    # ------------------------------------------------------------ share groups (KIP-932)
+    # A share partition's state is written by the partition's leader (``spark_coord.share``); the
+    # coordinator only reads it, and rewrites or deletes it for the admin APIs of an empty group.
+
+    async def read_share_states(self, group_id: str) -> dict[TopicPartition, bytes]:
+        """The stored state of every share partition of ``group_id`` (the leaders' snapshots)."""
+        raise StoreError("this store keeps no share-group state")
+
+    async def has_share_state(self, group_id: str) -> bool:
+        """Whether ``group_id`` has share-group state (it is a share group, known even with no member)."""
+        return False
+
+    async def write_share_states(self, group_id: str, states: dict[TopicPartition, bytes]) -> None:
+        """Create or overwrite these share partitions' states (AlterShareGroupOffsets), fenced, and
+        tell the leaders (they drop what they hold and read it again)."""
+        raise StoreError("this store keeps no share-group state")
+
+    async def delete_share_states(self, group_id: str, topics: list[str] | None = None) -> None:
+        """Delete the share-group state of these topics (None: the whole group), fenced, and tell
+        the leaders (DeleteShareGroupOffsets, DeleteGroups)."""
+        raise StoreError("this store keeps no share-group state")
+
 
 class MemoryGroupStore(GroupStore):
     """A ``GroupStore`` in a dict, for unit tests.
@@ -175,6 +197,8 @@ class MemoryGroupStore(GroupStore):
         self.fenced = False
         self.fail_writes = False
         self.writes: list[tuple[str, str, Any]] = []
+        #: Share-group state: group -> {(topic, partition): stored bytes}.
+        self.share_states: dict[str, dict[TopicPartition, bytes]] = {}
 
     def _group(self, group_id: str) -> StoredGroup:
         return self.groups.setdefault(group_id, StoredGroup(group_id))
@@ -236,3 +260,30 @@ class MemoryGroupStore(GroupStore):
             raise Fenced("verify: fenced")
         if self.fail_writes:
             raise StoreError("verify: store unavailable")
+
+    async def read_share_states(self, group_id: str) -> dict[TopicPartition, bytes]:
+        if self.fail_writes:
+            raise StoreError("read_share_states: store unavailable")
+        return dict(self.share_states.get(group_id, {}))
+
+    async def has_share_state(self, group_id: str) -> bool:
+        return group_id in self.share_states
+
+    async def write_share_states(self, group_id: str, states: dict[TopicPartition, bytes]) -> None:
+        self._write_share("write_share_states", group_id, states)
+        self.share_states.setdefault(group_id, {}).update(states)
+
+    async def delete_share_states(self, group_id: str, topics: list[str] | None = None) -> None:
+        self._write_share("delete_share_states", group_id, topics)
+        if topics is None:
+            self.share_states.pop(group_id, None)
+        elif group_id in self.share_states:
+            gone = set(topics)
+            self.share_states[group_id] = {tp: d for tp, d in self.share_states[group_id].items() if tp[0] not in gone}
+
+    def _write_share(self, op: str, group_id: str, arg: Any) -> None:
+        if self.fenced:
+            raise Fenced(f"{op} for group {group_id!r}: fenced")
+        if self.fail_writes:
+            raise StoreError(f"{op} for group {group_id!r}: store unavailable")
+        self.writes.append((op, group_id, copy.deepcopy(arg)))

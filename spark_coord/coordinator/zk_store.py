@@ -326,3 +326,79 @@ class ZkGroupStore(GroupStore):
             except ValueError as e:
                 log.warning("ignoring topic %r: %s", topic_paths[path], e)
         return out
+
+    # ------------------------------------------------------------------ share groups (KIP-932)
+    # The leaders write ``/share-groups/<g>/<t>/<p>`` themselves (``share.store``, version-checked);
+    # the coordinator reads it and, for an empty group's admin APIs, overwrites or deletes it,
+    # fenced by its election.  Its term cache must never vouch for these znodes (the leaders change
+    # them behind its back): every path written here is dropped from it right after the write.
+
+    async def read_share_states(self, group_id: str) -> dict[TopicPartition, bytes]:
+        root = paths.share_group(group_id)
+        try:
+            topics = []
+            for t in await zk_async.get_children(self.client, root):
+                try:
+                    topics.append((t, paths.share_topic(group_id, t)))
+                except ValueError:
+                    log.warning("share group %s: ignoring %s/%s (not a topic name)", group_id, root, t)
+            children = await zk_async.children_many(self.client, [p for _, p in topics])
+            znodes: dict[str, TopicPartition] = {}
+            for t, tpath in topics:
+                for child in children.get(tpath, []):
+                    if child.isdigit():
+                        znodes[f"{tpath}/{child}"] = (t, int(child))
+            found = await zk_async.get_many(self.client, znodes)
+        except KazooException as e:
+            raise StoreError(f"read share state of {group_id}: {e.__class__.__name__}") from None
+        return {znodes[path]: data for path, data in found.items()}
+
+    async def has_share_state(self, group_id: str) -> bool:
+        try:
+            return (await zk_async.exists_many(self.client, [paths.share_group(group_id)]))[paths.share_group(group_id)]
+        except KazooException as e:
+            raise StoreError(f"read share state of {group_id}: {e.__class__.__name__}") from None
+
+    async def write_share_states(self, group_id: str, states: dict[TopicPartition, bytes]) -> None:
+        ops: list[Op] = [("put", paths.share_partition(group_id, t, p), data) for (t, p), data in sorted(states.items())]
+        try:
+            await zk_async.awaitable(self.client.ensure_path_async(paths.SHARE_GROUPS))
+        except KazooException as e:
+            raise StoreError(f"share state of {group_id}: {e.__class__.__name__}") from None
+        cache = self.writer.cache()
+        try:
+            await self.writer.write(f"share state of {group_id}", ops)
+        finally:
+            for _, path, _ in ops:
+                cache.removed(path)
+        await self._notify_share_change(group_id, sorted({t for t, _ in states}))
+
+    async def delete_share_states(self, group_id: str, topics: list[str] | None = None) -> None:
+        bases = [paths.share_group(group_id)] if topics is None else [paths.share_topic(group_id, t) for t in topics]
+        nodes: list[str] = []
+
+        async def walk(path: str) -> None:
+            for child in await zk_async.get_children(self.client, path):
+                await walk(f"{path}/{child}")
+            nodes.append(path)  # children first
+
+        try:
+            for base in bases:
+                await walk(base)
+        except KazooException as e:
+            raise StoreError(f"read share state of {group_id}: {e.__class__.__name__}") from None
+        await self.writer.write(f"delete share state of {group_id}", [("delete", n, None) for n in nodes])
+        await self._notify_share_change(group_id, topics)
+
+    async def _notify_share_change(self, group_id: str, topics: list[str] | None) -> None:
+        """Tell every broker (``share.changes``); a failure is logged: the state is written, and a
+        leader that holds a partition of it still learns at its next write (its version check)."""
+        from spark_coord.share.changes import encode_change
+
+        try:
+            await zk_async.awaitable(self.client.create_async(
+                f"{paths.SHARE_CHANGES}/{paths.SHARE_CHANGE_PREFIX}", encode_change(group_id, topics),
+                sequence=True, makepath=True))
+        except KazooException as e:
+            log.warning("share group %s: state changed, but the brokers were not notified (%s)", group_id,
+                        e.__class__.__name__)

@@ -22,6 +22,28 @@ exporter's ``kafka_log_log_size{topic,partition}`` for the partitions it leads (
 partition once across the cluster), and on the controller (the lowest live broker id) the
 cluster-wide ``kafka_topic_partitions{topic}`` and ``kafka_brokers``.
 
+Share groups (KIP-932), which kafka_exporter does not know, as ``spark_coord_share_*``.  The
+coordinator that holds a share group (``GroupCollector``) exports its membership and the lag it
+reads from the group's share-partition znodes (as of the leaders' last state write):
+
+* ``spark_coord_share_group_members{sharegroup}``, ``spark_coord_share_group_epoch{sharegroup}``
+* ``spark_coord_share_group_lag{sharegroup}`` (records not yet acknowledged or archived, summed
+  over the partitions the group has state for)
+
+``ShareCollector`` -- the share partitions a broker leads, from their leader's memory (each
+partition once across the cluster), labels ``{sharegroup,topic,partition}``:
+
+* ``spark_coord_share_partition_start_offset`` (SPSO: the first record the group is not done with)
+* ``spark_coord_share_partition_in_flight_records`` (the window from the start offset on)
+* ``spark_coord_share_partition_records{...,state}`` (records of the window by state: available,
+  acquired, acknowledged, archived)
+* ``spark_coord_share_partition_lag`` (log end - start offset - acknowledged - archived)
+* ``spark_coord_share_partition_deliveries_total``, ``spark_coord_share_partition_archived_records_total``
+  (counters since the leader loaded the partition)
+
+and broker-wide ``spark_coord_share_sessions``, ``spark_coord_share_acquired_records_total``,
+``spark_coord_share_acknowledged_records_total``.
+
 ``ZooKeeperCollector`` -- ``spark_coord_zookeeper_session_state{state}``: 1 for the
 session's state now (CONNECTED, SUSPENDED, LOST), 0 for the others.
 """
@@ -31,12 +53,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from spark_coord.coordinator.metrics import PROTOCOLS
 from spark_coord.metrics.broker import ZK_STATES
-from spark_coord.metrics.lag import LagTracker, Unavailable
+from spark_coord.metrics.lag import LagTracker, Unavailable, on_loop
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +152,103 @@ class GroupCollector(Collector):
                                  "Members whose connection is gone while their partitions wait for them (lease).")
         gone.add_metric([], absent)
         yield gone
+        yield from _share_groups(sample)
+
+
+def _share_groups(sample) -> Iterator[GaugeMetricFamily]:
+    """The share groups the coordinator holds: members, epoch, and lag from their znodes."""
+    members = GaugeMetricFamily("spark_coord_share_group_members", "Members of a share group (KIP-932).",
+                                labels=["sharegroup"])
+    epoch = GaugeMetricFamily("spark_coord_share_group_epoch", "The share group's epoch (changes() over time: "
+                                                               "its assignment changes).", labels=["sharegroup"])
+    lag = GaugeMetricFamily("spark_coord_share_group_lag", "Records of a share group's partitions from the start "
+                                                           "offset to the log end not yet acknowledged or archived "
+                                                           "(from ZooKeeper, as the leaders last wrote it).",
+                            labels=["sharegroup"])
+    for sl in sample.share_groups:
+        gid = sl.view.group_id
+        members.add_metric([gid], len(sl.view.members))
+        epoch.add_metric([gid], sl.view.epoch)
+        if any(p.lag is not None for p in sl.partitions):
+            lag.add_metric([gid], sl.total)
+    yield members
+    yield epoch
+    yield lag
+
+
+#: Record states of a share partition's window, as ``SharePartition.counts`` names them.
+SHARE_STATES = ("available", "acquired", "acknowledged", "archived")
+
+
+class ShareCollector(Collector):
+    """The share partitions this broker leads, from its ``SharePartitionManager`` (read on the loop)."""
+
+    def __init__(self, broker: Any, loop: Any):
+        self.broker = broker
+        self.loop = loop
+
+    def _snapshot(self) -> tuple[dict, dict, int, int, int]:
+        """(stats of the led share partitions, their log ends, sessions, acquired, acknowledged) -- on the loop."""
+        ctx = self.broker.ctx
+        share = getattr(ctx, "share", None)
+        if share is None:
+            return {}, {}, 0, 0, 0
+        stats = {k: v for k, v in share.stats().items() if ctx.is_leader(k[1], k[2])}
+        ends = {}
+        logs = self.broker.logs
+        for _, topic, partition in stats:
+            plog = logs.get(topic, partition) if logs is not None else None
+            if plog is not None:
+                ends[(topic, partition)] = plog.log_end_offset
+        return stats, ends, len(share.sessions), share.acquired_total, share.acknowledged_total
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            stats, ends, sessions, acquired, acknowledged = on_loop(self.loop, self._snapshot)
+        except Unavailable as e:
+            log.warning("metrics: share partitions not exported: %s", e)
+            return
+        labels = ["sharegroup", "topic", "partition"]
+        start = GaugeMetricFamily("spark_coord_share_partition_start_offset",
+                                  "Share-partition start offset: the first record the share group is not done with.",
+                                  labels=labels)
+        in_flight = GaugeMetricFamily("spark_coord_share_partition_in_flight_records",
+                                      "Records of the share partition's in-flight window (from its start offset).",
+                                      labels=labels)
+        records = GaugeMetricFamily("spark_coord_share_partition_records",
+                                    "Records of the in-flight window by state (available, acquired, acknowledged, "
+                                    "archived).", labels=labels + ["state"])
+        lag = GaugeMetricFamily("spark_coord_share_partition_lag",
+                                "Records from the start offset to the log end not yet acknowledged or archived.",
+                                labels=labels)
+        deliveries = CounterMetricFamily("spark_coord_share_partition_deliveries",
+                                         "Records handed out (each delivery counted) since the leader loaded the "
+                                         "share partition.", labels=labels)
+        archived = CounterMetricFamily("spark_coord_share_partition_archived_records",
+                                       "Records archived (rejected, or at the delivery count limit) since the leader "
+                                       "loaded the share partition.", labels=labels)
+        for (group, topic, partition), st in sorted(stats.items()):
+            ls = [group, topic, str(partition)]
+            start.add_metric(ls, st["start_offset"])
+            in_flight.add_metric(ls, st["end_offset"] - st["start_offset"])
+            for state in SHARE_STATES:
+                records.add_metric(ls + [state], st.get(state, 0))
+            end = ends.get((topic, partition))
+            if end is not None:
+                lag.add_metric(ls, max(0, end - st["start_offset"] - st.get("acknowledged", 0) - st.get("archived", 0)))
+            deliveries.add_metric(ls, st["deliveries"])
+            archived.add_metric(ls, st["archived_total"])
+        yield from (start, in_flight, records, lag, deliveries, archived)
+        s = GaugeMetricFamily("spark_coord_share_sessions", "Open share sessions (ShareFetch) at this broker.")
+        s.add_metric([], sessions)
+        yield s
+        a = CounterMetricFamily("spark_coord_share_acquired_records", "Records acquired by share consumers here.")
+        a.add_metric([], acquired)
+        yield a
+        k = CounterMetricFamily("spark_coord_share_acknowledged_records",
+                                "Records acknowledged (accepted, released, rejected) by share consumers here.")
+        k.add_metric([], acknowledged)
+        yield k
 
 
 class BrokerCollector(Collector):

@@ -20,6 +20,12 @@ brokers' inter-broker listener (a standalone coordinator: the data cluster's bro
 its Metadata names them, with its client security settings for the data cluster).  A leader that cannot be reached leaves its partitions' lag out
 of that scrape, as kafka_exporter does, with a warning at most once a minute.
 
+Share groups (KIP-932): the snapshot carries their membership (``snapshot_share_groups``);
+where each stands on its partitions is not in the coordinator's memory but in ZooKeeper, so
+the sampler reads each group's share-partition znodes (``share_states``, blocking, on its own
+thread) and computes the lag of each partition as DescribeShareGroupOffsets does: log end -
+start offset - records already acknowledged or archived.
+
 ``LagTracker`` takes a sample every ``metrics.lag.sample.ms`` from a thread of its own and
 keeps each group's total lag over the last ``metrics.lag.history.ms`` for the status page;
 scrapes format the latest sample (so what they show is at most one sampling interval old,
@@ -91,6 +97,23 @@ class MemberView(NamedTuple):  # tuples: thousands are made on the loop thread p
     partitions: tuple[TopicPartition, ...]
 
 
+class ShareMemberView(NamedTuple):
+    member_id: str
+    client_id: str
+    host: str
+    partitions: tuple[TopicPartition, ...]
+
+
+class ShareGroupView(NamedTuple):
+    """A share group (KIP-932) as its coordinator holds it: membership only (where the group stands
+    on each partition is in ZooKeeper, read by the sampler: ``share_states``)."""
+
+    group_id: str
+    state: str
+    epoch: int
+    members: tuple[ShareMemberView, ...]
+
+
 class GroupView(NamedTuple):
     group_id: str
     state: str
@@ -119,6 +142,8 @@ class ClusterSnapshot:
     #: This broker exports the cluster-wide topic and broker counts (the controller: lowest live id).
     controller: bool = False
     live_brokers: int = 0
+    #: The share groups this process coordinates.
+    share_groups: tuple[ShareGroupView, ...] = ()
 
 
 def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, ...], dict[str, int]]:
@@ -137,6 +162,18 @@ def snapshot_coordinator(coordinator: Any) -> tuple[bool, int, tuple[GroupView, 
                                 dict(group.offsets)))
     epoch = coordinator.epoch if coordinator.epoch is not None else -1
     return True, epoch, tuple(groups), dict(coordinator.topics)
+
+
+def snapshot_share_groups(coordination: Any) -> tuple[ShareGroupView, ...]:
+    """The share groups of every active shard of a process (``Coordinator.share_groups``) -- on its loop thread."""
+    out = []
+    for coordinator in (coordination.coordinators_active() if coordination is not None else []):
+        for group in getattr(coordinator, "share_groups", {}).values():
+            members = tuple(ShareMemberView(m.member_id, m.client_id, m.client_host,
+                                            tuple((t, p) for t, ps in sorted(m.assignment.items()) for p in ps))
+                            for m in sorted(group.members.values(), key=lambda m: m.member_id))
+            out.append(ShareGroupView(group.group_id, group.state, group.epoch, members))
+    return tuple(sorted(out))
 
 
 def snapshot_coordination(coordination: Any) -> tuple[bool, int, tuple[GroupView, ...], dict[str, int]]:
@@ -167,9 +204,13 @@ def broker_snapshot(broker: Any) -> ClusterSnapshot:
                for p, replicas in assignment.items() if replicas} if groups else {}
     if not topics:
         topics = {t: len(a) for t, a in view.topics.items()}
+    shares = snapshot_share_groups(coordination)
+    if shares and not leaders:
+        leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
+                   for p, replicas in assignment.items() if replicas}
     return ClusterSnapshot(coordinating=active, epoch=epoch, groups=groups, topics=topics, leaders=leaders,
                            endpoints=endpoints, controller=bool(view.brokers) and view.controller_id == broker.broker_id,
-                           live_brokers=len(view.brokers))
+                           live_brokers=len(view.brokers), share_groups=shares)
 
 
 def standalone_snapshot(process: Any) -> ClusterSnapshot:
@@ -180,10 +221,11 @@ def standalone_snapshot(process: Any) -> ClusterSnapshot:
     if view is None:
         return ClusterSnapshot(coordinating=active, epoch=epoch, groups=groups, topics=topics)
     endpoints = {b.id: (b.host, b.port) for b in view.brokers.values()}
+    shares = snapshot_share_groups(coordination)
     leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
-               for p, replicas in assignment.items() if replicas} if groups else {}
+               for p, replicas in assignment.items() if replicas} if groups or shares else {}
     return ClusterSnapshot(coordinating=active, epoch=epoch, groups=groups, topics=topics, leaders=leaders,
-                           endpoints=endpoints)
+                           endpoints=endpoints, share_groups=shares)
 
 
 # ---------------------------------------------------------------------- log ends (endpoint threads)
@@ -321,12 +363,38 @@ class GroupLag:
         return sum(p.lag for p in self.partitions if p.lag is not None)
 
 
+class SharePartitionLag(NamedTuple):
+    topic: str
+    partition: int
+    #: The share-partition start offset (None: no state yet).
+    start: int | None
+    log_end: int | None
+    #: Records from the start offset to the log end not acknowledged or archived (None: unknown).
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class ShareGroupLag:
+    view: ShareGroupView
+    partitions: tuple[SharePartitionLag, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(p.lag for p in self.partitions if p.lag is not None)
+
+
+#: ``share_states(group) -> {(topic, partition): state}`` (``coordinator.share_admin.ShareState``),
+#: blocking: read from ZooKeeper on the sampler's thread.
+ShareStates = Callable[[str], Mapping[TopicPartition, Any]]
+
+
 @dataclass(frozen=True)
 class LagSample:
     snapshot: ClusterSnapshot
     groups: tuple[GroupLag, ...]
     #: Wall time the sample took (snapshot + log ends + lag), seconds.
     took: float = 0.0
+    share_groups: tuple[ShareGroupLag, ...] = ()
 
 
 def partitions_of(group: GroupView, topics: Mapping[str, int]) -> list[TopicPartition]:
@@ -350,14 +418,47 @@ def compute_lag(snapshot: ClusterSnapshot, log_ends: Mapping[TopicPartition, int
     return tuple(sorted(out, key=lambda gl: gl.view.group_id))
 
 
-def sample_lag(snapshot: ClusterSnapshot, log_ends: LogEnds) -> LagSample:
+def read_share_states(snapshot: ClusterSnapshot, share_states: ShareStates | None) -> dict[str, Mapping]:
+    """Each share group's stored states (a group whose state cannot be read is left out, once logged)."""
+    out: dict[str, Mapping] = {}
+    if share_states is None:
+        return out
+    for g in snapshot.share_groups:
+        try:
+            out[g.group_id] = share_states(g.group_id)
+        except Exception as e:  # ZooKeeper unreachable: this sample shows the group without lag
+            log.debug("metrics: share state of %s not read: %s", g.group_id, e)
+    return out
+
+
+def compute_share_lag(snapshot: ClusterSnapshot, states: Mapping[str, Mapping],
+                      log_ends: Mapping[TopicPartition, int]) -> tuple[ShareGroupLag, ...]:
+    """Per share group, every partition it has state for or a member is assigned."""
+    out = []
+    for g in snapshot.share_groups:
+        stored = states.get(g.group_id, {})
+        wanted = set(stored) | {tp for m in g.members for tp in m.partitions}
+        rows = []
+        for t, p in sorted(wanted):
+            state, end = stored.get((t, p)), log_ends.get((t, p))
+            rows.append(SharePartitionLag(t, p, state.start if state is not None else None, end,
+                                          state.lag(end) if state is not None and end is not None else None))
+        out.append(ShareGroupLag(g, tuple(rows)))
+    return tuple(out)
+
+
+def sample_lag(snapshot: ClusterSnapshot, log_ends: LogEnds, share_states: ShareStates | None = None) -> LagSample:
     started = time.monotonic()
     wanted: set[TopicPartition] = set()
     for g in snapshot.groups:
         wanted.update(partitions_of(g, snapshot.topics))
+    states = read_share_states(snapshot, share_states)
+    for g in snapshot.share_groups:
+        wanted.update(states.get(g.group_id, {}))
+        wanted.update(tp for m in g.members for tp in m.partitions)
     ends = log_ends.read(sorted(wanted), snapshot.leaders, snapshot.endpoints) if wanted else {}
     groups = compute_lag(snapshot, ends)
-    return LagSample(snapshot, groups, time.monotonic() - started)
+    return LagSample(snapshot, groups, time.monotonic() - started, compute_share_lag(snapshot, states, ends))
 
 
 class LagTracker:
@@ -371,9 +472,10 @@ class LagTracker:
     (before the first, or while the sampler is stuck)."""
 
     def __init__(self, snapshot: Callable[[], ClusterSnapshot], log_ends: LogEnds, history_ms: int = 900_000,
-                 sample_ms: int = 5_000):
+                 sample_ms: int = 5_000, share_states: ShareStates | None = None):
         self._snapshot = snapshot
         self.log_ends = log_ends
+        self.share_states = share_states
         self.history_ms = history_ms
         self.sample_ms = sample_ms
         self._lock = threading.Lock()  # one sampling at a time
@@ -400,7 +502,7 @@ class LagTracker:
             return self._take()
 
     def _take(self) -> LagSample:
-        sample = sample_lag(self._snapshot(), self.log_ends)
+        sample = sample_lag(self._snapshot(), self.log_ends, self.share_states)
         self._latest = sample
         self.record(sample)
         return sample
@@ -428,6 +530,10 @@ class LagTracker:
                 points = self._history.setdefault(gl.view.group_id, deque())
                 if not points or points[-1][0] < now:  # a sample recorded once
                     points.append((now, gl.total))
+            for sl in sample.share_groups:  # a group id is of one type at a time: the keys do not clash
+                points = self._history.setdefault(sl.view.group_id, deque())
+                if not points or points[-1][0] < now:
+                    points.append((now, sl.total))
             for group in list(self._history):
                 points = self._history[group]
                 while points and points[0][0] < horizon:

@@ -33,10 +33,11 @@ from prometheus_client.process_collector import ProcessCollector
 from spark_coord.config import Config, ConfigError
 from spark_coord.coordinator.metrics import PrometheusCoordinatorMetrics
 from spark_coord.metrics.broker import PrometheusBrokerMetrics
-from spark_coord.metrics.exporter import BrokerCollector, GroupCollector, ZooKeeperCollector
+from spark_coord.coordinator.share_admin import read_states_blocking
+from spark_coord.metrics.exporter import BrokerCollector, GroupCollector, ShareCollector, ZooKeeperCollector
 from spark_coord.metrics.http import MetricsHttpServer
-from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, Unavailable, broker_snapshot, on_loop,
-                                     standalone_snapshot)
+from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, ShareStates, Unavailable, broker_snapshot,
+                                     on_loop, standalone_snapshot)
 from spark_coord.metrics.status import CONTENT_SECURITY_POLICY, status_document, status_page
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,12 @@ class MetricsEndpoint:
         return f"{self.server.scheme}://{host}:{self.server.port}"
 
     def start(self, snapshot: Callable[[], ClusterSnapshot], log_ends: LogEnds,
-              collectors: Callable[[LagTracker], Iterable[Any]] = lambda tracker: ()) -> int:
+              collectors: Callable[[LagTracker], Iterable[Any]] = lambda tracker: (),
+              share_states: ShareStates | None = None) -> int:
         """Register the scrape-time collectors (the groups', and ``collectors(tracker)``), start the
-        lag history and listen; returns the port."""
-        self.tracker = LagTracker(snapshot, log_ends, self.history_ms, self.sample_ms)
+        lag history and listen; returns the port.  ``share_states(group)``: a share group's stored
+        state (blocking; read by the sampler for its lag)."""
+        self.tracker = LagTracker(snapshot, log_ends, self.history_ms, self.sample_ms, share_states)
         self.registry.register(GroupCollector(self.tracker))
         for c in collectors(self.tracker):
             self.registry.register(c)
@@ -131,7 +134,9 @@ class MetricsEndpoint:
 
         port = self.start(lambda: on_loop(loop, lambda: broker_snapshot(broker)),
                           LogEnds(local=log_end, local_id=broker.broker_id, remote=protocol == "PLAINTEXT"),
-                          lambda tracker: [BrokerCollector(broker, tracker), ZooKeeperCollector(broker)])
+                          lambda tracker: [BrokerCollector(broker, tracker), ShareCollector(broker, loop),
+                                           ZooKeeperCollector(broker)],
+                          share_states=lambda group: read_states_blocking(broker.zk, group))
         self._watch_zk(broker.zk)
         return port
 
@@ -139,7 +144,8 @@ class MetricsEndpoint:
         """Serve a started standalone coordinator: its groups, with the data cluster's log ends."""
         port = self.start(lambda: on_loop(loop, lambda: standalone_snapshot(process)),
                           LogEnds(security=getattr(process, "data_security", None)),
-                          lambda tracker: [ZooKeeperCollector(process)])
+                          lambda tracker: [ZooKeeperCollector(process)],
+                          share_states=lambda group: read_states_blocking(process.zk, group))
         self._watch_zk(process.zk)
         return port
 

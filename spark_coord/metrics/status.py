@@ -4,8 +4,11 @@ The data: the groups this process coordinates, each with its state, generation, 
 (the protocol each joined with, its address, whether it is connected, how many partitions
 it holds), every partition with its owner, committed offset, log end and lag, the group's
 total lag, and that total over the last ``metrics.lag.history.ms`` (sampled every
-``metrics.lag.sample.ms``, kept in memory).  Long lists are cut (``MAX_*``; the totals say
-how many there are).
+``metrics.lag.sample.ms``, kept in memory).  Share groups (KIP-932) it coordinates are listed
+apart (``share_groups``): state, epoch, members (member id, client id, host, the partitions
+assigned to each) and per partition the start offset, log end and lag (records not yet
+acknowledged or archived, from the group's znodes), with the total over time.  Long lists are
+cut (``MAX_*``; the totals say how many there are).
 
 The page is one HTML document with its script and style inline: nothing is fetched from
 anywhere else (its Content-Security-Policy forbids it), so it works on a host without
@@ -40,7 +43,8 @@ def status_document(process: str, sample: LagSample | None, history: dict[str, l
                     history_ms: int, error: str | None = None) -> dict[str, Any]:
     """The JSON of ``/status.json``."""
     doc: dict[str, Any] = {"process": process, "time": time.time(), "history_seconds": history_ms / 1000,
-                           "coordinating": False, "epoch": -1, "groups": [], "groups_total": 0, "error": error}
+                           "coordinating": False, "epoch": -1, "groups": [], "groups_total": 0,
+                           "share_groups": [], "share_groups_total": 0, "error": error}
     if sample is None:
         return doc
     snap = sample.snapshot
@@ -59,6 +63,19 @@ def status_document(process: str, sample: LagSample | None, history: dict[str, l
                          "partitions": held.get(m.consumer_id, 0)} for m in members[:MAX_MEMBERS]],
             "partitions": [{"topic": r.topic, "partition": r.partition, "owner": r.owner, "committed": r.committed,
                             "log_end": r.log_end, "lag": r.lag} for r in gl.partitions[:MAX_PARTITIONS]],
+            "history": [[round(t, 3), lag] for t, lag in history.get(g.group_id, [])],
+        })
+    doc["share_groups_total"] = len(sample.share_groups)
+    for sl in sample.share_groups[:MAX_GROUPS]:
+        g = sl.view
+        has_lag = any(r.lag is not None for r in sl.partitions)
+        doc["share_groups"].append({
+            "group": g.group_id, "state": g.state, "epoch": g.epoch, "lag": sl.total if has_lag else None,
+            "members_total": len(g.members), "partitions_total": len(sl.partitions),
+            "members": [{"id": m.member_id, "client": m.client_id, "host": m.host,
+                         "partitions": [f"{t}-{p}" for t, p in m.partitions]} for m in g.members[:MAX_MEMBERS]],
+            "partitions": [{"topic": r.topic, "partition": r.partition, "start": r.start, "log_end": r.log_end,
+                            "lag": r.lag} for r in sl.partitions[:MAX_PARTITIONS]],
             "history": [[round(t, 3), lag] for t, lag in history.get(g.group_id, [])],
         })
     return doc
@@ -89,7 +106,7 @@ h1 { font-size: 1.4em; margin: 0 0 .2em; }
 h2 { font-size: 1.15em; margin: 0; }
 #summary { color: #555; margin-bottom: 1em; }
 #error { color: #a00; font-weight: bold; }
-section.group { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .8em 1em; margin: 0 0 1.2em; }
+section.group, section.share-group { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .8em 1em; margin: 0 0 1.2em; }
 .facts { color: #555; margin: .2em 0 .6em; }
 .facts b { color: #222; }
 table { border-collapse: collapse; margin: .4em 0 .8em; }
@@ -108,6 +125,8 @@ svg.lag-plot text { font-size: 11px; fill: #666; }
 <div id="summary"></div>
 <div id="error"></div>
 <div id="groups"></div>
+<h1 id="share-title" hidden>Share groups</h1>
+<div id="share-groups"></div>
 <script id="initial" type="application/json">%%DATA%%</script>
 <script>
 "use strict";
@@ -168,14 +187,16 @@ function plot(g, now, span) {
 
 function render(doc) {
   document.getElementById("summary").textContent =
-    (doc.coordinating ? `coordinator (epoch ${doc.epoch}), ${doc.groups_total} group(s)`
+    (doc.coordinating ? `coordinator (epoch ${doc.epoch}), ${doc.groups_total} group(s)` +
+                        (doc.share_groups_total ? `, ${doc.share_groups_total} share group(s)` : "")
                       : "this process is not the coordinator now: the coordinator's endpoint shows the groups") +
     ` \\u00b7 updated ${new Date(doc.time * 1000).toLocaleTimeString()}`;
   document.getElementById("error").textContent = doc.error || "";
   const container = document.getElementById("groups");
   const seen = new Set();
   // the plots span the history kept so far (at least a minute), up to what the process keeps
-  const oldest = Math.min(doc.time, ...doc.groups.flatMap(g => g.history.length ? [g.history[0][0]] : []));
+  const oldest = Math.min(doc.time, ...[...doc.groups, ...(doc.share_groups || [])]
+    .flatMap(g => g.history.length ? [g.history[0][0]] : []));
   const span = Math.min(doc.history_seconds, Math.max(60, doc.time - oldest));
   for (const g of doc.groups) {
     seen.add(g.group);
@@ -211,6 +232,48 @@ function render(doc) {
   }
   for (const [name, sec] of sections) {
     if (!seen.has(name)) { sec.remove(); sections.delete(name); }
+  }
+  renderShare(doc, span);
+}
+
+const shareSections = new Map();
+function renderShare(doc, span) {
+  const groups = doc.share_groups || [];
+  document.getElementById("share-title").hidden = groups.length === 0;
+  const container = document.getElementById("share-groups");
+  const seen = new Set();
+  for (const g of groups) {
+    seen.add(g.group);
+    let sec = shareSections.get(g.group);
+    if (!sec) {
+      sec = el("section", {class: "share-group", "data-group": g.group});
+      shareSections.set(g.group, sec);
+    }
+    container.appendChild(sec);
+    sec.replaceChildren();
+    sec.appendChild(el("h2", {}, g.group));
+    const facts = el("div", {class: "facts"});
+    facts.append("share group \u00b7 state ", el("b", {}, g.state), " \u00b7 epoch ", el("b", {}, g.epoch),
+                 " \u00b7 members ", el("b", {}, g.members_total), " \u00b7 total lag ",
+                 el("b", {class: g.lag > 0 ? "lagging group-lag" : "group-lag"}, fmt(g.lag)));
+    sec.appendChild(facts);
+    sec.appendChild(plot(g, doc.time, span));
+    sec.appendChild(table(["member", "client", "host", "partitions"],
+      g.members.map(m => ({cls: "member", cells: [m.id, m.client, m.host, m.partitions.join(", ") || "\u2013"]})),
+      [false, false, false, false]));
+    if (g.members_total > g.members.length)
+      sec.appendChild(el("div", {class: "more"}, `\u2026 and ${g.members_total - g.members.length} more members`));
+    sec.appendChild(table(["topic", "partition", "start offset", "log end", "lag"],
+      g.partitions.map(p => ({cls: p.lag > 0 ? "partition lagging" : "partition",
+                              attrs: {"data-topic": p.topic, "data-partition": p.partition},
+                              cells: [p.topic, p.partition, fmt(p.start), fmt(p.log_end), fmt(p.lag)]})),
+      [false, true, true, true, true]));
+    if (g.partitions_total > g.partitions.length)
+      sec.appendChild(el("div", {class: "more"},
+                         `\u2026 and ${g.partitions_total - g.partitions.length} more partitions`));
+  }
+  for (const [name, sec] of shareSections) {
+    if (!seen.has(name)) { sec.remove(); shareSections.delete(name); }
   }
 }
 

@@ -25,6 +25,12 @@ ListGroups             Describe on the cluster: all;       --
                        else the groups it may Describe
 DescribeGroups         Describe                            --
 DeleteGroups           Delete                              --
+DescribeShareGroup-    Describe                            Describe on each topic (others left
+Offsets                                                    out when all are asked for)
+AlterShareGroup-       Read                                Read on each topic
+Offsets
+DeleteShareGroup-      Delete                              Read on each topic
+Offsets
 =====================  ==================================  ======================================
 
 Refusals are Kafka's codes: GROUP_AUTHORIZATION_FAILED for the group,

@@ -15,13 +15,20 @@ rule), and frames are bounded by ``sasl.server.max.receive.size``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spark_coord.wire.registry import ApiKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.security.listeners import Listener
-    from spark_coord.security.sasl import SaslServer
+
+
+class SaslExchange(Protocol):
+    """What a connection needs of its SASL exchange (``security.sasl.SaslServer``, which imports this
+    module): whether its tokens come raw, outside SaslAuthenticate (a SaslHandshake v0)."""
+
+    raw_tokens: bool
+
 
 USER_TYPE = "User"
 ANONYMOUS_NAME = "ANONYMOUS"
@@ -60,7 +67,7 @@ class ConnectionAuth:
     """The authentication state of one broker connection."""
 
     def __init__(self, listener: "Listener | None", host: str, principal: KafkaPrincipal = ANONYMOUS,
-                 sasl: "SaslServer | None" = None, max_unauthenticated_bytes: int = 524288):
+                 sasl: "SaslExchange | None" = None, max_unauthenticated_bytes: int = 524288):
         self.listener = listener
         self.host = host
         self.principal = principal

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -35,6 +36,7 @@ from typing import Any, Callable, Iterable
 from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import HEADER_SIZE, parse_header
+from spark_coord.records.region import FileRegion
 from spark_coord.share.partition import Acquired, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode
 
@@ -49,6 +51,29 @@ OPEN_EPOCH, FINAL_EPOCH = 0, -1
 #: A share session that saw no request for this long is dropped (its member is gone; what it held
 #: went back when the locks ran out).
 SESSION_IDLE_MS = 120_000
+#: Wait before writing again after ZooKeeper failed a write.
+RETRY_S = 0.5
+
+
+def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int, int, int, int]]:
+    """(first offset, last offset, start byte, end byte) of the data batches of ``region`` (whole
+    batches from one segment file), reading only their headers, up to the batch that brings the
+    records at or after ``offset`` to ``max_records``."""
+    out = []
+    fd = region.fileobj.fileno()
+    pos, n, records = 0, region.length, 0
+    while pos + HEADER_SIZE <= n:
+        h = parse_header(os.pread(fd, HEADER_SIZE, region.offset + pos))
+        end = pos + h.size
+        if end > n:
+            break
+        if not h.is_control:
+            out.append((h.base_offset, h.last_offset, pos, end))
+            records += h.last_offset - max(h.base_offset, offset) + 1
+        pos = end
+        if records >= max_records:
+            break
+    return out
 
 @dataclass(frozen=True)
 class ShareSettings:
@@ -106,8 +131,11 @@ class SharePartitionManager:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[Key, asyncio.Future] = {}
         self._dirty: set[Key] = set()
-        self._urgent = asyncio.Event()
-        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The write in flight (one at a time, so a share partition's writes land in order), and the
+        #: timer of the next write-behind.
+        self._inflight: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task] = []
         self._evicted_ms = 0.0
         #: Counters for the metrics and the benchmark.
@@ -118,8 +146,8 @@ class SharePartitionManager:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._writer(), name="share-state-writer"),
-                       loop.create_task(self._sweeper(), name="share-lock-sweeper")]
+        self._loop = loop
+        self._tasks = [loop.create_task(self._sweeper(), name="share-lock-sweeper")]
 
     async def stop(self) -> None:
         """Write what is dirty (bounded), then stop."""
@@ -127,6 +155,9 @@ class SharePartitionManager:
             await asyncio.wait_for(self.flush(), 5)
         except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 -- stopping anyway
             log.warning("share state not all written at stop: %s", e)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -212,6 +243,21 @@ class SharePartitionManager:
             held.sp.move_start(start)
             self._mark(held)
 
+    def forget_partitions(self, keys: Iterable[Key]) -> None:
+        """Drop these share partitions (an admin altered or deleted their state in ZooKeeper): the next
+        request reads the new state; acknowledgements waiting for a write get FENCED_STATE_EPOCH."""
+        for key in keys:
+            held = self.held.pop(key, None)
+            if held is None:
+                continue
+            held.gone = True
+            self._dirty.discard(key)
+            for _, w in held.waiters:
+                if not w.done():
+                    w.set_result(ErrorCode.FENCED_STATE_EPOCH)
+            held.waiters.clear()
+            self.ctx.appends.notify((key[1], key[2]))
+
     def forget_topic(self, topic: str) -> None:
         """A topic went: its share partitions here are dropped (its znodes stay until the group goes)."""
         for key in [k for k in self.held if k[1] == topic]:
@@ -270,35 +316,29 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------ acquire / acknowledge
 
-    def acquire(self, held: _Held, member_id: str, region_bytes: bytes, *, max_records: int,
-                batch_optimized: bool) -> tuple[list[Acquired], bytes]:
-        """Acquire from the batches of ``region_bytes`` (whole record batches read from the log at
-        ``sp.fetch_offset()``); the acquired ranges and the batches that hold them."""
-        batches: list[tuple[int, int, int, int]] = []  # first, last, start byte, end byte
-        pos, n = 0, len(region_bytes)
-        while pos + HEADER_SIZE <= n:
-            h = parse_header(region_bytes, pos)
-            end = pos + h.size
-            if end > n:
-                break
-            if not h.is_control:
-                batches.append((h.base_offset, h.last_offset, pos, end))
-            pos = end
+    def acquire(self, held: _Held, member_id: str, region: Any, *, max_records: int,
+                batch_optimized: bool) -> tuple[list[Acquired], Any]:
+        """Acquire from the record batches of ``region`` (a ``FileRegion`` of whole batches the log read
+        at ``sp.fetch_offset()``): the acquired ranges, and the part of the region that holds them (a
+        ``FileRegion`` again: sent with sendfile, never copied through Python).  Only the batch headers
+        are read, and only as many batches as ``max_records`` needs."""
+        start_offset = held.sp.fetch_offset()
+        batches = _batch_bounds(region, start_offset if start_offset is not None else 0, max_records)
         if not batches:
-            return [], b""
+            return [], None
         s = self.settings(held.key[0])
         acquired = held.sp.acquire(member_id, [(b[0], b[1]) for b in batches], max_records=max_records,
                                    lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized)
+        self._mark(held)  # acquired, or gaps archived
         if not acquired:
-            self._mark(held)  # gaps may have been archived
-            return [], b""
-        self._mark(held)
+            return [], None
         self.acquired_total += sum(a.last_offset - a.first_offset + 1 for a in acquired)
-        chunks = []
+        first_byte = last_byte = None
         for first, last, start, end in batches:
             if any(a.first_offset <= last and a.last_offset >= first for a in acquired):
-                chunks.append(region_bytes[start:end])
-        return acquired, b"".join(chunks)
+                first_byte = start if first_byte is None else first_byte
+                last_byte = end
+        return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)
 
     def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *, renew: bool) -> tuple[ErrorCode, int]:
         """Apply a partition's AcknowledgementBatches; (first error, version to wait for)."""
@@ -324,54 +364,59 @@ class SharePartitionManager:
     # ------------------------------------------------------------ persistence
 
     def _mark(self, held: _Held) -> None:
+        """``held`` changed: written behind, within ``flush_interval_ms``."""
         if held.sp.version != held.written:
             self._dirty.add(held.key)
-            self._wake.set()
+            if self._timer is None and self._inflight is None and self._loop is not None:
+                self._timer = self._loop.call_later(self.flush_interval_ms / 1000, self._timed)
+
+    def durable_soon(self, held: _Held, version: int) -> "asyncio.Future[ErrorCode]":
+        """A future done once ``version`` of ``held`` is in ZooKeeper (NONE) or cannot be (the error to
+        answer).  The write starts now, on a worker thread, so the caller's own work (a ShareFetch's
+        acquisition) overlaps it."""
+        fut = asyncio.get_running_loop().create_future()
+        if held.gone:
+            fut.set_result(ErrorCode.FENCED_STATE_EPOCH)
+        elif held.written >= version:
+            fut.set_result(ErrorCode.NONE)
+        else:
+            held.waiters.append((version, fut))
+            self._dirty.add(held.key)
+            self._submit()
+        return fut
 
     async def durable(self, held: _Held, version: int, timeout: float = 30.0) -> ErrorCode:
         """Wait until ``version`` of ``held`` is in ZooKeeper: NONE, or the error to answer."""
-        if held.gone:
-            return ErrorCode.FENCED_STATE_EPOCH
-        if held.written >= version:
-            return ErrorCode.NONE
-        fut = asyncio.get_running_loop().create_future()
-        held.waiters.append((version, fut))
-        self._dirty.add(held.key)
-        self._urgent.set()
-        self._wake.set()
+        return await self.settle(self.durable_soon(held, version), held.key, timeout)
+
+    async def settle(self, fut: "asyncio.Future[ErrorCode]", key: Key, timeout: float = 30.0) -> ErrorCode:
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
-            log.warning("share partition %s/%s-%d: state not written within %.0f s", *held.key, timeout)
+            log.warning("share partition %s/%s-%d: state not written within %.0f s", *key, timeout)
             return ErrorCode.REQUEST_TIMED_OUT
 
     async def flush(self) -> None:
         """Write everything dirty now (stop, tests)."""
-        while self._dirty:
-            await self._write_once()
+        while self._dirty or self._inflight is not None:
+            if self._inflight is None:
+                self._submit()
+            if self._inflight is not None:
+                await asyncio.shield(self._inflight)
+                await asyncio.sleep(0)  # the done callback runs
 
-    async def _writer(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if not self._urgent.is_set():
-                try:
-                    await asyncio.wait_for(self._urgent.wait(), self.flush_interval_ms / 1000)
-                except asyncio.TimeoutError:
-                    pass
-            self._urgent.clear()
-            try:
-                await self._write_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: keep it dirty, retry
-                log.warning("share state write failed (%s); retrying", e)
-                await asyncio.sleep(0.5)
-                self._wake.set()
-            if self._dirty:
-                self._wake.set()
+    def _timed(self) -> None:
+        self._timer = None
+        self._submit()
 
-    async def _write_once(self) -> None:
+    def _submit(self) -> None:
+        """Start writing everything dirty in one go (multis of ``store.MAX_OPS``) on a worker thread,
+        unless a write is in flight: its completion starts the next one."""
+        if self._inflight is not None or not self._dirty or self._loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         keys, self._dirty = self._dirty, set()
         writes, taken = [], []
         for key in keys:
@@ -382,34 +427,46 @@ class SharePartitionManager:
             taken.append((held, held.sp.version))
         if not writes:
             return
+        self._inflight = self._loop.run_in_executor(None, self.store.write_blocking, writes)
+        self._inflight.add_done_callback(lambda f: self._written(f, taken))
+
+    def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int]]) -> None:
+        self._inflight = None
         try:
-            results = await self.store.write(writes)
-        except BaseException:
+            results = fut.result()
+        except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: keep it dirty, try again soon
+            log.warning("share state write failed (%r); retrying", e)
             self._dirty.update(h.key for h, _ in taken)
-            raise
+            if self._loop is not None and self._timer is None:
+                self._timer = self._loop.call_later(RETRY_S, self._timed)
+            return
         for held, version in taken:
             r = results.get(held.key)
             if isinstance(r, StateFenced) or r is None:
                 held.gone = True
                 if self.held.get(held.key) is held:
                     del self.held[held.key]
-                for _, fut in held.waiters:
-                    if not fut.done():
-                        fut.set_result(ErrorCode.FENCED_STATE_EPOCH)
+                for _, w in held.waiters:
+                    if not w.done():
+                        w.set_result(ErrorCode.FENCED_STATE_EPOCH)
                 held.waiters.clear()
                 continue
             held.zversion = r
             held.written = max(held.written, version)
             keep = []
-            for v, fut in held.waiters:
+            for v, w in held.waiters:
                 if v <= held.written:
-                    if not fut.done():
-                        fut.set_result(ErrorCode.NONE)
+                    if not w.done():
+                        w.set_result(ErrorCode.NONE)
                 else:
-                    keep.append((v, fut))
+                    keep.append((v, w))
             held.waiters = keep
             if held.sp.version != held.written:
                 self._dirty.add(held.key)
+        if any(h.waiters for h in (self.held.get(k) for k in self._dirty) if h is not None):
+            self._submit()  # someone waits: at once
+        elif self._dirty and self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(self.flush_interval_ms / 1000, self._timed)
 
     # ------------------------------------------------------------ locks
 

@@ -102,6 +102,13 @@ class ShareStateStore:
             out.update(await self.zk_call(self._multi, writes[i:i + MAX_OPS]))
         return out
 
+    def write_blocking(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
+        """``write`` on the calling thread (a worker thread: it blocks on ZooKeeper)."""
+        out: dict[tuple[str, str, int], int | StateFenced] = {}
+        for i in range(0, len(writes), MAX_OPS):
+            out.update(self._multi(writes[i:i + MAX_OPS]))
+        return out
+
     def _multi(self, batch: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
         for w in batch:
             if w.version == NO_NODE:

@@ -25,6 +25,23 @@ journaling in one format: ``thin`` (our consumer, ``testing.member``), ``eager``
 (confluent-kafka with librdkafka's default assignors) and ``cooperative``
 (confluent-kafka with ``partition.assignment.strategy=cooperative-sticky``), see
 ``testing.kafka_member``.  Every kind commits synchronously after every batch.
+
+``share`` members are not in the consumer group: they are confluent-kafka
+``ShareConsumer``s of one share group (KIP-932, ``ChaosRun.share_group``, an id on the
+same coordinator shard as the consumer group, so coordinator faults hit both) reading the
+same topic, each its own process (``testing.share_member``): explicit acknowledgement,
+every record journaled with its delivery count, accepted, ``commit_sync``, and the
+broker's answer per partition journaled.  The brokers then run with short share-group
+timeouts (record lock ``share_lock_ms``, heartbeat 500 ms, session ``member_session_ms``)
+and the group's ``share.auto.offset.reset`` is set to ``earliest`` before its members
+start.  The same faults hit them (a killed one is restarted as a new process).  The
+checks of the consumer group read only the group members' journals; the share group's
+(``invariants.share_*``) are added to the report: every record in the log delivered to
+the share group at least once (after healing the share members run until it has been,
+within the run's deadline), no record with two lock holders at once, no record whose
+acceptance the broker confirmed acquired again, and every redelivery explained by a fault
+that caught the record in flight (of its holder, of its partition's leader) -- or else
+by a reassignment of the share group; the rest are counted as unexplained.
 The report also gives, per member (incarnation), the records delivered to it that
 had been delivered before (and how many of those it had delivered itself) and the
 faults that hit it; for every member SIGKILL, the longest wait of a record on the
@@ -60,14 +77,18 @@ from spark_coord.testing import invariants
 from spark_coord.testing.kafka_member import KafkaMemberProcess
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.producer import AckingProducer, LogEndSampler, read_values
+from spark_coord.testing.share_member import ShareMemberProcess, set_share_group_config
 
 log = logging.getLogger(__name__)
 
 KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill", "coordinator_expiry")
 BROKER_KINDS = ("coordinator_kill", "broker_kill", "coordinator_expiry")
 #: Member kinds: our thin consumer, confluent-kafka with the default (eager) assignors, and with
-#: cooperative-sticky.
-MEMBER_KINDS = ("thin", "eager", "cooperative")
+#: cooperative-sticky -- members of the consumer group; and ``share``, a confluent-kafka
+#: ShareConsumer of the run's share group.
+MEMBER_KINDS = ("thin", "eager", "cooperative", "share")
+#: The kinds that are members of the consumer group.
+GROUP_KINDS = ("thin", "eager", "cooperative")
 #: How long after SIGCONT a Kafka member paused past its session may still deliver what it fetched
 #: before the pause, at most, before it journals the loss (its next poll tells it).
 ZOMBIE_GRACE_S = 5.0
@@ -115,9 +136,24 @@ class ChaosSettings:
     #: Leave the coordinator's offset commit interval and rebalance backoff at their defaults
     #: (1000 ms, 500 ms) instead of the run's quicker 200 ms.
     coordinator_defaults: bool = False
+    #: Share members: the brokers' acquisition lock (group.share.record.lock.duration.ms), how long
+    #: a member holds each poll's records before accepting them, max.poll.records (0: the client's).
+    share_lock_ms: int = 5000
+    share_hold_s: float = 0.0
+    share_max_poll_records: int = 0
+    #: Share checks: how long before a member's previous poll a record it is handed may have been
+    #: acquired, and the slack around a fault that explains a redelivery.
+    share_slack_s: float = 1.0
+    share_margin_s: float = 2.0
 
     def member_kinds(self) -> tuple[str, ...]:
         return tuple(self.kinds) if self.kinds else ("thin",) * self.members
+
+    def has_share(self) -> bool:
+        return "share" in self.member_kinds()
+
+    def has_group(self) -> bool:
+        return any(k in GROUP_KINDS for k in self.member_kinds())
 
 
 @dataclass
@@ -159,6 +195,15 @@ class ChaosReport:
     commit_failure_runs: list[dict] = field(default_factory=list)
     #: Stack dumps taken (member, at, where).
     diagnostics: list[dict] = field(default_factory=list)
+    #: The share group's figures (empty without share members): group, records, deliveries,
+    #: redeliveries and what explains them, acceptances confirmed, acknowledgement errors.
+    share: dict = field(default_factory=dict)
+    #: Share-group violations: records in the log never delivered to it; records with two lock
+    #: holders; records acquired again after a confirmed acceptance; unexplained redeliveries.
+    share_lost: list[str] = field(default_factory=list)
+    share_lock_overlaps: list[str] = field(default_factory=list)
+    share_confirmed_again: list[str] = field(default_factory=list)
+    share_unexplained: list[str] = field(default_factory=list)
 
     @property
     def duplicate_pct(self) -> float:
@@ -167,7 +212,8 @@ class ChaosReport:
     @property
     def violations(self) -> list[str]:
         return (self.lost + self.not_consumed + self.regressions + self.overlaps + self.outside_ownership
-                + self.liveness + self.final_offsets)
+                + self.liveness + self.final_offsets + self.share_lost + self.share_lock_overlaps
+                + self.share_confirmed_again + self.share_unexplained)
 
     def summary(self) -> str:
         stalls = self.coordinator_kill_stalls
@@ -214,6 +260,26 @@ class ChaosReport:
                              + (f" ({msgs})" if msgs else ""))
         for d in self.diagnostics:
             lines.append(f"stack dump of {d['target']} at +{d['at']:.1f}: {d['where']}")
+        sh = self.share
+        if sh:
+            lines.append(
+                f"share group {sh['group']} ({sh['members']} members, lock {sh['lock_s']:.1f} s): "
+                f"{sh['records']} records delivered of {sh['expected']} in the log ({sh['acked_expected']} "
+                f"acknowledged to the producer), {sh['deliveries']} deliveries; never delivered {len(self.share_lost)}")
+            lines.append(
+                f"  redeliveries: {sh['redeliveries']} ({sh['redelivered_pct']:.3f}% of records, "
+                f"{sh['redelivered_records']} records; highest delivery count {sh['max_count']}): explained by a fault of the holder "
+                f"{sh['by_holder']}, of the partition's leader {sh['by_leader']}, by a reassignment only "
+                f"{sh['by_reassignment']}; unexplained {len(self.share_unexplained)}; records whose first delivery "
+                f"had a count above 1 (acquired by a member that died before handing them out) "
+                f"{sh.get('first_count_above_1', 0)}")
+            lines.append(
+                f"  acceptances confirmed {sh['confirmed']} of {sh['accepted']} sent; answers with an error "
+                f"{sh['ack_errors']} ({', '.join(f'{k} x{v}' for k, v in sh['ack_error_codes'].items()) or 'none'}), "
+                f"unknown {sh['ack_unknown']}")
+            lines.append(
+                f"  two lock holders {len(self.share_lock_overlaps)}, acquired again after a confirmed acceptance "
+                f"{len(self.share_confirmed_again)}")
         return "\n".join(lines)
 
 
@@ -238,6 +304,8 @@ class ChaosRun:
         self.kinds = settings.member_kinds()
         self.t0 = time.time()
         self.diagnostics: list[dict] = []
+        #: The share group of the ``share`` members (picked once the cluster is up).
+        self.share_group = "chaos-share"
 
     # ---------------------------------------------------------------- setup
     def _start_cluster(self):
@@ -248,6 +316,8 @@ class ChaosRun:
                      **({} if self.s.coordinator_defaults else {
                          "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200}),
                      "coordinator.min.session.timeout.ms": 1000}
+        if self.s.has_share():
+            overrides.update(share_overrides(self.s))
         self.cluster = LocalCluster(self.s.brokers, self.workdir / "cluster", zk_connect=self.zk_connect,
                                     overrides=overrides)
         self.cluster.start()
@@ -258,7 +328,11 @@ class ChaosRun:
         n = sum(1 for name in self.members if name == base or name.startswith(base + "."))
         name = base if n == 0 else f"{base}.{n}"
         kind = self.kinds[slot]
-        if kind == "thin":
+        if kind == "share":
+            m = ShareMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.share_group,
+                                   topics=[self.topic], consumer_id=name,
+                                   max_poll_records=self.s.share_max_poll_records, hold_s=self.s.share_hold_s)
+        elif kind == "thin":
             m = MemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
                               topics=[self.topic], session_timeout_ms=self.s.member_session_ms, consumer_id=base,
                               state_every=self.s.state_every_s)
@@ -277,6 +351,27 @@ class ChaosRun:
 
         with ClusterClient(self.cluster.bootstrap) as cc:
             return {p: info.leader for p, info in cc.topic(self.topic, refresh=True, wait=10).partitions.items()}
+
+    def _pick_share_group(self) -> str:
+        """A share group id on the consumer group's coordinator shard (so the coordinator faults,
+        drawn on the consumer group's coordinator, hit the share group's too)."""
+        from spark_coord.coordinator.shards import shard_of
+        from spark_coord.testing.zk_history import read_shard_count
+
+        deadline = time.monotonic() + 30
+        count = None
+        while count is None and time.monotonic() < deadline:
+            try:
+                count = read_shard_count(self.zk)
+            except Exception:  # noqa: BLE001 -- not written yet
+                count = None
+            if count is None:
+                time.sleep(0.2)
+        if not count:
+            return "chaos-share"
+        target = shard_of(self.group, count)
+        return next(g for g in ("chaos-share" if i == 0 else f"chaos-share-{i}" for i in range(100000))
+                    if shard_of(g, count) == target)
 
     def _coordinator(self) -> int | None:
         from spark_coord.testing.zk_history import read_coordinator
@@ -383,6 +478,11 @@ class ChaosRun:
             with ClusterClient(self.cluster.bootstrap) as cc:
                 AdminClient(cc).create_topic(self.topic, s.partitions)
             self.leaders = self._leaders()
+            if s.has_share():
+                self.share_group = self._pick_share_group()
+                set_share_group_config(self.cluster.bootstrap, self.share_group,
+                                       {"share.auto.offset.reset": "earliest"})
+                log.info("share group %s: share.auto.offset.reset=earliest", self.share_group)
             self.history = ZkHistory(self.zk, self.group, interval=0.25)
             self.history.start()
             self.sampler = LogEndSampler(self.cluster.bootstrap, self.topic)
@@ -427,11 +527,16 @@ class ChaosRun:
         self._heal()
         self.producer.stop()
         ends = self._log_ends()
-        journals = self._journals()
-        deadline = time.monotonic() + 120
-        while invariants.at_least_once(journals, ends) and time.monotonic() < deadline:
+        in_log = {tp: range(end) for tp, end in ends.items()}
+
+        def pending() -> bool:
+            """Records in the log not consumed by the group, or not delivered to the share group."""
+            return bool((s.has_group() and invariants.at_least_once(self._journals(), ends))
+                        or (s.has_share() and invariants.share_at_least_once(self._share_journals(), in_log)))
+
+        deadline = time.monotonic() + 120 + (s.share_lock_ms / 1000 if s.has_share() else 0)
+        while pending() and time.monotonic() < deadline:
             time.sleep(0.5)
-            journals = self._journals()
         closers = [threading.Thread(target=m.stop, args=(60,)) for m in self.current.values() if m.alive()]
         for t in closers:
             t.start()
@@ -451,14 +556,21 @@ class ChaosRun:
         dups = invariants.duplicates(journals)
         self._owners = intervals
         stalls = [self._stall(f.at, int(f.target), journals, log_ends) for f in self.faults
-                  if f.kind == "coordinator_kill"]
+                  if f.kind == "coordinator_kill" and s.has_group()]
         first = _first_deliveries(journals)
-        kill_stalls = [self._member_kill_stall(f, first, log_ends) for f in self.faults if f.kind == "member_kill"]
+        kill_stalls = [self._member_kill_stall(f, first, log_ends) for f in self.faults
+                       if f.kind == "member_kill" and self._kind_of(f.target) != "share"]
+        share = self._share_checks(ends, self.producer.acked) if s.has_share() else {}
+        if not s.has_group():  # no consumer group: its checks have nothing to look at
+            not_consumed, final_offsets = [], []
+        else:
+            not_consumed = invariants.at_least_once(journals, ends)
+            final_offsets = invariants.committed_at_log_end(committed, ends)  # type: ignore[arg-type]
         return ChaosReport(
             settings=asdict(s), faults=[asdict(f) for f in self.faults],
             produced=self.producer.sent, acked=len(self.producer.acked), consumed=dups["records"], duplicates=dups,
             lost=[f"{self.topic}-{p}: acknowledged record {n} is not in the log" for p, n in lost],
-            not_consumed=invariants.at_least_once(journals, ends),
+            not_consumed=not_consumed,
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
             overlaps=invariants.one_owner_at_a_time(
@@ -467,14 +579,100 @@ class ChaosRun:
             outside_ownership=invariants.delivered_outside_ownership(journals, intervals),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
                                          self._waiting_members(), unknown_start=0),
-            final_offsets=invariants.committed_at_log_end(committed, ends),  # type: ignore[arg-type]
-            coordinator_kill_stalls=stalls, baseline_stalls=self._baseline(journals, log_ends),
+            final_offsets=final_offsets,
+            coordinator_kill_stalls=stalls,
+            baseline_stalls=self._baseline(journals, log_ends) if s.has_group() else [],
             wall_s=time.monotonic() - started, t0=self.t0, members=self._member_figures(journals),
-            member_kill_stalls=kill_stalls, baseline_latency=self._latency_baseline(first, log_ends),
+            member_kill_stalls=kill_stalls,
+            baseline_latency=self._latency_baseline(first, log_ends) if s.has_group() else [],
             commit_failure_runs=[dict(r, kind=self._kind_of(r["member"]), start=r["start"] - self.t0,
                                       end=r["end"] - self.t0)
                                  for r in commit_failure_runs(journals, s.commit_failure_report_s)],
-            diagnostics=[dict(d, at=d["at"] - self.t0) for d in self.diagnostics])
+            diagnostics=[dict(d, at=d["at"] - self.t0) for d in self.diagnostics],
+            share=share.get("figures", {}), share_lost=share.get("lost", []),
+            share_lock_overlaps=share.get("lock_overlaps", []), share_confirmed_again=share.get("confirmed_again", []),
+            share_unexplained=share.get("unexplained", []))
+
+    # ---------------------------------------------------------------- share group
+    def _share_checks(self, ends: Mapping[tuple[str, int], int], acked: set[tuple[int, int]]) -> dict:
+        """The share group's checks (``invariants.share_*``) over the share members' journals and the
+        faults of the run; figures and violations."""
+        s = self.s
+        journals = self._share_journals()
+        lock_s, slack, margin = s.share_lock_ms / 1000, s.share_slack_s, s.share_margin_s
+        offsets = _log_offsets(self.cluster.bootstrap, self.topic)     # (partition, seq) -> offset
+        acked_in_log: dict = {}
+        for key in acked:
+            if key in offsets:
+                acked_in_log.setdefault((self.topic, key[0]), []).append(offsets[key])
+        acked_set = {(tp, o) for tp, offs in acked_in_log.items() for o in offs}
+        others = {tp: [o for o in range(end) if (tp, o) not in acked_set] for tp, end in ends.items()}
+        lost = (invariants.share_at_least_once(journals, {tp: sorted(v) for tp, v in acked_in_log.items()},
+                                               "records acknowledged to the producer")
+                + invariants.share_at_least_once(journals, {tp: v for tp, v in others.items() if v},
+                                                 "records in the log not acknowledged to the producer"))
+        deliveries = invariants.share_deliveries(journals, slack)
+        share_names = [n for n in self.members if self._kind_of(n) == "share"]
+        released: dict[str, list[float]] = {n: [e["ts"] for e in journals.get(n, ()) if e["ev"] == "closed"]
+                                            for n in share_names}
+        for n in share_names:
+            if n in self.deaths:
+                released[n].append(self.deaths[n])
+        holder_faults: dict[str, list[tuple[float, float]]] = {}
+        leader_faults: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        leader_lost: dict[tuple[str, int], list[float]] = {}
+        reassigned: list[tuple[float, float]] = []
+        session_s = s.member_session_ms / 1000
+        for f in self.faults:
+            until = f.until or f.at
+            if f.kind in BROKER_KINDS:
+                for p, b in self.leaders.items():
+                    if str(b) == f.target:
+                        leader_faults.setdefault((self.topic, p), []).append((f.at, until))
+                        if f.kind != "coordinator_expiry":
+                            leader_lost.setdefault((self.topic, p), []).append(f.at)
+                if f.kind in ("coordinator_kill", "coordinator_expiry"):
+                    reassigned.append((f.at, until + 15.0))   # the members join the next coordinator
+            elif self._kind_of(f.target) == "share":
+                holder_faults.setdefault(f.target, []).append((f.at, until))
+                reassigned.append((f.at, (f.at + session_s + 5.0) if f.kind == "member_kill" else until + 5.0))
+        for n in share_names:
+            for e in journals.get(n, ()):
+                if e["ev"] == "start":
+                    reassigned.append((e["ts"], e["ts"] + 10.0))
+                elif e["ev"] == "closed":
+                    reassigned.append((e["ts"] - 1.0, e["ts"] + 3.0))
+        redeliveries = invariants.share_redeliveries(
+            journals, lock_s, margin, holder_faults=holder_faults, leader_faults=leader_faults,
+            reassigned=reassigned, slack=slack, deliveries=deliveries)
+        overlaps = invariants.share_lock_overlaps(journals, lock_s, released=released, leader_lost=leader_lost,
+                                                  reassigned=reassigned, slack=slack, deliveries=deliveries)
+        again = invariants.share_confirmed_again(journals, slack, deliveries=deliveries)
+        acks = [e for events in journals.values() for e in events if e["ev"] == "ack"]
+        codes: dict[str, int] = {}
+        for e in acks:
+            if e.get("code") not in (0, None):
+                key = str(e["code"])
+                codes[key] = codes.get(key, 0) + len(e["offs"])
+        n_records = len(deliveries)
+        figures = {
+            "group": self.share_group, "members": self.kinds.count("share"), "lock_s": lock_s,
+            "expected": sum(ends.values()), "acked_expected": len(acked_set), "records": n_records,
+            "deliveries": sum(len(v) for v in deliveries.values()),
+            "redeliveries": redeliveries["redeliveries"], "redelivered_records": redeliveries["records"],
+            "redelivered_pct": 100.0 * redeliveries["redeliveries"] / max(1, n_records),
+            "by_holder": redeliveries["holder"], "by_leader": redeliveries["leader"],
+            "by_reassignment": redeliveries["reassigned"], "unexplained": redeliveries["unexplained"],
+            "max_count": max((d.count for v in deliveries.values() for d in v), default=0),
+            # acquired before, by a member that died before journaling them (or by a fetch lost in a crash)
+            "first_count_above_1": sum(1 for v in deliveries.values() if v[0].count > 1),
+            "accepted": sum(len(e["offs"]) for e in acks),
+            "confirmed": sum(len(e["offs"]) for e in acks if e.get("code") == 0),
+            "ack_errors": sum(codes.values()), "ack_error_codes": dict(sorted(codes.items())),
+            "ack_unknown": sum(len(e["offs"]) for e in acks if e.get("code") is None),
+        }
+        return {"figures": figures, "lost": lost, "lock_overlaps": overlaps, "confirmed_again": again,
+                "unexplained": redeliveries["violations"]}
 
     def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
         """Member -> windows in which it could not deliver: paused by a fault, and, for a Kafka
@@ -505,7 +703,12 @@ class ChaosRun:
         return out
 
     def _journals(self) -> dict[str, list[dict]]:
-        return {name: m.events() for name, m in self.members.items()}
+        """The consumer group members' journals (what the group's checks read)."""
+        return {name: m.events() for name, m in self.members.items() if self._kind_of(name) != "share"}
+
+    def _share_journals(self) -> dict[str, list[dict]]:
+        """The share members' journals."""
+        return {name: m.events() for name, m in self.members.items() if self._kind_of(name) == "share"}
 
     def _log_ends(self) -> dict[tuple[str, int], int]:
         from spark_coord.client.admin import LATEST, AdminClient
@@ -570,12 +773,16 @@ class ChaosRun:
         return getattr(m, "kind", "thin") if m is not None else "?"
 
     def _member_figures(self, journals) -> list[dict]:
-        dups = invariants.duplicates_by_member(journals)
+        """Per member incarnation; a share member's ``extra`` counts its deliveries of records delivered
+        to the share group before, and its ``commit_failed`` its acknowledgements answered with an error."""
+        share = self._share_journals()
+        dups = {**invariants.duplicates_by_member(journals), **invariants.duplicates_by_member(share)}
         out = []
         for name in sorted(self.members, key=lambda n: (n.split(".")[0], len(n), n)):
-            events = journals.get(name, [])
+            events = journals.get(name) or share.get(name, [])
             out.append(dict(name=name, kind=self._kind_of(name), **dups.get(name, {}),
-                            commit_failed=sum(1 for e in events if e["ev"] == "commit_failed"),
+                            commit_failed=sum(1 for e in events if e["ev"] == "commit_failed"
+                                              or (e["ev"] == "ack" and e.get("code") not in (0, None))),
                             faults=[{"kind": f.kind, "at": f.at - self.t0} for f in self.faults if f.target == name]))
         return out
 
@@ -657,6 +864,49 @@ class ChaosRun:
         from spark_coord.zk.client import close
 
         close(self.zk)
+
+
+def share_overrides(s: ChaosSettings) -> dict[str, int]:
+    """Broker settings of a run with share members: the acquisition lock ``share_lock_ms``, heartbeats
+    every 500 ms, sessions of ``member_session_ms`` (the group.share.min.* bounds lowered to allow them)."""
+    return {"group.share.min.record.lock.duration.ms": min(1000, s.share_lock_ms),
+            "group.share.record.lock.duration.ms": s.share_lock_ms,
+            "group.share.min.heartbeat.interval.ms": 100, "group.share.heartbeat.interval.ms": 500,
+            "group.share.min.session.timeout.ms": min(1000, s.member_session_ms),
+            "group.share.session.timeout.ms": s.member_session_ms}
+
+
+def _log_offsets(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:
+    """(partition, seq) -> offset of every record of the producer (value ``<partition>:<seq>``) in the log."""
+    from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+    from spark_coord.client.fetcher import fetch
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.errors import KafkaError
+    from spark_coord.records.reader import iter_records
+
+    out: dict[tuple[int, int], int] = {}
+    with ClusterClient(bootstrap, timeout=10.0) as cc:
+        admin = AdminClient(cc)
+        parts = sorted(cc.topic(topic, refresh=True, wait=10.0).partitions)
+        positions = admin.list_offsets(topic, parts, EARLIEST)
+        ends = admin.list_offsets(topic, parts, LATEST)
+        while any(positions[p] < ends[p] for p in parts):
+            for p in parts:
+                if positions[p] >= ends[p]:
+                    continue
+                for pd in fetch(cc.connection(cc.leader(topic, p)), {(topic, p): positions[p]}, max_wait_ms=100):
+                    if pd.error:
+                        raise KafkaError(pd.error, f"{topic}-{p}")
+                    for rec in iter_records(pd.records or b"", min_offset=positions[p]):
+                        if rec.offset >= ends[p]:
+                            break
+                        try:
+                            part, seq = (rec.value or b"").split(b":")
+                            out[(int(part), int(seq))] = rec.offset
+                        except ValueError:
+                            pass
+                        positions[p] = rec.offset + 1
+    return out
 
 
 def _first_deliveries(journals) -> dict[tuple[str, int, int], float]:

@@ -16,6 +16,20 @@ held), so a test can assert on it and print every violation at once.
 8. ``liveness``: while records wait on a partition a member owns, that member
    delivers some of them within a bound (leader outages and member pauses excepted).
 
+Share groups (KIP-932) have checks of their own over the journals of ``testing.share_member``
+(``recs`` lines carry each record's delivery ``counts``; ``ack`` lines what ``commit_sync``
+answered per partition, ``code`` 0 = the broker confirmed the acceptance):
+
+- ``share_at_least_once``: every expected record was delivered to the share group at least once;
+- ``share_lock_overlaps``: no record was acquired by a member while another delivery of it still
+  held its acquisition lock (two deliveries with the same delivery count, or a later one within
+  the lock duration of the earlier one without a release: holder killed or closed, leader
+  killed, the group reassigned);
+- ``share_confirmed_again``: no record whose acceptance the broker confirmed was acquired again
+  (after the confirmation: delivered again; before it: a stale acknowledgement accepted);
+- ``share_redeliveries``: every redelivery explained by a fault that hit the records in flight
+  (of their holder, of the partition's leader), or else by a reassignment of the group.
+
 ``exact_after_clean_close`` is the stronger check for a run in which members only
 joined and left cleanly: every record consumed exactly once and the committed
 offset equal to the number of records consumed, per partition.  ``duplicates``
@@ -26,7 +40,7 @@ already).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from spark_coord.common import TopicPartition
 from spark_coord.testing.zk_history import Sample
@@ -347,6 +361,201 @@ def committed_at_log_end(committed: Mapping[TopicPartition, int], log_end: Mappi
     """Invariant 6: after a clean close the group's committed offsets equal the log end."""
     return [f"{tp[0]}-{tp[1]}: committed {committed.get(tp)}, log end {end}"
             for tp, end in sorted(log_end.items()) if committed.get(tp, 0 if end == 0 else None) != end]
+
+
+# ------------------------------------------------------------------ share groups (KIP-932)
+
+Record = tuple[str, int, int]   #: (topic, partition, offset)
+
+
+class ShareDelivery(NamedTuple):
+    """One delivery of one record to a share member (a ``recs`` line of ``testing.share_member``)."""
+
+    ts: float       #: when the member journaled it (the broker acquired it before)
+    lo: float       #: the earliest the broker may have acquired it: the member's previous poll, less slack
+    member: str
+    count: int      #: its delivery count, as the broker told it
+
+
+def share_deliveries(journals: Mapping[str, Journal], slack: float = 1.0) -> dict[Record, list[ShareDelivery]]:
+    """record -> its deliveries, in acquisition order: by delivery count (the leader counts every
+    acquisition), then by time.  A delivery's acquisition lies in ``[lo, ts]``: a member's poll
+    returns records acquired since its previous poll (fetched ahead, or answered to a request sent
+    before a pause), so ``lo`` is the journal time of the member's previous poll (its ``start`` for
+    the first one) less ``slack`` seconds."""
+    out: dict[Record, list[ShareDelivery]] = defaultdict(list)
+    for member, events in journals.items():
+        prev_poll = last_recs = None
+        in_poll = False
+        for e in events:
+            if e["ev"] == "start" and prev_poll is None:
+                prev_poll = e["ts"]
+            if e["ev"] != "recs":
+                in_poll = False
+                continue
+            if not in_poll:  # the first line of a poll (a poll writes one line per partition, together)
+                in_poll = True
+                if last_recs is not None:
+                    prev_poll = last_recs
+            last_recs = e["ts"]
+            lo = (prev_poll if prev_poll is not None else e["ts"]) - slack
+            counts = e.get("counts") or [0] * len(e["offs"])
+            for o, c in zip(e["offs"], counts):
+                out[(e["t"], e["p"], o)].append(ShareDelivery(e["ts"], lo, member, c))
+    for v in out.values():
+        v.sort(key=lambda d: (d.count, d.ts))
+    return dict(out)
+
+
+def share_confirmed(journals: Mapping[str, Journal]) -> dict[Record, list[tuple[float, float, str]]]:
+    """record -> [(confirmed at, commit_sync called at, member)]: acceptances the broker confirmed."""
+    out: dict[Record, list[tuple[float, float, str]]] = defaultdict(list)
+    for member, events in journals.items():
+        for e in events:
+            if e["ev"] == "ack" and e.get("code") == 0:
+                for o in e["offs"]:
+                    out[(e["t"], e["p"], o)].append((e["ts"], e.get("sent", e["ts"]), member))
+    return dict(out)
+
+
+def share_at_least_once(journals: Mapping[str, Journal], expected: Mapping[TopicPartition, Iterable[int]],
+                        what: str = "records") -> list[str]:
+    """Every expected offset of every partition was delivered to the share group at least once."""
+    got = {(e["t"], e["p"], o) for events in journals.values() for e in events if e["ev"] == "recs"
+           for o in e["offs"]}
+    bad = []
+    for (t, p), offs in sorted(expected.items()):
+        offs = list(offs)
+        missing = [o for o in offs if (t, p, o) not in got]
+        if missing:
+            bad.append(f"share group: {t}-{p}: {len(missing)} of {len(offs)} {what} never delivered "
+                       f"(offsets {_ranges(missing)})")
+    return bad
+
+
+def _fmt(d: ShareDelivery) -> str:
+    return f"{d.member} at {d.ts:.3f} (count {d.count})"
+
+
+def share_lock_overlaps(journals: Mapping[str, Journal], lock_s: float, *,
+                        released: Mapping[str, Sequence[float]] | None = None,
+                        leader_lost: Mapping[TopicPartition, Sequence[float]] | None = None,
+                        reassigned: Sequence[Interval] = (), slack: float = 1.0,
+                        deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+    """No record has two lock holders: each delivery of a record after the first (acquisition
+    order) was acquired only once the one before it no longer held it.
+
+    Two deliveries with the same delivery count are two acquisitions the leader did not count:
+    allowed only when the partition's leader lost its in-memory state in between (``leader_lost``:
+    partition -> when its leader was SIGKILLed; an acquisition is written to ZooKeeper behind, so
+    its count may be lost with it).  A later count acquired (at the latest when journaled)
+    before the earlier delivery's lock could have run out (its earliest acquisition plus
+    ``lock_s``) needs a release in between: its holder killed or closed (``released``: member ->
+    times), the leader SIGKILLed, or a reassignment of the group (``reassigned`` windows: a
+    member whose assignment loses a partition forgets it in its share session, and what it held
+    there goes back)."""
+    deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
+    released = released or {}
+    leader_lost = leader_lost or {}
+    bad = []
+    for (t, p, o), ds in sorted(deliveries.items()):
+        for d1, d2 in zip(ds, ds[1:]):
+            lost = any(d1.lo <= k <= d2.ts for k in leader_lost.get((t, p), ()))
+            if d1.count == d2.count and d1.count > 0:
+                if not lost:
+                    bad.append(f"{t}-{p} offset {o}: acquired twice with delivery count {d1.count}: "
+                               f"{_fmt(d1)} and {_fmt(d2)}, no leader crash in between")
+                continue
+            if d2.ts >= d1.lo + lock_s or lost:
+                continue
+            if any(d1.lo <= k <= d2.ts for k in released.get(d1.member, ())):
+                continue
+            if _during(reassigned, d1.lo, d2.ts):
+                continue
+            bad.append(f"{t}-{p} offset {o}: delivered to {_fmt(d2)} while {_fmt(d1)} still held it "
+                       f"(its lock runs {lock_s:.1f} s from its acquisition, at the earliest {d1.lo:.3f}; "
+                       f"no release, leader crash or reassignment in between)")
+    return bad
+
+
+def share_confirmed_again(journals: Mapping[str, Journal], slack: float = 1.0,
+                          deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+    """No record whose acceptance the broker confirmed is acquired again.  The confirmed
+    delivery is the member's last delivery of it before its ``commit_sync``; any delivery
+    acquired after it (a higher delivery count, or -- counts equal -- surely acquired later) is a
+    violation: journaled after the confirmation, the record came back; before it, the broker
+    accepted an acknowledgement from a member that no longer held the record."""
+    deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
+    bad = []
+    for rec, confirms in sorted(share_confirmed(journals).items()):
+        ds = deliveries.get(rec, [])
+        for at, sent, member in confirms:
+            mine = [d for d in ds if d.member == member and d.ts <= sent]
+            if not mine:
+                bad.append(f"{rec[0]}-{rec[1]} offset {rec[2]}: {member}'s acceptance confirmed at {at:.3f} but it "
+                           f"journaled no delivery of it before")
+                continue
+            a = max(mine, key=lambda d: d.ts)
+            for d in ds:
+                if d == a or not (d.count > a.count or (d.count == a.count and d.lo > a.ts)):
+                    continue
+                if d.ts > at:
+                    bad.append(f"{rec[0]}-{rec[1]} offset {rec[2]}: delivered to {_fmt(d)} after the broker "
+                               f"confirmed {member}'s acceptance (of its delivery at {a.ts:.3f}, count "
+                               f"{a.count}) at {at:.3f}")
+                else:
+                    bad.append(f"{rec[0]}-{rec[1]} offset {rec[2]}: the broker confirmed {member}'s acceptance "
+                               f"(of its delivery at {a.ts:.3f}, count {a.count}; commit at {sent:.3f}, confirmed "
+                               f"{at:.3f}) although {_fmt(d)} had acquired it since")
+    return bad
+
+
+def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s: float, *,
+                       holder_faults: Mapping[str, Sequence[Interval]] | None = None,
+                       leader_faults: Mapping[TopicPartition, Sequence[Interval]] | None = None,
+                       reassigned: Sequence[Interval] = (), slack: float = 1.0,
+                       deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> dict[str, Any]:
+    """Every redelivery (a delivery after a record's first, in acquisition order) explained by a
+    fault that caught the earlier delivery in flight: one that began at most ``lock_s +
+    margin_s`` after that delivery's earliest acquisition and ended (SIGCONT, restart) at most
+    ``margin_s`` before it was journaled, and began before the redelivery (plus ``margin_s``) --
+    of its holder (``holder_faults``: member -> (from, to) of its kills and pauses) or of the
+    partition's leader (``leader_faults``: partition -> (from, to) of its kills and pauses).
+    Those not explained so are explained by a reassignment when one of the ``reassigned``
+    windows falls between the earlier delivery and the redelivery; the rest are unexplained.
+
+    Returns ``redeliveries``, ``records`` (distinct records redelivered), ``holder``,
+    ``leader``, ``reassigned`` (how many each explains, first match in that order),
+    ``unexplained`` (count) and ``violations`` (the unexplained ones, described)."""
+    deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
+    holder_faults = holder_faults or {}
+    leader_faults = leader_faults or {}
+    n = Counter()
+    records = 0
+    bad = []
+
+    def caught(windows, d1, d2) -> bool:
+        return any(a <= d1.ts + lock_s + margin_s and b + margin_s >= d1.lo and a <= d2.ts + margin_s
+                   for a, b in windows)
+
+    for (t, p, o), ds in sorted(deliveries.items()):
+        if len(ds) > 1:
+            records += 1
+        for d1, d2 in zip(ds, ds[1:]):
+            n["redeliveries"] += 1
+            if caught(holder_faults.get(d1.member, ()), d1, d2):
+                n["holder"] += 1
+            elif caught(leader_faults.get((t, p), ()), d1, d2):
+                n["leader"] += 1
+            elif _during(reassigned, d1.lo, d2.ts):
+                n["reassigned"] += 1
+            else:
+                n["unexplained"] += 1
+                bad.append(f"{t}-{p} offset {o}: delivered again to {_fmt(d2)} after {_fmt(d1)}, no fault of "
+                           f"{d1.member} or of the partition's leader caught it in flight, no reassignment "
+                           f"in between")
+    return {"redeliveries": n["redeliveries"], "records": records, "holder": n["holder"], "leader": n["leader"],
+            "reassigned": n["reassigned"], "unexplained": n["unexplained"], "violations": bad}
 
 
 def check_all(journals: Mapping[str, Journal], samples: Sequence[Sample],

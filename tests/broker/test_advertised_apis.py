@@ -14,11 +14,13 @@ from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.registry import ApiKey
 
-#: Kafka's group APIs (DESIGN section 11): the classic ones and Kafka 4's consumer group protocol (KIP-848).
+#: Kafka's group APIs (DESIGN section 11): the classic ones, Kafka 4's consumer group protocol (KIP-848) and
+#: share groups (KIP-932) with their offsets' admin APIs.
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
-              ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE}
+              ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE,
+              ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS}
 #: The config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 CONFIG_APIS = {ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS}
 #: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the config APIs, the group APIs, share fetches and

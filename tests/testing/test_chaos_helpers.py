@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spark_coord.testing.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds
+from spark_coord.testing.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds, share_overrides
 
 
 def test_member_kinds_parse_and_default_to_thin_consumers():
@@ -17,6 +17,21 @@ def test_member_kinds_parse_and_default_to_thin_consumers():
             parse_kinds(bad)
     assert ChaosSettings(members=3).member_kinds() == ("thin", "thin", "thin")
     assert ChaosSettings(members=3, kinds=("eager", "thin")).member_kinds() == ("eager", "thin")
+
+
+def test_share_members_are_a_kind_of_their_own_with_short_share_timeouts():
+    kinds = parse_kinds("thin,eager,cooperative,share,share")
+    assert kinds[-2:] == ("share", "share")
+    mixed, shares, thin = (ChaosSettings(kinds=kinds), ChaosSettings(kinds=("share",)), ChaosSettings(members=2))
+    assert (mixed.has_group(), mixed.has_share()) == (True, True)
+    assert (shares.has_group(), shares.has_share()) == (False, True)
+    assert (thin.has_group(), thin.has_share()) == (True, False)
+    o = share_overrides(ChaosSettings(kinds=kinds, share_lock_ms=4000, member_session_ms=6000))
+    assert o["group.share.record.lock.duration.ms"] == 4000 and o["group.share.session.timeout.ms"] == 6000
+    assert o["group.share.min.record.lock.duration.ms"] <= 4000 and o["group.share.min.session.timeout.ms"] <= 6000
+    from spark_coord import config
+
+    config.load(config.BROKER, None, {k: str(v) for k, v in o.items()})  # keys the broker knows, within bounds
 
 
 def _ev(ts, ev, **kw):

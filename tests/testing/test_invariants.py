@@ -128,3 +128,97 @@ def test_a_kafka_member_resumed_past_its_session_may_hand_out_what_it_fetched_be
     assert invariants.one_owner_at_a_time(spans, unleased=["k"], journals=journals, zombie={"k": [(2.0, 9.0)]}) == []
     assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=journals,
                                               zombie={"k": [(2.0, 8.0)]})) == 1
+
+
+# ------------------------------------------------------------------ share groups
+
+
+def _start(ts):
+    return {"ts": ts, "ev": "start", "kind": "share"}
+
+
+def _srecs(ts, p, *offs_counts):
+    """A share member's ``recs`` line: (offset, delivery count) pairs."""
+    return {"ts": ts, "ev": "recs", "t": T, "p": p, "offs": [o for o, _ in offs_counts],
+            "counts": [c for _, c in offs_counts], "gen": None}
+
+
+def _ack(ts, p, *offs, code=0, sent=None):
+    return {"ts": ts, "ev": "ack", "t": T, "p": p, "offs": list(offs), "code": code,
+            "sent": ts - 0.01 if sent is None else sent}
+
+
+def test_share_deliveries_are_in_acquisition_order_and_may_have_been_acquired_since_the_previous_poll():
+    """Ordered by delivery count, then time: a member paused between the acquisition and its poll
+    journals the record after the next holder, yet its delivery came first."""
+    journals = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1)), _srecs(1.0, 1, (0, 1)), _ack(1.1, 0, 0),
+                      _srecs(9.0, 0, (1, 1))],
+                "b": [_start(0.5), _srecs(7.0, 0, (1, 2))]}
+    ds = invariants.share_deliveries(journals, slack=0.5)
+    assert [(d.member, d.count) for d in ds[(T, 0, 1)]] == [("a", 1), ("b", 2)]
+    # a's first poll may hold records acquired since its start; its next ones since the first poll
+    assert ds[(T, 0, 0)][0].lo == ds[(T, 1, 0)][0].lo == -0.5
+    assert ds[(T, 0, 1)][0].lo == 0.5 and ds[(T, 0, 1)][1].lo == 0.0
+
+
+def test_share_at_least_once_names_what_never_came():
+    journals = {"a": [_srecs(1.0, 0, (0, 1), (1, 1)), _srecs(2.0, 1, (0, 1))], "b": [_srecs(2.0, 0, (3, 1))]}
+    assert invariants.share_at_least_once(journals, {(T, 0): range(5), (T, 1): [0]}) == [
+        "share group: t-0: 2 of 5 records never delivered (offsets 2, 4)"]
+
+
+def test_share_lock_overlaps_same_count_twice_or_a_later_one_within_the_lock_without_a_release():
+    twice = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1))], "b": [_start(0.0), _srecs(1.2, 0, (0, 1))]}
+    found = invariants.share_lock_overlaps(twice, 5.0, slack=0.5)
+    assert len(found) == 1 and "acquired twice with delivery count 1" in found[0]
+    # unless the leader crashed in between: the acquisition's count was not written yet
+    assert invariants.share_lock_overlaps(twice, 5.0, slack=0.5, leader_lost={(T, 0): [1.1]}) == []
+    early = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1))], "b": [_start(0.0), _srecs(3.0, 0, (0, 2))]}
+    found = invariants.share_lock_overlaps(early, 5.0, slack=0.5)
+    assert len(found) == 1 and "while a at 1.000 (count 1) still held it" in found[0]
+    assert invariants.share_lock_overlaps(early, 5.0, slack=0.5, released={"a": [2.0]}) == []      # a killed
+    assert invariants.share_lock_overlaps(early, 5.0, slack=0.5, leader_lost={(T, 0): [2.0]}) == []
+    assert invariants.share_lock_overlaps(early, 5.0, slack=0.5, reassigned=[(2.5, 4.0)]) == []
+    assert invariants.share_lock_overlaps(early, 5.0, slack=0.5, released={"a": [3.5]}) != []      # too late
+    # after the lock ran out (counted from the earliest the record may have been acquired)
+    late = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1))], "b": [_start(0.0), _srecs(5.6, 0, (0, 2))]}
+    assert invariants.share_lock_overlaps(late, 5.0, slack=0.5) == []
+
+
+def test_share_confirmed_again_after_the_confirmation_or_a_stale_acknowledgement_accepted():
+    again = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1)), _ack(1.1, 0, 0)], "b": [_start(0.0), _srecs(9.0, 0, (0, 2))]}
+    found = invariants.share_confirmed_again(again, slack=0.5)
+    assert len(found) == 1 and "after the broker confirmed a's acceptance" in found[0]
+    stale = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1)), _ack(8.0, 0, 0, sent=7.9)],
+             "b": [_start(0.0), _srecs(6.5, 0, (0, 2))]}
+    found = invariants.share_confirmed_again(stale, slack=0.5)
+    assert len(found) == 1 and "although b at 6.500 (count 2) had acquired it since" in found[0]
+    # a refused acknowledgement, and a zombie hand-out of an older acquisition, are no violation
+    refused = {"a": [_start(0.0), _srecs(1.0, 0, (0, 1)), _ack(8.0, 0, 0, code=121)],
+               "b": [_start(0.0), _srecs(6.5, 0, (0, 2)), _ack(6.6, 0, 0)]}
+    assert invariants.share_confirmed_again(refused, slack=0.5) == []
+    zombie = {"a": [_start(0.0), _srecs(0.5, 0, (9, 1)), _srecs(8.0, 0, (0, 1))],
+              "b": [_start(0.0), _srecs(6.5, 0, (0, 2)), _ack(6.6, 0, 0)]}
+    assert invariants.share_confirmed_again(zombie, slack=0.5) == []
+
+
+def test_share_redeliveries_are_explained_by_the_holder_the_leader_a_reassignment_or_not_at_all():
+    """p0's first holder a was killed, p1's leader restarted, p2 read while the group was reassigned;
+    p3's redelivery has no explanation (its leader's fault came after it)."""
+    first = {p: name for p, name in enumerate("acde")}
+    journals = {name: [_start(0.0), _srecs(10.0, p, (0, 1))] for p, name in first.items()}
+    journals["b"] = [_start(0.0)] + [_srecs(16.0, p, (0, 2)) for p in range(4)]
+    out = invariants.share_redeliveries(journals, 5.0, 1.0, holder_faults={"a": [(10.5, 12.0)], "b": [(1.0, 2.0)]},
+                                        leader_faults={(T, 1): [(11.0, 13.0)], (T, 3): [(30.0, 31.0)]},
+                                        slack=0.5)
+    assert {k: out[k] for k in ("redeliveries", "records", "holder", "leader", "reassigned", "unexplained")} == {
+        "redeliveries": 4, "records": 4, "holder": 1, "leader": 1, "reassigned": 0, "unexplained": 2}
+    assert [v.split(":")[0] for v in out["violations"]] == ["t-2 offset 0", "t-3 offset 0"]
+    assert "delivered again to b at 16.000 (count 2) after e at 10.000 (count 1)" in out["violations"][1]
+    # a reassignment between the two deliveries explains what no fault does
+    out = invariants.share_redeliveries(journals, 5.0, 1.0, holder_faults={"a": [(10.5, 12.0)]},
+                                        leader_faults={(T, 1): [(11.0, 13.0)]}, reassigned=[(14.0, 15.0)], slack=0.5)
+    assert (out["holder"], out["leader"], out["reassigned"], out["unexplained"]) == (1, 1, 2, 0)
+    # a fault long after the earlier delivery (more than the lock and the margin) explains nothing
+    out = invariants.share_redeliveries(journals, 5.0, 1.0, holder_faults={"a": [(17.0, 18.0)]}, slack=0.5)
+    assert out["holder"] == 0 and out["unexplained"] == 4

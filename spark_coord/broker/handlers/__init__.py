@@ -16,37 +16,13 @@ refused; ``may_create_topic`` is the check shared by everything that creates top
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from spark_coord.broker.connection import Connection
-    from spark_coord.broker.context import BrokerContext
-    from spark_coord.wire.protocol import RequestHeader
-
-HandleFn = Callable[["BrokerContext", "Connection", "RequestHeader", dict], Awaitable["dict | None"]]
-ErrorFn = Callable[[dict, int], "dict | None"]
+    from spark_coord.broker.handlers.base import Handler
 
 
-@dataclass(frozen=True)
-class Handler:
-    """How the broker serves one API key."""
-
-    api_key: int
-    name: str
-    handle: HandleFn
-    error_response: ErrorFn
-
-
-def may_create_topic(ctx: "BrokerContext", conn: "Connection", name: str) -> bool:
-    """Kafka's rule: Create on the cluster, or Create on the topic."""
-    from spark_coord.security.acl import CLUSTER, AclOperation, Resource
-
-    return ctx.authorized(conn, AclOperation.CREATE, CLUSTER) or \
-        ctx.authorized(conn, AclOperation.CREATE, Resource.topic(name))
-
-
-def data_handlers() -> list[Handler]:
+def data_handlers() -> "list[Handler]":
     """The Kafka data-plane handlers every broker serves."""
     from spark_coord.broker.handlers import (acls, alter_configs, api_versions, create_topics, delete_topics,
                                              describe_configs, fetch, incremental_alter_configs,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import (CLUSTER, AclOperation, AclBinding, binding_from_wire, filter_from_wire,
                                       validate_binding)

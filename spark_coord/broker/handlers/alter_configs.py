@@ -11,7 +11,7 @@ AlterConfigs on the group (the topic, the cluster).
 from __future__ import annotations
 
 from spark_coord.broker import config_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.wire.registry import ApiKey
 
 

@@ -8,7 +8,7 @@ with the v0 fallback (KIP-511).
 
 from __future__ import annotations
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 

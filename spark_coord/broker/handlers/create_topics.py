@@ -13,7 +13,7 @@ Creating needs Create on the cluster or on the topic, else TOPIC_AUTHORIZATION_F
 from __future__ import annotations
 
 from spark_coord.broker import topics as topic_admin
-from spark_coord.broker.handlers import Handler, may_create_topic
+from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 from spark_coord.zk.model import ZERO_TOPIC_ID

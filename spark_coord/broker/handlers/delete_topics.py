@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from spark_coord.broker import topics as topic_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.wire.registry import ApiKey
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, Resource

@@ -12,7 +12,7 @@ sources.  Synonyms only when asked for (v1+), documentation only when asked for
 from __future__ import annotations
 
 from spark_coord.broker import config_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.wire.registry import ApiKey
 
 

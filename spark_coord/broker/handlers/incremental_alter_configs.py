@@ -14,7 +14,7 @@ on the group (the topic, the cluster).
 from __future__ import annotations
 
 from spark_coord.broker import config_admin
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.wire.registry import ApiKey
 
 

@@ -16,7 +16,7 @@ A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.common import EARLIEST, LATEST, MAX_TIMESTAMP
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.broker.handlers import Handler, may_create_topic
+from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.broker import topics as topic_admin
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey

@@ -29,9 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from spark_coord.broker import producer_state
 from spark_coord.broker import topics as topic_admin
-from spark_coord.broker.handlers import Handler, may_create_topic
+from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
 from spark_coord.wire.registry import ApiKey
@@ -110,7 +109,7 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
         log.warning("%r: %s-%d: rejected record batch: %s", conn, topic, partition, e)
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e)), None
     plog = ctx.logs.get_or_create(topic, partition)
-    sequences = producer_state.for_broker(ctx).sequences
+    sequences = ctx.producers.sequences
     verdict = sequences.check(topic, partition, plog, headers)
     if verdict.duplicate_of is not None:
         log.info("%r: %s-%d: duplicate batch of producer %d (sequence %d) answered with offset %d", conn, topic,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 

@@ -13,7 +13,7 @@ re-authenticate, ``connections.max.reauth.ms`` is not served) ILLEGAL_SASL_STATE
 
 from __future__ import annotations
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 

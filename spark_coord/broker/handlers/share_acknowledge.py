@@ -10,7 +10,7 @@ answer comes once the acknowledgements are written to ZooKeeper.
 
 from __future__ import annotations
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.broker.handlers.share_fetch import apply_acks, await_durable, check_group, node_endpoints
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from spark_coord.broker.handlers import Handler
+from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, Resource
 from spark_coord.wire.registry import ApiKey
@@ -107,13 +107,15 @@ async def apply_acks(ctx, conn, group: str, member: str, topics: list[dict], par
                 continue
             ack, version = share.acknowledge(held, member, batches, renew=renew)
             parts[(tid, index)] = _partition(index, ack_code=ack)
-            pending.append((held, version, (tid, index)))
+            # the write starts now and overlaps what the request does next (its acquisition)
+            pending.append((share.durable_soon(held, version), held.key, (tid, index)))
     return pending
 
 
 async def await_durable(ctx, pending: list[tuple], parts: dict) -> None:
-    for held, version, where in pending:
-        code = await ctx.share.durable(held, version)
+    """Answer acknowledgements only once they are in ZooKeeper."""
+    for fut, key, where in pending:
+        code = await ctx.share.settle(fut, key)
         if code and not parts[where]["acknowledge_error_code"]:
             parts[where]["acknowledge_error_code"] = int(code)
 
@@ -243,7 +245,7 @@ async def _acquire_round(ctx, conn, session, group: str, member: str, parts: dic
             continue
         if share.sessions.get((group, member)) is not session:
             break  # the session closed while the partition loaded
-        acquired, data = [], b""
+        acquired, data = [], None
         offset = held.sp.fetch_offset()
         if offset is not None:
             plog = ctx.logs.get_or_create(topic, index)
@@ -253,13 +255,12 @@ async def _acquire_round(ctx, conn, session, group: str, member: str, parts: dic
                 share._follow_log_start(held)
                 region = None
             if region is not None:
-                raw = region.read() if hasattr(region, "read") else bytes(region)
-                acquired, data = share.acquire(held, member, raw, max_records=records_left,
+                acquired, data = share.acquire(held, member, region, max_records=records_left,
                                                batch_optimized=batch_optimized)
         if acquired:
             any_acquired = True
             records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
-            bytes_left -= len(data)
+            bytes_left -= data.length
             entry = parts.get((tid, index))
             if entry is None:
                 entry = parts[(tid, index)] = _partition(index)

@@ -13,7 +13,9 @@ SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
 DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``; and Kafka
 4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
 through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHeartbeat and
-ShareGroupDescribe, through ``share_group.ShareGroups``.
+ShareGroupDescribe, through ``share_group.ShareGroups``, and their offsets' admin APIs,
+DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, through
+``share_admin`` (the share-partition state the leaders keep in ZooKeeper).
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -42,10 +44,11 @@ class GroupApi:
 
 def group_apis() -> list[GroupApi]:
     """Every API of the front door."""
-    from spark_coord.coordinator.handlers import (cluster_metadata, commit_offsets, consumer_group_describe,
-                                                  consumer_group_heartbeat, delete_groups, describe_groups,
-                                                  describe_members, find_coordinator, heartbeat, join_group,
-                                                  leave_group, list_groups, offset_commit, offset_fetch,
+    from spark_coord.coordinator.handlers import (alter_share_group_offsets, cluster_metadata, commit_offsets,
+                                                  consumer_group_describe, consumer_group_heartbeat, delete_groups,
+                                                  delete_share_group_offsets, describe_groups, describe_members,
+                                                  describe_share_group_offsets, find_coordinator, heartbeat,
+                                                  join_group, leave_group, list_groups, offset_commit, offset_fetch,
                                                   register_consumer, share_group_describe,
                                                   share_group_heartbeat, sync_group)
 
@@ -53,4 +56,5 @@ def group_apis() -> list[GroupApi]:
             find_coordinator.API, join_group.API, sync_group.API, heartbeat.API, leave_group.API,
             offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
             consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
-            share_group_describe.API]
+            share_group_describe.API, describe_share_group_offsets.API, alter_share_group_offsets.API,
+            delete_share_group_offsets.API]

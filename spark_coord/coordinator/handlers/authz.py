@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from spark_coord.errors import ErrorCode
 from spark_coord.security import coordination as authz
-from spark_coord.security.acl import AclOperation
+from spark_coord.security.acl import AclOperation, Resource
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +62,19 @@ def describable_groups(ctx: Any, conn: Any, groups: list[str]) -> list[str]:
     if not ctx.authorizer.enabled:
         return list(groups)
     return list(authz.describable_groups(ctx.authorizer, conn.auth.principal, conn.auth.host, groups))
+
+
+def topic_refusals(ctx: Any, conn: Any, operation: AclOperation) -> Callable[[Any], int]:
+    """``code(topic)``: NONE, or TOPIC_AUTHORIZATION_FAILED when the principal may not do ``operation``
+    on the topic (the group is checked apart: the share-group offset APIs check Delete on the group
+    and Read on topics)."""
+    if not ctx.authorizer.enabled:
+        return lambda topic: ErrorCode.NONE
+    authorizer, principal, host = ctx.authorizer, conn.auth.principal, conn.auth.host
+
+    def code(topic: Any) -> int:
+        if isinstance(topic, str) and authorizer.authorize(principal, host, operation, Resource.topic(topic)):
+            return ErrorCode.NONE
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+    return code

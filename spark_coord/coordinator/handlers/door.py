@@ -45,6 +45,11 @@ class FrontDoor(Protocol):
         """The endpoint of the holder of ``group_id``'s shard on the listener ``conn`` came in on
         (None: nobody holds it)."""
 
+    async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The log end offset of each partition this process can learn: from its own logs, else
+        from the partition's leader by ListOffsets (off the event loop); the others are left out
+        (DescribeShareGroupOffsets' lag)."""
+
     def live_brokers(self, listener: str | None) -> list[tuple[int, str, int]]:
         """The brokers members fetch from, at their endpoints of ``listener``."""
 
