@@ -9,8 +9,10 @@ level, inside a function (a lazy import is still a dependency) or under
 ``TYPE_CHECKING``.  A package is a subpackage of ``spark_coord`` (``client``,
 ``records``, ...) or a top-level module (``config``, ``cluster``, ...).  ``LAYERS``
 lists them from the bottom up; a package may import its own layer and the layers
-below, never one above, and packages must not import each other in a circle.  The
-exit status is 1 when either happens (``tests/test_import_graph.py`` runs this).
+below, never one above, packages must not import each other in a circle, and the
+modules of one package must not either (type-only imports count: a module that needs
+another's types depends on it).  The exit status is 1 when any of this happens
+(``tests/test_import_graph.py`` runs this).
 
 Standard library only.
 """
@@ -186,7 +188,23 @@ def violations(found: list[Import], layers: list[tuple[str, ...]] = LAYERS) -> l
         inner = [f"{a}->{b} ({edges[(a, b)][0].path}:{edges[(a, b)][0].line})"
                  for a in component for b in component if (a, b) in edges]
         problems.append(f"import circle between {', '.join(component)}: {'; '.join(inner)}")
+    for pkg, modules in sorted(module_edges(found).items()):
+        for component in cycles({m for e in modules for m in e}, set(modules)):
+            inner = [f"{a}->{b} ({modules[(a, b)][0].path}:{modules[(a, b)][0].line})"
+                     for a in component for b in component if (a, b) in modules]
+            problems.append(f"import circle inside {pkg}: {', '.join(component)}: {'; '.join(inner)}")
     return problems
+
+
+def module_edges(found: list[Import]) -> dict[str, dict[tuple[str, str], list[Import]]]:
+    """Per package, the imports between its own modules (a package's ``__init__`` counts as a module
+    of it): circles there are refused too, type-only imports (``if TYPE_CHECKING:``) included -- a
+    module that needs another's types depends on it."""
+    out: dict[str, dict[tuple[str, str], list[Import]]] = {}
+    for imp in found:
+        if imp.source != imp.target and package_of(imp.source) == package_of(imp.target):
+            out.setdefault(package_of(imp.source), {}).setdefault((imp.source, imp.target), []).append(imp)
+    return out
 
 
 def dot(found: list[Import], layers: list[tuple[str, ...]] = LAYERS) -> str:

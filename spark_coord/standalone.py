@@ -53,7 +53,7 @@ from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.config import ConfigError
-from spark_coord.coordinator.zk_store import ZkGroupStore
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.gc_pauses import start_from_config
 from spark_coord.metrics import metrics_endpoint

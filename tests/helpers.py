@@ -81,7 +81,7 @@ def group_owners(zk_connect: str, group: str, topic: str) -> dict[int, str]:
 
 def owners_by_member(owners: dict[int, str]) -> dict[str, set[int]]:
     """``{partition: thread}`` as ``{consumer id: partitions}``."""
-    from spark_coord.coordinator.assignors import thread_owner
+    from spark_coord.coordinator.core.assignors import thread_owner
 
     out: dict[str, set[int]] = {}
     for p, thread in owners.items():

@@ -81,3 +81,15 @@ def test_relative_imports_count(graph, tmp_path):
         ("spark_coord.log.segment", "spark_coord.log.names"), ("spark_coord.records.header", "spark_coord.log.segment")}
     problems = graph.violations(found, [("records",), ("log",)])
     assert any("upward import: spark_coord/records/header.py:1" in p for p in problems), problems
+
+
+def test_the_checker_finds_circles_inside_a_package_type_only_imports_included(graph, tmp_path):
+    _write(tmp_path, {"spark_coord/__init__.py": "", "spark_coord/core/__init__.py": "",
+                      "spark_coord/core/a.py": "from spark_coord.core import b\n",
+                      "spark_coord/core/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                              "    from spark_coord.core.a import A\n",
+                      "spark_coord/core/c.py": "from spark_coord.core import a\n"})
+    problems = graph.violations(graph.imports(tmp_path, ("spark_coord",)), [("core",)])
+    assert problems == ["import circle inside core: spark_coord.core.a, spark_coord.core.b: "
+                        "spark_coord.core.a->spark_coord.core.b (spark_coord/core/a.py:1); "
+                        "spark_coord.core.b->spark_coord.core.a (spark_coord/core/b.py:3)"], problems

@@ -50,18 +50,18 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from spark_coord.broker.connection import DEFERRED, Connection
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
-from spark_coord.coordinator.classic import ClassicGroups
-from spark_coord.coordinator.consumer_group import ConsumerGroups
-from spark_coord.coordinator.share_group import ShareGroups
-from spark_coord.coordinator.clock import LoopTimer, SystemClock
-from spark_coord.coordinator.config import CoordinatorConfig
-from spark_coord.coordinator.coordinator import Coordinator
-from spark_coord.coordinator.elector import CoordinatorElector
+from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.doors.classic import ClassicGroups
+from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
+from spark_coord.coordinator.doors.share_group import ShareGroups
+from spark_coord.coordinator.core.clock import LoopTimer, SystemClock
+from spark_coord.coordinator.core.config import CoordinatorConfig
+from spark_coord.coordinator.core.coordinator import Coordinator
+from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
-from spark_coord.coordinator.metrics import NO_METRICS
-from spark_coord.coordinator.shards import place, shard_of
-from spark_coord.coordinator.zk_store import ZkGroupStore
+from spark_coord.coordinator.core.metrics import NO_METRICS
+from spark_coord.coordinator.core.shards import place, shard_of
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api

@@ -15,7 +15,7 @@ Off by default; ``metrics.port`` (and ``metrics.host``, 127.0.0.1 by default) tu
 Modules: ``broker`` (the broker's counters), ``lag`` (snapshots taken on the event loop,
 log ends, lag and its history), ``exporter`` (collectors that read state at scrape time),
 ``status`` (the page), ``http`` (the server), ``service`` (all of it for one process).
-The coordinator's observer and its no-op default are ``spark_coord.coordinator.metrics``,
+The coordinator's observer and its no-op default are ``spark_coord.coordinator.core.metrics``,
 beside what it observes: this package sits above the coordinator and the client (it reads
 their state and asks brokers for log ends) and below the servers that run it.
 """

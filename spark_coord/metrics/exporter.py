@@ -56,7 +56,7 @@ from typing import Any, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from spark_coord.coordinator.metrics import PROTOCOLS
+from spark_coord.coordinator.core.metrics import PROTOCOLS
 from spark_coord.metrics.broker import ZK_STATES
 from spark_coord.metrics.lag import LagTracker, Unavailable, on_loop
 

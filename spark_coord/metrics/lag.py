@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from spark_coord.coordinator.metrics import member_protocol
+from spark_coord.coordinator.core.metrics import member_protocol
 
 log = logging.getLogger(__name__)
 

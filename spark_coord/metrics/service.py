@@ -31,9 +31,9 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from spark_coord.config import Config, ConfigError
-from spark_coord.coordinator.metrics import PrometheusCoordinatorMetrics
+from spark_coord.coordinator.core.metrics import PrometheusCoordinatorMetrics
 from spark_coord.metrics.broker import PrometheusBrokerMetrics
-from spark_coord.coordinator.share_admin import read_states_blocking
+from spark_coord.coordinator.doors.share_admin import read_states_blocking
 from spark_coord.metrics.exporter import BrokerCollector, GroupCollector, ShareCollector, ZooKeeperCollector
 from spark_coord.metrics.http import MetricsHttpServer
 from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, ShareStates, Unavailable, broker_snapshot,

@@ -355,7 +355,7 @@ class ChaosRun:
     def _pick_share_group(self) -> str:
         """A share group id on the consumer group's coordinator shard (so the coordinator faults,
         drawn on the consumer group's coordinator, hit the share group's too)."""
-        from spark_coord.coordinator.shards import shard_of
+        from spark_coord.coordinator.core.shards import shard_of
         from spark_coord.testing.zk_history import read_shard_count
 
         deadline = time.monotonic() + 30

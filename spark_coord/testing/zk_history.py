@@ -47,7 +47,7 @@ def _generation(zk: KazooClient, group: str) -> int:
         data, _ = zk.get(paths.group_state(group))
     except NoNodeError:
         return -1
-    from spark_coord.coordinator.zk_store import parse_state
+    from spark_coord.coordinator.storage.zk_store import parse_state
 
     return parse_state(data, group)
 
@@ -81,7 +81,7 @@ def read_shard_count(zk: KazooClient) -> int | None:
 def read_coordinator(zk: KazooClient, group: str | None = None) -> int | None:
     """The coordinator id holding ``group``'s shard (None: shard 0), as its election node says
     (None while nobody holds it)."""
-    from spark_coord.coordinator.shards import shard_of
+    from spark_coord.coordinator.core.shards import shard_of
 
     count = read_shard_count(zk)
     if count is None:

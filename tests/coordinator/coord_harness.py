@@ -8,12 +8,12 @@ import asyncio
 import functools
 from typing import Any, Callable
 
-from spark_coord.coordinator.api import CoordinatorApi
-from spark_coord.coordinator.channel import ChannelClosed
-from spark_coord.coordinator.clock import ManualTimer
-from spark_coord.coordinator.config import CoordinatorConfig
-from spark_coord.coordinator.coordinator import Coordinator
-from spark_coord.coordinator.store import MemoryGroupStore
+from spark_coord.coordinator.core.api import CoordinatorApi
+from spark_coord.coordinator.core.channel import ChannelClosed
+from spark_coord.coordinator.core.clock import ManualTimer
+from spark_coord.coordinator.core.config import CoordinatorConfig
+from spark_coord.coordinator.core.coordinator import Coordinator
+from spark_coord.coordinator.storage.store import MemoryGroupStore
 
 PING, STOP, START = CoordinatorApi.PING, CoordinatorApi.STOP_FETCHER, CoordinatorApi.START_FETCHER
 EPOCH = 7

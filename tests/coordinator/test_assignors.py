@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_coord.coordinator.assignors import get_assignor, range_assign, roundrobin_assign, sticky_assign
-from spark_coord.coordinator.clock import ManualTimer
-from spark_coord.coordinator.delayed import DelayedPing
-from spark_coord.coordinator.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.assignors import get_assignor, range_assign, roundrobin_assign, sticky_assign
+from spark_coord.coordinator.core.clock import ManualTimer
+from spark_coord.coordinator.core.delayed import DelayedPing
+from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.core.subscription import TopicCount
 
 topics_st = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 20), min_size=1)
 members_st = st.dictionaries(
@@ -179,7 +179,7 @@ def test_manual_timer_fires_in_order_and_purgatory_completes_once():
 @settings(max_examples=200, deadline=None)
 @given(members_st, topics_st, previous_st)
 def test_sticky_range_is_balanced_per_topic_and_keeps_holders_within_their_share(subs, topics, previous):
-    from spark_coord.coordinator.assignors import sticky_range_assign
+    from spark_coord.coordinator.core.assignors import sticky_range_assign
 
     members = {cid: TopicCount.static(s) for cid, s in subs.items()}
     owners = sticky_range_assign(members, topics, previous)

@@ -10,11 +10,11 @@ import asyncio
 import uuid
 
 from coord_harness import Harness, async_test
-from spark_coord.coordinator.classic import ClassicGroups
-from spark_coord.coordinator.consumer_group import JOIN_WAIT_MS, ConsumerGroups
-from spark_coord.coordinator.group import LEASE_MARGIN_MS, GroupState
-from spark_coord.coordinator.store import StoredGroup, StoredMember
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.doors.classic import ClassicGroups
+from spark_coord.coordinator.doors.consumer_group import JOIN_WAIT_MS, ConsumerGroups
+from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState
+from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 
 SESSION, INTERVAL = 6000, 1000

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coord_harness import Harness
-from spark_coord.coordinator.group import GroupState
+from spark_coord.coordinator.core.group import GroupState
 from spark_coord.errors import ErrorCode
 
 CIDS = [f"c{i}" for i in range(5)]

@@ -1,4 +1,4 @@
-"""Kafka's classic group protocol on the coordinator core (``coordinator.classic``), with a
+"""Kafka's classic group protocol on the coordinator core (``coordinator.doors.classic``), with a
 hand-driven clock: JoinGroup/SyncGroup/Heartbeat mapped onto StopFetcher/StartFetcher/Ping,
 eager and cooperative members, mixed groups, offsets, failure, leave, delete, and members
 taken back after a failover."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from coord_harness import PING, START, STOP, Harness, async_test
-from spark_coord.coordinator.group import GroupState
-from spark_coord.coordinator.classic import LEADER, ClassicGroups as KafkaGroups
-from spark_coord.coordinator.store import StoredGroup, StoredMember
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.group import GroupState
+from spark_coord.coordinator.doors.classic import LEADER, ClassicGroups as KafkaGroups
+from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import (decode_assignment, encode_subscription, partitions_by_topic,
                                                 topic_partitions)

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_coord.coordinator.shards import java_hash, place, shard_of
+from spark_coord.coordinator.core.shards import java_hash, place, shard_of
 
 
 def test_java_hash_known_values():

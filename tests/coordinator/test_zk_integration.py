@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from spark_coord.coordinator.elector import CoordinatorElector
-from spark_coord.coordinator.store import Fenced, StoredMember
-from spark_coord.coordinator.subscription import TopicCount
-from spark_coord.coordinator.zk_store import EpochCheck, ZkGroupStore
+from spark_coord.coordinator.core.elector import CoordinatorElector
+from spark_coord.coordinator.storage.store import Fenced, StoredMember
+from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.storage.fencing import EpochCheck
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import model, paths
 from spark_coord.zk.testing import expire_session

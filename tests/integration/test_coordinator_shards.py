@@ -18,7 +18,7 @@ from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, con
                      log_end_of, topic_partitions, wait_balanced, wait_caught_up)
 
 from spark_coord.consumer.cli import describe_groups
-from spark_coord.coordinator.shards import place, shard_of
+from spark_coord.coordinator.core.shards import place, shard_of
 from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
 
 SHARDS = 50

@@ -22,8 +22,8 @@ from support import leaders, log_end, topic_partitions, wait_caught_up
 
 from helpers import wait_until
 from peers.group_peers import KafkaPeer
-from spark_coord.coordinator.assignors import thread_owner
-from spark_coord.coordinator.group import registry_key
+from spark_coord.coordinator.core.assignors import thread_owner
+from spark_coord.coordinator.core.group import registry_key
 from spark_coord.testing.zk_history import read_coordinator, read_partitions
 
 PARTITIONS = 12
@@ -53,7 +53,7 @@ def _settled(czk, group: str, peers: dict[str, KafkaPeer], parts: set, names: se
 
 def test_consumer_protocol_members_ride_through_a_coordinator_sigkill(cluster, czk, producer_factory, create,
                                                                       tmp_path):
-    from spark_coord.coordinator.zk_store import parse_state
+    from spark_coord.coordinator.storage.zk_store import parse_state
     from spark_coord.zk import paths
 
     group, topic = "g-kip848-failover", "k848fail"
@@ -91,7 +91,7 @@ def test_consumer_protocol_members_ride_through_a_coordinator_sigkill(cluster, c
 @pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky", None],
                          ids=["kip848", "classic-cooperative", "classic-eager"])
 def test_a_static_member_restarts_without_a_rebalance(protocol, cluster, czk, producer_factory, create, tmp_path):
-    from spark_coord.coordinator.zk_store import parse_state
+    from spark_coord.coordinator.storage.zk_store import parse_state
     from spark_coord.zk import paths
 
     group = topic = f"static-{protocol or 'eager'}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from support import log_end, topic_partitions, wait_caught_up
 
 from helpers import wait_until
-from spark_coord.coordinator.assignors import thread_owner
+from spark_coord.coordinator.core.assignors import thread_owner
 from spark_coord.testing.zk_history import read_partitions
 
 KAFKA_SESSION_MS = 6000
@@ -98,7 +98,7 @@ def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer
 
     from spark_coord.testing.zk_history import read_coordinator
     from spark_coord.zk import paths
-    from spark_coord.coordinator.zk_store import parse_state
+    from spark_coord.coordinator.storage.zk_store import parse_state
 
     group, topic = "g-kafka-failover", "kfail"
     create(topic, PARTITIONS)

@@ -22,7 +22,7 @@ from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
 from support import balanced, create_topic, leaders, log_end, topic_partitions, wait_balanced, wait_caught_up
 
-from spark_coord.coordinator.group import GroupState
+from spark_coord.coordinator.core.group import GroupState
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.zk import paths

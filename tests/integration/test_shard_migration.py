@@ -18,11 +18,11 @@ from collections import Counter
 from helpers import wait_until
 from support import BROKER_OVERRIDES
 
-from spark_coord.coordinator.elector import CoordinatorElector
-from spark_coord.coordinator.shards import shard_of
-from spark_coord.coordinator.store import Fenced, StoredMember
-from spark_coord.coordinator.subscription import TopicCount
-from spark_coord.coordinator.zk_store import ZkGroupStore
+from spark_coord.coordinator.core.elector import CoordinatorElector
+from spark_coord.coordinator.core.shards import shard_of
+from spark_coord.coordinator.storage.store import Fenced, StoredMember
+from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.testing.zk_history import read_partitions, read_shard_holders
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import close, connect

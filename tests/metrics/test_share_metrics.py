@@ -14,7 +14,7 @@ from metrics_support import dump_dom, require
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spark_coord.coordinator.share_admin import ShareState
+from spark_coord.coordinator.doors.share_admin import ShareState
 from spark_coord.metrics.exporter import GroupCollector, ShareCollector
 from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, ShareGroupView, ShareMemberView,
                                      sample_lag)

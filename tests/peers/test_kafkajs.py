@@ -15,7 +15,7 @@ from spark_coord.client.admin import AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
-from spark_coord.coordinator.classic import LEADER
+from spark_coord.coordinator.doors.classic import LEADER
 from spark_coord.records.reader import iter_records
 
 PARTITIONS = 3

@@ -63,7 +63,7 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.producer import Producer
     from spark_coord.cluster import LocalCluster
-    from spark_coord.coordinator.assignors import thread_owner
+    from spark_coord.coordinator.core.assignors import thread_owner
     from spark_coord.testing.zk_history import read_partitions
     from spark_coord.zk.client import close, connect
 

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from spark_coord.coordinator.elector import CoordinatorElector
-from spark_coord.coordinator.store import Fenced
-from spark_coord.coordinator.zk_store import ZkGroupStore, parse_state
+from spark_coord.coordinator.core.elector import CoordinatorElector
+from spark_coord.coordinator.storage.store import Fenced
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore, parse_state
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import paths
 from spark_coord.zk.testing import CuttableProxy
@@ -134,7 +134,7 @@ def test_a_cut_longer_than_the_session_resigns_and_the_other_takes_over(pair):
 
 _PREVIOUS_RUN = """
 import asyncio, json, sys
-from spark_coord.coordinator.elector import CoordinatorElector
+from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.zk import client as zkclient
 
 async def main():
@@ -155,7 +155,7 @@ def test_a_restarted_broker_replaces_its_previous_runs_election_node_at_once(zk_
     import subprocess
     import sys
 
-    from spark_coord.coordinator.zk_store import EpochCheck
+    from spark_coord.coordinator.storage.fencing import EpochCheck
 
     previous = subprocess.Popen([sys.executable, "-c", _PREVIOUS_RUN, zk_connect], stdout=subprocess.PIPE, text=True)
     try:

@@ -22,27 +22,13 @@ anything reaches the coordinator (``authz``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from spark_coord.coordinator.handlers.door import FrontDoor
-
-HandleFn = Callable[["FrontDoor", Any, Any, Any, dict], Awaitable["dict | Any"]]
-ErrorFn = Callable[[dict, int], dict]
+    from spark_coord.coordinator.handlers.base import GroupApi
 
 
-@dataclass(frozen=True)
-class GroupApi:
-    """How the coordinator's front door serves one API key."""
-
-    api_key: int
-    name: str
-    handle: HandleFn
-    error_response: ErrorFn
-
-
-def group_apis() -> list[GroupApi]:
+def group_apis() -> "list[GroupApi]":
     """Every API of the front door."""
     from spark_coord.coordinator.handlers import (alter_share_group_offsets, cluster_metadata, commit_offsets,
                                                   consumer_group_describe, consumer_group_heartbeat, delete_groups,

@@ -11,7 +11,7 @@ fellow coordinator processes.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.wire import coordinator as api
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire import coordinator as api

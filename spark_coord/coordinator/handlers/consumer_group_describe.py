@@ -8,7 +8,8 @@ unknown one GROUP_ID_NOT_FOUND.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 

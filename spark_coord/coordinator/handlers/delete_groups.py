@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.coordinator import share_admin
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.doors import share_admin
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey

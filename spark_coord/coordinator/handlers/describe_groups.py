@@ -7,7 +7,8 @@ principal may not Describe answers GROUP_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 

@@ -6,7 +6,8 @@ what each holds, committed offsets and owners.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.wire import coordinator as api
 

@@ -9,7 +9,8 @@ v4+ answer each key of a batch.  Only group keys exist here
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP

@@ -6,7 +6,8 @@ how a StopFetcher or StartFetcher reaches it.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.wire.registry import ApiKey
 
 

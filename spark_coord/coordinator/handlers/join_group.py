@@ -9,7 +9,8 @@ while it waits is no longer waited for.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription
 from spark_coord.wire.registry import ApiKey
 

@@ -6,7 +6,8 @@ and the others are committed.  Answered once the offsets are in ZooKeeper.
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 

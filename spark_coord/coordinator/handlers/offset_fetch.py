@@ -7,7 +7,8 @@ are asked for, those topics are left out (Kafka's rules).  v8+ ask for several g
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 

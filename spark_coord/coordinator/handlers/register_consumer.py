@@ -9,7 +9,8 @@ connection carries the coordinator's Ping/StopFetcher/StartFetcher to the member
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.wire import coordinator as api
 

@@ -8,7 +8,8 @@ member's partitions come only from topics its principal may Read.  See
 
 from __future__ import annotations
 
-from spark_coord.coordinator.handlers import GroupApi, authz
+from spark_coord.coordinator.handlers import authz
+from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.wire.registry import ApiKey
 
 

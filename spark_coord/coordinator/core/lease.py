@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from spark_coord.coordinator.channel import OnAnswer
+from spark_coord.coordinator.core.channel import OnAnswer
 from spark_coord.errors import ErrorCode
 
 

@@ -44,8 +44,8 @@ from spark_coord.errors import ErrorCode
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:  # pragma: no cover
-    from spark_coord.coordinator.clock import TimerHandle
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.clock import TimerHandle
+    from spark_coord.coordinator.core.interface import GroupCoordinator
 
 __all__ = ["ShareGroups", "ShareGroup", "ShareMember", "simple_assignment", "JOIN", "LEAVE"]
 
@@ -128,7 +128,7 @@ class ShareGroup:
 class ShareGroups:
     """The share-group door of one coordinator (one shard)."""
 
-    def __init__(self, coordinator: "Coordinator", timeouts: GroupTimeouts | None = None):
+    def __init__(self, coordinator: "GroupCoordinator", timeouts: GroupTimeouts | None = None):
         self.c = coordinator
         self.timeouts = timeouts
         #: The coordinator keeps the table, so every door can see which ids are share groups.

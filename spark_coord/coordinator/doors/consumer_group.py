@@ -43,19 +43,19 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from spark_coord.coordinator.api import CoordinatorApi
-from spark_coord.coordinator.assignors import SERVER_ASSIGNORS
-from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
-from spark_coord.coordinator.delayed import DelayedJoin
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
-from spark_coord.coordinator.lease import HeartbeatLease
-from spark_coord.coordinator.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.api import CoordinatorApi
+from spark_coord.coordinator.core.assignors import SERVER_ASSIGNORS
+from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.core.delayed import DelayedJoin
+from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.core.lease import HeartbeatLease
+from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.interface import GroupCoordinator
 
 __all__ = ["ConsumerGroupMember", "ConsumerGroups", "consumer_state", "DEFAULT_SERVER_ASSIGNOR"]
 
@@ -96,6 +96,9 @@ def subscription(names: Iterable[str] | None, regex: str | None) -> TopicCount:
 class ConsumerGroupMember(HeartbeatLease):
     """A member of Kafka's consumer group protocol, as the coordinator's ``MemberChannel`` (its
     liveness: ``HeartbeatLease``, from its own heartbeats)."""
+
+    #: The protocol its channel speaks, as ``groups describe`` and the metrics name it.
+    PROTOCOL = "consumer"
 
     def __init__(self, door: "ConsumerGroups", group_id: str, key: str, member_id: str, *, client_id: str,
                  client_host: str, instance_id: str | None, rack_id: str | None, rebalance_timeout_ms: int,
@@ -213,7 +216,7 @@ class ConsumerGroupMember(HeartbeatLease):
 class ConsumerGroups:
     """Kafka's consumer group protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe) on one ``Coordinator``."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "GroupCoordinator"):
         self.c = coordinator
         self.purgatory = Purgatory(coordinator.timer, "consumer-join")
         #: Member id -> registry name of static members (whose registry name is their instance id).
@@ -539,10 +542,10 @@ class ConsumerGroups:
                                       "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())]}
 
     def _describe_member(self, m: ConsumerRegistry, target: Mapping[tuple[str, int], str]) -> dict:
-        from spark_coord.coordinator.assignors import thread_owner
-        from spark_coord.coordinator.classic import ClassicMember
+        from spark_coord.coordinator.core.assignors import thread_owner
 
         ch = m.channel
+        classic = getattr(ch, "PROTOCOL", None) == "classic"  # a classic member (doors.classic), by its label
         mine = [tp for tp, th in target.items() if thread_owner(th) == m.consumer_id]
         out = {"member_id": m.external_id or client_name(m.consumer_id),
                "instance_id": client_name(m.consumer_id) if m.external_id else None,
@@ -554,9 +557,9 @@ class ConsumerGroups:
         if isinstance(ch, ConsumerGroupMember):
             out.update(member_id=ch.member_id, instance_id=ch.instance_id, rack_id=ch.rack_id, client_id=ch.client_id,
                        client_host=ch.client_host, member_type=1)
-        elif isinstance(ch, ClassicMember) or m.kind == "classic":
+        elif classic or m.kind == "classic":
             out.update(member_type=0)
-            if isinstance(ch, ClassicMember):
+            if classic:
                 out.update(client_id=ch.client_id, client_host=ch.client_host, instance_id=ch.group_instance_id)
         elif m.kind == "consumer":
             out.update(member_type=1)

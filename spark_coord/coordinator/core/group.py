@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_coord.common import TopicPartition
-from spark_coord.coordinator.assignors import thread_owner
-from spark_coord.coordinator.store import StoredMember
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.assignors import thread_owner
+from spark_coord.coordinator.storage.store import StoredMember
+from spark_coord.coordinator.core.subscription import TopicCount
 
 #: A subscription no topic matches (a member whose principal may read none of its topics).
 NOTHING = TopicCount.wildcard("(?!)", 1)
@@ -42,9 +42,9 @@ NOTHING = TopicCount.wildcard("(?!)", 1)
 if TYPE_CHECKING:
     from typing import Callable, Iterable, Mapping
 
-    from spark_coord.coordinator.channel import MemberChannel
-    from spark_coord.coordinator.clock import TimerHandle
-    from spark_coord.coordinator.delayed import DelayedFetcherRound, DelayedPing
+    from spark_coord.coordinator.core.channel import MemberChannel
+    from spark_coord.coordinator.core.clock import TimerHandle
+    from spark_coord.coordinator.core.delayed import DelayedFetcherRound, DelayedPing
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from spark_coord.coordinator.clock import TimerHandle
-from spark_coord.coordinator.store import StoreError
+from spark_coord.coordinator.core.clock import TimerHandle
+from spark_coord.coordinator.storage.store import StoreError
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.interface import CoordinatorCore
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 class LeadershipLease:
     """Periodic election checks and the freshness test the ping scheduler asks."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "CoordinatorCore"):
         self.c = coordinator
         self.timeout_ms = coordinator.config.leadership_timeout_ms
         self.confirmed_at: int | None = None   # send time of the last confirmed check (clock ms)

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import NO_GENERATION
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.group import ConsumerRegistry
+    from spark_coord.coordinator.core.group import ConsumerRegistry
 
 
 Assignment = dict[str, list[TopicPartition]]

@@ -38,32 +38,15 @@ CONSUMER_PROTOCOL = "consumer"
 #: Every value the protocol label takes, so a gauge shows 0 rather than nothing for an absent kind.
 PROTOCOLS = (COORDINATOR_PROTOCOL, SPARK_PROTOCOL, CLASSIC_PROTOCOL, CONSUMER_PROTOCOL)
 
-_CHANNEL_KINDS: list[tuple[type, str]] | None = None
-
-
-def _channel_kinds() -> list[tuple[type, str]]:
-    """(channel class, protocol label) pairs, most specific first (imported on first use)."""
-    global _CHANNEL_KINDS
-    if _CHANNEL_KINDS is None:
-        from spark_coord.coordinator.classic import ClassicMember
-        from spark_coord.coordinator.consumer_group import ConsumerGroupMember
-
-        _CHANNEL_KINDS = [
-            (ClassicMember, CLASSIC_PROTOCOL),
-            (ConsumerGroupMember, CONSUMER_PROTOCOL),
-        ]
-    return _CHANNEL_KINDS
-
-
 def member_protocol(channel: Any, consumer_id: str, kind: str | None = None) -> str:
     """The protocol label of a member: from its channel's type, else (absent: after a failover, or a
     static member away for now) from the kind the registry keeps, else from its consumer id."""
-    for cls, label in _channel_kinds():
-        if isinstance(channel, cls):
-            return label
+    label = getattr(channel, "PROTOCOL", None)  # the doors' channels name their protocol
+    if label in (CLASSIC_PROTOCOL, CONSUMER_PROTOCOL):
+        return label
     if kind in (CLASSIC_PROTOCOL, CONSUMER_PROTOCOL):
         return kind
-    from spark_coord.coordinator.group import SPARK_MEMBER_PREFIX
+    from spark_coord.coordinator.core.group import SPARK_MEMBER_PREFIX
 
     return SPARK_PROTOCOL if consumer_id.startswith(SPARK_MEMBER_PREFIX) else COORDINATOR_PROTOCOL
 
@@ -71,7 +54,7 @@ def member_protocol(channel: Any, consumer_id: str, kind: str | None = None) -> 
 def partitions_moved(before: Mapping[Any, str], after: Mapping[Any, str]) -> int:
     """Partitions whose owning member differs between two owner maps ``{(topic, partition): thread}``
     (a partition newly owned counts; one no longer owned does not)."""
-    from spark_coord.coordinator.assignors import thread_owner
+    from spark_coord.coordinator.core.assignors import thread_owner
 
     return sum(1 for tp, thread in after.items()
                if tp not in before or thread_owner(before[tp]) != thread_owner(thread))
@@ -119,7 +102,7 @@ REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 PARTITIONS_MOVED_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 #: Seconds; one fenced ZooKeeper multi.
 ZK_WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-#: The group store's methods that write to ZooKeeper (``coordinator.store.GroupStore``).
+#: The group store's methods that write to ZooKeeper (``coordinator.storage.store.GroupStore``).
 STORE_WRITES = ("save_member", "remove_member", "save_generation", "commit_offsets", "commit_offsets_many",
                 "delete_topic",
                 "delete_group", "write_owners", "verify", "write_share_states", "delete_share_states")

@@ -60,18 +60,18 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from spark_coord.coordinator.api import NO_OFFSET, CoordinatorApi
-from spark_coord.coordinator.assignors import thread_owner
-from spark_coord.coordinator.delayed import DelayedFetcherRound, RoundKind, response_timeout_ms
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, TopicPartition
-from spark_coord.coordinator.purgatory import GroupKey, Purgatory
-from spark_coord.coordinator.registration import is_int
-from spark_coord.coordinator.store import Fenced, StoreError
+from spark_coord.coordinator.core.api import NO_OFFSET, CoordinatorApi
+from spark_coord.coordinator.core.assignors import thread_owner
+from spark_coord.coordinator.core.delayed import DelayedFetcherRound, RoundKind, response_timeout_ms
+from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, TopicPartition
+from spark_coord.coordinator.core.purgatory import GroupKey, Purgatory
+from spark_coord.coordinator.core.registration import is_int
+from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_VERSION
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.interface import CoordinatorCore
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Outcome(enum.Enum):
 class Rebalancer:
     """Per-group rebalance tasks, at most ``coordinator.rebalance.threads`` attempts at a time."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "CoordinatorCore"):
         self.c = coordinator
         self.purgatory = Purgatory(coordinator.timer, "fetcher-round")
         self._slots: asyncio.Semaphore | None = None

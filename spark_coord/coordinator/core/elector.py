@@ -49,7 +49,7 @@ from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, Node
                               ZookeeperError)
 from kazoo.protocol.states import ZnodeStat
 
-from spark_coord.coordinator.zk_store import EpochCheck
+from spark_coord.coordinator.storage.fencing import EpochCheck
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import paths
 

@@ -68,24 +68,34 @@ import asyncio
 import logging
 import re
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
-from spark_coord.coordinator import share_admin
-from spark_coord.coordinator.api import CoordinatorApi
-from spark_coord.coordinator.channel import ChannelClosed, OnAnswer
-from spark_coord.coordinator.delayed import DelayedJoin
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
-from spark_coord.coordinator.lease import HeartbeatLease
-from spark_coord.coordinator.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.store import Fenced, StoreError
+from spark_coord.coordinator.core.api import CoordinatorApi
+from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.core.delayed import DelayedJoin
+from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.core.lease import HeartbeatLease
+from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_subscription, encode_assignment,
                                                 encode_subscription, partitions_by_topic, topic_partitions)
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.consumer_group import ConsumerGroups
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.interface import GroupCoordinator
+
+
+class ConsumerMembers(Protocol):
+    """What OffsetCommit needs of the KIP-848 door (``consumer_group.ConsumerGroups``, handed in by
+    whoever composes the doors: no door imports another): a live consumer-protocol member, and where
+    the registry keeps it."""
+
+    def live(self, group_id: str, member_id: str) -> Any:
+        """The member's live channel (it has ``contact()``), or None."""
+
+    def find(self, group_id: str, member_id: str) -> "tuple[GroupRegistry | None, ConsumerRegistry | None]":
+        """The member's group and registry entry (None, None when unknown)."""
 
 __all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
            "choose_protocol", "kafka_state"]
@@ -164,6 +174,9 @@ def _pairs(partitions: Partitions) -> set[tuple[str, int]]:
 class ClassicMember(HeartbeatLease):
     """A Kafka classic-protocol member as the coordinator's ``MemberChannel`` (its liveness:
     ``HeartbeatLease``, from its own requests)."""
+
+    #: The protocol its channel speaks, as ``groups describe`` and the metrics name it.
+    PROTOCOL = "classic"
 
     def __init__(self, door: "ClassicGroups", group_id: str, member_id: str, *, client_id: str, client_host: str,
                  session_timeout_ms: int, rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]] | None,
@@ -351,7 +364,7 @@ class ClassicMember(HeartbeatLease):
 class ClassicGroups:
     """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
-    def __init__(self, coordinator: "Coordinator", consumer: "ConsumerGroups | None" = None):
+    def __init__(self, coordinator: "GroupCoordinator", consumer: "ConsumerMembers | None" = None):
         self.c = coordinator
         #: Kafka 4's consumer group protocol door: its members commit and are described here too.
         self.consumer = consumer
@@ -928,11 +941,8 @@ class ClassicGroups:
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if (refused := self.not_served(group_id)) is not None:
             return refused
-        # a share group (KIP-932), held here or known by its state in ZooKeeper: only an empty one
-        # goes, with every share partition's state
-        share = await share_admin.delete_share_group(self.c, group_id)
-        if share is not None:
-            return share
+        if self.c.group_type(group_id) == "share":  # the front door deletes share groups (doors.share_admin)
+            return ErrorCode.GROUP_ID_NOT_FOUND
         try:
             return await self.c.delete_group(group_id)
         except Fenced:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.subscription import TopicCount
 
 
 class Fenced(Exception):

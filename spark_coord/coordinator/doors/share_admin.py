@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
-from spark_coord.coordinator.store import Fenced, StoreError
+from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.share.partition import RecordState, SharePartition
 from spark_coord.share.store import decode, encode
@@ -47,13 +47,13 @@ from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.coordinator.core.interface import GroupCoordinator
+
 __all__ = ["ShareState", "parse_state", "fresh_state", "describe_offsets", "alter_offsets", "delete_offsets",
            "delete_share_group", "NO_OFFSET", "ZERO_UUID"]
 
 TopicPartition = tuple[str, int]
-#: The ``coordinator.Coordinator`` of the group's shard (its ``store``, ``topics``, ``topic_ids``,
-#: ``share_groups``, ``group_type``); not imported, so that this module sits below it.
-Coordinator = Any
 #: ``log_ends(partitions) -> {partition: log end}``: what the coordinator's process can learn (``FrontDoor.log_ends``).
 LogEnds = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
 #: ``topic_code(topic) -> NONE | TOPIC_AUTHORIZATION_FAILED`` for the request's principal.
@@ -109,7 +109,7 @@ def fresh_state(start_offset: int, topic_id: bytes | None) -> bytes:
     return encode(SharePartition(start_offset).snapshot(), topic_id)
 
 
-async def _states(c: Coordinator, group_id: str) -> dict[TopicPartition, ShareState]:
+async def _states(c: "GroupCoordinator", group_id: str) -> dict[TopicPartition, ShareState]:
     """The group's readable share-partition states of topics as they are now (StoreError)."""
     out = {}
     for tp, data in (await c.store.read_share_states(group_id)).items():
@@ -129,7 +129,7 @@ def _allowed(_: str) -> int:
     return ErrorCode.NONE
 
 
-def _exists(c: Coordinator, topic: Any) -> bool:
+def _exists(c: "GroupCoordinator", topic: Any) -> bool:
     """Whether the cluster has ``topic`` (a cluster whose brokers name no topic ids still has topics)."""
     return isinstance(topic, str) and (topic in c.topics or topic in c.topic_ids)
 
@@ -150,7 +150,7 @@ def describe_error(group_id: Any, code: int, message: str | None = None) -> dict
             "error_message": message}
 
 
-async def describe_offsets(c: Coordinator, group_id: str, topics: list[dict] | None, log_ends: LogEnds | None,
+async def describe_offsets(c: "GroupCoordinator", group_id: str, topics: list[dict] | None, log_ends: LogEnds | None,
                            topic_code: TopicCode = _allowed) -> dict:
     """One group of a DescribeShareGroupOffsets answer (``topics``: the request's, None for all)."""
     if (bad := _bad_group(group_id)) is not None:
@@ -199,7 +199,7 @@ def alter_error(body: dict, code: int, message: str | None = None) -> dict:
             for p in t.get("partitions") or []]} for t in body.get("topics") or []]}
 
 
-def _membership_error(c: Coordinator, group_id: str) -> tuple[int, str] | None:
+def _membership_error(c: "GroupCoordinator", group_id: str) -> tuple[int, str] | None:
     if c.group_type(group_id) == "consumer":
         return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
     group = c.share_groups.get(group_id)
@@ -216,7 +216,7 @@ def _write_failed(what: str, group_id: str, e: Exception) -> tuple[int, str]:
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
 
 
-async def alter_offsets(c: Coordinator, body: dict, topic_code: TopicCode = _allowed) -> dict:
+async def alter_offsets(c: "GroupCoordinator", body: dict, topic_code: TopicCode = _allowed) -> dict:
     """The AlterShareGroupOffsets answer for ``body`` (the group already routed here and authorized)."""
     group_id = body.get("group_id") or ""
     if (bad := _bad_group(group_id)) is not None:
@@ -268,14 +268,14 @@ def delete_error(code: int, message: str | None = None) -> dict:
     return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message, "responses": []}
 
 
-async def _is_share_group(c: Coordinator, group_id: str) -> bool:
+async def _is_share_group(c: "GroupCoordinator", group_id: str) -> bool:
     kind = c.group_type(group_id)
     if kind is not None:
         return kind == "share"
     return await c.store.has_share_state(group_id)
 
 
-async def delete_offsets(c: Coordinator, body: dict, topic_code: TopicCode = _allowed) -> dict:
+async def delete_offsets(c: "GroupCoordinator", body: dict, topic_code: TopicCode = _allowed) -> dict:
     """The DeleteShareGroupOffsets answer for ``body`` (the group already routed here and authorized
     for Delete; ``topic_code`` checks Read on each topic)."""
     group_id = body.get("group_id") or ""
@@ -311,7 +311,7 @@ async def delete_offsets(c: Coordinator, body: dict, topic_code: TopicCode = _al
 
 # ---------------------------------------------------------------- DeleteGroups
 
-async def delete_share_group(c: Coordinator, group_id: str) -> ErrorCode | None:
+async def delete_share_group(c: "GroupCoordinator", group_id: str) -> ErrorCode | None:
     """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members, else its state in
     ZooKeeper (every share partition) goes, then the group; None when ``group_id`` is not a share
     group here (neither held nor with state: DeleteGroups goes on to the other group types)."""

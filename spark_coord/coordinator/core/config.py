@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from spark_coord.coordinator.assignors import get_assignor
+from spark_coord.coordinator.core.assignors import get_assignor
 
 
 def _get(cfg: Mapping[str, Any], key: str, default: Any) -> Any:

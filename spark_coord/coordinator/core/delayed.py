@@ -19,7 +19,7 @@ import asyncio
 import enum
 from typing import Callable, Iterable
 
-from spark_coord.coordinator.purgatory import DelayedOperation
+from spark_coord.coordinator.core.purgatory import DelayedOperation
 
 
 def response_timeout_ms(session_timeout_ms: int) -> int:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-from spark_coord.coordinator.clock import Timer, TimerHandle
+from spark_coord.coordinator.core.clock import Timer, TimerHandle
 
 log = logging.getLogger(__name__)
 

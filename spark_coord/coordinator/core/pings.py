@@ -19,15 +19,15 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any, Mapping
 
-from spark_coord.coordinator.api import CoordinatorApi
-from spark_coord.coordinator.delayed import DelayedPing
-from spark_coord.coordinator.group import ConsumerRegistry
-from spark_coord.coordinator.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.registration import is_int
+from spark_coord.coordinator.core.api import CoordinatorApi
+from spark_coord.coordinator.core.delayed import DelayedPing
+from spark_coord.coordinator.core.group import ConsumerRegistry
+from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.core.registration import is_int
 from spark_coord.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.interface import CoordinatorCore
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ FIRST_PING_JITTER = 0.25
 class PingScheduler:
     """Pings every member every session_timeout/3 and fails the ones that stop answering."""
 
-    def __init__(self, coordinator: "Coordinator", first_ping_jitter: float = FIRST_PING_JITTER,
+    def __init__(self, coordinator: "CoordinatorCore", first_ping_jitter: float = FIRST_PING_JITTER,
                  rng: random.Random | None = None):
         self.c = coordinator
         self.first_ping_jitter = first_ping_jitter

@@ -40,19 +40,19 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from spark_coord.coordinator.assignors import SERVER_ASSIGNORS, Assignor, get_assignor
-from spark_coord.coordinator.channel import ChannelClosed, MemberChannel, OnAnswer
-from spark_coord.coordinator.clock import Clock, Timer
-from spark_coord.coordinator.config import CoordinatorConfig
-from spark_coord.coordinator.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
-from spark_coord.coordinator.leadership import LeadershipLease
-from spark_coord.coordinator.metrics import NO_METRICS, CoordinatorMetrics
-from spark_coord.coordinator.offsets import OffsetCommitter
-from spark_coord.coordinator.pings import FIRST_PING_JITTER, PingScheduler
-from spark_coord.coordinator.rebalancer import Rebalancer
-from spark_coord.coordinator.registration import Refusal, Registration, claim_fits, is_int, parse_registration
-from spark_coord.coordinator.store import Fenced, GroupStore, StoredGroup
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.assignors import SERVER_ASSIGNORS, Assignor, get_assignor
+from spark_coord.coordinator.core.channel import ChannelClosed, MemberChannel, OnAnswer
+from spark_coord.coordinator.core.clock import Clock, Timer
+from spark_coord.coordinator.core.config import CoordinatorConfig
+from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, ConsumerRegistry, GroupRegistry, GroupState
+from spark_coord.coordinator.core.leadership import LeadershipLease
+from spark_coord.coordinator.core.metrics import NO_METRICS, CoordinatorMetrics
+from spark_coord.coordinator.core.offsets import OffsetCommitter
+from spark_coord.coordinator.core.pings import FIRST_PING_JITTER, PingScheduler
+from spark_coord.coordinator.core.rebalancer import Rebalancer
+from spark_coord.coordinator.core.registration import Refusal, Registration, claim_fits, is_int, parse_registration
+from spark_coord.coordinator.storage.store import Fenced, GroupStore, StoredGroup
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
 

@@ -18,17 +18,16 @@ forgotten and the multi planned again, up to ``ATTEMPTS`` times.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (BadVersionError, KazooException, NoNodeError, NodeExistsError, RolledBackError,
                               SessionExpiredError)
 
-from spark_coord.coordinator import zk_async
-from spark_coord.coordinator.store import Fenced, StoreError
-from spark_coord.coordinator.zk_cache import ZnodeCache, ancestors
-from spark_coord.zk import paths
+from spark_coord.coordinator.storage import zk_async
+from spark_coord.coordinator.storage.store import Fenced, StoreError
+from spark_coord.coordinator.storage.fencing import EpochCheck
+from spark_coord.coordinator.storage.zk_cache import ZnodeCache, ancestors
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +37,6 @@ MAX_OPS_PER_MULTI = 500
 ATTEMPTS = 3
 
 Op = tuple[str, str, "bytes | None"]  #: (put | delete, path, data)
-
-
-@dataclass(frozen=True)
-class EpochCheck:
-    """What a write must find in ZooKeeper to be allowed: the election as this coordinator won it."""
-
-    epoch: int                 #: czxid of our election node (stamped on requests)
-    coordinator_version: int   #: data version of the election node as we created it
-    consumers_version: int     #: data version of the fencing node after our election bumped it
-    #: The election node (a shard's ``/coordinators/shards/<n>/leader``) and the fencing node
-    #: whose version the election bumped (``/coordinators/shards/<n>``).
-    leader_path: str = paths.COORDINATOR
-    fence_path: str = paths.CONSUMERS
 
 
 class _Conflict(Exception):

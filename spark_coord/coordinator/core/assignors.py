@@ -33,7 +33,7 @@ import heapq
 import itertools
 from typing import Callable, Mapping
 
-from spark_coord.coordinator.subscription import TopicCount
+from spark_coord.coordinator.core.subscription import TopicCount
 
 Assignment = dict[tuple[str, int], str]
 #: ``assignor(members, topics, previous)``: ``previous`` is the current ``{partition: thread}``.

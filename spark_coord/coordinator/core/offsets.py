@@ -27,15 +27,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping
 
-from spark_coord.coordinator.clock import TimerHandle
-from spark_coord.coordinator.group import ConsumerRegistry, GroupRegistry, TopicPartition
-from spark_coord.coordinator.registration import is_int
-from spark_coord.coordinator.store import Fenced
+from spark_coord.coordinator.core.clock import TimerHandle
+from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, TopicPartition
+from spark_coord.coordinator.core.registration import is_int
+from spark_coord.coordinator.storage.store import Fenced
 from spark_coord.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.channel import MemberChannel
-    from spark_coord.coordinator.coordinator import Coordinator
+    from spark_coord.coordinator.core.channel import MemberChannel
+    from spark_coord.coordinator.core.interface import CoordinatorCore
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ PartitionCodes = dict[TopicPartition, ErrorCode]
 class OffsetCommitter:
     """Checks reported offsets and writes them to the group store."""
 
-    def __init__(self, coordinator: "Coordinator"):
+    def __init__(self, coordinator: "CoordinatorCore"):
         self.c = coordinator
         self._handle: TimerHandle | None = None
 

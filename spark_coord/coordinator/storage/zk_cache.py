@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 from spark_coord.common import TopicPartition
 
 if TYPE_CHECKING:
-    from spark_coord.coordinator.zk_fenced import EpochCheck
+    from spark_coord.coordinator.storage.fencing import EpochCheck
 
 log = logging.getLogger(__name__)
 
