@@ -200,7 +200,7 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
     """Two ShareConsumers accept and commit_sync every record; a partition leader (not the coordinator),
     or the group's coordinator, is SIGKILLed mid-stream and started again.  Every record is delivered,
     and no record the broker confirmed as accepted is ever delivered again."""
-    from support import leaders
+    from support import broker_log_has, leaders
 
     from spark_coord.testing.zk_history import read_coordinator
 
@@ -231,6 +231,10 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
         cluster.start_broker(target)
         wait_until(lambda: delivered() >= everything, timeout=120,
                    message=lambda: f"every record delivered ({len(delivered())} of {len(everything)})")
+        if victim == "coordinator":  # the new coordinator took both members back from the saved membership
+            wait_until(lambda: sum(broker_log_has(cluster, b, f"share group {group}: member {m} taken back")
+                                   for b in cluster.brokers for m in _member_ids(cluster, group)) >= 2,
+                       timeout=30, message="both members taken back by the new coordinator")
         assert killed_at < len(everything)  # the fault came mid-stream
     finally:
         _stop_all(readers)
@@ -246,3 +250,8 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
     again = {k: c for k, c in counts.items() if c > 1}
     # redeliveries only for records in flight at the fault: far fewer than were read
     assert len(again) < len(everything) // 3, len(again)
+
+
+def _member_ids(cluster, group: str) -> list[str]:
+    g = describe_share_group(cluster.bootstrap, group)
+    return [m["member_id"] for m in g.get("members") or []]

@@ -84,6 +84,9 @@ class Coordinator:
         #: Share groups held here (``share_group.ShareGroups`` fills it): kept on the coordinator so
         #: that every door can tell a share group's id from a consumer group's (``group_type``).
         self.share_groups: dict[str, Any] = {}
+        #: Called with the share groups' saved membership (``{group: bytes}``) when this coordinator is
+        #: elected (the share door sets it: it takes their members back).
+        self.share_restorer: Callable[[dict[str, bytes]], None] | None = None
         self.topics: dict[str, int] = {}
         #: Each topic's id (16 bytes), where the cluster view knows it: Kafka 4's consumers name
         #: topics by id (KIP-848).
@@ -113,6 +116,7 @@ class Coordinator:
         self.epoch = epoch
         topics = await self.store.topics()
         stored = await self.store.load_groups()
+        shares = await self.store.load_share_groups()
         if incarnation != self._incarnation:  # deactivated while loading
             return
         self.topics = dict(topics)
@@ -121,6 +125,8 @@ class Coordinator:
         self.rebalancer.start()
         for sg in stored.values():
             self._restore_group(sg)
+        if self.share_restorer is not None:
+            self.share_restorer(shares)
         self.offsets.start()
         self.leadership.start()
         log.info("coordinator active (epoch %d): %d groups restored, %d topics", epoch, len(stored), len(topics))
@@ -216,6 +222,8 @@ class Coordinator:
         task = self._loop.create_task(guarded(), name=what)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if hasattr(coro, "close"):  # cancelled before it started: ``coro`` never ran; close it quietly
+            task.add_done_callback(lambda t: coro.close() if t.cancelled() else None)
         return task
 
     def send(self, group: GroupRegistry, member: ConsumerRegistry, api_key: int, body: dict,

@@ -37,8 +37,10 @@ class _Common(Protocol):
     active: bool
     epoch: int | None
     groups: "dict[str, GroupRegistry]"
-    #: Share groups held here (``doors.share_group``): a group id is of one type at a time.
+    #: Share groups held here (``doors.share_group``): a group id is of one type at a time; and the
+    #: share door's hook taking their saved members back when the coordinator is elected.
     share_groups: dict[str, Any]
+    share_restorer: Callable[[dict[str, bytes]], None] | None
     topics: dict[str, int]
     topic_ids: dict[str, bytes]
     #: The parts (``offsets.OffsetCommitter``, ``rebalancer.Rebalancer``, ``leadership.LeadershipLease``)

@@ -28,14 +28,18 @@ share session closes or its connection drops).
 
 A group id is of one type at a time: a ShareGroupHeartbeat for a consumer group (classic or
 KIP-848) held here gets GROUP_ID_NOT_FOUND ("... is not a share group"), and the other doors
-refuse a share group's id the same way (``Coordinator.group_type``).  Membership lives in memory:
-after a failover or handover the new coordinator does not know the members, answers their next
-heartbeat UNKNOWN_MEMBER_ID, and they join again with their own member ids (v1: the client
-makes up its member id); what each member had acquired stays at the leaders, untouched.
+refuse a share group's id the same way (``Coordinator.group_type``).  Membership is saved, fenced,
+in ``/share-groups/<group>`` (the group epoch, each member's subscription and epoch) whenever it
+changes; a coordinator elected for the shard (failover, handover) takes the members back: a
+restored member's next heartbeat, in any epoch it can have had, is accepted and answered with the
+group's new assignment, and a member that does not come back within its session timeout is
+removed.  What each member had acquired stays at the leaders, untouched either way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -100,6 +104,9 @@ class ShareMember:
     told: bool = False
     expiry: "TimerHandle | None" = None
     topic_filter: "Callable[[str], bool] | None" = None
+    #: Restored by a newly elected coordinator and not heard from since: its first heartbeat may carry
+    #: any epoch up to the group's.
+    restored: bool = False
 
     def partitions(self) -> int:
         return sum(len(ps) for ps in self.assignment.values())
@@ -115,6 +122,8 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     #: The partition counts of the subscribed topics the last assignment was computed for.
     topics_seen: dict[str, int] = field(default_factory=dict)
+    #: Serialises the saves of its membership (each writes the membership as it is then).
+    save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def state(self) -> str:
@@ -133,6 +142,7 @@ class ShareGroups:
         self.timeouts = timeouts
         #: The coordinator keeps the table, so every door can see which ids are share groups.
         self.groups: dict[str, ShareGroup] = coordinator.share_groups
+        coordinator.share_restorer = self.restore
 
     # ------------------------------------------------------------ life cycle
 
@@ -205,13 +215,18 @@ class ShareGroups:
                 group.members[member_id] = m
                 log.info("share group %s: member %s joined from %s (%s), subscribed to %s", group_id, member_id,
                          client_host, client_id, ",".join(m.subscribed))
-            m.told = False
+            m.told, m.restored = False, False
         elif m is None:
             return error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in share group {group_id}")
+        elif m.restored and 0 < epoch <= group.epoch:
+            m.restored = False  # taken back after a failover, in whatever epoch it had heard of
+            m.epoch, m.told = epoch, False
+            log.info("share group %s: member %s taken back in epoch %d", group_id, member_id, epoch)
         elif epoch not in (m.epoch, m.previous_epoch):
             return error(ErrorCode.FENCED_MEMBER_EPOCH, f"epoch {epoch}, the member is at {m.epoch}")
         if names is not None and sorted(set(names)) != m.subscribed:
             m.subscribed = sorted(set(names))
+            self._save(group)
         m.topic_filter = topic_filter
         if body.get("rack_id") is not None:
             m.rack_id = body.get("rack_id")
@@ -254,6 +269,7 @@ class ShareGroups:
             m.told = False
         log.info("share group %s: epoch %d, assignment %s", group.group_id, group.epoch,
                  {mid: {t: ps for t, ps in m.assignment.items()} for mid, m in sorted(group.members.items())})
+        self._save(group)
 
     def on_topics_changed(self) -> None:
         """Topics appeared, grew or went: every share group looks again at its assignment."""
@@ -278,6 +294,42 @@ class ShareGroups:
         group.members.pop(m.member_id, None)
         log.info("share group %s: member %s removed: %s", group.group_id, m.member_id, why)
         self._maybe_assign(group)
+        self._save(group)
+
+    # ------------------------------------------------------------ kept across failovers
+
+    def _save(self, group: ShareGroup) -> None:
+        """Save the group's membership, in the background (fenced: a deposed coordinator's save fails
+        and deactivates it).  Each save writes the membership as it is when the write starts, so the
+        last one always has the latest."""
+        async def save() -> None:
+            async with group.save_lock:
+                if self.groups.get(group.group_id) is not group:
+                    return  # deleted meanwhile
+                await self.c.store.save_share_group(group.group_id, encode_membership(group))
+
+        self.c.spawn(save(), f"save share group {group.group_id}")
+
+    def restore(self, saved: Mapping[str, bytes]) -> None:
+        """The coordinator was elected: take the saved share groups back (their members until their
+        session timeout, unless they heartbeat first); a group with no saved membership is known as
+        an empty share group."""
+        for group_id, data in saved.items():
+            try:
+                epoch, members = decode_membership(data)
+            except ValueError as e:
+                log.warning("share group %s: saved membership unreadable (%s); members join again", group_id, e)
+                epoch, members = 0, {}
+            group = self.groups[group_id] = ShareGroup(group_id, epoch=epoch)
+            for mid, (topics, m_epoch, client_id, host) in members.items():
+                m = group.members[mid] = ShareMember(mid, client_id, host, None, topics, epoch=m_epoch,
+                                                     restored=True)
+                self._arm(group, m)
+            if group.members:
+                self._maybe_assign(group, force=True)
+        if saved:
+            log.info("share groups restored: %d (%d members)", len(saved),
+                     sum(len(self.groups[g].members) for g in saved))
 
     # ------------------------------------------------------------ admin
 
@@ -299,3 +351,36 @@ def _cancel(m: ShareMember) -> None:
     if m.expiry is not None:
         m.expiry.cancel()
         m.expiry = None
+
+
+def encode_membership(group: ShareGroup) -> bytes:
+    """``/share-groups/<group>``'s data: ``{"version":1,"epoch":N,"members":{id:{"topics":[...],
+    "epoch":E,"client_id":...,"client_host":...}}}``."""
+    return json.dumps({"version": 1, "epoch": group.epoch, "members": {
+        mid: {"topics": m.subscribed, "epoch": m.target_epoch or m.epoch, "client_id": m.client_id,
+              "client_host": m.client_host} for mid, m in sorted(group.members.items())}},
+        separators=(",", ":")).encode()
+
+
+def decode_membership(data: bytes) -> tuple[int, dict[str, tuple[list[str], int, str, str]]]:
+    """(group epoch, {member id: (topics, epoch, client id, client host)}) of saved membership
+    (empty data: a group known only by its state); ValueError naming what is wrong."""
+    if not data:
+        return 0, {}
+    try:
+        doc = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise ValueError("not a version 1 share-group document")
+    epoch = doc.get("epoch")
+    members = doc.get("members")
+    if not isinstance(epoch, int) or epoch < 0 or not isinstance(members, dict):
+        raise ValueError("bad epoch or members")
+    out = {}
+    for mid, m in members.items():
+        if not isinstance(m, dict) or not isinstance(m.get("topics"), list) \
+                or not all(isinstance(t, str) and t for t in m["topics"]) or not isinstance(m.get("epoch"), int):
+            raise ValueError(f"bad member {mid!r}")
+        out[mid] = (sorted(set(m["topics"])), m["epoch"], str(m.get("client_id") or ""), str(m.get("client_host") or ""))
+    return epoch, out

@@ -183,6 +183,16 @@ class GroupStore(ABC):
         the leaders (DeleteShareGroupOffsets, DeleteGroups)."""
         raise StoreError("this store keeps no share-group state")
 
+    async def save_share_group(self, group_id: str, doc: bytes) -> None:
+        """Write a share group's membership (its epoch, members, their subscriptions and epochs),
+        fenced, so that the next coordinator of its shard takes the members back."""
+        raise StoreError("this store keeps no share-group state")
+
+    async def load_share_groups(self) -> dict[str, bytes]:
+        """Every share group of this store's shard with its membership as saved (``b""``: a share
+        group known only by its share partitions' state)."""
+        return {}
+
 
 class MemoryGroupStore(GroupStore):
     """A ``GroupStore`` in a dict, for unit tests.
@@ -199,6 +209,8 @@ class MemoryGroupStore(GroupStore):
         self.writes: list[tuple[str, str, Any]] = []
         #: Share-group state: group -> {(topic, partition): stored bytes}.
         self.share_states: dict[str, dict[TopicPartition, bytes]] = {}
+        #: Share groups' membership as saved (``save_share_group``).
+        self.share_groups: dict[str, bytes] = {}
 
     def _group(self, group_id: str) -> StoredGroup:
         return self.groups.setdefault(group_id, StoredGroup(group_id))
@@ -280,6 +292,15 @@ class MemoryGroupStore(GroupStore):
         elif group_id in self.share_states:
             gone = set(topics)
             self.share_states[group_id] = {tp: d for tp, d in self.share_states[group_id].items() if tp[0] not in gone}
+
+    async def save_share_group(self, group_id: str, doc: bytes) -> None:
+        self._write_share("save_share_group", group_id, doc)
+        self.share_groups[group_id] = doc
+
+    async def load_share_groups(self) -> dict[str, bytes]:
+        out = {g: b"" for g in self.share_states}
+        out.update(self.share_groups)
+        return out
 
     def _write_share(self, op: str, group_id: str, arg: Any) -> None:
         if self.fenced:

@@ -391,6 +391,23 @@ class ZkGroupStore(GroupStore):
         await self.writer.write(f"delete share state of {group_id}", [("delete", n, None) for n in nodes])
         await self._notify_share_change(group_id, topics)
 
+    async def save_share_group(self, group_id: str, doc: bytes) -> None:
+        try:  # the writer creates missing parents below the top-level node only
+            await zk_async.awaitable(self.client.ensure_path_async(paths.SHARE_GROUPS))
+        except KazooException as e:
+            raise StoreError(f"save share group {group_id}: {e.__class__.__name__}") from None
+        await self.writer.write(f"save share group {group_id}", [("put", paths.share_group(group_id), doc)])
+
+    async def load_share_groups(self) -> dict[str, bytes]:
+        try:
+            names = [g for g in await zk_async.get_children(self.client, paths.SHARE_GROUPS)
+                     if self.owns is None or self.owns(g)]
+            found = await zk_async.get_many(self.client, {paths.share_group(g): g for g in names
+                                                           if _valid_group(g)})
+        except KazooException as e:
+            raise StoreError(f"load share groups: {e.__class__.__name__}") from None
+        return {path.rsplit("/", 1)[1]: data or b"" for path, data in found.items()}
+
     async def _notify_share_change(self, group_id: str, topics: list[str] | None) -> None:
         """Tell every broker (``share.changes``); a failure is logged: the state is written, and a
         leader that holds a partition of it still learns at its next write (its version check)."""
@@ -403,3 +420,11 @@ class ZkGroupStore(GroupStore):
         except KazooException as e:
             log.warning("share group %s: state changed, but the brokers were not notified (%s)", group_id,
                         e.__class__.__name__)
+
+
+def _valid_group(name: str) -> bool:
+    try:
+        paths.share_group(name)
+    except ValueError:
+        return False
+    return True
