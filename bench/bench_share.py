@@ -80,6 +80,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from spark_coord.client.groups import describe_share_group  # noqa: E402
 from spark_coord.table import format_table  # noqa: E402
 
 log = logging.getLogger("bench_share")
@@ -251,20 +252,6 @@ def zxid(host: str, port: int) -> int:
     raise BenchError("ZooKeeper's srvr answer carries no Zxid")
 
 
-def describe_share_group(bootstrap: str, group: str) -> dict:
-    """The share group as its coordinator describes it (ShareGroupDescribe)."""
-    from spark_coord.client.groups import GroupClient
-    from spark_coord.client.metadata import ClusterClient
-    from spark_coord.wire.registry import ApiKey
-
-    with ClusterClient(bootstrap) as cc:
-        with GroupClient(cc) as gc:
-            coord = gc.coordinator(group, refresh=True)
-            conn = cc.connection(coord.node_id)
-            return conn.request(ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": [group],
-                                                               "include_authorized_operations": False})["groups"][0]
-
-
 def produce(bootstrap: str, topic: str, n: int, size: int, partitions: int, **conf) -> float:
     """``n`` records of ``size`` bytes, round robin over the partitions; returns the seconds it took."""
     from confluent_kafka import Producer
@@ -345,17 +332,16 @@ class Bench:
         last = None
         while True:
             g = describe_share_group(self.bootstrap, group)
-            if g["error_code"] == 0:
-                ms = g["members"]
-                covered = {p for m in ms for tp in m["assignment"]["topic_partitions"] for p in tp["partitions"]}
-                last = (g["group_epoch"], [(m["member_epoch"], len(m["assignment"]["topic_partitions"])) for m in ms])
-                if len(ms) == members and all(m["member_epoch"] == g["group_epoch"] for m in ms) \
-                        and len(covered) == self.args.partitions \
-                        and all(m["assignment"]["topic_partitions"] for m in ms):
+            if g.error == 0:
+                ms = g.members
+                covered = {p for m in ms for ps in m.assignment.values() for p in ps}
+                last = (g.epoch, [(m.epoch, sum(map(len, m.assignment.values()))) for m in ms])
+                if len(ms) == members and all(m.epoch == g.epoch for m in ms) \
+                        and len(covered) == self.args.partitions and all(m.assignment for m in ms):
                     return time.monotonic() - t0
             if time.monotonic() > deadline:
                 raise BenchError(f"share group {group}: not {members} stable members in time; last described "
-                                 f"{last or g['error_code']}")
+                                 f"{last or g.error}")
             time.sleep(0.2)
 
     def _spawn(self, target, specs: list[dict]):
@@ -584,7 +570,7 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
     s, rt = summary, summary["ratios"]
     n = args.consumers
     mpr = f"max.poll.records={args.max_poll_records}" if args.max_poll_records else "defaults"
-    names = {"consumer": f"consumer group, 1 Consumer (baseline)",
+    names = {"consumer": "consumer group, 1 Consumer (baseline)",
              "consumer_default": "consumer group, 1 Consumer, librdkafka defaults",
              "share1": "share group, 1 ShareConsumer", "shareN": f"share group, {n} ShareConsumers"}
 

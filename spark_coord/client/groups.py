@@ -558,3 +558,12 @@ def _read_offsets(group: str, code: int, topics: list[dict], check) -> dict[Topi
                 out[(t["name"], p["partition_index"])] = CommittedOffset(
                     p["committed_offset"], p["metadata"], p["committed_leader_epoch"])
     return out
+
+
+def describe_share_group(bootstrap: str, group: str, **client_settings) -> ShareGroupDescription:
+    """One share group as its coordinator describes it (ShareGroupDescribe), on a short-lived client."""
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap, **client_settings) as cc:
+        with GroupClient(cc) as gc:
+            return gc.describe_share_groups([group])[group]

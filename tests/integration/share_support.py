@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from spark_coord.client.groups import describe_share_group  # noqa: F401 (the tests' import)
+
 #: Broker settings of the share-group tests: short locks, heartbeats and sessions, so faults
 #: resolve in seconds (the group.share.min.* bounds let the tests go below Kafka's defaults).
 SHARE_OVERRIDES = {
@@ -135,17 +137,3 @@ def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]],
         if batch and i % batch == 0:
             assert p.flush(30) == 0
     assert p.flush(30) == 0
-
-
-def describe_share_group(bootstrap: str, group: str) -> dict:
-    """The share group as its coordinator describes it (ShareGroupDescribe)."""
-    from spark_coord.client.groups import GroupClient
-    from spark_coord.client.metadata import ClusterClient
-    from spark_coord.wire.registry import ApiKey
-
-    with ClusterClient(bootstrap) as cc:
-        with GroupClient(cc) as gc:
-            coord = gc.coordinator(group, refresh=True)
-            conn = cc.connection(coord.node_id)
-            return conn.request(ApiKey.SHARE_GROUP_DESCRIBE, {"group_ids": [group],
-                                                               "include_authorized_operations": False})["groups"][0]

@@ -135,7 +135,7 @@ def test_describe_reset_to_earliest_and_read_everything_again(cluster, create, c
     finally:
         a.stop()
     assert not a.errors, a.errors
-    wait_until(lambda: describe_share_group(bootstrap, group)["group_state"] == "Empty", timeout=30,
+    wait_until(lambda: describe_share_group(bootstrap, group).state == "Empty", timeout=30,
                message="the group empty once its consumer closed")
 
     # a dry run prints the new offsets and changes nothing
@@ -163,7 +163,7 @@ def test_describe_reset_to_earliest_and_read_everything_again(cluster, create, c
     assert all(d.count == 1 for d in b.deliveries)  # a fresh state: counted from one again
 
     # DeleteGroups of the empty share group takes its state and configs along
-    wait_until(lambda: describe_share_group(bootstrap, group)["group_state"] == "Empty", timeout=30,
+    wait_until(lambda: describe_share_group(bootstrap, group).state == "Empty", timeout=30,
                message="the group empty again")
     assert czk.exists(f"/share-groups/{group}") is not None and czk.exists(f"/config/groups/{group}") is not None
     with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:

@@ -29,13 +29,12 @@ def _assignments(bootstrap: str, group: str) -> dict[str, set[tuple[str, int]]]:
     """client id -> (topic, partition)s, as the coordinator describes the group, once every member
     was told its assignment (its epoch is the group's); {} before."""
     g = describe_share_group(bootstrap, group)
-    if g["error_code"] == 69:  # GROUP_ID_NOT_FOUND: no member joined yet
+    if g.error == 69:  # GROUP_ID_NOT_FOUND: no member joined yet
         return {}
-    assert g["error_code"] == 0, g
-    if any(m["member_epoch"] != g["group_epoch"] for m in g["members"]):
+    assert g.error == 0, g
+    if any(m.epoch != g.epoch for m in g.members):
         return {}
-    return {m["client_id"]: {(tp["topic_name"], p) for tp in m["assignment"]["topic_partitions"]
-                             for p in tp["partitions"]} for m in g["members"]}
+    return {m.client_id: {(t, p) for t, ps in m.assignment.items() for p in ps} for m in g.members}
 
 
 def _stop_all(readers) -> None:
@@ -83,7 +82,6 @@ def test_three_share_consumers_one_explicit_release_reject_and_the_delivery_limi
         specials = [(0, b"rel-1", b"v"), (0, b"rej-1", b"v"), (0, b"poison-1", b"v")] + \
                    [(0, f"after-{i}".encode(), b"v") for i in range(10)]
         produce(cluster.bootstrap, own, specials)
-        x = readers[2]
         wait_until(lambda: len(by_key(b"poison-1")) >= LIMIT and len(by_key(b"rel-1")) >= 2
                    and all(by_key(f"after-{i}".encode()) for i in range(10)), timeout=60,
                    message=lambda: f"poison {by_key(b'poison-1')}, rel {by_key(b'rel-1')}")
@@ -253,5 +251,4 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
 
 
 def _member_ids(cluster, group: str) -> list[str]:
-    g = describe_share_group(cluster.bootstrap, group)
-    return [m["member_id"] for m in g.get("members") or []]
+    return [m.member_id for m in describe_share_group(cluster.bootstrap, group).members]

@@ -11,14 +11,10 @@ answer comes once the acknowledgements are written to ZooKeeper.
 from __future__ import annotations
 
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.broker.handlers.share_fetch import apply_acks, await_durable, check_group, node_endpoints
+from spark_coord.broker.handlers.share_fetch import (apply_acks, await_durable, check_group, error_response,
+                                                     node_endpoints)
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
-
-
-def error_response(body: dict, code: int, message: str | None = None) -> dict:
-    return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message,
-            "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []}
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:
