@@ -175,6 +175,8 @@ RETRIABLE: frozenset[ErrorCode] = frozenset({
     ErrorCode.THROTTLING_QUOTA_EXCEEDED,
     ErrorCode.UNKNOWN_TOPIC_ID,                 # InvalidMetadataException
     ErrorCode.INCONSISTENT_TOPIC_ID,            # InvalidMetadataException
+    ErrorCode.SHARE_SESSION_NOT_FOUND,          # the member opens a new share session
+    ErrorCode.INVALID_SHARE_SESSION_EPOCH,      # likewise
 })
 
 
