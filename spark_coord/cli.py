@@ -165,11 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512)")
     p.set_defaults(func="spark_coord.standalone:run_cli")
 
-    p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group and print its records",
+    p = _subcommand(sub, "consume", _add_bootstrap, help="join a consumer group or a share group and print its records",
                     description="Join a consumer group through the coordinator and print one record per line "
-                                "until Ctrl-C or SIGTERM, then leave the group cleanly (last offsets committed).")
+                                "until Ctrl-C or SIGTERM, then leave the group cleanly (last offsets committed). "
+                                "With --share-group, read as a member of a share group (KIP-932): records are "
+                                "shared one by one with the group's other members, each printed record is "
+                                "accepted with the next fetch, and the share session is closed at the end.")
     _add_config_args(p, None)
-    p.add_argument("--group", "-g", required=True, help="consumer group id")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--group", "-g", help="consumer group id")
+    who.add_argument("--share-group", metavar="GROUP",
+                     help="share group id (KIP-932): read records shared with the group's other members")
     p.add_argument("--coordinator", metavar="HOST:PORT[,...]", default=None,
                    help="standalone coordinators to join through (default: ask the brokers of -b)")
     what = p.add_mutually_exclusive_group(required=True)

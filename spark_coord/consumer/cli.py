@@ -2,7 +2,8 @@
 
 consume: join a group through the coordinator and print one record per line
 (``key<sep>value`` with ``--key-separator``) until Ctrl-C or SIGTERM, then leave
-cleanly (the final offsets reach the coordinator before the process exits).
+cleanly (the final offsets reach the coordinator before the process exits); with
+``--share-group``, as a member of a share group (``consumer.share.ShareConsumer``).
 
 groups: ``list`` the coordinator's groups, or ``describe`` them: members with
 their partitions, and per partition the committed offset, the log end offset
@@ -50,6 +51,8 @@ def consume(args) -> int:
         return 2
     topics = [t for t in (getattr(args, "topic", None) or "").split(",") if t] or None
     pattern = getattr(args, "pattern", None)
+    if getattr(args, "share_group", None):
+        return _consume_share(args, cfg, topics, pattern)
     reset = "smallest" if getattr(args, "from_beginning", False) else cfg["auto.offset.reset"]
     bootstrap = getattr(args, "bootstrap", None) or cfg["bootstrap.brokers"]
     group = getattr(args, "group", None) or cfg["group.id"]
@@ -78,6 +81,41 @@ def consume(args) -> int:
                 printed += 1
                 if stop.is_set() or (limit is not None and printed >= limit):
                     break
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        log.info("closing: %d records printed", printed)
+        consumer.close()
+    return 0
+
+
+def _consume_share(args, cfg, topics: list[str] | None, pattern: str | None) -> int:
+    """``consume --share-group``: print the records handed to this member until interrupted; each
+    printed record is accepted with the next fetch, and close() closes the share sessions."""
+    from spark_coord.consumer.share import ShareConsumer
+
+    if pattern is not None or not topics:
+        log.error("a share group member subscribes to topics by name (--topic), not --pattern")
+        return 2
+    if getattr(args, "from_beginning", False):
+        log.error("--from-beginning does not apply to a share group: where a new share group starts is its "
+                  "share.auto.offset.reset config (set it with any admin client's incremental_alter_configs)")
+        return 2
+    bootstrap = getattr(args, "bootstrap", None) or cfg["bootstrap.brokers"]
+    sep = getattr(args, "key_separator", None)
+    limit = getattr(args, "count", None)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    consumer = ShareConsumer(bootstrap, args.share_group, topics)
+    printed = 0
+    try:
+        while not stop.is_set() and (limit is None or printed < limit):
+            for record in consumer.poll(0.2):
+                line = _text(record.value) if sep is None else f"{_text(record.key)}{sep}{_text(record.value)}"
+                sys.stdout.write(line + "\n")
+                printed += 1
             sys.stdout.flush()
     except KeyboardInterrupt:
         pass

@@ -252,3 +252,46 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
 
 def _member_ids(cluster, group: str) -> list[str]:
     return [m.member_id for m in describe_share_group(cluster.bootstrap, group).members]
+
+
+def test_three_cli_members_of_a_share_group_split_a_topic_with_one_partition(cluster, create, tmp_path):
+    """``spark-coord consume --share-group`` (our thin share consumer) three times on one partition:
+    the records are split between them -- each prints some -- and every record is printed once."""
+    group, topic, n = "sg-cli", "share-cli", 300
+    create(topic, 1)
+    outs, procs = [], []
+    for i in range(3):
+        out = tmp_path / f"member-{i}.out"
+        outs.append(out)
+        with open(out, "w") as f:
+            procs.append(subprocess.Popen([sys.executable, "-m", "spark_coord.cli", "--log-level", "WARNING",
+                                           "consume", "-b", cluster.bootstrap, "--share-group", group,
+                                           "--topic", topic, "-K", ":"], stdout=f, stderr=subprocess.STDOUT))
+    try:
+        # all three in the group and told the same epoch; the share partition starts at the log end
+        # ("latest") with the first fetch, so records are produced once every member fetches
+        def told(g):  # every member told the group's epoch
+            return g.error == 0 and all(m.epoch == g.epoch for m in g.members) and len(g.members)
+
+        wait_until(lambda: told(describe_share_group(cluster.bootstrap, group)) == 3, timeout=60, interval=0.3,
+                   message="three members")
+        produce(cluster.bootstrap, topic, [(0, b"warm", b"up")])
+        wait_until(lambda: any("warm:up" in o.read_text() for o in outs), timeout=30, message="the first record")
+        for i in range(0, n, 10):  # small record batches, so the members take turns
+            produce(cluster.bootstrap, topic, [(0, f"k{j}".encode(), b"v") for j in range(i, i + 10)], batch=10)
+
+        def printed() -> list[str]:
+            return [line.split(":")[0] for o in outs for line in o.read_text().splitlines()
+                    if line.startswith("k") and ":" in line]
+
+        wait_until(lambda: len(set(printed())) >= n, timeout=60,
+                   message=lambda: f"every record printed ({len(set(printed()))} of {n})")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(30) for p in procs]
+    assert codes == [0, 0, 0], [o.read_text()[-2000:] for o in outs]
+    lines = printed()
+    assert sorted(lines) == sorted(f"k{j}" for j in range(n)), Counter(lines).most_common(3)  # each once
+    per_member = [sum(1 for line in o.read_text().splitlines() if line.startswith("k")) for o in outs]
+    assert all(c > 0 for c in per_member), per_member

@@ -1,0 +1,370 @@
+"""The thin consumer in a share group (KIP-932): ``ShareConsumer``, as confluent-kafka's is.
+
+A share group hands out records, not partitions: any number of members read the same partitions,
+each record goes to one member at a time under an acquisition lock, and the member acknowledges
+it.  This consumer speaks only Kafka's own share APIs, so it reads a share group on Kafka 4.2 as
+well as on our brokers:
+
+* a heartbeat thread sends ShareGroupHeartbeat to the group's coordinator every
+  ``heartbeat_interval`` the coordinator asks for, and keeps the assignment it answers;
+* ``poll()`` sends one ShareFetch to each leader of an assigned partition, in that leader's share
+  session (epoch 0 opens it, each request after carries the next epoch), with the
+  acknowledgements that wait for that leader piggybacked; it returns the records acquired, each
+  with its ``delivery_count``;
+* ``acknowledgement_mode="implicit"`` (the default): each ``poll()`` accepts the records of the
+  one before; ``"explicit"``: the application calls ``acknowledge(record, "accept" | "release" |
+  "reject")`` for every record before the next ``poll()``, and ``commit()`` sends them (a
+  ShareAcknowledge per leader) and returns each partition's answer;
+* ``close()`` sends what is pending, closes every share session (what the member still holds goes
+  back at once) and leaves the group.
+
+Not thread-safe (one thread calls poll/acknowledge/commit/close), as confluent-kafka's is not.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import uuid
+from typing import Iterable, NamedTuple
+
+from spark_coord.client.groups import GroupClient
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.records.reader import iter_records
+from spark_coord.wire.registry import ApiKey
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ShareConsumer", "ShareRecord", "ACK_TYPES"]
+
+#: The wire's acknowledge types by name.
+ACK_TYPES = {"accept": 1, "release": 2, "reject": 3}
+OPEN, FINAL = 0, -1
+
+
+class ShareRecord(NamedTuple):
+    """A record a share consumer was handed; ``delivery_count`` counts this delivery."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    delivery_count: int
+
+
+class ShareConsumer:
+    """A member of share group ``group`` reading ``topics``."""
+
+    def __init__(self, bootstrap: str | list[str], group: str, topics: Iterable[str], *,
+                 acknowledgement_mode: str = "implicit", max_poll_records: int = 500, max_wait_ms: int = 500,
+                 client_id: str = "spark-coord-share", timeout: float = 30.0):
+        if acknowledgement_mode not in ("implicit", "explicit"):
+            raise ValueError(f"acknowledgement_mode must be implicit or explicit, not {acknowledgement_mode!r}")
+        self.group = group
+        self.topics = sorted(set(topics))
+        if not self.topics:
+            raise ValueError("a share consumer needs at least one topic")
+        self.explicit = acknowledgement_mode == "explicit"
+        self.max_poll_records = max_poll_records
+        self.max_wait_ms = max_wait_ms
+        self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster = ClusterClient(bootstrap, client_id=client_id, timeout=timeout)
+        self._bootstrap, self._client_id, self._timeout = bootstrap, client_id, timeout
+        #: ``{(topic, partition)}`` the coordinator assigned (set by the heartbeat thread).
+        self.assignment: set[tuple[str, int]] = set()
+        self.epoch = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._joined = threading.Event()
+        self._interval = 1.0
+        #: Per leader broker: the epoch its share session's next request carries, and the
+        #: partitions that session fetches.
+        self._sessions: dict[int, tuple[int, set[tuple[str, int]]]] = {}
+        #: Acknowledgements waiting to go: ``{(topic, partition): {offset: type}}``.
+        self._pending: dict[tuple[str, int], dict[int, int]] = {}
+        #: The last poll's records not acknowledged yet (explicit mode must acknowledge them all).
+        self._unacked: dict[tuple[str, int, int], ShareRecord] = {}
+        self._heartbeat = threading.Thread(target=self._heartbeats, name=f"share-heartbeat-{group}", daemon=True)
+        self._heartbeat.start()
+
+    # ------------------------------------------------------------ membership
+
+    def _heartbeats(self) -> None:
+        cc = ClusterClient(self._bootstrap, client_id=self._client_id, timeout=self._timeout)
+        gc = GroupClient(cc)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._heartbeat_once(cc, gc)
+                except Exception as e:  # noqa: BLE001 -- the member keeps trying until closed
+                    log.info("share group %s: heartbeat failed (%r); trying again", self.group, e)
+                    gc.forget(self.group)
+                self._stop.wait(self._interval)
+            try:
+                self._heartbeat_once(cc, gc, leave=True)
+            except (KafkaError, OSError, ConnectionError) as e:
+                log.info("share group %s: could not leave (%s); the coordinator times the member out", self.group, e)
+        finally:
+            gc.close()
+            cc.close()
+
+    def _heartbeat_once(self, cc: ClusterClient, gc: GroupClient, leave: bool = False) -> None:
+        coordinator = gc.coordinator(self.group)
+        conn = cc.connection(coordinator.node_id)
+        epoch = -1 if leave else self.epoch
+        answer = conn.request(ApiKey.SHARE_GROUP_HEARTBEAT, {
+            "group_id": self.group, "member_id": self.member_id, "member_epoch": epoch, "rack_id": None,
+            "subscribed_topic_names": self.topics if epoch == 0 else None})
+        code = answer["error_code"]
+        if leave:
+            return
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH):
+            log.info("share group %s: %s; joining again", self.group, ErrorCode.name_of(code))
+            self.epoch = 0
+            return
+        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+            gc.forget(self.group)
+            return
+        if code:
+            raise KafkaError(code, f"ShareGroupHeartbeat: {answer.get('error_message') or ''}")
+        self.epoch = answer["member_epoch"]
+        self._interval = max(answer["heartbeat_interval_ms"], 100) / 1000
+        if answer["assignment"] is not None:
+            names = {}
+            for t in self.topics:
+                info = cc.topic(t, refresh=True)
+                names[info.topic_id] = t
+            assigned = {(names[e["topic_id"]], p) for e in answer["assignment"]["topic_partitions"]
+                        if e["topic_id"] in names for p in e["partitions"]}
+            with self._lock:
+                self.assignment = assigned
+            log.info("share group %s: epoch %d, assigned %s", self.group, self.epoch, sorted(assigned))
+        self._joined.set()
+
+    # ------------------------------------------------------------ records
+
+    def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
+        """The records acquired for this member (at most about ``max_poll_records``); [] when none
+        came within ``timeout`` seconds.  Implicit mode accepts the last poll's records first."""
+        if self._stop.is_set():
+            raise RuntimeError("the share consumer is closed")
+        if self._unacked:
+            if self.explicit:
+                raise RuntimeError(f"{len(self._unacked)} records of the last poll are not acknowledged "
+                                   "(explicit acknowledgement mode)")
+            for r in list(self._unacked.values()):
+                self.acknowledge(r, "accept")
+        deadline = time.monotonic() + timeout
+        self._joined.wait(max(deadline - time.monotonic(), 0))
+        while True:
+            with self._lock:
+                idle = not self.assignment and not self._pending
+            if idle:  # nothing assigned (yet): wait for the heartbeat thread, do not spin
+                self._stop.wait(min(0.05, max(deadline - time.monotonic(), 0)))
+                out = []
+            else:
+                out = self._fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
+            if out or time.monotonic() >= deadline:
+                return out
+
+    def _fetch_round(self, wait_ms: int) -> list[ShareRecord]:
+        with self._lock:
+            assigned = set(self.assignment)
+        by_leader: dict[int, set[tuple[str, int]]] = {}
+        for t, p in assigned | set(self._pending):
+            try:
+                by_leader.setdefault(self.cluster.leader(t, p), set()).add((t, p))
+            except KafkaError:
+                continue
+        out: list[ShareRecord] = []
+        for leader, parts in sorted(by_leader.items()):
+            out.extend(self._share_fetch(leader, parts, assigned, wait_ms if not out else 0))
+        return out
+
+    def _share_fetch(self, leader: int, parts: set[tuple[str, int]], assigned: set[tuple[str, int]],
+                     wait_ms: int) -> list[ShareRecord]:
+        epoch, in_session = self._sessions.get(leader, (OPEN, set()))
+        fetching = parts & assigned
+        acks = {tp: self._pending.pop(tp) for tp in parts if tp in self._pending} if epoch != OPEN else {}
+        topics: dict[str, list[dict]] = {}
+        named = (fetching - in_session) | set(acks) if epoch != OPEN else fetching
+        for t, p in sorted(named):
+            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": _batches(acks.get((t, p), {}))})
+        forgotten: dict[str, list[int]] = {}
+        for t, p in sorted(in_session - fetching):
+            forgotten.setdefault(t, []).append(p)
+        body = {"group_id": self.group, "member_id": self.member_id, "share_session_epoch": epoch,
+                "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": 50 << 20, "max_records": self.max_poll_records,
+                "batch_size": self.max_poll_records,
+                "topics": [{"topic_id": self._topic_id(t), "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [{"topic_id": self._topic_id(t), "partitions": ps}
+                                          for t, ps in forgotten.items()] if epoch != OPEN else []}
+        try:
+            answer = self.cluster.connection(leader).request(ApiKey.SHARE_FETCH, body, version=1)
+        except (OSError, ConnectionError, KafkaError) as e:
+            log.info("share fetch from broker %d failed (%s); its session starts again", leader, e)
+            self._sessions.pop(leader, None)
+            self.cluster.drop_connection(leader)
+            return []
+        if answer["error_code"]:
+            log.info("share fetch from broker %d: %s; its session starts again", leader,
+                     ErrorCode.name_of(answer["error_code"]))
+            self._sessions.pop(leader, None)
+            return []
+        self._sessions[leader] = (epoch + 1, set(fetching))
+        names = self._names()
+        out = []
+        for t in answer["responses"]:
+            topic = names.get(t["topic_id"])
+            for p in t["partitions"]:
+                if topic is None:
+                    continue
+                if p["acknowledge_error_code"]:
+                    log.warning("share group %s: acknowledgements of %s-%d: %s", self.group, topic,
+                                p["partition_index"], ErrorCode.name_of(p["acknowledge_error_code"]))
+                if p["error_code"]:
+                    if p["error_code"] in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                        self.cluster.refresh(self.topics)
+                    continue
+                out.extend(self._records(topic, p))
+        for r in out:
+            self._unacked[(r.topic, r.partition, r.offset)] = r
+        return out
+
+    def _records(self, topic: str, p: dict) -> list[ShareRecord]:
+        ranges = [(a["first_offset"], a["last_offset"], a["delivery_count"]) for a in p["acquired_records"]]
+        if not ranges or not p["records"]:
+            return []
+        data = p["records"] if isinstance(p["records"], (bytes, bytearray, memoryview)) else bytes(p["records"])
+        out, i = [], 0
+        for rec in iter_records(data, ranges[0][0]):
+            while i < len(ranges) and rec.offset > ranges[i][1]:
+                i += 1
+            if i == len(ranges):
+                break
+            if rec.offset >= ranges[i][0]:
+                out.append(ShareRecord(topic, p["partition_index"], rec.offset, rec.timestamp, rec.timestamp_type,
+                                       rec.key, rec.value, rec.headers, ranges[i][2]))
+        return out
+
+    def _topic_id(self, topic: str) -> bytes:
+        return self.cluster.topic(topic).topic_id
+
+    def _names(self) -> dict[bytes, str]:
+        """``{topic id: name}`` of the subscribed topics that exist."""
+        out = {}
+        for t in self.topics:
+            try:
+                out[self._topic_id(t)] = t
+            except KafkaError:
+                continue
+        return out
+
+    # ------------------------------------------------------------ acknowledgements
+
+    def acknowledge(self, record: ShareRecord, kind: str = "accept") -> None:
+        """Mark a record of the last poll accepted, released (it comes back, counted) or rejected (set
+        aside for good); sent with the next poll or ``commit()``."""
+        if kind not in ACK_TYPES:
+            raise ValueError(f"acknowledgement {kind!r}: one of {', '.join(ACK_TYPES)}")
+        if self._unacked.pop((record.topic, record.partition, record.offset), None) is None:
+            raise ValueError(f"{record.topic}-{record.partition}@{record.offset} is not a record of the last poll "
+                             "waiting for its acknowledgement")
+        self._pending.setdefault((record.topic, record.partition), {})[record.offset] = ACK_TYPES[kind]
+
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Send every pending acknowledgement now (a ShareAcknowledge per leader) and wait for the
+        answers: ``{(topic, partition): error code}`` (0: written at the leader, for good)."""
+        results: dict[tuple[str, int], int] = {}
+        by_leader: dict[int, dict[tuple[str, int], dict[int, int]]] = {}
+        for tp, acks in list(self._pending.items()):
+            by_leader.setdefault(self.cluster.leader(*tp), {})[tp] = acks
+            del self._pending[tp]
+        for leader, acks in by_leader.items():
+            results.update(self._acknowledge(leader, acks, final=False))
+        return results
+
+    def _acknowledge(self, leader: int, acks: dict[tuple[str, int], dict[int, int]], final: bool) -> dict:
+        epoch, parts = self._sessions.get(leader, (OPEN, set()))
+        if epoch == OPEN:  # no session with that leader: nothing it holds for us
+            return {tp: int(ErrorCode.SHARE_SESSION_NOT_FOUND) for tp in acks}
+        topics: dict[str, list[dict]] = {}
+        for (t, p), offsets in sorted(acks.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": _batches(offsets)})
+        body = {"group_id": self.group, "member_id": self.member_id,
+                "share_session_epoch": FINAL if final else epoch,
+                "topics": [{"topic_id": self._topic_id(t), "partitions": ps} for t, ps in topics.items()]}
+        try:
+            answer = self.cluster.connection(leader).request(ApiKey.SHARE_ACKNOWLEDGE, body, version=1)
+        except (OSError, ConnectionError, KafkaError) as e:
+            self._sessions.pop(leader, None)
+            return {tp: int(ErrorCode.NETWORK_EXCEPTION) for tp in acks} if not isinstance(e, KafkaError) \
+                else {tp: int(e.code) for tp in acks}
+        if final:
+            self._sessions.pop(leader, None)
+        elif answer["error_code"]:
+            self._sessions.pop(leader, None)
+        else:
+            self._sessions[leader] = (epoch + 1, parts)
+        if answer["error_code"]:
+            return {tp: int(answer["error_code"]) for tp in acks}
+        names = self._names()
+        out = {tp: 0 for tp in acks}
+        for t in answer["responses"]:
+            for p in t["partitions"]:
+                if names.get(t["topic_id"]) is not None:
+                    out[(names[t["topic_id"]], p["partition_index"])] = int(p["error_code"])
+        return out
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Send what is pending (implicit mode: the last poll's records accepted), close every share
+        session -- what this member still holds goes back at once -- and leave the group."""
+        if self._stop.is_set():
+            return
+        if not self.explicit:
+            for r in list(self._unacked.values()):
+                self.acknowledge(r, "accept")
+        by_leader: dict[int, dict[tuple[str, int], dict[int, int]]] = {leader: {} for leader in self._sessions}
+        for tp, acks in self._pending.items():
+            try:
+                by_leader.setdefault(self.cluster.leader(*tp), {})[tp] = acks
+            except KafkaError:
+                continue
+        self._pending.clear()
+        for leader, acks in by_leader.items():
+            try:
+                self._acknowledge(leader, acks, final=True)
+            except Exception as e:  # noqa: BLE001 -- closing anyway; the locks run out
+                log.info("share session with broker %d not closed cleanly: %s", leader, e)
+        self._stop.set()
+        self._heartbeat.join(10)
+        self.cluster.close()
+
+    def __enter__(self) -> "ShareConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _batches(offsets: dict[int, int]) -> list[dict]:
+    """AcknowledgementBatches for ``{offset: type}``: contiguous offsets of one type in one batch."""
+    out: list[dict] = []
+    for offset in sorted(offsets):
+        kind = offsets[offset]
+        last = out[-1] if out else None
+        if last is not None and last["last_offset"] == offset - 1 and last["acknowledge_types"] == [kind]:
+            last["last_offset"] = offset
+        else:
+            out.append({"first_offset": offset, "last_offset": offset, "acknowledge_types": [kind]})
+    return out

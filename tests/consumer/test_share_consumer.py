@@ -1,0 +1,104 @@
+"""The thin consumer in a share group (``consumer.share.ShareConsumer``) against a real broker:
+implicit and explicit acknowledgement, a release coming back counted, a reject never, the rules
+of explicit mode, and close() handing back what the member still holds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_coord.client.admin import AdminClient
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.consumer.share import ShareConsumer, _batches
+from spark_coord.records.builder import BatchBuilder
+from spark_coord.wire.registry import ApiKey
+
+TOPIC, GROUP = "share-thin", "sg-thin"
+SETTINGS = {"group.share.min.heartbeat.interval.ms": 100, "group.share.heartbeat.interval.ms": 200,
+            "group.share.min.session.timeout.ms": 1000, "group.share.session.timeout.ms": 6000,
+            "coordinator.shards": 1}
+
+
+def test_acknowledgement_batches_join_contiguous_offsets_of_one_type():
+    assert _batches({5: 1, 6: 1, 7: 2, 9: 2, 3: 1}) == [
+        {"first_offset": 3, "last_offset": 3, "acknowledge_types": [1]},
+        {"first_offset": 5, "last_offset": 6, "acknowledge_types": [1]},
+        {"first_offset": 7, "last_offset": 7, "acknowledge_types": [2]},
+        {"first_offset": 9, "last_offset": 9, "acknowledge_types": [2]}]
+
+
+@pytest.fixture
+def bootstrap(broker_factory):
+    b = broker_factory(0, **SETTINGS)
+    address = "%s:%d" % b.address
+    with ClusterClient(address) as cc:
+        AdminClient(cc).create_topic(TOPIC, 1)
+        out = cc.request_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+            {"resource_type": 32, "resource_name": GROUP, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+            "validate_only": False}, version=1)
+        assert out["responses"][0]["error_code"] == 0, out
+        for first in range(0, 20, 5):
+            builder = BatchBuilder()
+            for i in range(first, first + 5):
+                builder.append(b"v%d" % i, key=b"k%d" % i)
+            r = cc.connection(0).request(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+                {"name": TOPIC, "partition_data": [{"index": 0, "records": builder.build()}]}]})
+            assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+    return address
+
+
+def _poll_until(consumer: ShareConsumer, want: int, timeout: float = 20, ack: str | None = None) -> list:
+    """Poll until ``want`` records came; with ``ack``, acknowledge each poll's records (explicit mode)."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        records = consumer.poll(0.3)
+        got.extend(records)
+        if ack:
+            for r in records:
+                consumer.acknowledge(r, ack)
+    return got
+
+
+def test_explicit_release_comes_back_counted_and_reject_never(bootstrap):
+    with ShareConsumer(bootstrap, GROUP, [TOPIC], acknowledgement_mode="explicit", max_poll_records=5) as c:
+        first = []
+        while not first:
+            first = c.poll(0.3)
+        assert all(r.delivery_count == 1 for r in first)
+        # explicit mode: the next poll needs every record acknowledged
+        with pytest.raises(RuntimeError, match="not acknowledged"):
+            c.poll(0.1)
+        for r in first:
+            c.acknowledge(r, "release" if r.offset == 0 else "reject" if r.offset == 1 else "accept")
+        with pytest.raises(ValueError, match="not a record of the last poll"):
+            c.acknowledge(first[0])
+        assert set(c.commit().values()) == {0}
+        later = _poll_until(c, 20 - len(first) + 1, ack="accept")
+        again = [r for r in later if r.offset == 0]
+        assert [r.delivery_count for r in again] == [2]          # released: back, counted
+        assert not [r for r in later if r.offset == 1]           # rejected: never
+        assert sorted({r.offset for r in first + later}) == list(range(20))
+        assert set(c.commit().values()) <= {0}
+
+
+def test_implicit_poll_accepts_the_last_one_and_an_explicit_close_hands_back_what_is_unacknowledged(bootstrap):
+    a = ShareConsumer(bootstrap, GROUP, [TOPIC], max_poll_records=5)
+    got = _poll_until(a, 1)
+    assert got
+    more = a.poll(0.3)  # accepts the first poll's records
+    a.close()           # implicit mode: the last poll's records are accepted too
+    x = ShareConsumer(bootstrap, GROUP, [TOPIC], acknowledgement_mode="explicit", max_poll_records=5)
+    held = []
+    while not held:
+        held = x.poll(0.3)
+    x.close()           # explicit, nothing acknowledged: they go back at once, not after the lock
+    with ShareConsumer(bootstrap, GROUP, [TOPIC], max_poll_records=50) as b:
+        rest = _poll_until(b, 20 - len(got) - len(more))
+    accepted = {r.offset for r in got + more}
+    assert not {r.offset for r in rest} & accepted                     # accepted: never again
+    assert {r.offset for r in held} <= {r.offset for r in rest}
+    assert all(r.delivery_count == (2 if r.offset in {h.offset for h in held} else 1) for r in rest)
+    assert sorted(accepted | {r.offset for r in rest}) == list(range(20))
