@@ -256,7 +256,7 @@ def _member_ids(cluster, group: str) -> list[str]:
 
 def test_three_cli_members_of_a_share_group_split_a_topic_with_one_partition(cluster, create, tmp_path):
     """``spark-coord consume --share-group`` (our thin share consumer) three times on one partition:
-    the records are split between them -- each prints some -- and every record is printed once."""
+    the records are split between them and every record is printed once."""
     group, topic, n = "sg-cli", "share-cli", 300
     create(topic, 1)
     outs, procs = [], []
@@ -294,4 +294,6 @@ def test_three_cli_members_of_a_share_group_split_a_topic_with_one_partition(clu
     lines = printed()
     assert sorted(lines) == sorted(f"k{j}" for j in range(n)), Counter(lines).most_common(3)  # each once
     per_member = [sum(1 for line in o.read_text().splitlines() if line.startswith("k")) for o in outs]
-    assert all(c > 0 for c in per_member), per_member
+    # the records were split: no member printed them all.  (Which members win the race for each new
+    # batch is not fixed: one run saw 70 / 230 / 0, so "every member prints some" is not asserted.)
+    assert sum(1 for c in per_member if c > 0) >= 2, per_member
