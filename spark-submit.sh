@@ -6,7 +6,7 @@
 # conf/spark-defaults.conf, and hands everything else to pyspark's spark-submit.
 #
 # PYSPARK_PYTHON set beforehand is kept: on a cluster it names the executors' Python
-# (./env/bin/python of a packed environment, see README "Running on a cluster").
+# (./env/bin/python of a packed environment, see docs/spark/clusters.md).
 #
 #   ./spark-submit.sh jobs/quickstart.py
 #   ./spark-submit.sh --master 'local[4]' jobs/sessionize_clicks.py --bootstrap 127.0.0.1:9092

@@ -654,6 +654,21 @@ def report_scale(runs: list[ScaleRun], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _write_figures(args: argparse.Namespace, columns: list[tuple[str, dict]], label: str,
+                   one_coordinator: bool = False) -> None:
+    """The lateness against members, as JSON for the docs' plots (bench/figures.py)."""
+    import figures
+
+    points = []
+    for name, f in columns:
+        lateness = f.get("lateness_ms") or {}
+        points.append({"column": name, "members_per_coordinator": f.get("members"),
+                       "coordinators": 1 if one_coordinator else getattr(args, "coordinators", 1),
+                       "p50_ms": lateness.get("p50"), "p99_ms": lateness.get("p99"), "max_ms": lateness.get("max"),
+                       "cpu_pct": 100 * f["cpu"] if f.get("cpu") is not None else None})
+    figures.write("coordinator", {"points": points}, label=label)
+
+
 def main_scale(args: argparse.Namespace) -> int:
     variants = {"both": [("python", 0), ("frozen", None)], "frozen": [("frozen", None)],
                 "python": [("python", 0)]}[args.gc]
@@ -667,6 +682,8 @@ def main_scale(args: argparse.Namespace) -> int:
             log.error("%s run stopped: %s", label, e)
     if runs:
         print(report_scale(runs, args))
+        _write_figures(args, [(f"{r.label} c{i}", r.per_coordinator[i]) for r in runs for i in sorted(r.per_coordinator)],
+                       label=f"{args.members:,} members, {args.coordinators} coordinator(s), gc {args.gc}")
     for f in failed:
         print(f"\nnot measured, {f}")
     return 1 if failed else 0
@@ -768,6 +785,9 @@ def main() -> int:
             sim.close()
     if phases:
         print(report(phases, idle_rss, peak, args))
+        _write_figures(args, [(p.label, {"members": p.members, "lateness_ms": p.window["stats"]["lateness_ms"],
+                                         "cpu": p.window["cpu"]["coordinator"]}) for p in phases if p.window],
+                       label="phases" + (" (quick)" if getattr(args, "quick", False) else ""), one_coordinator=True)
     if failed or args.keep:
         log.info("broker, ZooKeeper and simulator logs kept in %s", tmp)
     else:

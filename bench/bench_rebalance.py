@@ -233,6 +233,12 @@ def main() -> int:
     print(f"  real members' longest delivery gap, join (ms):         {r['join_gap_ms']} (median {med(r['join_gap_ms'])})")
     print(f"  join / quiet (median):                    {med(r['join_gap_ms']) / max(1, med(r['quiet_gap_ms'])):.2f}")
     print(f"  real members whose partitions moved:      {r['real_members_moved'] or 'none'}")
+    import figures  # bench/figures.py: the figures as JSON for the docs' plots
+    label = args.strategy if (args.members, args.partitions) == (1000, 2000) else \
+        f"{args.strategy}, {args.members} members"
+    figures.write("rebalance", {k: r[k] for k in ("members", "partitions", "register_version", "stopped", "lost",
+                                                  "started", "new_member_start_s", "stable_s", "quiet_gap_ms",
+                                                  "join_gap_ms") if k in r}, label=label)
     if args.keep:
         log.info("logs kept in %s", tmp)
     else:

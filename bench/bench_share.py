@@ -732,6 +732,17 @@ def main() -> int:
     summary = summarize(runs) if runs else {}
     if runs:
         print(report(runs, summary, args))
+        import figures  # bench/figures.py: the figures as JSON for the docs' plots
+
+        names = {"consumer": "1 Consumer, consumer group (baseline)", "share1": "1 ShareConsumer",
+                 "shareN": f"{args.consumers} ShareConsumers"}
+        figures.write("share", {"readers": [
+            {"reader": name, "records_per_s": summary[ph]["records_s"],
+             "ratio": 1.0 if ph == "consumer" else summary["ratios"][f"{ph}_records_s"],
+             "poll_p50_ms": summary[ph].get("poll_p50_ms"), "poll_p99_ms": summary[ph].get("poll_p99_ms")}
+            for ph, name in names.items() if ph in summary]},
+            label=f"{len(runs)} runs, medians" + (f", max.poll.records={args.max_poll_records}"
+                                                    if args.max_poll_records else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": summary,
                                                "failed": failed}, indent=1, default=str))

@@ -544,6 +544,15 @@ def main(argv=None) -> int:
               f"{[round(x) for x in r['warm_runs']]}, ceiling runs {[round(x) for x in r['ceiling_runs']]}; "
               f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}, "
               f"of the last ceiling query {({k: round(v, 1) for k, v in r['ceiling_cpu'].items()})}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import figures  # bench/figures.py: the figures as JSON for the docs' plots
+
+    figures.write("spark_source", {"rows": [
+        {"shape": r["name"], "records": r["records"], "first": r["cold"], "warm": r["warm"], "ceiling": r["ceiling"],
+         "ratio": r["paired"], "confluent": r["confluent"] or None,
+         "vs_confluent": r["warm"] / r["confluent"] if r["confluent"] else None,
+         "worker_peak_rss_mb": r["peak_rss_mb"]} for r in results]},
+        label=f"shapes {args.shapes}, {args.runs} queries per reader")
     return 0
 
 

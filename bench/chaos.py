@@ -1,6 +1,6 @@
 """Chaos benchmark: about 60 faults in about 13 minutes on a 3-broker cluster, every invariant checked.
 
-    .venv/bin/python bench/chaos.py                       # the README's run (~15 minutes)
+    .venv/bin/python bench/chaos.py                       # the documented run (docs/benchmarks/faults.md; ~15 minutes)
     .venv/bin/python bench/chaos.py --faults 20 --duration 240 --seed 7
     .venv/bin/python bench/chaos.py --kinds thin,thin,eager,cooperative --session-ms 30000 \
         --zk-session-ms 18000 --faults 30 --duration 600 --workdir /some/dir   # mixed members, default timeouts
@@ -53,6 +53,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_coord.testing.chaos import ChaosRun, ChaosSettings, parse_kinds, write_report  # noqa: E402
+
+
+def _write_figures(report, settings) -> None:
+    """Faults by kind, duplicates and stalls, as JSON for the docs' plots (bench/figures.py)."""
+    import statistics
+
+    import figures
+    from spark_coord.testing.chaos import KINDS
+
+    stalls, base = report.coordinator_kill_stalls, report.baseline_stalls
+    kinds = ",".join(settings.member_kinds())
+    figures.write("chaos", {
+        "faults": {k: n for k in KINDS if (n := sum(1 for f in report.faults if f["kind"] == k))},
+        "wall_s": round(report.wall_s, 1), "records": report.acked, "lost": len(report.lost),
+        "duplicates": report.duplicates["extra"], "duplicate_pct": round(report.duplicate_pct, 3),
+        "coordinator_kill_stall_s": {"median": statistics.median(stalls) if stalls else None,
+                                     "max": max(stalls) if stalls else None, "all": stalls},
+        "baseline_stall_s": {"median": statistics.median(base) if base else None},
+        "member_kill_stalls": [{"kind": k.get("kind"), "stall": k.get("stall"), "clean": k.get("clean")}
+                               for k in report.member_kill_stalls],
+        "violations": len(report.violations),
+        **({"share": report.share} if report.share else {}),
+    }, label=f"{len(report.faults)} faults, {kinds}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in report.violations[:40]:
         print("VIOLATION:", v)
     print(f"report: {args.report}")
+    _write_figures(report, settings)
     return 1 if report.violations else 0
 
 

@@ -39,8 +39,18 @@ def project() -> dict:
 def requirements(extras: list[str], without: list[str]) -> list[str]:
     meta = project()
     reqs = list(meta["dependencies"])
-    for extra in extras:
-        reqs += meta["optional-dependencies"][extra]
+    pending, seen = list(extras), set()
+    while pending:              # an extra may name another of this project's: "spark-coord[docs]"
+        extra = pending.pop(0)
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for req in meta["optional-dependencies"][extra]:
+            own = re.match(rf"^{re.escape(meta['name'])}\[([\w,\s-]+)\]$", req.strip(), re.I)
+            if own:
+                pending += [x.strip() for x in own.group(1).split(",")]
+            else:
+                reqs.append(req)
     unwanted = {name.lower() for name in without}
     return [r for r in reqs if re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() not in unwanted]
 

@@ -1,12 +1,14 @@
-"""Every shell example of README.md runs as written, against a local cluster.
+"""Every shell example of README.md and of the docs (docs/**/*.md) runs as written, against a local cluster.
 
-The examples are README's indented code blocks and its ``sh``/``bash``/``shell``/``console``
-fences.  Each block runs with bash (``set -eo pipefail``) from the checkout's root with
-``.venv/bin`` first on PATH, in README order, against one 3-broker cluster; the broker
-address ``127.0.0.1:9092`` in an example stands for that cluster's bootstrap list.
+The examples are the indented code blocks and the ``sh``/``bash``/``shell``/``console``
+fences of README.md, then of the docs' pages in the order of the site's navigation
+(mkdocs.yml; pages it does not list come last, by name).  Each block runs with bash
+(``set -eo pipefail``) from the checkout's root with ``.venv/bin`` first on PATH, in that
+order, against one 3-broker cluster; the broker address ``127.0.0.1:9092`` in an example
+stands for that cluster's bootstrap list.
 
 A block is run unless an HTML comment right before it (blank lines may separate them)
-says otherwise -- README's "Tests" section documents this:
+says otherwise -- docs/contributing.md, "Examples are tests", documents this:
 
 - ``<!-- readme-test: skip REASON -->``: not run (set-up commands, a Spark cluster, a
   synopsis that is not a command, a benchmark);
@@ -32,6 +34,8 @@ from helpers import local_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MKDOCS = ROOT / "mkdocs.yml"
 README_BOOTSTRAP = "127.0.0.1:9092"
 BLOCK_TIMEOUT = 120
 SHELL_FENCES = {"sh", "bash", "shell", "console"}
@@ -45,10 +49,34 @@ class Example:
     text: str              # the commands, dedented
     mode: str = "run"      # run, skip, needs, background
     argument: str = ""     # skip: the reason; needs: the tool
+    source: str = "README.md"
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.source}:{self.line}"
+
+
+def documents() -> list[Path]:
+    """README.md, then the docs' pages in the navigation's order, then any page it does not list."""
+    nav = MKDOCS.read_text().split("\nnav:", 1)[1] if MKDOCS.exists() else ""
+    listed = [DOCS / m for m in re.findall(r"^\s*-\s*(?:[^\n]*?:\s*)?([\w./-]+\.md)\s*$", nav, re.M)]
+    pages = [p for p in dict.fromkeys(listed) if p.exists()]
+    pages += sorted(p for p in DOCS.rglob("*.md") if p not in pages)
+    return [README] + pages
+
+
+def all_examples() -> list[Example]:
+    found: list[Example] = []
+    for path in documents():
+        source = path.relative_to(ROOT).as_posix()
+        try:
+            page = examples(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+        for e in page:
+            e.source = source
+        found.extend(page)
+    return found
 
 
 def examples(markdown: str) -> list[Example]:
@@ -135,8 +163,22 @@ def test_misplaced_markers_are_errors(md, problem):
 
 
 def test_readme_markers_are_well_formed():
-    found = examples(README.read_text())
-    assert any(e.mode == "run" for e in found), "README has no example that the test runs"
+    found = all_examples()
+    assert any(e.mode == "run" for e in found), "README and the docs have no example that the test runs"
+
+
+def test_docs_are_read_in_navigation_order():
+    paths = [p.relative_to(ROOT).as_posix() for p in documents()]
+    assert paths[0] == "README.md"
+    for page in ("docs/getting-started.md", "docs/groups/kip848.md", "docs/operating/cli.md"):
+        assert page in paths, f"{page} is not read for examples"
+    assert paths.index("docs/groups/kip848.md") < paths.index("docs/operating/cli.md")
+
+
+def test_setup_commands_stay_in_readme():
+    """The two set-up commands of README.md, each marked so the example run leaves them alone."""
+    setup = [e for e in examples(README.read_text()) if e.mode == "skip" and e.argument.startswith("set-up command")]
+    assert [e.text for e in setup] == ["./quickstart.sh", "./run-tests.sh"]
 
 
 # ---------------------------------------------------------------- running README
@@ -160,7 +202,7 @@ def _script(example: Example, bootstrap: str) -> str:
 
 
 def test_readme_shell_examples_run(readme_cluster, tmp_path):
-    found = examples(README.read_text())
+    found = all_examples()
     env = _env(tmp_path)
     background: list[tuple[Example, str, subprocess.Popen, Path]] = []
     ran, skipped = [], []
@@ -174,7 +216,7 @@ def test_readme_shell_examples_run(readme_cluster, tmp_path):
                 for n, line in enumerate(script.splitlines()):
                     if not line.strip():
                         continue
-                    log = tmp_path / f"background-{example.line}-{n}.log"
+                    log = tmp_path / f"background-{example.source.replace('/', '_')}-{example.line}-{n}.log"
                     with open(log, "wb") as out:
                         proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=ROOT, env=env,
                                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -208,4 +250,4 @@ def test_readme_shell_examples_run(readme_cluster, tmp_path):
             pytest.fail(f"{example.where}: `{line}` did not stop on SIGTERM")
         text = log.read_text(errors="replace")
         assert code == 0 and "Traceback" not in text, f"{example.where}: `{line}` exited {code}:\n{text[-3000:]}"
-    assert ran, f"no README example ran ({len(skipped)} skipped)"
+    assert ran, f"no example of README or the docs ran ({len(skipped)} skipped)"

@@ -3,7 +3,7 @@
 It reads a topic through ``coordkafka`` as ``--members`` members of ``--group`` and
 appends ``partition, offset, value`` to Parquet with Spark's file sink (exactly once:
 its ``_spark_metadata`` log lists the files of the committed batches), until the file
-``--stop-file`` appears; then it stops the query and Spark. Submit it as the README shows::
+``--stop-file`` appears; then it stops the query and Spark. Submit it as docs/spark/clusters.md shows::
 
     PYSPARK_PYTHON=./env/bin/python ./spark-submit.sh --master spark://HOST:7077 \\
         --archives env.tar.gz#env tests/spark/standalone_job.py --bootstrap ... --out ...

@@ -1,4 +1,4 @@
-"""coordkafka on a Spark standalone cluster, submitted as README "Running on a cluster" says:
+"""coordkafka on a Spark standalone cluster, submitted as docs/spark/clusters.md, "Running on a cluster", says:
 a master and two workers on loopback (the pyspark wheel's own launcher), the executors'
 Python shipped as ``env.tar.gz`` built by scripts/pack-env.sh, the job submitted with
 ``PYSPARK_PYTHON=./env/bin/python ./spark-submit.sh --master spark://... --archives
