@@ -110,17 +110,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func="spark_coord.cluster:run_cli")
 
     p = _subcommand(sub, "topics", _add_bootstrap, add_client_options, help="create, list, describe and delete topics",
-                    description="Topic administration over the Kafka protocol (CreateTopics, Metadata, DeleteTopics).")
+                    description="Topic administration over the Kafka protocol (CreateTopics, Metadata, DeleteTopics, "
+                                "CreatePartitions, DeleteRecords).")
     action = _actions(p, _add_bootstrap, add_client_options)
     c = action("create", help="create a topic")
     c.add_argument("topic")
     c.add_argument("--partitions", "-p", type=int, default=-1, help="partition count (default: the broker's num.partitions)")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
+    c.add_argument("--config", metavar="KEY=VALUE", action="append", default=[],
+                   help="a topic config (cleanup.policy=compact, retention.ms=...); repeatable")
     action("list", help="list topics")
     d = action("describe", help="partitions, leaders and offsets of topics")
     d.add_argument("topics", nargs="*", help="topics to describe (default: all)")
+    d.add_argument("--configs", action="store_true", help="also list each topic's own (non-default) configs")
+    a = action("alter-config", help="set or delete a topic's configs (IncrementalAlterConfigs)")
+    a.add_argument("topic")
+    a.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="set a config; repeatable")
+    a.add_argument("--delete", metavar="KEY", action="append", default=[],
+                   help="delete a config (back to the broker's value); repeatable")
+    a.add_argument("--validate-only", action="store_true", help="check the change, change nothing")
     x = action("delete", help="delete a topic")
     x.add_argument("topic")
+    ap = action("add-partitions", help="grow a topic to more partitions (CreatePartitions)",
+                description="Grow TOPIC to --partitions N partitions; the new ones are spread over the live brokers "
+                            "and running consumer groups are rebalanced onto them. Partitions are never removed.")
+    ap.add_argument("topic")
+    ap.add_argument("--partitions", "-p", type=int, required=True, metavar="N",
+                    help="the new total partition count (must be larger than the current one)")
+    ap.add_argument("--validate-only", action="store_true", help="check the request, change nothing")
+    dr = action("delete-records", help="delete a partition's records before an offset (DeleteRecords)",
+                description="Move the log start offset of TOPIC's partition(s) to OFFSET: records below it are "
+                            "gone for every reader (a consumer positioned below it follows its auto.offset.reset).")
+    dr.add_argument("topic")
+    dr.add_argument("--partition", "-p", type=int, action="append", metavar="P",
+                    help="partition to delete from; repeatable (default: every partition)")
+    dr.add_argument("--before", required=True, metavar="OFFSET",
+                    help="delete records with offsets below OFFSET; 'end' (or -1) deletes everything up to the "
+                         "high watermark")
     p.set_defaults(func="spark_coord.client.cli:topics")
 
     p = _subcommand(sub, "produce", _add_bootstrap, add_client_options, help="produce lines from stdin or a file to a topic",

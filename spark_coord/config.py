@@ -47,13 +47,13 @@ def _password(text: str) -> Password:
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str, "bool": _bool, "list": _list,
-                                             "password": _password}
+                                             "password": _password, "double": float}
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    type: str  # int | str | bool | list | password (a ``Password``: hidden in reprs and logs)
+    type: str  # int | double | str | bool | list | password (a ``Password``: hidden in reprs and logs)
     default: Any
     doc: str
     minimum: int | None = None
@@ -354,6 +354,39 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("log.flush.interval.ms", "int", -1,
         "fsync partitions with unflushed data at least this often; -1 leaves it to the OS."),
     Key("log.flush.scheduler.interval.ms", "int", 1000, "How often the time-based flush policy is checked.", minimum=10),
+    Key("log.roll.ms", "int", 604800000,
+        "Roll to a new segment when the active one is older than this (its first append), even if it\n"
+        "is not full: retention and compaction only ever remove closed segments. A topic's segment.ms.", minimum=1),
+    Key("log.cleanup.policy", "list", ["delete"],
+        "What happens to old segments of a topic without its own cleanup.policy: delete (retention by\n"
+        "time and size), compact (the log cleaner keeps the last record of each key), or compact,delete.",
+        ),
+    Key("log.message.timestamp.type", "str", "CreateTime",
+        "Timestamps of appended records: CreateTime (the producer's) or LogAppendTime (the broker\n"
+        "stamps each batch with its append time). A topic's message.timestamp.type."),
+    Key("log.cleaner.enable", "bool", True,
+        "Run the log cleaner (a thread of the broker that compacts topics whose cleanup.policy has compact)."),
+    Key("log.cleaner.backoff.ms", "int", 15000,
+        "How long the log cleaner sleeps when no log needs cleaning (a topic config change wakes it).", minimum=10),
+    Key("log.cleaner.dedupe.buffer.size", "int", 134217728,
+        "Memory of the log cleaner's offset map (16 bytes per key: a 64-bit key hash and an offset, at\n"
+        "most 3/4 full). A pass that meets more distinct keys than fit cleans up to where the map filled\n"
+        "and the next pass goes on from there; the map is allocated per pass for the keys it can meet.",
+        minimum=1048576),
+    Key("log.cleaner.io.max.bytes.per.second", "int", 9223372036854775807,
+        "Throttle of the log cleaner: bytes read plus written per second (the default: unthrottled).",
+        minimum=1024),
+    Key("log.cleaner.min.cleanable.ratio", "double", 0.5,
+        "Clean a compacted log when its dirty (not yet cleaned) bytes are at least this fraction of\n"
+        "its closed segments (0-1). A topic's min.cleanable.dirty.ratio."),
+    Key("log.cleaner.min.compaction.lag.ms", "int", 0,
+        "Records younger than this are never compacted away. A topic's min.compaction.lag.ms.", minimum=0),
+    Key("log.cleaner.max.compaction.lag.ms", "int", 9223372036854775807,
+        "A compacted log with dirty records older than this is cleaned whatever its dirty ratio (and\n"
+        "its active segment rolls at this age). A topic's max.compaction.lag.ms.", minimum=1),
+    Key("log.cleaner.delete.retention.ms", "int", 86400000,
+        "How long a tombstone (a record with a null value) stays in a compacted log, counted from its\n"
+        "timestamp, so consumers reading behind can see the delete. A topic's delete.retention.ms.", minimum=0),
     # TLS (PEM files); each key may also be set for one listener as listener.name.<listener>.<key>
     Key("ssl.keystore.type", "str", "PEM", "Format of the key store: PEM (JKS and PKCS12 are Java formats: convert them)."),
     Key("ssl.keystore.location", "str", None,

@@ -8,6 +8,7 @@ import pytest
 from spark_coord.cli import build_parser
 
 COMMANDS = [["zookeeper"], ["broker"], ["up"], ["topics"], ["topics", "create"], ["topics", "describe"],
+            ["topics", "add-partitions"], ["topics", "delete-records"],
             ["produce"], ["tail"], ["demo"], ["consume"], ["groups"], ["groups", "describe"],
             ["share-groups"], ["share-groups", "list"], ["share-groups", "describe"], ["share-groups", "reset-offsets"]]
 
@@ -44,6 +45,8 @@ ACTION_COMMANDS = [
     (["topics"], ["list"], ["-b", B]),
     (["topics"], ["describe", "t1", "t2"], ["--bootstrap", B]),
     (["topics"], ["delete", "t1"], ["-b", B]),
+    (["topics"], ["add-partitions", "t1", "--partitions", "6"], ["-b", B]),
+    (["topics"], ["delete-records", "t1", "--partition", "0", "--before", "100"], ["-b", B]),
     (["groups"], ["list"], ["-b", B, "--json"]),
     (["groups"], ["describe", "g1"], ["-b", B, "--json"]),
     (["groups"], ["describe"], ["--json"]),

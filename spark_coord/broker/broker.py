@@ -6,7 +6,9 @@ connect to ZooKeeper, read or create the cluster id, load the groups' configs
 register ``/brokers/ids/<id>``, stand for coordinator, and last open the metrics
 endpoint (``metrics.port``; ``spark_coord.metrics``).  Stop order is the reverse, so
 clients see the broker leave ZooKeeper before its socket closes.  Log flush and
-retention run periodically in a worker thread, off the event loop.
+retention run periodically in a worker thread, off the event loop; the log cleaner
+(compaction) runs in its own thread.  Topic configs and dynamic broker configs are
+followed from ZooKeeper and applied to the logs as they change.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
 from spark_coord.broker.state import ClusterView
 from spark_coord.config import Config
+from spark_coord.configs.dynamic import DynamicConfigs
 from spark_coord.configs.store import GroupConfigs
+from spark_coord.log.cleaner import CleanerSettings, LogCleaner
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.zk import client as zk_client
@@ -66,6 +70,8 @@ class Broker:
         #: The metrics endpoint (None without metrics.port); its observers exist before the parts they watch.
         self.metrics = metrics_endpoint(config, f"broker {self.broker_id}")
         self._tasks: list[asyncio.Task] = []
+        #: The log cleaner thread (compaction of topics whose cleanup.policy has compact).
+        self.cleaner: LogCleaner | None = None
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"broker-{self.broker_id}-logs")
         self.started = False
 
@@ -118,6 +124,13 @@ class Broker:
             group_configs = GroupConfigs(self.zk, cfg)
             await loop.run_in_executor(None, group_configs.start, loop)
             self.ctx.group_configs = group_configs
+            dynamic = DynamicConfigs(self.zk, cfg, self.broker_id)
+            await loop.run_in_executor(None, dynamic.start, loop)
+            self.ctx.dynamic_configs = dynamic
+            self.logs.set_config_source(dynamic.log_config)
+            dynamic.add_listener(self._configs_changed)
+            self.cleaner = LogCleaner(self.logs, lambda: CleanerSettings.from_broker_config(dynamic.broker_config))
+            self.cleaner.start()
             await self.view.start()
             self.view.add_listener(self._reconcile_logs)
             self._reconcile_logs(self.view)
@@ -161,6 +174,20 @@ class Broker:
             delivery_count_limit=cfg["group.share.delivery.count.limit"],
             max_in_flight=cfg["group.share.partition.max.record.locks"],
             auto_offset_reset=own.share_auto_offset_reset if own is not None else "latest")
+
+    def _configs_changed(self, kind: str, name: str) -> None:
+        """A topic's configs or the dynamic broker configs changed (on the loop): give the logs their new
+        settings, apply retention to them at once (a lowered retention.ms frees space promptly, not at the
+        next retention check) and wake the cleaner (a topic may have become compacted)."""
+        if self.logs is None:
+            return
+        topic = name if kind == "topics" else None
+        changed = self.logs.refresh_configs(topic)
+        if changed:
+            log.info("broker %d: new log settings for %d partition log(s)", self.broker_id, len(changed))
+            asyncio.get_running_loop().run_in_executor(self._maintenance, self.logs.apply_retention, topic)
+        if self.cleaner is not None:
+            self.cleaner.wake()
 
     def _cluster_id(self) -> str:
         """Read ``/cluster/id``, creating it once for a new cluster (blocking); Kafka keeps it
@@ -231,6 +258,11 @@ class Broker:
         self.security.stop()
         if self.ctx is not None and self.ctx.group_configs is not None:
             self.ctx.group_configs.stop()
+        if self.ctx is not None and self.ctx.dynamic_configs is not None:
+            self.ctx.dynamic_configs.stop()
+        if self.cleaner is not None:
+            cleaner, self.cleaner = self.cleaner, None
+            await loop.run_in_executor(None, cleaner.stop)
         if self.logs is not None:
             logs, self.logs = self.logs, None
             await loop.run_in_executor(self._maintenance, logs.close)

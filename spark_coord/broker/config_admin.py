@@ -12,13 +12,20 @@ refused: CLUSTER_/TOPIC_/GROUP_AUTHORIZATION_FAILED), then the resource itself:
   key or a value Kafka would refuse, with a message naming the key and the reason.
   ``validate_only`` checks all of it and writes nothing.  AlterConfigs replaces the
   group's whole set; IncrementalAlterConfigs SETs and DELETEs keys.
-- TOPIC: described with the broker's log settings under Kafka's names; a name
-  that is not a legal topic name answers INVALID_TOPIC_EXCEPTION, a topic that
-  does not exist UNKNOWN_TOPIC_OR_PARTITION.
-- BROKER: described when named by this broker's id (the empty name, Kafka's
-  cluster-wide dynamic defaults, has no configs here); another id, or one that is
-  not an integer, answers INVALID_REQUEST (Kafka describes a broker only at it).
-- Altering a TOPIC or a BROKER answers INVALID_REQUEST: they are read-only for now.
+- TOPIC: described with the topic's own configs (DYNAMIC_TOPIC_CONFIG) over the
+  broker's settings under Kafka's names (``configs.topic``); a name that is not a
+  legal topic name answers INVALID_TOPIC_EXCEPTION, a topic that does not exist
+  UNKNOWN_TOPIC_OR_PARTITION.  Altered in ``/config/topics/<topic>`` (plus a
+  ``/config/changes`` notification) after Kafka's validation: INVALID_CONFIG naming
+  the key for an unknown name, a bad value or a value out of range.
+- BROKER: described when named by this broker's id, with the dynamic levels
+  (``configs.broker``); the empty name describes (and alters) the cluster-wide
+  dynamic defaults at ``/config/brokers/<default>``; another id, or one that is not
+  an integer, answers INVALID_REQUEST (Kafka describes a broker only at it).  Only
+  the dynamic keys may be altered (INVALID_CONFIG for the others).
+- IncrementalAlterConfigs on a TOPIC or a BROKER: SET, DELETE, and APPEND/SUBTRACT
+  for list keys (cleanup.policy, log.cleanup.policy) starting from the stored value,
+  else the value in effect; APPEND/SUBTRACT of any other key is INVALID_CONFIG.
 - Any other resource type (BROKER_LOGGER, CLIENT_METRICS, codes Kafka does not
   have, the ACL code 3 for a group) answers INVALID_REQUEST.
 """
@@ -29,7 +36,10 @@ import logging
 from collections import Counter
 from typing import Any
 
-from spark_coord.configs.broker import READ_ONLY_MESSAGE, describe_broker, describe_topic
+from spark_coord.configs.broker import describe_broker
+from spark_coord.configs.topic import describe_topic
+from spark_coord.configs.dynamic import BROKERS, TOPICS
+from spark_coord.configs.topic import TOPIC_KEYS
 from spark_coord.configs.model import AlterConfigOp, ConfigResourceType, InvalidConfig
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import CLUSTER, AclOperation, Resource
@@ -111,12 +121,23 @@ def describe(ctx, conn, resource: dict, include_synonyms: bool, include_document
     if not ctx.authorized(conn, AclOperation.DESCRIBE_CONFIGS, _acl_resource(rtype, name)):
         out["error_code"], out["error_message"] = _UNAUTHORIZED[rtype]
         return out
+    dynamic = getattr(ctx, "dynamic_configs", None)
     if rtype == ConfigResourceType.TOPIC:
         refused = _check_topic(ctx, name)
-        entries = describe_topic(ctx.config, keys) if refused is None else []
+        if refused is not None:
+            entries = []
+        elif dynamic is not None:
+            entries = dynamic.describe_topic(name, keys)
+        else:
+            entries = describe_topic(ctx.config, keys)
     elif rtype == ConfigResourceType.BROKER:
         refused = _check_broker_name(ctx, name)
-        entries = describe_broker(ctx.config, keys) if refused is None and name else []
+        if refused is not None:
+            entries = []
+        elif dynamic is not None:
+            entries = dynamic.describe_broker(default=not name, names=keys)
+        else:
+            entries = describe_broker(ctx.config, keys) if name else []
     else:
         refused = _check_group(name)
         entries = ctx.group_configs.describe(name, keys) if refused is None else []
@@ -160,10 +181,17 @@ async def _alter_one(ctx, conn, resource: dict, incremental: bool, validate_only
              if c.get("value") is None and not (incremental and c.get("config_operation") == AlterConfigOp.DELETE)]
     if nulls:
         return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(map(str, nulls))
+    if incremental:
+        for c in configs:
+            op = c.get("config_operation")
+            if op not in AlterConfigOp._value2member_map_:
+                return ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {c.get('name')}"
     if rtype == ConfigResourceType.TOPIC:
-        return _check_topic(ctx, name) or (ErrorCode.INVALID_REQUEST, READ_ONLY_MESSAGE)
+        return _check_topic(ctx, name) or await _alter_entity(ctx, conn, TOPICS, name, configs, incremental,
+                                                              validate_only)
     if rtype == ConfigResourceType.BROKER:
-        return _check_broker_name(ctx, name) or (ErrorCode.INVALID_REQUEST, READ_ONLY_MESSAGE)
+        return _check_broker_name(ctx, name) or await _alter_entity(
+            ctx, conn, BROKERS, name or paths.BROKER_DEFAULT_ENTITY, configs, incremental, validate_only)
     refused = _check_group(name)
     if refused is not None:
         return refused
@@ -207,6 +235,82 @@ async def _alter_group(ctx, conn, group: str, configs: list[dict], incremental: 
     if not validate_only:
         log.info("%r: %s set the configs of group %r to %s", conn, conn.auth.principal, group,
                  ", ".join(f"{k}={v}" for k, v in sorted(new.items())) or "the broker's defaults")
+    return ErrorCode.NONE, None
+
+
+#: List-typed keys (APPEND and SUBTRACT apply to them only).
+_LIST_KEYS = {TOPICS: frozenset({"cleanup.policy"}), BROKERS: frozenset({"log.cleanup.policy"})}
+
+
+def _split(value: str | None) -> list[str]:
+    return [p.strip() for p in (value or "").split(",") if p.strip()]
+
+
+def _current(dynamic, kind: str, name: str, key: str) -> str | None:
+    """The value in effect of a list key (APPEND/SUBTRACT without a stored value start from it)."""
+    if kind == TOPICS:
+        topic_key = TOPIC_KEYS.get(key)
+        if topic_key is None:
+            return None
+        value = dynamic.broker_config.get(topic_key.broker_key)
+    else:
+        value = dynamic.broker_config.get(key)
+    return ",".join(value) if isinstance(value, (list, tuple)) else value
+
+
+async def _alter_entity(ctx, conn, kind: str, name: str, configs: list[dict], incremental: bool,
+                        validate_only: bool) -> Outcome:
+    """AlterConfigs / IncrementalAlterConfigs of a topic or of dynamic broker configs."""
+    dynamic = getattr(ctx, "dynamic_configs", None)
+    if dynamic is None:
+        return ErrorCode.INVALID_REQUEST, "this broker has not loaded its dynamic configs yet"
+    if incremental:
+        for c in configs:
+            op = c["config_operation"]
+            if op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT) and c.get("name") not in _LIST_KEYS[kind]:
+                if kind == TOPICS and c.get("name") not in TOPIC_KEYS:
+                    return ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.get('name')}"
+                return (ErrorCode.INVALID_CONFIG,
+                        f"Can't {AlterConfigOp(op).name} to key {c.get('name')} because its type is not LIST.")
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        if incremental:
+            new = dict(current)
+            for c in configs:
+                op, key = c["config_operation"], c["name"]
+                if op == AlterConfigOp.DELETE:
+                    new.pop(key, None)
+                elif op == AlterConfigOp.SET:
+                    new[key] = c["value"]
+                else:
+                    items = _split(new[key] if key in new else _current(dynamic, kind, name, key))
+                    given = _split(c["value"])
+                    if op == AlterConfigOp.APPEND:
+                        items += [v for v in given if v not in items]
+                    else:
+                        items = [v for v in items if v not in given]
+                    new[key] = ",".join(items)
+        else:
+            new = {c["name"]: c["value"] for c in configs}
+        if kind == TOPICS:
+            dynamic.validate_topic(new)
+        else:
+            dynamic.validate_broker(name, new)
+        return new
+
+    what = f"topic {name!r}" if kind == TOPICS else f"broker {name}"
+    try:
+        new = await dynamic.alter(kind, name, change, validate_only)
+    except InvalidConfig as e:
+        return ErrorCode.INVALID_CONFIG, str(e)
+    except ValueError as e:
+        return ErrorCode.INVALID_REQUEST, str(e)
+    except Exception as e:  # ZooKeeper trouble
+        log.error("altering the configs of %s failed: %r", what, e)
+        return ErrorCode.UNKNOWN_SERVER_ERROR, f"could not store the configs of {what}"
+    if not validate_only:
+        log.info("%r: %s set the configs of %s to %s", conn, conn.auth.principal, what,
+                 ", ".join(f"{k}={v}" for k, v in sorted(new.items())) or "the defaults")
     return ErrorCode.NONE, None
 
 

@@ -52,6 +52,9 @@ class BrokerContext:
     #: (never blocks), ``add_listener(fn)`` (``fn(group_id)`` on the loop after a change), ``await
     #: group_configs.delete(group_id)`` when a group is deleted.  None until the broker has started.
     group_configs: "GroupConfigs | None" = None
+    #: Topic configs and dynamic broker configs (``configs.dynamic.DynamicConfigs``), loaded by ``Broker.start``
+    #: and kept current from ZooKeeper: ``dynamic_configs.log_config(topic) -> LogConfig`` (never blocks).
+    dynamic_configs: Any = None
     #: Share partitions this broker leads, share sessions, their persistence (``share.manager``; KIP-932).
     share: Any = None
 

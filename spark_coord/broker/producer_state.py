@@ -161,6 +161,7 @@ class BatchMetadata:
     first_seq: int
     last_seq: int
     base_offset: int
+    timestamp: int = -1  # the batch's max timestamp (DescribeProducers' LastTimestamp)
 
 
 @dataclass
@@ -236,11 +237,18 @@ class PartitionProducers:
             self.producers[h.producer_id] = entry
         self.producers.move_to_end(h.producer_id)
         entry.batches.append(BatchMetadata(h.base_sequence, last_sequence(h.base_sequence, h.last_offset_delta),
-                                           base_offset))
+                                           base_offset, h.max_timestamp))
         while len(self.producers) > MAX_PRODUCERS_PER_PARTITION:
             pid, _ = self.producers.popitem(last=False)
             log.debug("forgot producer %d (more than %d producers on one partition)", pid,
                       MAX_PRODUCERS_PER_PARTITION)
+
+
+    def active(self) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, last timestamp) of every producer remembered here
+        (DescribeProducers), oldest contact first."""
+        return [(pid, e.epoch, e.batches[-1].last_seq if e.batches else -1,
+                 e.batches[-1].timestamp if e.batches else -1) for pid, e in self.producers.items()]
 
 
 class ProducerStateTable:

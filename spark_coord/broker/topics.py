@@ -1,4 +1,4 @@
-"""Topic administration against ZooKeeper: create (explicit and automatic) and delete.
+"""Topic administration against ZooKeeper: create (explicit and automatic), add partitions, delete.
 
 A topic is the znode ``/brokers/topics/<topic>`` holding Kafka's assignment JSON
 (Kafka 2.8+'s version 3, with the topic id a new topic is given here); every
@@ -9,6 +9,7 @@ is a new topic with a new id.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -82,9 +83,11 @@ def plan_assignment(ctx, num_partitions: int, replication_factor: int,
 
 async def create_topic(ctx, name: str, num_partitions: int = -1, replication_factor: int = -1,
                        assignments: list[dict] | None = None, validate_only: bool = False,
-                       timeout_ms: int = 30000) -> TopicResult:
+                       timeout_ms: int = 30000, configs: dict[str, str] | None = None) -> TopicResult:
     """Create ``name`` in ZooKeeper with a new topic id and wait (up to ``timeout_ms``) until this
-    broker's view has it."""
+    broker's view has it.  ``configs`` (the topic's own settings) are validated as AlterConfigs
+    validates them (INVALID_CONFIG naming the key) and stored at ``/config/topics/<topic>`` before
+    the topic znode is created, as Kafka does."""
     reason = check_name(name)
     if reason is not None:
         return TopicResult(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
@@ -93,8 +96,20 @@ async def create_topic(ctx, name: str, num_partitions: int = -1, replication_fac
     plan, error = plan_assignment(ctx, num_partitions, replication_factor, assignments)
     if error is not None:
         return error
+    dynamic = getattr(ctx, "dynamic_configs", None)
+    if configs and dynamic is not None:
+        from spark_coord.configs.model import InvalidConfig
+
+        try:
+            dynamic.validate_topic(configs)
+        except InvalidConfig as e:
+            return TopicResult(ErrorCode.INVALID_CONFIG, str(e))
     if validate_only:
         return TopicResult(ErrorCode.NONE, None, len(plan))
+    if dynamic is not None and (configs or dynamic.topic_overrides(name)):
+        # stored first (a leftover of a deleted topic of that name is replaced), then the topic
+        await asyncio.get_running_loop().run_in_executor(None, dynamic.create_topic_configs, name,
+                                                         dict(configs or {}))
     topic_id = model.new_topic_id()
     try:
         await ctx.zk_call(ctx.zk.create, paths.topic(name), model.topic_assignment(plan, topic_id), makepath=True)
@@ -150,6 +165,11 @@ async def delete_topic(ctx, name: str, timeout_ms: int = 30000, topic_id: bytes 
         except NotEmptyError:  # a child appeared (a tool's partition state): delete it all
             await ctx.zk_call(ctx.zk.delete, path, recursive=True)
         log.info("deleted topic %s (id %s)", name, model.format_topic_id(found) if found else "none")
+        if getattr(ctx, "dynamic_configs", None) is not None:
+            try:
+                await ctx.dynamic_configs.delete_topic(name)
+            except Exception as e:  # noqa: BLE001 - the topic is gone; its configs are replaced on re-creation
+                log.warning("could not delete the configs of deleted topic %s: %r", name, e)
         if timeout_ms > 0 and not await ctx.view.wait_for(
                 lambda v: name not in v.topics or (found is not None and v.topic_id(name) not in (None, found)),
                 timeout_ms / 1000):
@@ -161,3 +181,81 @@ async def delete_topic(ctx, name: str, timeout_ms: int = 30000, topic_id: bytes 
     if topic_id is not None:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {model.format_topic_id(topic_id)}")
     return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+
+
+def _plan_new_partitions(ctx, current: dict[int, list[int]], count: int,
+                         assignments: list[dict] | None) -> tuple[dict[int, list[int]] | None, TopicResult | None]:
+    """Replicas of partitions ``len(current)..count-1``, as Kafka's ``AdminZkClient.createPartitions``
+    checks them: one assignment per new partition, as many replicas as the topic has (one), known
+    brokers only; without assignments, leaders continue round-robin after the last partition's."""
+    n_old = len(current)
+    if count < n_old:
+        return None, TopicResult(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic currently has {n_old} partitions, which is higher than the requested {count}.")
+    if count == n_old:
+        return None, TopicResult(ErrorCode.INVALID_PARTITIONS, f"Topic already has {n_old} partitions.")
+    new = range(n_old, count)
+    if assignments is not None:
+        if len(assignments) != len(new):
+            return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"Increasing the number of partitions by {len(new)} but {len(assignments)} "
+                                     "assignments provided.")
+        plan: dict[int, list[int]] = {}
+        for p, a in zip(new, assignments):
+            replicas = list(a.get("broker_ids") or [])
+            if len(replicas) != 1:
+                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"partition {p} lists {len(replicas)} replicas; the topic has one replica "
+                                         "per partition")
+            unknown = [b for b in replicas if b not in ctx.view.brokers]
+            if unknown:
+                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"Unknown broker(s) in replica assignment: {unknown}.")
+            plan[p] = replicas
+        return plan, None
+    live = sorted(ctx.view.brokers)
+    if not live:
+        return None, TopicResult(ErrorCode.BROKER_NOT_AVAILABLE, "no live brokers")
+    last_leader = (current.get(n_old - 1) or [None])[0]
+    start = live.index(last_leader) + 1 if last_leader in live else None
+    spread = model.assign_partitions(len(new), live, start)
+    return {p: spread[i] for i, p in enumerate(new)}, None
+
+
+async def add_partitions(ctx, name: str, count: int, assignments: list[dict] | None = None,
+                         validate_only: bool = False, timeout_ms: int = 30000) -> TopicResult:
+    """Grow ``name`` to ``count`` partitions: the topic znode is rewritten (same topic id) at the
+    version read, so a concurrent change is read again, never overwritten; every broker's view, the
+    new partitions' leaders (their logs) and the coordinator (a rebalance of the groups reading the
+    topic) follow its watch.  Waits up to ``timeout_ms`` until this broker's view has them."""
+    if check_name(name) is not None:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+    path = paths.topic(name)
+    for _ in range(5):
+        try:
+            data, stat = await ctx.zk_call(ctx.zk.get, path)
+        except NoNodeError:
+            return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        try:
+            znode = model.parse_topic(data, name)
+        except ValueError as e:
+            return TopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, f"topic {name!r} has unreadable metadata: {e}")
+        added, error = _plan_new_partitions(ctx, znode.partitions, count, assignments)
+        if error is not None:
+            return error
+        if validate_only:
+            return TopicResult(ErrorCode.NONE, None, count, znode.topic_id or model.ZERO_TOPIC_ID)
+        topic_id = znode.topic_id or ctx.view.topic_id(name)
+        content = model.topic_assignment({**znode.partitions, **added}, topic_id)
+        try:
+            await ctx.zk_call(ctx.zk.set, path, content, version=stat.version)
+        except BadVersionError:
+            continue  # changed since the read: check again against what is there now
+        except NoNodeError:
+            return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        log.info("topic %s: %d -> %d partitions: %s", name, len(znode.partitions), count, added)
+        if timeout_ms > 0 and not await ctx.view.wait_for(lambda v: len(v.topics.get(name, {})) >= count,
+                                                          timeout_ms / 1000):
+            return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"partitions of {name!r} added but not yet visible", count)
+        return TopicResult(ErrorCode.NONE, None, count, topic_id or model.ZERO_TOPIC_ID)
+    return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} kept changing while partitions were added")

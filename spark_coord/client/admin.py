@@ -19,16 +19,19 @@ log = logging.getLogger(__name__)
 
 
 class AdminClient:
-    """CreateTopics, DeleteTopics, Metadata, ListOffsets and the ACL APIs, as a script would use them."""
+    """CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords, Metadata, ListOffsets and the ACL APIs, as
+    a script would use them."""
 
     def __init__(self, cluster: ClusterClient):
         self.cluster = cluster
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     if_not_exists: bool = False, timeout_ms: int = 30000) -> int:
-        """Create ``name``; returns its partition count. Raises KafkaError with the broker's code and message."""
+                     if_not_exists: bool = False, timeout_ms: int = 30000, configs: dict[str, str] | None = None) -> int:
+        """Create ``name`` (with its own ``configs``); returns its partition count. Raises KafkaError with the
+        broker's code and message."""
         body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
-                            "assignments": [], "configs": []}],
+                            "assignments": [], "configs": [{"name": k, "value": v}
+                                                           for k, v in (configs or {}).items()]}],
                 "timeout_ms": timeout_ms, "validate_only": False}
         resp = self.cluster.request_any(ApiKey.CREATE_TOPICS, body)
         result = resp["topics"][0]
@@ -39,6 +42,27 @@ class AdminClient:
             raise KafkaError(code, result.get("error_message") or f"creating topic {name!r}")
         info = self.cluster.topic(name, refresh=True, wait=timeout_ms / 1000)
         return len(info.partitions)
+
+    def alter_topic_configs(self, name: str, set_configs: dict[str, str] | None = None,
+                            delete: list[str] | None = None, validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs of a topic: SET ``set_configs``, DELETE (back to the broker's) ``delete``.
+        Raises KafkaError (INVALID_CONFIG naming the key, UNKNOWN_TOPIC_OR_PARTITION...)."""
+        ops = [{"name": k, "config_operation": 0, "value": v} for k, v in (set_configs or {}).items()]
+        ops += [{"name": k, "config_operation": 1, "value": None} for k in delete or []]
+        body = {"resources": [{"resource_type": 2, "resource_name": name, "configs": ops}],
+                "validate_only": validate_only}
+        result = self.cluster.request_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)["responses"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result.get("error_message") or f"altering topic {name!r}")
+
+    def describe_topic_configs(self, name: str) -> list[dict]:
+        """DescribeConfigs of a topic: ``{"name", "value", "config_source", ...}`` per config."""
+        body = {"resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False}
+        result = self.cluster.request_any(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result.get("error_message") or f"describing topic {name!r}")
+        return result["configs"]
 
     def delete_topic(self, name: str, timeout_ms: int = 30000) -> None:
         resp = self.cluster.request_any(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": timeout_ms})
@@ -98,6 +122,36 @@ class AdminClient:
                 rows.append({"topic": name, "partition": p, "leader": part.leader, "replicas": part.replicas,
                              "earliest": earliest.get(p, -1), "latest": latest.get(p, -1)})
         return rows
+
+    def add_partitions(self, name: str, count: int, timeout_ms: int = 30000, validate_only: bool = False) -> int:
+        """CreatePartitions: grow ``name`` to ``count`` partitions (the broker places them); returns the new
+        count.  Raises KafkaError (INVALID_PARTITIONS when ``count`` is not larger, UNKNOWN_TOPIC_OR_PARTITION)."""
+        body = {"topics": [{"name": name, "count": count, "assignments": None}], "timeout_ms": timeout_ms,
+                "validate_only": validate_only}
+        result = self.cluster.request_any(ApiKey.CREATE_PARTITIONS, body)["results"][0]
+        if result["error_code"]:
+            raise KafkaError(result["error_code"], result.get("error_message") or f"adding partitions to {name!r}")
+        if validate_only:
+            return count
+        return len(self.cluster.topic(name, refresh=True, wait=timeout_ms / 1000).partitions)
+
+    def delete_records(self, topic: str, before: dict[int, int], timeout_ms: int = 30000) -> dict[int, int]:
+        """DeleteRecords: ``{partition: offset}`` (-1: the high watermark) to each leader; returns each
+        partition's new log start offset.  Raises KafkaError (OFFSET_OUT_OF_RANGE beyond the high watermark)."""
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for p in before:
+            by_leader[self.cluster.leader(topic, p)].append(p)
+        out: dict[int, int] = {}
+        for leader, parts in by_leader.items():
+            body = {"topics": [{"name": topic, "partitions": [{"partition_index": p, "offset": before[p]}
+                                                              for p in parts]}], "timeout_ms": timeout_ms}
+            for t in self.cluster.connection(leader).request(ApiKey.DELETE_RECORDS, body)["topics"]:
+                for r in t["partitions"]:
+                    if r["error_code"]:
+                        raise KafkaError(r["error_code"], f"deleting records of {topic}-{r['partition_index']} "
+                                                          f"before {before[r['partition_index']]}")
+                    out[r["partition_index"]] = r["low_watermark"]
+        return out
 
     # ------------------------------------------------------------------ ACLs
     def create_acls(self, bindings: "list[AclBinding]") -> None:

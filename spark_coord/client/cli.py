@@ -1,4 +1,5 @@
-"""``spark-coord topics|produce|tail``: the client commands."""
+"""``spark-coord topics|produce|tail``: the client commands (``topics`` creates, lists, describes -- with
+each partition's log start offset as ``earliest`` -- deletes, adds partitions and deletes records)."""
 
 from __future__ import annotations
 
@@ -43,20 +44,72 @@ def topics(args) -> int:
         admin = AdminClient(cluster)
         try:
             if args.action == "create":
-                n = admin.create_topic(args.topic, args.partitions, if_not_exists=args.if_not_exists)
+                n = admin.create_topic(args.topic, args.partitions, if_not_exists=args.if_not_exists,
+                                       configs=_pairs(getattr(args, "config", [])))
                 log.info("topic %s ready with %d partition(s)", args.topic, n)
+            elif args.action == "alter-config":
+                if not args.set and not args.delete:
+                    log.error("alter-config: give --set KEY=VALUE and/or --delete KEY")
+                    return 2
+                admin.alter_topic_configs(args.topic, _pairs(args.set), args.delete, args.validate_only)
+                log.info("topic %s: configs %s", args.topic, "valid (nothing changed)" if args.validate_only
+                         else "changed")
             elif args.action == "list":
                 for name in admin.list_topics():
                     sys.stdout.write(name + "\n")
             elif args.action == "describe":
                 rows = admin.describe(args.topics or None)
                 sys.stdout.write(format_table(rows, ["topic", "partition", "leader", "replicas", "earliest", "latest"]) + "\n")
+                if getattr(args, "configs", False):
+                    configs = [{"topic": t, "config": c["name"], "value": c["value"]}
+                               for t in sorted({r["topic"] for r in rows})
+                               for c in admin.describe_topic_configs(t) if c["config_source"] == 1]
+                    sys.stdout.write("\n" + (format_table(configs, ["topic", "config", "value"]) if configs
+                                             else "(no topic sets its own configs)") + "\n")
             elif args.action == "delete":
                 admin.delete_topic(args.topic)
                 log.info("topic %s deleted", args.topic)
+            elif args.action == "add-partitions":
+                n = admin.add_partitions(args.topic, args.partitions, validate_only=args.validate_only)
+                log.info("topic %s %s %d partition(s)", args.topic,
+                         "could grow to" if args.validate_only else "now has", n)
+            elif args.action == "delete-records":
+                return _delete_records(admin, cluster, args)
         except KafkaError as e:
             log.error("%s", e)
             return 1
+        except ValueError as e:  # a KEY=VALUE without '='
+            log.error("%s", e)
+            return 2
+    return 0
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; ``ValueError`` naming an item without ``=``."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _delete_records(admin: AdminClient, cluster: ClusterClient, args) -> int:
+    before = -1 if str(args.before).lower() in ("end", "-1") else None
+    if before is None:
+        try:
+            before = int(args.before)
+        except ValueError:
+            log.error("--before must be an offset or 'end', not %r", args.before)
+            return 2
+        if before < 0:
+            log.error("--before must be an offset >= 0 or 'end', not %r", args.before)
+            return 2
+    parts = args.partition or sorted(cluster.topic(args.topic, wait=5.0).partitions)
+    starts = admin.delete_records(args.topic, dict.fromkeys(parts, before))
+    sys.stdout.write(format_table([{"topic": args.topic, "partition": p, "earliest": o}
+                                   for p, o in sorted(starts.items())], ["topic", "partition", "earliest"]) + "\n")
     return 0
 
 

@@ -92,6 +92,13 @@ def at_least(minimum: int) -> Validator:
     return check
 
 
+def between(low: float, high: float) -> Validator:
+    """Kafka's ``Range.between``."""
+    def check(value: float) -> str | None:
+        return None if low <= value <= high else f"Value must be no less than {low} and no more than {high}"
+    return check
+
+
 def one_of(*choices: str) -> Validator:
     """Kafka's ``ValidString.in`` (case-sensitive, as Kafka's is)."""
     def check(value: str) -> str | None:
@@ -127,6 +134,15 @@ class ConfigDef:
             if not low <= value <= high:
                 raise InvalidConfig(f"Invalid value {text} for configuration {self.name}: "
                                     f"Not a number of type {self.type.name}")
+        elif self.type == ConfigType.DOUBLE:
+            try:
+                value = float(raw)
+            except ValueError:
+                raise InvalidConfig(f"Invalid value {text} for configuration {self.name}: "
+                                    "Not a number of type DOUBLE") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise InvalidConfig(f"Invalid value {text} for configuration {self.name}: "
+                                    "Not a number of type DOUBLE")
         elif self.type == ConfigType.BOOLEAN:
             if raw.lower() not in ("true", "false"):
                 raise InvalidConfig(f"Invalid value {text} for configuration {self.name}: "

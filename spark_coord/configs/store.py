@@ -61,8 +61,9 @@ def encode_entity_config(config: Mapping[str, str]) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def encode_notification(group: str) -> bytes:
-    return json.dumps({"version": NOTIFICATION_VERSION, "entity_path": paths.group_config_entity(group)},
+def encode_notification(group: str, kind: str = paths.CONFIG_GROUPS_ENTITY) -> bytes:
+    """A change notification naming an entity (a group unless ``kind`` says otherwise)."""
+    return json.dumps({"version": NOTIFICATION_VERSION, "entity_path": f"{kind}/{group}"},
                       separators=(",", ":")).encode()
 
 
@@ -78,33 +79,48 @@ def notified_group(data: bytes) -> str | None:
     return name if kind == paths.CONFIG_GROUPS_ENTITY and name and "/" not in name else None
 
 
-class GroupConfigStore:
-    """Group configs in ZooKeeper (blocking kazoo calls: run them on a worker thread)."""
+#: Entity kinds: the znode that holds the configs of ``(kind, name)``, and their parent.
+_KINDS = {
+    paths.CONFIG_GROUPS_ENTITY: (paths.group_config, paths.CONFIG_GROUPS),
+    paths.CONFIG_TOPICS_ENTITY: (paths.topic_config, paths.CONFIG_TOPICS),
+    paths.CONFIG_BROKERS_ENTITY: (paths.broker_config, paths.CONFIG_BROKERS),
+}
+
+
+def entity_znode(kind: str, name: str) -> str:
+    """The znode of an entity's configs (ValueError for a name that cannot be one)."""
+    return _KINDS[kind][0](name)
+
+
+class EntityConfigStore:
+    """Entity configs -- of groups, topics or brokers -- in ZooKeeper (blocking kazoo calls: run
+    them on a worker thread)."""
 
     def __init__(self, zk: KazooClient):
         self.zk = zk
 
-    def read(self, group: str) -> dict[str, str]:
-        """The group's stored settings (empty when it has none)."""
+    def read(self, kind: str, name: str) -> dict[str, str]:
+        """The entity's stored settings (empty when it has none)."""
         try:
-            data, _ = self.zk.retry(self.zk.get, paths.group_config(group))
+            data, _ = self.zk.retry(self.zk.get, entity_znode(kind, name))
         except NoNodeError:
             return {}
-        return parse_entity_config(data, f"group {group!r}")
+        return parse_entity_config(data, f"{kind}/{name}")
 
-    def groups(self) -> list[str]:
-        """Every group with a config znode."""
+    def names(self, kind: str) -> list[str]:
+        """Every entity of ``kind`` with a config znode."""
         try:
-            return sorted(self.zk.retry(self.zk.get_children, paths.CONFIG_GROUPS))
+            return sorted(self.zk.retry(self.zk.get_children, _KINDS[kind][1]))
         except NoNodeError:
             return []
 
-    def update(self, group: str, change: Change, validate_only: bool = False) -> dict[str, str]:
-        """Apply ``change`` to the group's settings and store the result (a version-checked write,
+    def update(self, kind: str, name: str, change: Change, validate_only: bool = False,
+               notify: bool = True) -> dict[str, str]:
+        """Apply ``change`` to the entity's settings and store the result (a version-checked write,
         repeated if the znode changed meanwhile), then notify every broker.  ``change`` validates
         (raising ``InvalidConfig`` leaves everything as it was).  With ``validate_only`` nothing is
         written.  Returns the new settings."""
-        path = paths.group_config(group)
+        path = entity_znode(kind, name)
         wrote = False
         while True:
             try:
@@ -112,12 +128,12 @@ class GroupConfigStore:
                 exists = True
             except NoNodeError:
                 data, stat, exists = b"", None, False
-            current = parse_entity_config(data, f"group {group!r}")
+            current = parse_entity_config(data, f"{kind}/{name}")
             new = change(dict(current))
             if validate_only:
                 return new
             if new == current and (exists or not new):
-                break  # nothing to change (and no empty znode for a group that had none)
+                break  # nothing to change (and no empty znode for an entity that had none)
             wrote = True
             try:
                 if exists:
@@ -128,22 +144,45 @@ class GroupConfigStore:
                 break
             except (BadVersionError, NoNodeError, NodeExistsError):
                 continue  # changed meanwhile: read again
-        if wrote:
-            self.notify(group)
+        if wrote and notify:
+            self.notify(kind, name)
         return new
 
-    def delete(self, group: str) -> bool:
-        """Remove the group's configs (its znode) and notify; False when it had none."""
+    def delete(self, kind: str, name: str) -> bool:
+        """Remove the entity's configs (its znode) and notify; False when it had none."""
         try:
-            self.zk.retry(self.zk.delete, paths.group_config(group))
+            self.zk.retry(self.zk.delete, entity_znode(kind, name))
         except NoNodeError:
             return False
-        self.notify(group)
+        self.notify(kind, name)
         return True
 
-    def notify(self, group: str) -> None:
-        create_notification(self.zk, paths.CONFIG_CHANGES, paths.CONFIG_CHANGE_PREFIX, encode_notification(group),
+    def notify(self, kind: str, name: str) -> None:
+        create_notification(self.zk, paths.CONFIG_CHANGES, paths.CONFIG_CHANGE_PREFIX, encode_notification(name, kind),
                             acl=acls.for_path(self.zk, paths.CONFIG_CHANGES))
+
+
+class GroupConfigStore:
+    """Group configs in ZooKeeper: ``EntityConfigStore`` for the ``groups`` kind."""
+
+    def __init__(self, zk: KazooClient):
+        self.zk = zk
+        self._entities = EntityConfigStore(zk)
+
+    def read(self, group: str) -> dict[str, str]:
+        return self._entities.read(paths.CONFIG_GROUPS_ENTITY, group)
+
+    def groups(self) -> list[str]:
+        return self._entities.names(paths.CONFIG_GROUPS_ENTITY)
+
+    def update(self, group: str, change: Change, validate_only: bool = False) -> dict[str, str]:
+        return self._entities.update(paths.CONFIG_GROUPS_ENTITY, group, change, validate_only)
+
+    def delete(self, group: str) -> bool:
+        return self._entities.delete(paths.CONFIG_GROUPS_ENTITY, group)
+
+    def notify(self, group: str) -> None:
+        self._entities.notify(paths.CONFIG_GROUPS_ENTITY, group)
 
 
 class GroupConfigs:

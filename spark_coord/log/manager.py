@@ -44,6 +44,8 @@ class LogManager:
     def __init__(self, log_dir: Path, config: LogConfig, clock: Clock = time.time):
         self.log_dir = Path(log_dir)
         self.config = config
+        #: ``topic -> LogConfig`` of a topic's own settings (``set_config_source``); the broker's otherwise.
+        self._config_for: Callable[[str], LogConfig] = lambda topic: self.config
         self._clock = clock
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -80,7 +82,7 @@ class LogManager:
         with self._lock:
             plog = self._logs.get((topic, partition))
             if plog is None:
-                plog = PartitionLog(self.log_dir / name, self.config, self._clock)
+                plog = PartitionLog(self.log_dir / name, self._config_for(topic), self._clock)
                 self._logs[(topic, partition)] = plog
             return plog
 
@@ -90,6 +92,27 @@ class LogManager:
             plog = self._logs.pop((topic, partition), None)
         if plog is not None:
             plog.delete()
+
+    def set_config_source(self, config_for: Callable[[str], LogConfig]) -> None:
+        """Follow per-topic settings from now on (``config_for(topic)``), and apply them to every open log."""
+        self._config_for = config_for
+        self.refresh_configs()
+
+    def refresh_configs(self, topic: str | None = None) -> list[PartitionLog]:
+        """Give the logs of ``topic`` (None: every topic) their current settings; returns the logs whose
+        settings changed."""
+        changed = []
+        for plog in self._all():
+            if topic is None or plog.topic == topic:
+                cfg = self._config_for(plog.topic)
+                if cfg != plog.config:
+                    plog.config = cfg
+                    changed.append(plog)
+        return changed
+
+    def logs(self, topic: str | None = None) -> list[PartitionLog]:
+        """Every open log (of ``topic``)."""
+        return [p for p in self._all() if topic is None or p.topic == topic]
 
     def partitions(self) -> list[tuple[str, int]]:
         with self._lock:
@@ -115,9 +138,9 @@ class LogManager:
             except Exception:  # noqa: BLE001
                 log.exception("flush of %s failed", plog)
 
-    def apply_retention(self) -> None:
-        """Apply retention to every partition."""
-        for plog in self._all():
+    def apply_retention(self, topic: str | None = None) -> None:
+        """Apply retention to every partition (of ``topic``)."""
+        for plog in self.logs(topic):
             try:
                 plog.apply_retention()
             except Exception:  # noqa: BLE001 - keep going with the others

@@ -33,11 +33,12 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..records.header import BatchHeader, InvalidBatch, set_base_offset, set_partition_leader_epoch
+from ..records.header import (BatchHeader, InvalidBatch, set_base_offset, set_partition_leader_epoch,
+                              stamp_log_append_time)
 from ..records.reader import iter_records
 from ..records.region import FileRegion
 from .checkpoint import fsync_dir, read_offset, write_offset
-from .config import INT32_MAX, LogConfig
+from .config import INT32_MAX, LOG_APPEND_TIME, LogConfig
 from .errors import LogClosed, OffsetOutOfRange
 from .names import (
     LOG_START_CHECKPOINT,
@@ -48,6 +49,7 @@ from .names import (
     segment_index_name,
 )
 from .segment import LogSegment
+from .swap import CLEANER_CHECKPOINT, recover_cleaner_files
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._dir_dirty = False
         self._last_flush_ms = self._now_ms()
+        #: When the last append happened (its LogAppendTime, what Produce answers as log_append_time_ms).
+        self.last_append_time_ms = -1
         self._open()
 
     def __repr__(self) -> str:
@@ -88,6 +92,7 @@ class PartitionLog:
 
     def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        recover_cleaner_files(self.directory)  # finish or discard a log cleaner's swap cut short
         logs, indexes = set(), set()
         for entry in os.scandir(self.directory):
             if entry.name.endswith(TMP_SUFFIX):
@@ -96,7 +101,7 @@ class PartitionLog:
                 continue
             parsed = parse_segment_name(entry.name)
             if parsed is None:
-                if entry.name != LOG_START_CHECKPOINT:
+                if entry.name not in (LOG_START_CHECKPOINT, CLEANER_CHECKPOINT):
                     log.warning("%s: ignoring unexpected file %s", self.directory, entry.name)
             elif parsed[1] == "log":
                 logs.add(parsed[0])
@@ -218,18 +223,24 @@ class PartitionLog:
         buf = bytearray(records)
         with self._lock:
             self._check_open()
+            cfg = self.config
+            now_ms = self._now_ms()
             first = self.log_end_offset
             seg = self._segments[-1]
-            if seg.size and (seg.size + total > self.config.segment_bytes
-                             or first + span - 1 - seg.base_offset > INT32_MAX):
+            if seg.size and (seg.size + total > cfg.segment_bytes
+                             or first + span - 1 - seg.base_offset > INT32_MAX
+                             or now_ms - seg.created_ms >= cfg.roll_ms):
                 seg = self._roll(first)
+            if cfg.message_timestamp_type == LOG_APPEND_TIME:
+                headers = stamp_log_append_time(buf, headers, now_ms)
+            self.last_append_time_ms = now_ms
             pos, offset = 0, first
             for h in headers:
                 set_base_offset(buf, pos, offset)
                 set_partition_leader_epoch(buf, pos, 0)
                 offset += h.last_offset_delta + 1
                 pos += h.size
-            seg.append(buf, headers, first, self._now_ms())
+            seg.append(buf, headers, first, now_ms)
             self._unflushed_messages += records_count
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
         return first, flush_now
@@ -265,13 +276,13 @@ class PartitionLog:
                 raise OffsetOutOfRange(offset, start, end)
             if offset == end:
                 return None
-            # The segment holding ``offset``, plus (only across a gap left by recovery)
-            # the following ones up to the first that has data at or after it.
+            # The segment holding ``offset``, plus (across a gap left by recovery or by the
+            # log cleaner) the following ones up to the first that has data at or after it.
             snapshot = []
             for i in range(max(bisect.bisect_right(self._bases, offset) - 1, 0), len(self._segments)):
                 seg = self._segments[i]
                 snapshot.append((seg, seg.size))
-                if seg.next_offset > offset:
+                if seg.size and seg.next_offset > offset:  # (a segment the cleaner emptied holds nothing)
                     break
         for seg, size in snapshot:
             found = seg.find_batch(offset, size)
@@ -393,6 +404,59 @@ class PartitionLog:
         if due:
             self.flush()
 
+    # ------------------------------------------------------------------ delete records
+
+    def advance_log_start(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset forward to ``offset`` (never back) and return
+        the log start offset.  Durable before it returns (the log start checkpoint is written, so a
+        restart keeps it); reads below it raise ``OffsetOutOfRange`` from now on, and whole
+        segments below it go at the next retention run.  ``offset`` below 0 or above the log end
+        raises ``OffsetOutOfRange``.  Blocking (fsync): call it off the event loop.
+        """
+        with self._io_lock:
+            with self._lock:
+                self._check_open()
+                start, end = self._log_start, self.log_end_offset
+                if offset < 0 or offset > end:
+                    raise OffsetOutOfRange(offset, start, end)
+                if offset <= start:
+                    return start
+                self._log_start = offset
+            write_offset(self.directory / LOG_START_CHECKPOINT, offset)
+        log.info("%s: records before %d deleted; log start offset now %d", self, offset, offset)
+        return offset
+
+    # ------------------------------------------------------------------ compaction (``cleaner``)
+
+    def closed_segments(self) -> list[tuple[LogSegment, int]]:
+        """(segment, size) of every segment but the active one, oldest first: what the cleaner may rewrite."""
+        with self._lock:
+            self._check_open()
+            return [(s, s.size) for s in self._segments[:-1]]
+
+    def replace_segments(self, old: list[LogSegment], commit) -> bool:
+        """Swap the cleaner's output in for the adjacent closed segments ``old`` (``swap``'s steps 2-3):
+        under the maintenance lock (so retention cannot delete them meanwhile), checks they are still
+        this log's, runs ``commit()`` (the renames; it returns the new segment, opened) and puts that
+        segment in their place.  False (nothing committed) when the log changed underneath."""
+        with self._io_lock:
+            with self._lock:
+                if self._closed:
+                    return False
+                try:
+                    i = self._segments.index(old[0])
+                except ValueError:
+                    return False
+                if self._segments[i:i + len(old)] != old or i + len(old) >= len(self._segments):
+                    return False
+            new = commit()
+            with self._lock:
+                self._segments[i:i + len(old)] = [new]
+                self._bases[i:i + len(old)] = [new.base_offset]
+        for seg in old:
+            seg.index.close()  # the log file stays open for regions being sent; garbage closes it
+        return True
+
     # ------------------------------------------------------------------ retention
 
     def apply_retention(self) -> int:
@@ -422,7 +486,8 @@ class PartitionLog:
                 if cfg.retention_ms >= 0:
                     ts = seg.max_timestamp(size)
                     expired = now_ms - (ts if ts >= 0 else seg.last_modified_ms) > cfg.retention_ms
-                oversize = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
+                expired = expired and cfg.delete  # a compact-only topic keeps its segments (the cleaner prunes)
+                oversize = cfg.delete and cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
                 below_start = seg.next_offset <= start
                 if not (expired or oversize or below_start):
                     break

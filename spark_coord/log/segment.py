@@ -56,6 +56,8 @@ class LogSegment:
         self._bytes_since_index = bytes_since_index
         self._index_interval_bytes = index_interval_bytes
         self.last_modified_ms = last_modified_ms
+        #: When the segment got its first batch (an opened segment: its last write), for segment.ms rolls.
+        self.created_ms = last_modified_ms
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size}, next_offset={self.next_offset})"
@@ -158,6 +160,8 @@ class LogSegment:
             pos += h.size
             offset += h.last_offset_delta + 1
         self._max_timestamp = max_ts
+        if start == 0:
+            self.created_ms = now_ms
         self.size = pos
         self.next_offset = offset
         self.last_modified_ms = now_ms

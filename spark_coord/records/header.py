@@ -155,3 +155,25 @@ def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
 def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch in place (not covered by the CRC)."""
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+_ATTRS = struct.Struct(">h")
+MAX_TIMESTAMP_OFFSET = 35
+
+
+def stamp_log_append_time(buf: bytearray, headers: list[BatchHeader], now_ms: int) -> list[BatchHeader]:
+    """LogAppendTime (``message.timestamp.type``): mark every batch in ``buf`` as timestamped by the log
+    (attributes bit 3) with maxTimestamp = ``now_ms`` and a new CRC-32C, as Kafka's broker does
+    (``setMaxTimestamp(LOG_APPEND_TIME, now)``); readers then give every record that timestamp.
+    Returns the updated headers."""
+    out = []
+    pos = 0
+    for h in headers:
+        attributes = h.attributes | TIMESTAMP_TYPE_MASK
+        _ATTRS.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+        _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
+        crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET: pos + h.size])
+        struct.pack_into(">I", buf, pos + CRC_OFFSET, crc)
+        out.append(h._replace(attributes=attributes, max_timestamp=now_ms, crc=crc))
+        pos += h.size
+    return out

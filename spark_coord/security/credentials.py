@@ -111,6 +111,27 @@ class UserStore:
 
         self._update(user, change)
 
+    def set_credentials(self, user: str, credentials: dict[str, ScramCredential]) -> None:
+        """Create or replace ``user``'s credentials (``{mechanism: credential}``, e.g. from an
+        AlterUserScramCredentials upsertion); other mechanisms and settings of the user stay."""
+        values = {m: c.to_kafka() for m, c in credentials.items()}
+
+        def change(config: dict[str, str]) -> dict[str, str]:
+            return {**config, **values}
+
+        self._update(user, change)
+
+    def credentials(self, user: str) -> dict[str, ScramCredential]:
+        """``{mechanism: credential}`` of ``user`` (empty when it has none)."""
+        try:
+            data, _ = self.zk.get(paths.user_config(user))
+        except NoNodeError:
+            return {}
+        try:
+            return parse_credentials(data, user)
+        except ValueError:
+            return {}
+
     def delete(self, user: str, mechanisms: Iterable[str] = MECHANISMS) -> bool:
         """Remove ``user``'s credentials for ``mechanisms``; the znode goes when nothing is left.
         Returns False when the user had none of them."""

@@ -81,6 +81,24 @@ def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITE
     return ScramCredential(salt, stored_key, server_key, i)
 
 
+def credential_from_salted_password(mechanism: str, salt: bytes, salted_password: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The credential for a password a client already salted (AlterUserScramCredentials carries
+    SaltedPassword = Hi(password, salt, iterations), never the password): StoredKey and ServerKey
+    as RFC 5802 derives them.  ValueError for an unknown mechanism, iterations out of range, or an
+    empty salt or salted password."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown SCRAM mechanism {mechanism!r} (one of {', '.join(MECHANISMS)})")
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"iterations must be in {MIN_ITERATIONS}..{MAX_ITERATIONS}, got {iterations}")
+    if not salt or not salted_password:
+        raise ValueError("empty salt or salted password")
+    name = _HASH[mechanism]
+    client_key = hmac.new(salted_password, b"Client Key", name).digest()
+    server_key = hmac.new(salted_password, b"Server Key", name).digest()
+    return ScramCredential(bytes(salt), hashlib.new(name, client_key).digest(), server_key, iterations)
+
+
 def verify_password(mechanism: str, credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` derives ``credential``'s StoredKey (RFC 5802; for PLAIN logins)."""
     from scramp.utils import saslprep

@@ -22,7 +22,9 @@ Contract (see ``protocol`` for the entry points):
   package registers Kafka's data APIs (one module per API, each documenting its
   versions), SASL (SaslHandshake, SaslAuthenticate) and the ACL APIs (DescribeAcls,
   CreateAcls, DeleteAcls), the config APIs (DescribeConfigs, AlterConfigs,
-  IncrementalAlterConfigs), Kafka's group APIs and share-group APIs (KIP-932; their codecs
+  IncrementalAlterConfigs), the admin APIs (CreatePartitions, DeleteRecords, OffsetDelete,
+  DescribeLogDirs, Describe/AlterUserScramCredentials, DescribeProducers), Kafka's group APIs
+  and share-group APIs (KIP-932; their codecs
   only: a broker advertises and dispatches just the APIs it has handlers for), and the
   coordinator protocol (``coordinator``: api keys 1000-1005).
 - ``consumer_protocol`` reads and writes the consumer protocol's subscription and
@@ -37,14 +39,18 @@ from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     consumer_group_heartbeat,
     coordinator,
     create_acls,
+    create_partitions,
     create_topics,
     delete_acls,
     delete_groups,
+    delete_records,
     delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    describe_producers,
     describe_share_group_offsets,
     fetch,
     find_coordinator,
@@ -56,11 +62,13 @@ from spark_coord.wire import (  # noqa: F401  (importing registers each API)
     list_groups,
     list_offsets,
     metadata,
+    offset_delete,
     offset_commit,
     offset_fetch,
     produce,
     sasl_authenticate,
     sasl_handshake,
+    scram_credentials,
     share_acknowledge,
     share_fetch,
     share_group_describe,

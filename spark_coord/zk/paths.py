@@ -382,3 +382,27 @@ def group_config(g: str) -> str:
 def group_config_entity(g: str) -> str:
     """``groups/<group>``: how a config change notification names the group's configs."""
     return f"{CONFIG_GROUPS_ENTITY}/{_validate_component('group id', g)}"
+
+
+# ---------------------------------------------------------- entity configs (topics, brokers)
+# ZooKeeper-mode Kafka's own: a topic's overrides at /config/topics/<topic>, one broker's dynamic
+# configs at /config/brokers/<id>, every broker's at /config/brokers/<default>; each change is
+# announced under /config/changes with entity_path "topics/<t>" or "brokers/<id|<default>>".
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_TOPICS_ENTITY = "topics"
+CONFIG_BROKERS_ENTITY = "brokers"
+#: The entity name of the cluster-wide dynamic broker defaults (Kafka's ``ZooKeeperInternals.DEFAULT_STRING``).
+BROKER_DEFAULT_ENTITY = "<default>"
+
+
+def topic_config(name: str) -> str:
+    """``/config/topics/<topic>``: the topic's own configs, ``{"version":1,"config":{...}}``."""
+    return f"{CONFIG_TOPICS}/{validate_topic(name)}"
+
+
+def broker_config(name: str) -> str:
+    """``/config/brokers/<id>`` (one broker's dynamic configs) or ``/config/brokers/<default>``."""
+    if name != BROKER_DEFAULT_ENTITY:
+        name = str(validate_broker_id(int(name)))
+    return f"{CONFIG_BROKERS}/{name}"

@@ -20,14 +20,19 @@ GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
               ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE,
-              ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS}
+              ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+              ApiKey.OFFSET_DELETE}
 #: The config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 CONFIG_APIS = {ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS}
+#: The admin surface of issue 30: CreatePartitions, DeleteRecords, DescribeLogDirs, the SCRAM user APIs and
+#: DescribeProducers (OffsetDelete is a group API).
+ADMIN_APIS = {ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_LOG_DIRS,
+              ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_PRODUCERS}
 #: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the config APIs, the group APIs, share fetches and
 #: acknowledgements (KIP-932), and the coordinator protocol's requests to it (ClusterMetadata, RegisterConsumer,
 #: DescribeGroups, CommitOffsets).
 DISPATCHED = ({0, 1, 2, 3, 17, 18, 19, 20, 22, 29, 30, 31, 36, 78, 79, 1000, 1001, 1005, 1006}
-              | {int(k) for k in GROUP_APIS} | {int(k) for k in CONFIG_APIS})
+              | {int(k) for k in GROUP_APIS} | {int(k) for k in CONFIG_APIS} | {int(k) for k in ADMIN_APIS})
 
 
 def test_group_codecs_are_registered():

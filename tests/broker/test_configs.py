@@ -263,7 +263,7 @@ def test_describe_a_topic_gives_the_brokers_log_settings(cluster):
     [entry] = result["configs"]
     assert [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]] == \
         [("log.retention.ms", "3600000", 4), ("log.retention.ms", "604800000", 5)]
-    assert entry["config_type"] == 5 and entry["read_only"]  # LONG
+    assert entry["config_type"] == 5 and not entry["read_only"]  # LONG; a topic may set its own
     error = refused(lambda: describe(client, ResourceType.TOPIC, "no-such-topic-" + uuid.uuid4().hex[:6]))
     assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
@@ -288,7 +288,7 @@ def test_describe_a_broker_gives_its_properties(cluster):
         assert configs["num.partitions"].source == ConfigSource.DEFAULT_CONFIG.value
         assert configs["zookeeper.connect"].value == cluster.zk_connect
         assert configs["ssl.key.password"].is_sensitive and configs["ssl.key.password"].value is None
-        assert all(e.is_read_only for e in configs.values())
+        assert configs["broker.id"].is_read_only and not configs["log.retention.ms"].is_read_only
     # Kafka describes a broker only at that broker; the empty name (cluster-wide dynamic defaults) has none
     result = raw_describe(cluster, 0, BROKER_TYPE, "1")
     assert result["error_code"] == ErrorCode.INVALID_REQUEST and "Unexpected broker id" in result["error_message"]
@@ -297,19 +297,149 @@ def test_describe_a_broker_gives_its_properties(cluster):
 
 
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
-def test_topic_and_broker_configs_are_read_only_for_now(cluster):
-    client, topic = admin(cluster), f"cfg-ro-{uuid.uuid4().hex[:6]}"
+def test_topic_configs_are_altered_stored_as_kafka_does_and_applied_on_every_broker(cluster, zk):
+    client, topic = admin(cluster), f"cfg-t-{uuid.uuid4().hex[:6]}"
+    client.create_topics([NewTopic(topic, 2)], request_timeout=15)[topic].result(20)
+    wait_until(lambda: _try_describe(client, ResourceType.TOPIC, topic), timeout=15)
+    incremental(client, ResourceType.TOPIC, topic, [("retention.ms", "1000", AlterConfigOpType.SET),
+                                                    ("cleanup.policy", "compact", AlterConfigOpType.APPEND)])
+    data, _ = zk.get(paths.topic_config(topic))
+    assert json.loads(data) == {"version": 1, "config": {"cleanup.policy": "delete,compact", "retention.ms": "1000"}}
+    assert any(json.loads(zk.get(f"{paths.CONFIG_CHANGES}/{c}")[0]).get("entity_path") == f"topics/{topic}"
+               for c in zk.get_children(paths.CONFIG_CHANGES))
+    for broker_id in (0, 1):  # the other broker follows the notification
+        result = wait_until(lambda: (r := raw_describe(cluster, broker_id, TOPIC_TYPE, topic, ["retention.ms"]))
+                            ["configs"][0]["value"] == "1000" and r, timeout=15)
+        entry = result["configs"][0]
+        assert entry["config_source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry["read_only"]
+        assert [s["source"] for s in entry["synonyms"]] == [1, 4, 5]  # topic, static broker, default
+    incremental(client, ResourceType.TOPIC, topic, [("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT),
+                                                    ("retention.ms", None, AlterConfigOpType.DELETE)])
+    configs = describe(client, ResourceType.TOPIC, topic)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == "3600000"  # back to the broker's
+    assert configs["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    # AlterConfigs replaces the whole set
+    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"segment.bytes": "65536"})
+    client.alter_configs([resource], request_timeout=15)[resource].result(20)
+    assert json.loads(zk.get(paths.topic_config(topic))[0])["config"] == {"segment.bytes": "65536"}
+
+
+@pytest.mark.parametrize("key,value,fragments", [
+    ("no.such.config", "1", ["Unknown topic config name: no.such.config"]),
+    ("retention.ms", "-2", ["retention.ms", "at least -1"]),
+    ("segment.bytes", "ten", ["segment.bytes", "Not a number of type INT"]),
+    ("segment.bytes", "9999999999", ["segment.bytes", "Not a number of type INT"]),
+    ("min.cleanable.dirty.ratio", "1.5", ["min.cleanable.dirty.ratio", "no more than 1"]),
+    ("cleanup.policy", "shred", ["cleanup.policy", "shred"]),
+    ("message.timestamp.type", "WallClock", ["message.timestamp.type", "CreateTime, LogAppendTime"]),
+])
+def test_bad_topic_configs_are_refused_naming_the_key(cluster, zk, key, value, fragments):
+    client, topic = admin(cluster), f"cfg-bad-{uuid.uuid4().hex[:6]}"
     client.create_topics([NewTopic(topic, 1)], request_timeout=15)[topic].result(20)
     wait_until(lambda: _try_describe(client, ResourceType.TOPIC, topic), timeout=15)
-    for rtype, name, key in ((ResourceType.TOPIC, topic, "retention.ms"), (ResourceType.BROKER, "0", "num.partitions")):
-        error = refused(lambda: incremental(client, rtype, name, [(key, "1000", AlterConfigOpType.SET)]))
-        assert error.code() == KafkaError.INVALID_REQUEST
-        assert "topic and broker configs are read-only on this broker for now" in error.str()
-    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "1000"})
+    error = refused(lambda: incremental(client, ResourceType.TOPIC, topic, [(key, value, AlterConfigOpType.SET)]))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    for fragment in fragments:
+        assert fragment in error.str()
+    assert not zk.exists(paths.topic_config(topic))
+    # the same through CreateTopics: refused, nothing created
+    other = f"cfg-bad-{uuid.uuid4().hex[:6]}"
     with pytest.raises(KafkaException) as e:
-        client.alter_configs([resource], request_timeout=15)[resource].result(20)
-    assert e.value.args[0].code() == KafkaError.INVALID_REQUEST
+        client.create_topics([NewTopic(other, 1, config={key: value})], request_timeout=15)[other].result(20)
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert not zk.exists(paths.topic(other)) and not zk.exists(paths.topic_config(other))
+    # the broker keeps serving
     assert describe(client, ResourceType.TOPIC, topic)["retention.ms"].value == "3600000"
+
+
+def test_configs_of_a_topic_that_does_not_exist_and_validate_only(cluster, zk):
+    client, missing = admin(cluster), "no-such-topic-" + uuid.uuid4().hex[:6]
+    error = refused(lambda: incremental(client, ResourceType.TOPIC, missing,
+                                        [("retention.ms", "1000", AlterConfigOpType.SET)]))
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert not zk.exists(paths.topic_config(missing))
+    topic = f"cfg-vo-{uuid.uuid4().hex[:6]}"
+    client.create_topics([NewTopic(topic, 1)], request_timeout=15)[topic].result(20)
+    wait_until(lambda: _try_describe(client, ResourceType.TOPIC, topic), timeout=15)
+    incremental(client, ResourceType.TOPIC, topic, [("retention.ms", "1000", AlterConfigOpType.SET)],
+                validate_only=True)
+    assert not zk.exists(paths.topic_config(topic))
+    error = refused(lambda: incremental(client, ResourceType.TOPIC, topic,
+                                        [("retention.ms", "x", AlterConfigOpType.SET)], validate_only=True))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    error = refused(lambda: incremental(client, ResourceType.TOPIC, topic,
+                                        [("retention.ms", "1", AlterConfigOpType.APPEND)]))
+    assert error.code() == KafkaError.INVALID_CONFIG and "not LIST" in error.str()
+
+
+def test_create_topics_keeps_its_configs_and_answers_them(cluster, zk):
+    topic = f"cfg-ct-{uuid.uuid4().hex[:6]}"
+    body = {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                        "configs": [{"name": "cleanup.policy", "value": "compact"},
+                                    {"name": "retention.ms", "value": "5000"}]}],
+            "timeout_ms": 15000, "validate_only": True}
+    with BrokerConnection(*cluster.brokers[0], timeout=15) as conn:
+        answer = conn.request(ApiKey.CREATE_TOPICS, body)["topics"][0]
+        assert answer["error_code"] == ErrorCode.NONE and not zk.exists(paths.topic(topic))
+        assert not zk.exists(paths.topic_config(topic))
+        body["validate_only"] = False
+        answer = conn.request(ApiKey.CREATE_TOPICS, body)["topics"][0]
+    assert answer["error_code"] == ErrorCode.NONE
+    configs = {c["name"]: c for c in answer["configs"]}
+    assert configs["cleanup.policy"]["value"] == "compact" and configs["cleanup.policy"]["config_source"] == 1
+    assert configs["retention.ms"]["value"] == "5000"
+    assert configs["segment.bytes"]["config_source"] == 5
+    assert json.loads(zk.get(paths.topic_config(topic))[0])["config"] == {"cleanup.policy": "compact",
+                                                                         "retention.ms": "5000"}
+    client = admin(cluster, 1)
+    assert wait_until(lambda: (c := _try_describe(client, ResourceType.TOPIC, topic)) and
+                      c["retention.ms"].value == "5000", timeout=15)
+    client.delete_topics([topic], request_timeout=15)[topic].result(20)
+    wait_until(lambda: not zk.exists(paths.topic_config(topic)), timeout=15)
+
+
+def test_dynamic_broker_configs(cluster, zk):
+    client = admin(cluster)
+    incremental(client, ResourceType.BROKER, "0", [("log.cleaner.backoff.ms", "2000", AlterConfigOpType.SET)])
+    assert json.loads(zk.get(paths.broker_config("0"))[0])["config"] == {"log.cleaner.backoff.ms": "2000"}
+    configs = describe(client, ResourceType.BROKER, "0")
+    assert configs["log.cleaner.backoff.ms"].value == "2000"
+    assert configs["log.cleaner.backoff.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert not configs["log.cleaner.backoff.ms"].is_read_only and configs["broker.id"].is_read_only
+    # the cluster-wide default (the empty name): every broker, and the topics' defaults follow it
+    result = raw(cluster, 1, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+        "resource_type": BROKER_TYPE, "resource_name": "",
+        "configs": [{"name": "log.retention.ms", "config_operation": 0, "value": "7200000"}]}],
+        "validate_only": False})
+    assert result["responses"][0]["error_code"] == ErrorCode.NONE
+    assert json.loads(zk.get(paths.broker_config("<default>"))[0])["config"] == {"log.retention.ms": "7200000"}
+    try:
+        for broker_id in (0, 1):
+            entry = wait_until(lambda: (r := raw_describe(cluster, broker_id, BROKER_TYPE, str(broker_id),
+                                                          ["log.retention.ms"])["configs"][0])["value"] == "7200000"
+                               and r, timeout=15)
+            assert entry["config_source"] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+            assert [s["source"] for s in entry["synonyms"]] == [3, 4, 5]
+        defaults = raw_describe(cluster, 0, BROKER_TYPE, "")
+        assert [(c["name"], c["value"], c["config_source"]) for c in defaults["configs"]] == [
+            ("log.retention.ms", "7200000", 3)]
+        topic = f"cfg-bd-{uuid.uuid4().hex[:6]}"
+        client.create_topics([NewTopic(topic, 1)], request_timeout=15)[topic].result(20)
+        configs = wait_until(lambda: _try_describe(client, ResourceType.TOPIC, topic), timeout=15)
+        assert configs["retention.ms"].value == "7200000"
+        assert configs["retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+        for key, value, fragment in (("broker.id", "7", "Cannot update these configs dynamically: broker.id"),
+                                     ("no.such.key", "1", "Unknown broker config name: no.such.key"),
+                                     ("log.retention.ms", "soon", "log.retention.ms"),
+                                     ("log.cleaner.min.cleanable.ratio", "2", "log.cleaner.min.cleanable.ratio")):
+            error = refused(lambda: incremental(client, ResourceType.BROKER, "0", [(key, value, AlterConfigOpType.SET)]))
+            assert error.code() == KafkaError.INVALID_CONFIG and fragment in error.str(), error.str()
+    finally:
+        raw(cluster, 0, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+            "resource_type": BROKER_TYPE, "resource_name": "",
+            "configs": [{"name": "log.retention.ms", "config_operation": 1, "value": None}]}], "validate_only": False})
+        incremental(client, ResourceType.BROKER, "0", [("log.cleaner.backoff.ms", None, AlterConfigOpType.DELETE)])
 
 
 # ------------------------------------------------------------------ kafka-python

@@ -10,7 +10,8 @@ import pytest
 
 from spark_coord import config
 from spark_coord.configs import ConfigSource, ConfigType, GroupConfig, GroupConfigModel, InvalidConfig
-from spark_coord.configs.broker import describe_broker, describe_topic
+from spark_coord.configs.broker import describe_broker
+from spark_coord.configs.topic import describe_topic
 from spark_coord.configs.group import group_config_names
 from spark_coord.configs.store import encode_entity_config, encode_notification, notified_group, parse_entity_config
 
@@ -147,7 +148,10 @@ def test_topic_configs_are_the_brokers_log_settings(tmp_path):
     entries = {e.name: e for e in describe_topic(cfg)}
     assert {n: e.value for n, e in entries.items()} == {
         "segment.bytes": "2048", "index.interval.bytes": "4096", "retention.bytes": "-1", "retention.ms": "3600000",
-        "flush.messages": "9223372036854775807", "flush.ms": "-1", "max.message.bytes": "2000000"}
+        "flush.messages": "9223372036854775807", "flush.ms": "-1", "max.message.bytes": "2000000",
+        "cleanup.policy": "delete", "delete.retention.ms": "86400000", "max.compaction.lag.ms": "9223372036854775807",
+        "message.timestamp.type": "CreateTime", "min.cleanable.dirty.ratio": "0.5", "min.compaction.lag.ms": "0",
+        "segment.ms": "604800000"}
     retention = entries["retention.ms"]
     assert retention.source == ConfigSource.STATIC_BROKER_CONFIG and retention.type == ConfigType.LONG
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
@@ -155,7 +159,11 @@ def test_topic_configs_are_the_brokers_log_settings(tmp_path):
         ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG)]
     assert entries["segment.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG  # an --override is static too
     assert entries["index.interval.bytes"].source == ConfigSource.DEFAULT_CONFIG
-    assert all(e.read_only for e in entries.values())
+    assert not any(e.read_only for e in entries.values())  # every topic config can be set on the topic
+    own = {e.name: e for e in describe_topic(cfg, overrides={"retention.ms": "1000"})}["retention.ms"]
+    assert own.value == "1000" and own.source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert [s.source for s in own.synonyms] == [ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.STATIC_BROKER_CONFIG,
+                                                ConfigSource.DEFAULT_CONFIG]
     assert [e.name for e in describe_topic(cfg, ["retention.ms"])] == ["retention.ms"]
 
 
@@ -180,7 +188,7 @@ def test_broker_configs(tmp_path):
         assert all(s["value"] is None for s in e.to_wire(True, False)["synonyms"])
     assert entries["advertised.listeners"].value is None  # no default, not set
     assert entries["advertised.listeners"].synonyms == ()
-    assert all(e.read_only for e in entries.values())
+    assert entries["broker.id"].read_only and not entries["log.retention.ms"].read_only  # dynamic log settings
 
 
 def test_config_knows_what_was_set(tmp_path):

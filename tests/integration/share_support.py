@@ -124,6 +124,31 @@ def set_group_config(bootstrap: str, group: str, **configs: str) -> None:
     futures = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)])
     for f in futures.values():
         f.result(timeout=30)
+    _wait_every_broker_has(bootstrap, group, {k.replace("_", "."): str(v) for k, v in configs.items()})
+
+
+def _wait_every_broker_has(bootstrap: str, group: str, wanted: dict[str, str]) -> None:
+    """Until every broker describes the group with ``wanted``: the broker that took the change has it at
+    once, the others when its change notification reaches them -- and a share partition led by one of
+    those reads share.auto.offset.reset when its first member fetches."""
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.wire.registry import ApiKey
+
+    from helpers import wait_until
+
+    body = {"resources": [{"resource_type": 32, "resource_name": group, "configuration_keys": sorted(wanted)}],
+            "include_synonyms": False, "include_documentation": False}
+    with ClusterClient(bootstrap) as cc:
+        cc.refresh([])
+
+        def everywhere() -> bool:
+            for broker in sorted(cc.brokers):
+                result = cc.connection(broker).request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
+                values = {c["name"]: c["value"] for c in result["configs"]}
+                if result["error_code"] or any(values.get(k) != v for k, v in wanted.items()):
+                    return False
+            return True
+        wait_until(everywhere, timeout=30, interval=0.1, message=f"every broker has group {group}'s {wanted}")
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]], batch: int | None = None) -> None:

@@ -25,23 +25,11 @@ def served() -> list[tuple[int, int]]:
 
 
 def message_of(api_key: int, kind: str) -> Message:
-    import importlib
-    if api_key >= 1000:  # the coordinator protocol: one module for all its APIs
-        from spark_coord.wire.coordinator import MESSAGES
-        _, request, response = MESSAGES[api_key]
-        return request if kind == "request" else response
-    modules = {0: "produce", 1: "fetch", 2: "list_offsets", 3: "metadata", 8: "offset_commit", 9: "offset_fetch",
-               10: "find_coordinator", 11: "join_group", 12: "heartbeat", 13: "leave_group", 14: "sync_group",
-               15: "describe_groups", 16: "list_groups", 17: "sasl_handshake", 18: "api_versions",
-               19: "create_topics", 20: "delete_topics", 22: "init_producer_id", 29: "describe_acls",
-               30: "create_acls", 31: "delete_acls", 32: "describe_configs", 33: "alter_configs",
-               44: "incremental_alter_configs", 36: "sasl_authenticate", 42: "delete_groups",
-               68: "consumer_group_heartbeat", 69: "consumer_group_describe", 76: "share_group_heartbeat",
-               77: "share_group_describe", 78: "share_fetch", 79: "share_acknowledge",
-               90: "describe_share_group_offsets", 91: "alter_share_group_offsets",
-               92: "delete_share_group_offsets"}
-    mod = importlib.import_module(f"spark_coord.wire.{modules[api_key]}")
-    return mod.REQUEST if kind == "request" else mod.RESPONSE
+    """The request or response schema the registry serves ``api_key`` with (one per key, every
+    version: a module that registers several APIs, e.g. the SCRAM pair, needs no table here)."""
+    low, _ = registry.served_versions(api_key)
+    entry = registry.lookup(api_key, low)
+    return entry.request_message if kind == "request" else entry.response_message
 
 
 class _Gen:

@@ -22,6 +22,11 @@ an fsync (``log.flush.interval.messages``), it runs on the log's I/O threads
 (all partitions of the request at once) and the answer waits for it: an
 acknowledged produce is on disk, and the loop keeps serving everyone else --
 pings included -- meanwhile.  A failed fsync answers KAFKA_STORAGE_ERROR.
+
+Per topic (``configs.topic``): max.message.bytes bounds a batch (MESSAGE_TOO_LARGE);
+with message.timestamp.type=LogAppendTime the log stamps each batch and the answer
+carries log_append_time_ms; a compacted topic (cleanup.policy has compact) refuses a
+record without a key with INVALID_RECORD, as Kafka does.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
+from spark_coord.records.reader import iter_records
 from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import AclOperation, Resource
 
@@ -100,11 +106,19 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
         return _partition(partition, code), None
     if records is None or len(records) == 0:
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message="no records"), None
+    topic_config = ctx.dynamic_configs.log_config(topic) if ctx.dynamic_configs is not None else None
+    if topic_config is not None:
+        max_batch = topic_config.max_message_bytes
     try:
         headers = validate_batches(records, max_batch)
+        if topic_config is not None and topic_config.compact:
+            _check_keys(records)
     except BatchTooLarge as e:
         log.info("%r: %s-%d: %s", conn, topic, partition, e)
         return _partition(partition, ErrorCode.MESSAGE_TOO_LARGE, message=str(e)), None
+    except KeylessRecord as e:
+        log.info("%r: %s-%d: %s", conn, topic, partition, e)
+        return _partition(partition, ErrorCode.INVALID_RECORD, message=str(e)), None
     except InvalidBatch as e:
         log.warning("%r: %s-%d: rejected record batch: %s", conn, topic, partition, e)
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e)), None
@@ -126,7 +140,21 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
     sequences.record(topic, partition, plog, headers, base_offset)
     ctx.appends.notify((topic, partition))
     ctx.metrics.appended(topic, len(records), sum(h.records_count for h in headers))
-    return _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset), plog if flush_now else None
+    answer = _partition(partition, ErrorCode.NONE, base_offset, plog.log_start_offset)
+    if plog.config.message_timestamp_type == "LogAppendTime":
+        answer["log_append_time_ms"] = plog.last_append_time_ms
+    return answer, plog if flush_now else None
+
+
+class KeylessRecord(InvalidBatch):
+    """A record without a key sent to a compacted topic (Kafka: INVALID_RECORD)."""
+
+
+def _check_keys(records) -> None:
+    """A compacted topic keeps the last record of each key: a record without one is refused, as Kafka does."""
+    for record in iter_records(records, verify_crc=False):
+        if record.key is None:
+            raise KeylessRecord("Compacted topic cannot accept message without key")
 
 
 def error_response(body: dict, code: int) -> dict | None:

@@ -53,6 +53,7 @@ from spark_coord.coordinator.core.rebalancer import Rebalancer
 from spark_coord.coordinator.core.registration import Refusal, Registration, claim_fits, is_int, parse_registration
 from spark_coord.coordinator.storage.store import Fenced, GroupStore, StoredGroup
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.common import TopicPartition
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
 
@@ -552,6 +553,27 @@ class Coordinator:
             log.info("group %s deleted", group_id)
             return ErrorCode.NONE
         return ErrorCode.NON_EMPTY_GROUP
+
+    async def delete_offsets(self, group_id: str,
+                             partitions: list[TopicPartition]) -> ErrorCode | dict[TopicPartition, ErrorCode]:
+        """Kafka's OffsetDelete: forget the group's committed offsets of ``partitions``, here and in
+        the store, except those of topics a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC: the
+        group consumes them).  GROUP_ID_NOT_FOUND for an unknown group; raises Fenced, StoreError."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        codes = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if group.interested_in(tp[0]) else ErrorCode.NONE
+                 for tp in partitions}
+        gone = [tp for tp, code in codes.items() if code == ErrorCode.NONE]
+        if gone:
+            for tp in gone:  # out of memory first: the committer cannot write them back meanwhile
+                group.offsets.pop(tp, None)
+                group.offset_holding.pop(tp, None)
+                group.dirty.discard(tp)
+            async with group.store_lock:
+                await self.store.delete_offsets(group_id, gone)
+            log.info("group %s: offsets of %d partition(s) deleted", group_id, len(gone))
+        return codes
 
     def member_left(self, group: GroupRegistry, member: ConsumerRegistry) -> None:
         """The member stopped fetching and leaves (CommitOffsets with ``leave``): rebalance at once."""

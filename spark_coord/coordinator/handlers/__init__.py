@@ -9,7 +9,7 @@ process that serves them (a broker, or a standalone coordinator) implements
 
 The seeds' own APIs: ClusterMetadata, RegisterConsumer, CommitOffsets and the
 coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
 DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``; and Kafka
 4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
 through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHeartbeat and
@@ -34,7 +34,8 @@ def group_apis() -> "list[GroupApi]":
                                                   consumer_group_describe, consumer_group_heartbeat, delete_groups,
                                                   delete_share_group_offsets, describe_groups, describe_members,
                                                   describe_share_group_offsets, find_coordinator, heartbeat,
-                                                  join_group, leave_group, list_groups, offset_commit, offset_fetch,
+                                                  join_group, leave_group, list_groups, offset_commit, offset_delete,
+                                                  offset_fetch,
                                                   register_consumer, share_group_describe,
                                                   share_group_heartbeat, sync_group)
 
@@ -43,4 +44,4 @@ def group_apis() -> "list[GroupApi]":
             offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
             consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
             share_group_describe.API, describe_share_group_offsets.API, alter_share_group_offsets.API,
-            delete_share_group_offsets.API]
+            delete_share_group_offsets.API, offset_delete.API]

@@ -3,8 +3,14 @@
 Every broker answers each key with the coordinator holding the key's shard (the
 group's ``__consumer_offsets`` partition in Kafka), at its endpoint of the listener
 the request came in on (COORDINATOR_NOT_AVAILABLE while nobody holds the shard);
-v4+ answer each key of a batch.  Only group keys exist here
-(no transactions); a group the principal may not Describe is refused.
+v4+ answer each key of a batch.  Only group keys exist here; a group the principal
+may not Describe is refused.
+
+Transactions are not supported: a transaction key is answered at once with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and a message saying so.  That code is
+fatal in librdkafka and kafka-python, so ``init_transactions()`` fails within a
+round trip; COORDINATOR_NOT_AVAILABLE (retriable) made clients retry until their
+timeout.  InitProducerId refuses a transactional id the same way.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
-from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP
+from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from spark_coord.wire.registry import ApiKey
+
+#: What a transactional client is told (FindCoordinator's error_message, v1+).
+TRANSACTIONS_REFUSED = "transactions are not supported by this broker (spark-coord): use an idempotent producer"
 
 
 def _refusal(key: str, code: int, message: str | None) -> dict:
@@ -26,9 +35,11 @@ async def handle(door, ctx, conn, header, body) -> dict:
     key_type = body.get("key_type", KEY_TYPE_GROUP)
     results = []
     for key in keys or []:
-        if key_type != KEY_TYPE_GROUP:
+        if key_type == KEY_TYPE_TRANSACTION:
+            results.append(_refusal(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED))
+        elif key_type != KEY_TYPE_GROUP:
             results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                    "only group coordinators exist here (no transactions)"))
+                                    "only group coordinators exist here"))
         elif authz.group_refused(ctx, conn, AclOperation.DESCRIBE, key):
             results.append(_refusal(key, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
         elif (found := door.coordinator_endpoint(conn, key)) is None:

@@ -140,6 +140,11 @@ class GroupStore(ABC):
     async def delete_group(self, group_id: str) -> None:
         """Forget everything of a group with no members (Kafka's DeleteGroups)."""
 
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        """Forget the group's committed offsets of these partitions (Kafka's OffsetDelete); owners
+        and members stay."""
+        raise StoreError("this store cannot delete offsets")
+
     @abstractmethod
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
@@ -254,6 +259,11 @@ class MemoryGroupStore(GroupStore):
     async def delete_group(self, group_id: str) -> None:
         self._write("delete_group", group_id, None)
         del self.groups[group_id]
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        g = self._write("delete_offsets", group_id, list(partitions))
+        for tp in partitions:
+            g.offsets.pop(tp, None)
 
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return dict(self.groups[group_id].offsets) if group_id in self.groups else {}

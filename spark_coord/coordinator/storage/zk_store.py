@@ -183,6 +183,11 @@ class ZkGroupStore(GroupStore):
             cache.forget(n)
         cache.owners.pop(group_id, None)
 
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        ops: list[Op] = [("delete", paths.offset(group_id, t, p), None) for t, p in sorted(set(partitions))]
+        if ops:  # an offset never committed is skipped by the writer (delete of what does not exist)
+            await self.writer.write(f"delete {len(ops)} offsets of {group_id}", ops)
+
     async def write_owners(self, group_id: str, owners: dict[TopicPartition, str]) -> None:
         cache = self.writer.cache()
         current = await self._current_owners(group_id, cache)

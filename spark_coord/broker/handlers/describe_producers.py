@@ -1,0 +1,57 @@
+"""DescribeProducers (key 61): the idempotent producers a partition's leader keeps state for.
+
+Versions served per the wire registry (0).  Per partition: the producers of the
+leader's sequence table (``broker.producer_state``: rebuilt at start from the last
+segment, at most ``MAX_PRODUCERS_PER_PARTITION``) with epoch, last sequence and the
+max timestamp of their last batch; no transactions here, so CoordinatorEpoch and
+CurrentTxnStartOffset are -1.  NOT_LEADER_OR_FOLLOWER elsewhere,
+UNKNOWN_TOPIC_OR_PARTITION for what does not exist.  Read on the topic is needed
+(Kafka's rule), else TOPIC_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+from spark_coord.broker.handlers.base import Handler
+from spark_coord.errors import ErrorCode
+from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_PRODUCERS
+
+
+def _partition(index, code: int, message: str | None = None, producers: list[dict] | None = None) -> dict:
+    return {"partition_index": index, "error_code": code, "error_message": message,
+            "active_producers": producers or []}
+
+
+def _describe(ctx, topic: str, index: int) -> dict:
+    code = ctx.leader_error(topic, index)
+    if code:
+        return _partition(index, code)
+    plog = ctx.logs.get_or_create(topic, index)
+    state = ctx.producers.sequences.partition(topic, index, plog)
+    return _partition(index, ErrorCode.NONE, None, [
+        {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq, "last_timestamp": ts,
+         "coordinator_epoch": -1, "current_txn_start_offset": -1}
+        for pid, epoch, seq, ts in state.active()])
+
+
+async def handle(ctx, conn, header, body: dict) -> dict:
+    topics = []
+    for t in body.get("topics") or []:
+        name = t.get("name")
+        allowed = ctx.authorized(conn, AclOperation.READ, Resource.topic(name or ""))
+        topics.append({"name": name, "partitions": [
+            _describe(ctx, name, index) if allowed else
+            _partition(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to read this topic")
+            for index in t.get("partition_indexes") or []]})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def error_response(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.get("name"), "partitions": [_partition(i, code) for i in t.get("partition_indexes") or []]}
+        for t in body.get("topics") or []]}
+
+
+HANDLER = Handler(API_KEY, "DescribeProducers", handle, error_response)
