@@ -84,11 +84,15 @@ class ShareConsumer:
         self._stop = threading.Event()
         self._joined = threading.Event()
         self._interval = 1.0
+        #: How long the broker locks the records it hands this member (from its ShareFetch answers).
+        self.lock_timeout_ms = 30000
         #: Per leader broker: the epoch its share session's next request carries, and the
         #: partitions that session fetches.
         self._sessions: dict[int, tuple[int, set[tuple[str, int]]]] = {}
         #: Acknowledgements waiting to go: ``{(topic, partition): {offset: type}}``.
         self._pending: dict[tuple[str, int], dict[int, int]] = {}
+        #: Acknowledgements of whole offset ranges waiting to go (``acknowledge_range``), as batches.
+        self._pending_ranges: dict[tuple[str, int], list[dict]] = {}
         #: The last poll's records not acknowledged yet (explicit mode must acknowledge them all).
         self._unacked: dict[tuple[str, int, int], ShareRecord] = {}
         self._heartbeat = threading.Thread(target=self._heartbeats, name=f"share-heartbeat-{group}", daemon=True)
@@ -166,7 +170,7 @@ class ShareConsumer:
         self._joined.wait(max(deadline - time.monotonic(), 0))
         while True:
             with self._lock:
-                idle = not self.assignment and not self._pending
+                idle = not self.assignment and not self._pending and not self._pending_ranges
             if idle:  # nothing assigned (yet): wait for the heartbeat thread, do not spin
                 self._stop.wait(min(0.05, max(deadline - time.monotonic(), 0)))
                 out = []
@@ -179,7 +183,7 @@ class ShareConsumer:
         with self._lock:
             assigned = set(self.assignment)
         by_leader: dict[int, set[tuple[str, int]]] = {}
-        for t, p in assigned | set(self._pending):
+        for t, p in assigned | set(self._pending) | set(self._pending_ranges):
             try:
                 by_leader.setdefault(self.cluster.leader(t, p), set()).add((t, p))
             except KafkaError:
@@ -193,11 +197,11 @@ class ShareConsumer:
                      wait_ms: int) -> list[ShareRecord]:
         epoch, in_session = self._sessions.get(leader, (OPEN, set()))
         fetching = parts & assigned
-        acks = {tp: self._pending.pop(tp) for tp in parts if tp in self._pending} if epoch != OPEN else {}
+        acks = self._take_pending(parts) if epoch != OPEN else {}
         topics: dict[str, list[dict]] = {}
         named = (fetching - in_session) | set(acks) if epoch != OPEN else fetching
         for t, p in sorted(named):
-            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": _batches(acks.get((t, p), {}))})
+            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": acks.get((t, p), [])})
         forgotten: dict[str, list[int]] = {}
         for t, p in sorted(in_session - fetching):
             forgotten.setdefault(t, []).append(p)
@@ -220,6 +224,7 @@ class ShareConsumer:
             self._sessions.pop(leader, None)
             return []
         self._sessions[leader] = (epoch + 1, set(fetching))
+        self.lock_timeout_ms = answer.get("acquisition_lock_timeout_ms") or self.lock_timeout_ms
         names = self._names()
         out = []
         for t in answer["responses"]:
@@ -235,8 +240,20 @@ class ShareConsumer:
                         self.cluster.refresh(self.topics)
                     continue
                 out.extend(self._records(topic, p))
-        for r in out:
+        self._hold(out)
+        return out
+
+    def _hold(self, records: list[ShareRecord]) -> None:
+        """Remember what a poll handed out until it is acknowledged."""
+        for r in records:
             self._unacked[(r.topic, r.partition, r.offset)] = r
+
+    def _take_pending(self, parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[dict]]:
+        """The acknowledgements waiting for ``parts``, as AcknowledgementBatches, taken off the queue."""
+        out = {tp: _batches(self._pending.pop(tp)) for tp in parts if tp in self._pending}
+        for tp in parts:
+            if tp in self._pending_ranges:
+                out[tp] = sorted(out.get(tp, []) + self._pending_ranges.pop(tp), key=lambda b: b["first_offset"])
         return out
 
     def _records(self, topic: str, p: dict) -> list[ShareRecord]:
@@ -280,30 +297,42 @@ class ShareConsumer:
                              "waiting for its acknowledgement")
         self._pending.setdefault((record.topic, record.partition), {})[record.offset] = ACK_TYPES[kind]
 
+    def acknowledge_range(self, topic: str, partition: int, first: int, last: int, kind: str = "accept") -> None:
+        """Acknowledge offsets ``first..last`` of a partition at once (records this member acquired,
+        whichever poll handed them out); sent with the next poll or ``commit()``."""
+        if kind not in ACK_TYPES:
+            raise ValueError(f"acknowledgement {kind!r}: one of {', '.join(ACK_TYPES)}")
+        if last < first:
+            raise ValueError(f"acknowledge_range: last offset {last} is before first {first}")
+        self._pending_ranges.setdefault((topic, partition), []).append(
+            {"first_offset": first, "last_offset": last, "acknowledge_types": [ACK_TYPES[kind]]})
+
     def commit(self) -> dict[tuple[str, int], int]:
         """Send every pending acknowledgement now (a ShareAcknowledge per leader) and wait for the
         answers: ``{(topic, partition): error code}`` (0: written at the leader, for good)."""
         results: dict[tuple[str, int], int] = {}
         by_leader: dict[int, dict[tuple[str, int], dict[int, int]]] = {}
-        for tp, acks in list(self._pending.items()):
+        for tp, acks in self._take_pending(set(self._pending) | set(self._pending_ranges)).items():
             by_leader.setdefault(self.cluster.leader(*tp), {})[tp] = acks
-            del self._pending[tp]
         for leader, acks in by_leader.items():
             results.update(self._acknowledge(leader, acks, final=False))
         return results
 
-    def _acknowledge(self, leader: int, acks: dict[tuple[str, int], dict[int, int]], final: bool) -> dict:
+    def _acknowledge(self, leader: int, acks: dict[tuple[str, int], list[dict]], final: bool,
+                     renew: bool = False) -> dict:
+        """ShareAcknowledge of ``acks`` (AcknowledgementBatches per partition) in this member's session
+        with ``leader``; ``final`` closes the session, ``renew`` sends v2's IsRenewAck."""
         epoch, parts = self._sessions.get(leader, (OPEN, set()))
         if epoch == OPEN:  # no session with that leader: nothing it holds for us
             return {tp: int(ErrorCode.SHARE_SESSION_NOT_FOUND) for tp in acks}
         topics: dict[str, list[dict]] = {}
-        for (t, p), offsets in sorted(acks.items()):
-            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": _batches(offsets)})
+        for (t, p), batches in sorted(acks.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "acknowledgement_batches": batches})
         body = {"group_id": self.group, "member_id": self.member_id,
-                "share_session_epoch": FINAL if final else epoch,
+                "share_session_epoch": FINAL if final else epoch, "is_renew_ack": renew,
                 "topics": [{"topic_id": self._topic_id(t), "partitions": ps} for t, ps in topics.items()]}
         try:
-            answer = self.cluster.connection(leader).request(ApiKey.SHARE_ACKNOWLEDGE, body, version=1)
+            answer = self.cluster.connection(leader).request(ApiKey.SHARE_ACKNOWLEDGE, body, version=2 if renew else 1)
         except (OSError, ConnectionError, KafkaError) as e:
             self._sessions.pop(leader, None)
             return {tp: int(ErrorCode.NETWORK_EXCEPTION) for tp in acks} if not isinstance(e, KafkaError) \
@@ -334,13 +363,12 @@ class ShareConsumer:
         if not self.explicit:
             for r in list(self._unacked.values()):
                 self.acknowledge(r, "accept")
-        by_leader: dict[int, dict[tuple[str, int], dict[int, int]]] = {leader: {} for leader in self._sessions}
-        for tp, acks in self._pending.items():
+        by_leader: dict[int, dict[tuple[str, int], list[dict]]] = {leader: {} for leader in self._sessions}
+        for tp, acks in self._take_pending(set(self._pending) | set(self._pending_ranges)).items():
             try:
                 by_leader.setdefault(self.cluster.leader(*tp), {})[tp] = acks
             except KafkaError:
                 continue
-        self._pending.clear()
         for leader, acks in by_leader.items():
             try:
                 self._acknowledge(leader, acks, final=True)

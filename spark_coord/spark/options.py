@@ -56,6 +56,7 @@ _SOURCE_KEYS = {
     "minPartitions", "maxRecordsPerPartition", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
     "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
+    "share.group.id", "share.parallelism", "share.acknowledgements.path",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
@@ -72,6 +73,10 @@ KAFKA_CONSUMER_SETTINGS = {
     "request.timeout.ms": "socket.timeout.ms",
     "session.timeout.ms": "session.timeout.ms",
     "connections.max.idle.ms": "connections.max.idle.ms",
+    # reading a share group (KIP-932), under the names of Spark's kafka-share proposal (SPARK-54321)
+    "share.group.id": "share.group.id",
+    "share.parallelism": "share.parallelism",
+    "share.acknowledgements.path": "share.acknowledgements.path",
 }
 #: Kafka producer settings (``kafka.`` + name) the sink implements -> the option they set.
 KAFKA_PRODUCER_SETTINGS = {
@@ -187,6 +192,14 @@ class SourceOptions:
     #: TLS/SASL of every connection (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``);
     #: None: PLAINTEXT.  Its repr hides the password.
     security: "ClientSecurity | None" = None
+    #: ``kafka.share.group.id``: read as a member of this share group (a queue) instead of by offsets.
+    share_group_id: str | None = None
+    #: ``kafka.share.parallelism``: input partitions (Spark tasks) per micro-batch of a share group
+    #: (None: one per topic-partition the batch holds records of).
+    share_parallelism: int | None = None
+    #: ``kafka.share.acknowledgements.path``: where ``foreachBatch`` helpers leave the rows to release
+    #: or reject (None: a directory per share group under the system's temporary directory).
+    share_acknowledgements_path: str | None = None
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this query reads (by subscribe, subscribePattern or assign)."""
@@ -478,6 +491,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         log.warning("groupIdPrefix has no meaning in coordkafka and is not used: a query without group.id reads "
                     "its partitions without any consumer group (Spark's Kafka source makes up a group id for that), "
                     "and group.id joins a real group")
+    share_group = _share_group(opts, streaming, group_id, subscribe)
     words = ("earliest", "latest", "group")
     starting = _offsets_spec(opts, "startingOffsets", "earliest" if streaming is False else "latest", words)
     if starting == "group" and group_id is None:
@@ -528,6 +542,10 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
             if name in opts:
                 raise ValueError(f"{opts.label(name)}: only meaningful with group.id")
     return SourceOptions(
+        share_group_id=share_group,
+        share_parallelism=_int(opts, "share.parallelism", None, 1),
+        share_acknowledgements_path=str(opts.get("share.acknowledgements.path")).strip()
+        if opts.get("share.acknowledgements.path") else None,
         bootstrap=bootstrap,
         group_id=None if group_id is None else str(group_id).strip(),
         subscribe=subscribe,
@@ -614,6 +632,48 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
     )
+
+
+#: Options that mean nothing to a share group, and why.
+_NOT_FOR_SHARE = {
+    "startingOffsets": "a share group starts where the group's share.auto.offset.reset says (latest by default; "
+                       "set it with spark-coord share-groups or kafka-configs.sh --entity-type groups)",
+    "startingTimestamp": "a share group starts where the group's share.auto.offset.reset says",
+    "startingOffsetsByTimestamp": "a share group starts where the group's share.auto.offset.reset says",
+    "minOffsetsPerTrigger": "a share group hands out what it has; each micro-batch takes what was acquired",
+    "maxTriggerDelay": "a share group hands out what it has; each micro-batch takes what was acquired",
+    "members": "a query is one member of its share group (kafka.share.parallelism sets how many tasks read)",
+    "minPartitions": "kafka.share.parallelism sets how many tasks read a micro-batch of a share group",
+    "maxRecordsPerPartition": "kafka.share.parallelism sets how many tasks read a micro-batch of a share group",
+}
+
+
+def _share_group(opts: _Opts, streaming: bool | None, group_id, subscribe) -> str | None:
+    """``kafka.share.group.id``, checked against the options a share group cannot take."""
+    raw = opts.get("share.group.id")
+    if raw is None:
+        for name in ("share.parallelism", "share.acknowledgements.path"):
+            if name in opts:
+                raise ValueError(f"{opts.label(name)}: only meaningful with kafka.share.group.id")
+        return None
+    label = opts.label("share.group.id")
+    share = str(raw).strip()
+    if not share:
+        raise ValueError(f"{label}: empty")
+    if streaming is False:
+        raise ValueError(f"{label}: a share group is a queue, read by spark.readStream only: it hands each record "
+                         "to one reader until it is acknowledged, so it has no offset range that a batch read "
+                         "(spark.read) could read again; read the topic without kafka.share.group.id for that")
+    if group_id is not None:
+        raise ValueError(f"{label}: give either group.id (a consumer group: partitions) or kafka.share.group.id "
+                         "(a share group: records), not both")
+    if subscribe is None:
+        raise ValueError(f"{label}: a share group member subscribes to topics by name: use subscribe "
+                         "(subscribePattern and assign are not share group subscriptions)")
+    for name, why in _NOT_FOR_SHARE.items():
+        if name in opts:
+            raise ValueError(f"{opts.label(name)}: not with {label}: {why}")
+    return share
 
 
 def _coordinator_bootstrap(opts: _Opts) -> str | None:

@@ -72,6 +72,21 @@ class CoordKafkaDataSource(DataSource):
     kafkaConsumer.pollTimeoutMs, fetchOffset.numRetries, fetchOffset.retryIntervalMs
         Executors' fetch timeout; retries of the driver's offset look-ups.
 
+    Reading a share group (KIP-932, a queue; streams only, with ``subscribe``)
+    -------------------------------------------------------------------------
+    kafka.share.group.id : str
+        Read as one member of this share group: each micro-batch is the records the group
+        hands the query (ShareFetch, from the driver-side reader), read by executors with
+        plain Fetch; rows get a ``deliveryCount int`` column.  A record is accepted when the
+        micro-batch holding it is committed; a failed or stopped query's records go back to
+        the group.  ``maxOffsetsPerTrigger`` caps the records of one micro-batch.
+    kafka.share.parallelism : int, default the number of partitions in the batch
+        Input partitions (tasks) per micro-batch, whatever the topic's partition count.
+    kafka.share.acknowledgements.path : str
+        Where the ``spark_coord.spark.share_acks`` helpers (``release``, ``reject``,
+        ``foreach_record``) leave rows to release or reject instead of accepting them;
+        default a directory per group under the system's temporary directory.
+
     Sink options: ``kafka.bootstrap.servers``, ``topic`` (unless rows carry a ``topic``
     column), and Kafka producer settings: ``kafka.acks`` (all), ``kafka.compression.type``
     (none, gzip, snappy, lz4, zstd), ``kafka.batch.size``, ``kafka.linger.ms``,
@@ -118,7 +133,8 @@ class CoordKafkaDataSource(DataSource):
         """Called at ``load()``: the options are checked here, so mistakes surface before any query runs."""
         from spark_coord.spark.schema import source_ddl
 
-        return source_ddl(self._source_options(None).include_headers)
+        opts = self._source_options(None)
+        return source_ddl(opts.include_headers, share=opts.share_group_id is not None)
 
     def reader(self, schema):
         from spark_coord.spark.batch import CoordKafkaBatchReader
@@ -126,9 +142,14 @@ class CoordKafkaDataSource(DataSource):
         return CoordKafkaBatchReader(self._source_options(False))
 
     def streamReader(self, schema):
+        opts = self._source_options(True)
+        if opts.share_group_id is not None:
+            from spark_coord.spark.share import ShareStreamReader
+
+            return ShareStreamReader(opts)
         from spark_coord.spark.stream import CoordKafkaStreamReader
 
-        return CoordKafkaStreamReader(self._source_options(True))
+        return CoordKafkaStreamReader(opts)
 
     def _sink(self, schema):
         from spark_coord.spark.options import parse_sink_options

@@ -1,6 +1,7 @@
 """A streaming query that tests/spark/test_spark_kill.py runs as its own process and kills.
 
-It reads one topic through ``coordkafka`` (optionally as a member of ``--group``)
+It reads one topic through ``coordkafka`` (optionally as a member of ``--group``, or of the
+share group ``--share-group``; rows then carry ``deliveryCount``, written as a fourth field)
 with a checkpoint, slows every row down with a Python UDF (so a batch lasts long
 enough to be caught in the middle), and writes into an idempotent sink:
 
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--marker-dir", help="where the marker file goes")
     p.add_argument("--hold-after-batch", type=int, help="files sink: block after writing this batch")
     p.add_argument("--trigger-ms", type=int, default=300)
+    p.add_argument("--share-group", help="kafka.share.group.id: read as a member of this share group")
+    p.add_argument("--parallelism", type=int, help="kafka.share.parallelism")
+    p.add_argument("--master", default="local[2]")
     return p.parse_args(argv)
 
 
@@ -75,8 +79,9 @@ def write_batch_file(out: str, hold_after: int | None = None, marker_dir: str | 
     blocks for good after writing batch ``hold_after``."""
 
     def write(df, batch_id: int) -> None:
-        rows = [[r.partition, r.offset, bytes(r.value).decode()] for r in
-                df.select("partition", "offset", "value").collect()]
+        extra = ["deliveryCount"] if "deliveryCount" in df.columns else []
+        rows = [[r.partition, r.offset, bytes(r.value).decode(), *(r[c] for c in extra)] for r in
+                df.select("partition", "offset", "value", *extra).collect()]
         tmp = os.path.join(out, f".{batch_id}.json.tmp")
         with open(tmp, "w") as f:
             json.dump(rows, f)
@@ -100,15 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-coord-kill-job")
+    spark = (SparkSession.builder.master(args.master).appName("spark-coord-kill-job")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     reader = (spark.readStream.format("coordkafka").option("bootstrap.brokers", args.bootstrap)
-              .option("subscribe", args.topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", args.max_offsets))
+              .option("subscribe", args.topic).option("maxOffsetsPerTrigger", args.max_offsets))
+    if args.share_group:
+        reader = reader.option("kafka.share.group.id", args.share_group)
+        if args.parallelism:
+            reader = reader.option("kafka.share.parallelism", args.parallelism)
+    else:
+        reader = reader.option("startingOffsets", "earliest")
     if args.group:
         reader = reader.option("group.id", args.group).option("session.timeout.ms", args.session_timeout_ms)
     mark = tuple(int(x) for x in args.mark.split(":")) if args.mark else None
