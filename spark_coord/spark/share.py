@@ -76,6 +76,22 @@ def from_json(value: dict | None) -> tuple[str | None, int, Ranges]:
     return share.get("member"), int(share.get("batch", 0)), ranges
 
 
+def merged(ranges: Ranges) -> Ranges:
+    """The same offsets with adjacent ranges of one delivery count joined: consecutive ShareFetch
+    rounds acquire consecutive pieces of a partition, which an executor then reads as one range
+    (one pipelined fetch loop instead of a fresh one per piece)."""
+    out: Ranges = {}
+    for tp, rs in ranges.items():
+        joined: list[tuple[int, int, int]] = []
+        for a, b, dc in sorted(rs):
+            if joined and joined[-1][1] + 1 == a and joined[-1][2] == dc:
+                joined[-1] = (joined[-1][0], b, dc)
+            else:
+                joined.append((a, b, dc))
+        out[tp] = joined
+    return out
+
+
 def count(ranges: Ranges) -> int:
     return sum(b - a + 1 for rs in ranges.values() for a, b, _ in rs)
 
@@ -284,7 +300,7 @@ class _DriverMember:
                     got += b - a + 1
                 if not out:
                     break
-        return ranges
+        return merged(ranges)
 
     def holding(self, batch: int, ranges: Ranges) -> None:
         with self._io:

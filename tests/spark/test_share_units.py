@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from spark_coord.spark.options import parse_source_options
-from spark_coord.spark.share import count, cut, from_json, to_json
+from spark_coord.spark.share import count, cut, from_json, merged, to_json
 from spark_coord.spark.share_acks import foreach_record, reject, release, split_ranges, take_marks
 
 
@@ -114,3 +114,13 @@ def test_share_options_that_cannot_work_are_refused_by_name(extra, streaming, me
     opts = {k: v for k, v in {**BASE, **extra}.items() if v is not None}
     with pytest.raises(ValueError, match=message):
         parse_source_options(opts, streaming)
+
+
+@given(ranges_st)
+def test_merged_joins_adjacent_ranges_of_one_delivery_count_and_keeps_every_offset(ranges):
+    out = merged(ranges)
+    offsets = {(tp, o, dc) for tp, rs in ranges.items() for a, b, dc in rs for o in range(a, b + 1)}
+    assert {(tp, o, dc) for tp, rs in out.items() for a, b, dc in rs for o in range(a, b + 1)} == offsets
+    for rs in out.values():
+        assert all(not (x[1] + 1 == y[0] and x[2] == y[2]) for x, y in zip(rs, rs[1:]))
+    assert merged({("t", 0): [(5, 9, 1), (0, 4, 1), (10, 12, 2)]}) == {("t", 0): [(0, 9, 1), (10, 12, 2)]}
