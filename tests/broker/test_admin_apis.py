@@ -118,6 +118,83 @@ def test_create_partitions_reaches_running_groups_of_both_kinds(cluster, admin):
         thin.close()
 
 
+@pytest.mark.parametrize("kind, conf", [
+    ("cooperative", {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10000,
+                     "heartbeat.interval.ms": 500}),
+    ("kip848", {"group.protocol": "consumer"}),
+])
+def test_create_partitions_reach_cooperative_and_kip848_members(cluster, admin, kind, conf):
+    """Two librdkafka consumers of one group (cooperative-sticky, or KIP-848's consumer protocol) share a
+    2-partition topic; two partitions are added: the coordinator hands them out incrementally -- each
+    consumer's rebalance callbacks see only partitions added, none taken away -- and both consumers
+    together read what is produced to the new partitions."""
+    topic = new_topic(admin, prefix=kind)
+    events: dict[str, list] = {"a": [], "b": []}
+
+    def consumer(name: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"{kind}-{topic}",
+                      "auto.offset.reset": "earliest", **conf})
+        c.subscribe([topic], on_assign=lambda _c, ps: events[name].append(("assign", {p.partition for p in ps})),
+                    on_revoke=lambda _c, ps: events[name].append(("revoke", {p.partition for p in ps})))
+        return c
+    consumers = {"a": consumer("a"), "b": consumer("b")}
+
+    def owned() -> dict[str, set[int]]:
+        for c in consumers.values():
+            c.poll(0.1)
+        return {n: {tp.partition for tp in c.assignment()} for n, c in consumers.items()}
+    try:
+        wait_until(lambda: (o := owned()) and all(o.values()) and set().union(*o.values()) == {0, 1}, timeout=60,
+                   message=lambda: f"both consumers assigned ({owned()})")
+        before = {n: len(e) for n, e in events.items()}
+        admin.create_partitions([NewPartitions(topic, 4)], request_timeout=15)[topic].result(20)
+        wait_until(lambda: set().union(*owned().values()) == {0, 1, 2, 3}, timeout=60,
+                   message=lambda: f"the new partitions handed out ({owned()})")
+        # incremental: after the topic grew, nobody had a partition taken away
+        later = [e for n, es in events.items() for e in es[before[n]:]]
+        assert all(what == "assign" or not parts for what, parts in later), events
+        produce(cluster, topic, 2, 5)
+        produce(cluster, topic, 3, 5)
+        seen: set[tuple[int, bytes]] = set()
+
+        def read_new() -> bool:
+            for c in consumers.values():
+                m = c.poll(0.2)
+                if m is not None and not m.error() and m.partition() in (2, 3):
+                    seen.add((m.partition(), m.value()))
+            return len(seen) >= 10
+        wait_until(read_new, timeout=60, message=lambda: f"records of the new partitions read ({len(seen)} of 10)")
+    finally:
+        for c in consumers.values():
+            c.close()
+
+
+def test_create_partitions_reach_a_share_group(cluster, admin):
+    """A librdkafka ShareConsumer of a share group (reading from the earliest offset) is given the new
+    partitions and receives what is produced to them."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+    from share_support import ShareReader, set_group_config
+
+    topic = new_topic(admin, prefix="share")
+    group = f"share-{topic}"
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    reader = ShareReader("s", cluster.bootstrap, group, [topic])
+    reader.start()
+    try:
+        produce(cluster, topic, 0, 3)
+        wait_until(lambda: len(reader.seen()) >= 3, timeout=60, message="the share consumer reads partition 0")
+        admin.create_partitions([NewPartitions(topic, 4)], request_timeout=15)[topic].result(20)
+        produce(cluster, topic, 3, 5)
+        wait_until(lambda: {(p, o) for p, o in reader.seen() if p == 3} == {(3, o) for o in range(5)}, timeout=60,
+                   message=lambda: f"the share consumer reads the new partition 3 ({sorted(reader.seen())})")
+    finally:
+        reader.stop()
+    assert not reader.errors, reader.errors
+
+
 def test_create_partitions_refusals_as_kafka_answers_them(cluster, admin):
     topic = new_topic(admin, 3)
     fewer = refused(lambda: admin.create_partitions([NewPartitions(topic, 2)])[topic].result(20))
