@@ -1,7 +1,8 @@
 """A streaming query that tests/spark/test_spark_kill.py runs as its own process and kills.
 
 It reads one topic through ``coordkafka`` (optionally as a member of ``--group``, or of the
-share group ``--share-group``; rows then carry ``deliveryCount``, written as a fourth field)
+share group ``--share-group``; rows then carry ``deliveryCount`` and the number of the task that read
+them, written as a fourth and fifth field)
 with a checkpoint, slows every row down with a Python UDF (so a batch lasts long
 enough to be caught in the middle), and writes into an idempotent sink:
 
@@ -79,8 +80,11 @@ def write_batch_file(out: str, hold_after: int | None = None, marker_dir: str | 
     blocks for good after writing batch ``hold_after``."""
 
     def write(df, batch_id: int) -> None:
-        extra = ["deliveryCount"] if "deliveryCount" in df.columns else []
-        rows = [[r.partition, r.offset, bytes(r.value).decode(), *(r[c] for c in extra)] for r in
+        from pyspark.sql import functions as F
+
+        # a share group's rows: their delivery count and the task (input partition) that read them
+        extra = [F.col("deliveryCount"), F.spark_partition_id().alias("task")] if "deliveryCount" in df.columns else []
+        rows = [[r[0], r[1], bytes(r[2]).decode(), *r[3:]] for r in
                 df.select("partition", "offset", "value", *extra).collect()]
         tmp = os.path.join(out, f".{batch_id}.json.tmp")
         with open(tmp, "w") as f:

@@ -226,7 +226,7 @@ def test_sigkill_in_a_batch_its_records_come_back_counted_and_committed_ones_nev
         job.kill()
         peer.stop()
     assert (out / "2.json").exists() and batch_rows(2) == [], "the killed run's batch was replayed empty"
-    spark_rows = [(p, o, dc) for f in sorted(out.glob("*.json")) for p, o, _, dc in json.loads(f.read_text())]
+    spark_rows = [(p, o, dc) for f in sorted(out.glob("*.json")) for p, o, _, dc, _ in json.loads(f.read_text())]
     peer_rows = [(d.partition, d.offset, d.count) for d in peer.deliveries]
     seen = Counter((p, o) for p, o, _ in spark_rows + peer_rows)
     assert set(seen) == every
@@ -295,3 +295,63 @@ def test_a_query_stopped_in_a_batch_releases_its_records_at_once(spark, share_cl
     counts = {d.offset: d.count for d in peer.deliveries}
     assert 2 in counts.values()  # the stopped batch's records came back, counted
     assert took < 15, took  # released by the stop, not by a lock running out (20 s)
+
+
+@pytest.mark.timeout(400)
+def test_local4_query_with_eight_tasks_beside_two_share_consumers(share_cluster, tmp_path):
+    """The issue's set-up as its own Spark application: local[4], kafka.share.parallelism 8, a 2-partition
+    topic, two librdkafka ShareConsumers in the group.  Every record reaches one reader once; every
+    committed batch of 8 records or more was read by eight tasks, each with records."""
+    import json
+
+    from test_spark_kill import START_TIMEOUT, Job
+
+    cluster = share_cluster
+    group, topic = "sg-local4", new_topic(cluster, 2, prefix="share-l4")
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    n = 0
+
+    def more(k: int) -> None:
+        nonlocal n
+        produce(cluster.bootstrap, topic, [((n + i) % 2, f"k{n + i}".encode(), b"v") for i in range(k)], batch=50)
+        n += k
+
+    more(4000)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    job = Job(["--bootstrap", cluster.bootstrap, "--topic", topic, "--checkpoint", str(ckpt), "--sink", "files",
+               "--out", str(out), "--share-group", group, "--parallelism", "8", "--master", "local[4]",
+               "--max-offsets", "2000", "--trigger-ms", "100"], tmp_path / "run.log")
+    peers = [ShareReader(f"c{i}", cluster.bootstrap, group, [topic], pace=0.05) for i in range(2)]
+
+    def committed() -> dict[int, list]:
+        return {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")
+                if (ckpt / "commits" / f.stem).exists()}
+    try:
+        wait_until(lambda: committed() or not job.alive(), timeout=START_TIMEOUT, message="the first batch")
+        assert job.alive(), job.tail()
+        for r in peers:
+            r.start()
+        deadline = time.time() + 90
+        while not (all(r.deliveries for r in peers) and len(committed()) >= 4):
+            assert time.time() < deadline and job.alive(), job.tail()
+            more(200)
+            time.sleep(0.3)
+        every = {(i % 2, i // 2) for i in range(n)}
+
+        def seen() -> set:
+            return {(p, o) for rows in committed().values() for p, o, *_ in rows}.union(*(r.seen() for r in peers))
+        wait_until(lambda: seen() >= every, timeout=90, message=lambda: f"{len(seen())} of {n} read")
+    finally:
+        job.kill()
+        for r in peers:
+            r.stop()
+    assert not any(r.errors for r in peers), [r.errors for r in peers]
+    batches = committed()
+    reads = Counter((p, o) for rows in batches.values() for p, o, *_ in rows)
+    reads += Counter((d.partition, d.offset) for r in peers for d in r.deliveries)
+    assert set(reads) == every and max(reads.values()) == 1, [k for k, c in reads.items() if c > 1][:10]
+    assert all(r.deliveries for r in peers) and any(batches.values())
+    sizes = {b: len(rows) for b, rows in batches.items()}
+    assert max(sizes.values()) >= 1000, sizes
+    tasks = {b: len({row[4] for row in rows}) for b, rows in batches.items()}
+    assert all(tasks[b] == 8 for b in sizes if sizes[b] >= 8), {b: (sizes[b], tasks[b]) for b in sizes}
