@@ -1,5 +1,5 @@
 """What every request handler of the broker is: ``Handler`` (see the package docstring), and the
-checks several handlers share (``may_create_topic``)."""
+pieces several handlers share (``may_create_topic``, ``partitions_error_response``)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,16 @@ def may_create_topic(ctx: "BrokerContext", conn: "Connection", name: str) -> boo
 
     return ctx.authorized(conn, AclOperation.CREATE, CLUSTER) or \
         ctx.authorized(conn, AclOperation.CREATE, Resource.topic(name))
+
+
+def partitions_error_response(body: dict, code: int, partition: Callable[[int, int], dict],
+                              indexes: Callable[[dict], list[int]] | None = None) -> dict:
+    """The answer of a request naming ``topics`` of ``partitions`` (ListOffsets, DeleteRecords,
+    DescribeProducers...) that failed as a whole: ``partition(index, code)`` for every partition named.
+    ``indexes(topic entry)`` lists a topic's partition indexes (default: ``partitions[].partition_index``)."""
+    if indexes is None:
+        def indexes(t: dict) -> list[int]:
+            return [p.get("partition_index", -1) for p in t.get("partitions") or []]
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.get("name"), "partitions": [partition(i, code) for i in indexes(t)]}
+        for t in body.get("topics") or []]}

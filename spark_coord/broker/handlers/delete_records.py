@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.broker.handlers.base import Handler
+from spark_coord.broker.handlers.base import Handler, partitions_error_response
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, Resource
 from spark_coord.wire.delete_records import HIGH_WATERMARK
@@ -69,10 +69,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
 
 
 def error_response(body: dict, code: int) -> dict:
-    return {"throttle_time_ms": 0, "topics": [
-        {"name": t.get("name"), "partitions": [_partition(p.get("partition_index", -1), code)
-                                               for p in t.get("partitions") or []]}
-        for t in body.get("topics") or []]}
+    return partitions_error_response(body, code, _partition)
 
 
 HANDLER = Handler(API_KEY, "DeleteRecords", handle, error_response)

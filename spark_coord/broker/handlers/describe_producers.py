@@ -11,7 +11,7 @@ UNKNOWN_TOPIC_OR_PARTITION for what does not exist.  Read on the topic is needed
 
 from __future__ import annotations
 
-from spark_coord.broker.handlers.base import Handler
+from spark_coord.broker.handlers.base import Handler, partitions_error_response
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, Resource
 from spark_coord.wire.registry import ApiKey
@@ -49,9 +49,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
 
 
 def error_response(body: dict, code: int) -> dict:
-    return {"throttle_time_ms": 0, "topics": [
-        {"name": t.get("name"), "partitions": [_partition(i, code) for i in t.get("partition_indexes") or []]}
-        for t in body.get("topics") or []]}
+    return partitions_error_response(body, code, _partition, lambda t: list(t.get("partition_indexes") or []))
 
 
 HANDLER = Handler(API_KEY, "DescribeProducers", handle, error_response)
