@@ -272,7 +272,8 @@ class SharePartitionManager:
         session = self.sessions.get(key)
         if epoch == OPEN_EPOCH:
             if session is not None:
-                self._close(session)
+                n = self._close(session)
+                log.info("share session %s/%s opened again; the old one's %d record(s) go back", group, member_id, n)
             session = self.sessions[key] = ShareSession(group, member_id)
         elif session is None:
             return None, ErrorCode.SHARE_SESSION_NOT_FOUND
@@ -290,11 +291,12 @@ class SharePartitionManager:
         """A final request (-1) was served: the session goes, its member's records go back."""
         self._close(session)
 
-    def _close(self, session: ShareSession) -> None:
+    def _close(self, session: ShareSession) -> int:
+        """Drop ``session``; the records its member holds go back.  How many did."""
         key = (session.group, session.member_id)
         if self.sessions.get(key) is session:
             del self.sessions[key]
-        self.release_member(session.group, session.member_id, session.partitions)
+        return self.release_member(session.group, session.member_id, session.partitions)
 
     def _evict_idle(self, now: float) -> None:
         for session in [s for s in self.sessions.values() if now - s.used_ms > SESSION_IDLE_MS]:

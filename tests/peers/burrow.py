@@ -43,6 +43,18 @@ CLUSTER = "spark-coord"
 #: evaluator caches a group's lag.
 REFRESH_S = 1
 
+#: How Go's runtime reports a data race it caught on a map ("fatal error: concurrent map
+#: read and map write", "... writes", "... iteration and map write"); the process exits 2.
+#: Burrow 1.2's kafka_zk module reads its group and topic maps from watch goroutines
+#: without the lock their writers hold (upstream, ``resetTopicListWatchAndAdd`` and
+#: ``resetPartitionListWatchAndAdd``), so a busy machine can end it this way while groups
+#: and topics appear.  Its state is rebuilt from ZooKeeper and the brokers on start, so
+#: ``Burrow`` restarts it then, as a supervisor would; any other exit is an error.
+GO_MAP_RACE = "fatal error: concurrent map"
+
+#: Restarts after such a crash, per ``Burrow``, before it counts as a failure.
+MAX_RESTARTS = 3
+
 
 class BurrowUnavailable(RuntimeError):
     """No Burrow binary can run here (the message says why)."""
@@ -106,6 +118,9 @@ class Burrow:
         self.log_path = self.workdir / "burrow.log"      # Burrow's own log (JSON lines)
         self.out_path = self.workdir / "burrow.out"      # the process's stdout and stderr
         self.config_path = self.workdir / "burrow.toml"
+        self.restarts = 0               # restarts after a Go map race of Burrow's own (GO_MAP_RACE)
+        self._out_from = 0              # where the current process's output starts in out_path
+        self._log_from = 0              # and its log in log_path
         # no proxy for the HTTP API, whatever the environment says: it is on loopback
         self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -147,6 +162,12 @@ class Burrow:
     def start(self, timeout: float = 30.0) -> "Burrow":
         self.write_config()
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("BURROW_")}
+        # one thread runs Go code: the runtime's own map code is not preempted, so the races of
+        # GO_MAP_RACE cannot interleave there (Burrow's work here is a few requests a second)
+        env["GOMAXPROCS"] = "1"
+        self._out_from = self._size(self.out_path)
+        self._log_from = self._size(self.log_path)
+        self.port = 0
         with open(self.out_path, "ab") as out:
             self.proc = subprocess.Popen([self.binary, "-config-dir", str(self.workdir)], cwd=self.workdir, env=env,
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -172,8 +193,42 @@ class Burrow:
             time.sleep(0.05)
         raise RuntimeError(f"Burrow's HTTP API did not answer within {timeout} s:\n{self.log_tail()}")
 
+    @staticmethod
+    def _size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except OSError:
+            return 0
+
+    def _output(self) -> str:
+        """What the current process wrote to stdout and stderr (a Go crash's trace goes there)."""
+        try:
+            with open(self.out_path, "rb") as f:
+                f.seek(self._out_from)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        """Whether Burrow runs; after a crash of GO_MAP_RACE it is restarted first (up to
+        MAX_RESTARTS times, each logged with the crash's first lines).  RuntimeError, with
+        the output, if it exited any other way."""
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            return True
+        code, output = self.proc.returncode, self._output()
+        self.proc = None
+        if GO_MAP_RACE in output and self.restarts < MAX_RESTARTS:
+            self.restarts += 1
+            log.warning("Burrow crashed on a data race of its own (exit %d), restart %d:\n%s", code,
+                        self.restarts, "\n".join(output[output.index(GO_MAP_RACE):].splitlines()[:12]))
+            self.start()
+            return True
+        raise RuntimeError(f"Burrow exited with {code} while in use:\n{self.log_tail()}")
+
     def _listener_port(self) -> int:
-        for entry in self.log_entries():
+        for entry in self.log_entries(self._log_from):
             if entry.get("msg") == "started listener":
                 host, _, port = entry["listener"].rpartition(":")
                 if host != "127.0.0.1":
@@ -209,10 +264,13 @@ class Burrow:
         self.stop()
 
     # ------------------------------------------------------------------ logs
-    def log_entries(self) -> list[dict]:
-        """Burrow's log so far, one dict per JSON line (lines that are not JSON are kept as ``{"msg": line}``)."""
+    def log_entries(self, start: int = 0) -> list[dict]:
+        """Burrow's log from byte ``start`` on, one dict per JSON line (lines that are not
+        JSON are kept as ``{"msg": line}``)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
         except OSError:
             return []
         entries = []
@@ -229,8 +287,8 @@ class Burrow:
         return [e for e in self.log_entries() if e.get("level") in ("warn", "error", "dpanic", "panic", "fatal")]
 
     def log_tail(self, lines: int = 40) -> str:
-        parts = []
-        for path in (self.out_path, self.log_path):
+        parts = []  # the process's own output last: a crash's trace is what a truncated report keeps
+        for path in (self.log_path, self.out_path):
             try:
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
             except OSError:
@@ -241,6 +299,8 @@ class Burrow:
     # ------------------------------------------------------------------ HTTP API
     def get(self, path: str) -> tuple[int, dict]:
         """GET ``path`` of the HTTP API: (status, JSON body)."""
+        if not self.alive():
+            raise RuntimeError("Burrow is not running")
         url = f"http://127.0.0.1:{self.port}{path}"
         try:
             with self._http.open(url, timeout=10) as r:

@@ -88,7 +88,10 @@ def test_share_options_that_cannot_be_met_are_refused_at_load(spark, share_clust
 def test_query_beside_two_share_consumers_every_record_once_eight_tasks_per_batch(spark, share_cluster, tmp_path):
     cluster = share_cluster
     group, topic = "sg-spark", new_topic(cluster, 2, prefix="share")
-    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    # locks and sessions far longer than a batch takes on a loaded machine: every record once is
+    # then this test's claim, not a race with the clock (locks running out have tests of their own)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms="30000", share_session_timeout_ms="30000")
     n = 0
 
     def more(k: int) -> None:
@@ -121,12 +124,25 @@ def test_query_beside_two_share_consumers_every_record_once_eight_tasks_per_batc
             r.stop()
     assert query.exception() is None
     assert not any(r.errors for r in peers), [r.errors for r in peers]
-    spark_rows = Counter((p, o) for p, o, _, _ in sink.rows())
+    # The query's last batch may not be accepted when the stop comes (cut short, or committed and
+    # accepted only when the next batch is planned): the stop released its records at once, and
+    # a ShareConsumer, still reading, may have them again (delivery count 2; 3 and on if one that
+    # stopped first let them go again).
+    last = max(sink.batches)
+    spark_rows = Counter((p, o) for b, rows in sink.batches.items() if b != last for p, o, _, _ in rows)
     assert spark_rows and all(r.deliveries for r in peers), "every reader got records"
-    # nothing was released or failed: each record went to one reader, once
-    everyone = spark_rows + Counter(d for r in peers for d in ((x.partition, x.offset) for x in r.deliveries))
-    assert set(everyone) == every
-    assert max(everyone.values()) == 1, [k for k, c in everyone.items() if c > 1][:10]
+    in_last = {(p, o) for p, o, _, _ in sink.batches[last]}
+    again = [d for r in peers for d in r.deliveries if (d.partition, d.offset) in in_last]
+    assert all(d.count >= 2 for d in again), [(d.consumer, d.partition, d.offset, d.count) for d in again
+                                              if d.count < 2][:5]
+    # nothing else was released or failed: each record went to one reader, once
+    everyone = spark_rows + Counter(d for r in peers for d in ((x.partition, x.offset) for x in r.deliveries)
+                                    if d not in in_last)
+    assert set(everyone) | in_last == every
+    twice = [k for k, c in everyone.items() if c > 1]
+    assert not twice, [(k, [(b, dc) for b, rows in sink.batches.items() for p, o, _, dc in rows if (p, o) == k],
+                        [(d.consumer, d.count) for r in peers for d in r.deliveries
+                         if (d.partition, d.offset) == k]) for k in twice[:5]]
     assert {dc for _, _, _, dc in sink.rows()} == {1}
     # parallelism 8 over a 2-partition topic: every batch of 8 records or more is read by eight tasks
     sizes = {b: len(rows) for b, rows in sink.batches.items()}
