@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+#: Broker settings every ``LocalCluster`` starts with, under its own ``overrides``: none for
+#: ``spark-coord up`` and the demo; the test suite puts its own here (tests/helpers.py), as Kafka's
+#: test configurations set group.initial.rebalance.delay.ms=0.
+DEFAULT_OVERRIDES: dict[str, object] = {}
 
 
 class ClusterError(RuntimeError):
@@ -60,7 +64,8 @@ class LocalCluster:
         self.metrics_port = metrics_port
         #: broker id -> port of its metrics endpoint (with ``metrics_port``).
         self.metrics_ports: dict[int, int] = {}
-        self.overrides = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (overrides or {}).items()}
+        merged = {**DEFAULT_OVERRIDES, **(overrides or {})}
+        self.overrides = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in merged.items()}
         from spark_coord import config
 
         config.load(config.BROKER, None, self.overrides)  # ConfigError naming a bad key now, not in a subprocess

@@ -472,6 +472,14 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "roundrobin recompute from scratch, so more partitions move at each rebalance.\n"
         "A group whose Kafka 4 consumers (group.protocol=consumer) name a server-side assignor\n"
         "(group.remote.assignor: uniform or range, both sticky) uses that one instead."),
+    Key("group.initial.rebalance.delay.ms", "int", 3000,
+        "How long the first rebalance of an empty group of Kafka's classic protocol (JoinGroup/SyncGroup:\n"
+        "librdkafka, kafka-python, kafkajs, Java's group.protocol=classic) waits for more members, as\n"
+        "Kafka's does: consumers started together get their shares in one generation, instead of the first\n"
+        "taking every partition and handing them on. A member joining during the wait extends it by this\n"
+        "much once more, within the group's rebalance timeout (its members' max.poll.interval.ms). Later\n"
+        "rebalances, Spark queries, spark-coord consume and Kafka 4's consumer protocol never wait.\n"
+        "0: no wait (what Kafka's own test configurations set).", minimum=0),
     # Kafka 4's consumer group protocol (KIP-848): the coordinator sets these for its members
     Key("group.consumer.session.timeout.ms", "int", 45000,
         "Session timeout of members of Kafka's consumer group protocol (group.protocol=consumer, KIP-848):\n"
@@ -672,7 +680,8 @@ CLIENT = KeySet("client", "spark-coord client settings: spark-coord topics|produ
 #: its ZooKeeper, authorization, and every coordinator.* key.
 _COORDINATOR_SHARED = ("listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
                        "socket.request.max.bytes", "connections.max.idle.ms", "authorizer.class.name", "super.users",
-                       "allow.everyone.if.no.acl.found", "gc.freeze.interval.ms")
+                       "allow.everyone.if.no.acl.found", "gc.freeze.interval.ms",
+                       "group.initial.rebalance.delay.ms")
 _COORDINATOR_PREFIXES = ("ssl.", "sasl.", "zookeeper.", "coordinator.", "metrics.")
 
 #: How a standalone coordinator's client settings for the data cluster are named in its properties

@@ -13,6 +13,20 @@ from spark_coord.net import free_port  # noqa: F401  (the one free-port helper o
 
 T = TypeVar("T")
 
+#: Broker settings of every test cluster (``LocalCluster``, ``BrokerThread``) unless a test sets them,
+#: as Kafka's own test configurations do: no initial rebalance delay, which would hold each new
+#: classic group's first JoinGroups for 3 s (a test of the delay sets it).
+TEST_BROKER_DEFAULTS = {"group.initial.rebalance.delay.ms": 0}
+
+
+def _test_cluster_defaults() -> None:
+    from spark_coord import cluster
+
+    cluster.DEFAULT_OVERRIDES.update(TEST_BROKER_DEFAULTS)
+
+
+_test_cluster_defaults()
+
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
                message: str | Callable[[], str] = "condition") -> T:
@@ -109,7 +123,7 @@ class BrokerThread:
         from spark_coord.broker.broker import Broker
 
         settings = {"broker.id": broker_id, "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(log_dir),
-                    "zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": 4000}
+                    "zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": 4000, **TEST_BROKER_DEFAULTS}
         settings.update(overrides)
         self.config = config.load(config.BROKER, None, settings)
         self.loop = asyncio.new_event_loop()

@@ -48,6 +48,10 @@ class CoordinatorConfig:
     share_session_timeout_ms: int = 45000
     share_heartbeat_interval_ms: int = 5000
     share_max_size: int = 200
+    #: How long the first rebalance of an empty classic group waits for more members (Kafka's
+    #: group.initial.rebalance.delay.ms, ``doors.initial_join``).  Brokers read 3000 from their config;
+    #: 0 here (no wait) for unit tests of the core, as ``leadership_timeout_ms``.
+    initial_rebalance_delay_ms: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rebalance_threads", "min_session_timeout_ms", "offsets_commit_interval_ms",
@@ -55,7 +59,8 @@ class CoordinatorConfig:
                      "share_heartbeat_interval_ms", "share_max_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"coordinator setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries", "leadership_timeout_ms"):
+        for name in ("max_ping_retries", "rebalance_backoff_ms", "rebalance_max_retries", "leadership_timeout_ms",
+                     "initial_rebalance_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"coordinator setting {name} must be >= 0, got {getattr(self, name)}")
         get_assignor(self.assignment_strategy)
@@ -82,4 +87,6 @@ class CoordinatorConfig:
             share_heartbeat_interval_ms=int(_get(cfg, "group.share.heartbeat.interval.ms",
                                                  d.share_heartbeat_interval_ms)),
             share_max_size=int(_get(cfg, "group.share.max.size", d.share_max_size)),
+            initial_rebalance_delay_ms=int(_get(cfg, "group.initial.rebalance.delay.ms",
+                                                d.initial_rebalance_delay_ms)),
         )
