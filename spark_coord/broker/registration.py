@@ -5,7 +5,9 @@ At start-up an id already registered by ANOTHER session is either a live broker
 the leftover of a crashed one (its ephemeral node vanishes when that session
 expires: wait for it, bounded; a leftover at our own address is removed at once).  After a session expiry the node is gone with
 the old session; ``BrokerRegistration`` re-creates it when kazoo reconnects with a
-new session.
+new session, and keeps trying (backing off up to ``RETRY_MAX_S``) while connected and
+not registered: a reconnect to the same session after a failed attempt (a cut that
+flaps while the registration is being written) tries again too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: How long ``stop()`` waits for ZooKeeper to delete the registration.
 STOP_TIMEOUT_S = 5.0
+#: Backoff between failed re-registrations: from RETRY_MIN_S, doubling, up to RETRY_MAX_S.
+RETRY_MIN_S = 0.2
+RETRY_MAX_S = 5.0
 
 
 class BrokerIdTaken(RuntimeError):
@@ -51,6 +56,8 @@ class BrokerRegistration:
         self._stopping = False
         self._remove_hooks = None
         self._lock = threading.Lock()
+        self._retrying = threading.Lock()  # held by the one thread re-registering
+        self._wake = threading.Event()     # set on stop: a backoff ends at once
 
     async def start(self) -> None:
         """Register (raising ``BrokerIdTaken`` if a live broker has the id) and keep registered."""
@@ -65,14 +72,28 @@ class BrokerRegistration:
                         self.broker_id)
 
     def _on_connected(self, new_session: bool) -> None:
-        if new_session and not self._stopping:
+        if (new_session or not self.registered) and not self._stopping:
             self.loop.run_in_executor(None, self._reregister)
 
     def _reregister(self) -> None:
+        """Register again until it succeeds, the connection drops (the next connect tries
+        again) or the broker stops; one thread at a time."""
+        if not self._retrying.acquire(blocking=False):
+            return
         try:
-            self._register(False)
-        except Exception:
-            log.exception("broker %d: re-registration failed", self.broker_id)
+            wait = RETRY_MIN_S
+            while not self._stopping and self.zk.connected:
+                try:
+                    self._register(False)
+                    return
+                except Exception as e:  # noqa: BLE001 -- logged; tried again
+                    log.warning("broker %d: re-registration failed (%s: %s); trying again in %.1f s", self.broker_id,
+                                e.__class__.__name__, e, wait)
+                if self._wake.wait(wait):
+                    return
+                wait = min(wait * 2, RETRY_MAX_S)
+        finally:
+            self._retrying.release()
 
     def _register(self, first: bool) -> None:
         """Create the ephemeral node (blocking; never on the loop thread)."""
@@ -148,6 +169,7 @@ class BrokerRegistration:
         """Delete the registration (clean shutdown: clients see the broker go at once).  Without a
         ZooKeeper connection it gives up after ``STOP_TIMEOUT_S``: the node goes with the session."""
         self._stopping = True
+        self._wake.set()
         if self._remove_hooks:
             self._remove_hooks()
         if self.registered:

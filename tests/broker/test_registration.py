@@ -77,3 +77,39 @@ def test_stop_without_a_zookeeper_connection_gives_up_on_the_znodes_instead_of_h
     wait_until(lambda: zk.exists(paths.broker(5)) is None and zk.exists(paths.shard_leader(0)) is None
                and zk.exists(paths.coordinator(5)) is None, 15,
                message="the znodes to go with the session")
+
+
+def test_a_failed_re_registration_is_tried_again_on_the_same_session(broker_factory, zk_connect, zk, caplog):
+    """Found by the network nemesis: a broker whose re-registration after a session expiry
+    failed stayed out of /brokers/ids for minutes, as kazoo's later reconnects resumed the same
+    session.  Here the failure is a live broker holding the id when the broker comes back (its
+    session expired behind a cut); once that one goes, the broker registers again by itself."""
+    import logging
+    import socket
+
+    from spark_coord.zk import model
+    from spark_coord.zk.client import split_chroot
+    from spark_coord.zk.testing import CuttableProxy
+
+    caplog.set_level(logging.WARNING, logger="spark_coord.broker.registration")
+    hosts, chroot = split_chroot(zk_connect)
+    with CuttableProxy.to(hosts) as proxy, socket.create_server(("127.0.0.1", 0)) as other:
+        b = broker_factory(6, **{"zookeeper.connect": f"{proxy.address}{chroot}"})
+        old_session = b.broker.zk.client_id[0]
+        proxy.cut()
+        wait_until(lambda: zk.exists(paths.broker(6)) is None, 20, message="the broker's session to expire")
+        # another broker, live at another address, takes the id while this one is away
+        zk.create(paths.broker(6), model.broker_registration(6, "127.0.0.1", other.getsockname()[1]), ephemeral=True)
+        proxy.restore()
+        wait_until(lambda: any("re-registration failed" in r.getMessage() for r in caplog.records), 20,
+                   message="the broker's re-registration on its new session to fail")
+        new_session = b.broker.zk.client_id[0]
+        assert new_session != old_session and not b.broker.registration.registered
+        zk.delete(paths.broker(6))  # the other broker goes
+
+        def ours():
+            stat = zk.exists(paths.broker(6))
+            return stat is not None and stat.ephemeralOwner == b.broker.zk.client_id[0]
+
+        wait_until(ours, 20, message="the broker to register again by itself")
+        assert json.loads(zk.get(paths.broker(6))[0])["port"] == b.port
