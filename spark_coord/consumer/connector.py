@@ -31,7 +31,7 @@ its session timeout has passed since it last heard a request from a coordinator
 (``Member.renew_lease`` tells the fetchers and the delivery, which check it
 themselves).  A watchdog thread calls ``Member.connection_lost`` when the lease
 ends without a renewal; the assignment is kept, dormant, and claimed at the next
-registration: if the coordinator takes the member back, fetching resumes where it
+registration (a channel that stayed open is left for a new one at once): if the coordinator takes the member back, fetching resumes where it
 stopped (``Member.resume_fetchers``); if it refuses the claim, the assignment is
 dropped and the member joins as a new one.
 
@@ -402,6 +402,13 @@ class ConsumerCoordinatorConnector(threading.Thread):
                 got = channel.receive_request(self.session_timeout - silent)
             except (ChannelClosed, ProtocolError) as e:
                 log.warning("coordinator channel lost: %s", e)
+                return
+            if self._suspended:
+                # The lease ran out while this channel stayed open (a cut that drops packets without
+                # resetting the connection): a request arriving late renews nothing; the assignment
+                # is claimed on a new registration, which resumes it if the coordinator takes it back.
+                log.warning("the lease ran out on an open channel: reconnecting to claim generation %d",
+                            self.generation_id)
                 return
             if got is None:
                 continue

@@ -323,3 +323,37 @@ def test_close_before_any_coordinator_is_found(make_connector):
     conn = make_connector(bootstrap=[("127.0.0.1", free_port())])
     conn.close(timeout=5)
     assert not conn.is_alive()
+
+
+def test_a_lease_run_out_on_a_channel_that_stayed_open_is_claimed_on_a_new_registration(fake, make_connector):
+    """Found by the network nemesis: a cut that drops packets without resetting the connection let
+    the member's lease run out while its channel stayed open; the coordinator's late pings kept the
+    channel from falling silent, and the member sat on its dormant partitions for 41 s.  Now the
+    first request after the lease ran out sends it to a new registration, where it claims its
+    generation and resumes once taken back."""
+    member = RecordingMember(OFFSETS)
+    conn = make_connector(member, session_timeout_ms=3000)
+    first = fake.next_session()
+    first.start_fetcher(7, 4, {("t", 0): 40, ("t", 1): 7})
+    with conn._lease_cond:  # the lease runs out as a cut would make it, the channel open
+        conn._lease_until = 0.0
+        conn._lease_cond.notify_all()
+    wait_until(lambda: "lost" in member.names(), 5, message="the member to stop fetching")
+    deadline = time.monotonic() + 8  # the coordinator keeps pinging (faster than the session)
+
+    def closed() -> bool:
+        try:
+            return first.is_closed_by_peer(timeout=0.3)
+        except TimeoutError:
+            return False
+
+    while not closed():
+        assert time.monotonic() < deadline, "the member kept the channel its lease ran out on"
+        try:
+            first.ping(7, 4)
+        except Exception:  # noqa: BLE001 -- the member closed the channel
+            break
+    second = fake.next_session()
+    assert second.registration["generation_id"] == 4
+    wait_until(lambda: "resume" in member.names(), 5, message="the member to resume once taken back")
+    assert second.ping(7, 4)["error_code"] == 0
