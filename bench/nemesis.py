@@ -1,0 +1,100 @@
+"""Network and clock faults on a 3-broker cluster: every process in a network namespace of its own.
+
+    .venv/bin/python bench/nemesis.py                     # the documented run (docs/chaos-network.md; ~7 minutes)
+    .venv/bin/python bench/nemesis.py --faults 10 --duration 150 --seed 3
+    .venv/bin/python bench/nemesis.py --weights coordinator_zk_cut=1,flap=1 --combine 0   # only these kinds
+    .venv/bin/python bench/nemesis.py --cleanup           # remove what a killed run left (namespaces, veths, bridge)
+
+Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need libfaketime
+(Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
+embedded ZooKeeper, 3 brokers, a 12-partition topic, the acknowledging producer and
+members -- by default two thin consumers, a confluent-kafka eager and a cooperative one
+-- each in a namespace of its own on one bridge (``spark_coord/testing/nemesis.py``).
+Seeded random faults of every kind of ``nemesis.ALL_KINDS`` (cuts by blackhole routes,
+a bridge, flapping cuts, clocks offset or running fast, pauses and kills), alone or two
+at once (``--combine``).
+
+Prints the chaos report (``testing.chaos``), the anomalies of Jepsen's Kafka workload
+(``testing.jepsen_checks``) and a table per fault kind: how often it was injected, the
+longest wait of a record on the partitions it did not touch, and the anomalies in its
+window; writes everything as JSON (``--report``); exits 1 on a violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark_coord.testing import nemesis  # noqa: E402
+from spark_coord.testing.chaos import GROUP_KINDS  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--faults", type=int, default=24)
+    p.add_argument("--duration", type=float, default=330.0, help="seconds of faults and load")
+    p.add_argument("--kinds", default="thin,thin,eager,cooperative",
+                   help="member kinds, one per member: thin, eager, cooperative")
+    p.add_argument("--partitions", type=int, default=12)
+    p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
+    p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--combine", type=float, default=0.2, help="chance that a second fault starts with one")
+    p.add_argument("--weights", help="kind=weight,... (kinds named replace the defaults; others weigh 0)")
+    p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
+    p.add_argument("--report", default="nemesis-report.json")
+    p.add_argument("--cleanup", action="store_true", help="remove leftovers of dead runs and exit")
+    p.add_argument("--log-level", default="WARNING")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("spark_coord.testing.chaos").setLevel(logging.INFO)
+    logging.getLogger("spark_coord.testing.nemesis").setLevel(logging.INFO)
+    if args.cleanup:
+        for item in nemesis.cleanup_stale():
+            print("removed", item)
+        return 0
+    reason = nemesis.unavailable_reason()
+    if reason:
+        print(f"cannot run: {reason}", file=sys.stderr)
+        return 2
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or any(k not in GROUP_KINDS for k in kinds):
+        p.error(f"--kinds: a comma-separated list of {', '.join(GROUP_KINDS)}")
+    settings = nemesis.NemesisSettings(kinds=kinds, members=len(kinds), partitions=args.partitions,
+                                       member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
+                                       duration_s=args.duration, faults=args.faults, seed=args.seed,
+                                       combine=args.combine)
+    if args.weights:
+        weights = {}
+        for item in args.weights.split(","):
+            kind, _, w = item.partition("=")
+            if kind.strip() not in nemesis.ALL_KINDS:
+                p.error(f"--weights: unknown fault kind {kind.strip()!r} (one of {', '.join(nemesis.ALL_KINDS)})")
+            try:
+                weights[kind.strip()] = float(w)
+            except ValueError:
+                p.error(f"--weights: {item!r} is not kind=number")
+        settings.weights = weights
+    # SIGTERM unwinds like Ctrl-C: the run's finally blocks remove its processes, namespaces and bridge
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
+        workdir = Path(args.workdir) if args.workdir else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        report = nemesis.NemesisRun(settings, workdir).run()
+    Path(args.report).write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    print(report.summary())
+    for v in report.violations[:40]:
+        print("VIOLATION:", v)
+    print(f"report: {args.report}")
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
