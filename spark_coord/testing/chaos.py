@@ -495,21 +495,26 @@ class ChaosRun:
             self.watcher = CommitWatcher(self) if s.diagnose_after_s > 0 else None
             if self.watcher is not None:
                 self.watcher.start()
-            t0 = time.time()
-            window = max(1.0, s.duration_s - s.warmup_s - s.cooldown_s)
-            plan = sorted(t0 + s.warmup_s + self.rng.uniform(0, window) for _ in range(s.faults))
-            kinds = list(s.weights)
-            for at in plan:
-                time.sleep(max(0.0, at - time.time()))
-                kind = self.rng.choices(kinds, weights=[s.weights[k] for k in kinds])[0]
-                fault = self._inject(kind)
-                if fault is not None:
-                    self.faults.append(fault)
-                    log.info("fault %d: %s of %s", len(self.faults), fault.kind, fault.target)
-            time.sleep(max(0.0, t0 + s.duration_s - time.time()))
+            self._fault_loop(time.time())
             return self._finish(started)
         finally:
             self._teardown()
+
+    def _fault_loop(self, t0: float) -> None:
+        """Inject ``s.faults`` faults at random moments between the warm-up and the cool-down,
+        then wait out the run's duration (from ``t0``)."""
+        s = self.s
+        window = max(1.0, s.duration_s - s.warmup_s - s.cooldown_s)
+        plan = sorted(t0 + s.warmup_s + self.rng.uniform(0, window) for _ in range(s.faults))
+        kinds = list(s.weights)
+        for at in plan:
+            time.sleep(max(0.0, at - time.time()))
+            kind = self.rng.choices(kinds, weights=[s.weights[k] for k in kinds])[0]
+            fault = self._inject(kind)
+            if fault is not None:
+                self.faults.append(fault)
+                log.info("fault %d: %s of %s", len(self.faults), fault.kind, fault.target)
+        time.sleep(max(0.0, t0 + s.duration_s - time.time()))
 
     def _heal(self) -> None:
         for t in self._recoveries:

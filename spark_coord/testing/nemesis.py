@@ -563,7 +563,7 @@ class NemesisRun(ChaosRun):
         self.zookeeper = zk
         self.zk_connect = zk.connect_string
         try:
-            self._chaos = self._chaos_run()
+            self._chaos = ChaosRun.run(self)  # its fault loop is this class's _fault_loop
             return self._nemesis_report
         finally:
             zk.stop()
@@ -829,39 +829,6 @@ class NemesisRun(ChaosRun):
                     log.info("fault %d: %s of %s %s%s", len(self.faults), fault.kind, fault.target,
                              self.details.get(id(fault), ""), " (combined)" if len(group) > 1 else "")
         time.sleep(max(0.0, t0 + s.duration_s - time.time()))
-
-    def _chaos_run(self) -> ChaosReport:
-        """``ChaosRun.run`` with its fault loop replaced by ``_fault_loop`` (share members left out)."""
-        from spark_coord.client.admin import AdminClient
-        from spark_coord.client.metadata import ClusterClient
-        from spark_coord.testing.chaos import CommitWatcher
-        from spark_coord.testing.producer import AckingProducer, LogEndSampler
-        from spark_coord.testing.zk_history import ZkHistory
-
-        s = self.s
-        started = time.monotonic()
-        (self.workdir / "members").mkdir(parents=True, exist_ok=True)
-        self._start_cluster()
-        try:
-            with ClusterClient(self.cluster.bootstrap) as cc:
-                AdminClient(cc).create_topic(self.topic, s.partitions)
-            self.leaders = self._leaders()
-            self.history = ZkHistory(self.zk, self.group, interval=0.25)
-            self.history.start()
-            self.sampler = LogEndSampler(self.cluster.bootstrap, self.topic)
-            self.sampler.start()
-            self.producer = AckingProducer(self.cluster.bootstrap, self.topic, s.partitions, s.batch, s.interval_s)
-            self.producer.start()
-            self.t0 = time.time()
-            for slot in range(len(self.kinds)):
-                self._member(slot)
-            self.watcher = CommitWatcher(self) if s.diagnose_after_s > 0 else None
-            if self.watcher is not None:
-                self.watcher.start()
-            self._fault_loop(time.time())
-            return self._finish(started)
-        finally:
-            self._teardown()
 
     def _teardown(self) -> None:
         tail = getattr(self, "tail", None)
