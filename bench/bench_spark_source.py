@@ -1,5 +1,6 @@
-"""Throughput of the coordkafka Spark source against the ceiling of any Python data source,
-and against a confluent-kafka consumer, on the same data, in one run.
+"""Throughput of the coordkafka Spark source against two ceilings of any Python data source (one
+that decompresses nothing, one that inflates the same compressed batches), and against a
+confluent-kafka consumer, on the same data, in one run.
 
 For each record shape (``--shapes``, default all four):
 
@@ -19,16 +20,23 @@ then in one SparkSession, ``--runs`` times each and interleaved:
    sticky partitioner fills them unevenly), value/key/header sizes and rows per Arrow batch, whose
    ``read()`` yields prebuilt Arrow batches (no fetch, no decode) into the same sink:
    how fast Spark takes Arrow batches from any Python data source;
+3. **inflating ceiling**: the same source, which before yielding each prebuilt batch first
+   decompresses the compressed payloads of the record batches that batch's rows came in (the
+   frames of the topic's first fetch of partition 0, as fetched: the same codec, sizes and
+   ratio) with the codec library and into the kind of reused buffer the product decodes from
+   (``spark_coord.records.compression.decompress_one``): what any reader of compressed Kafka
+   batches pays before it has a row (for the uncompressed shape a it inflates nothing and is
+   the raw ceiling again);
 
 With ``--batch`` each shape is also read as a batch (``spark.read`` into the ``noop``
-sink) beside the same ceiling read as a batch, interleaved.
+sink) beside the same two ceilings read as a batch, interleaved.
 
 And then the **baseline**: a confluent-kafka ``Consumer`` assigned the same
 partitions, building pyarrow tables (key, value, partition, offset, timestamp and,
 for ``d``, headers) until every record is in.
 
 Prints per shape the first (cold) query and the median of the later (warm) ones,
-the headline ratio coordkafka / ceiling, the ratio to the baseline, CPU seconds of
+the ratios coordkafka / ceiling and coordkafka / inflating ceiling (the headline), the ratio to the baseline, CPU seconds of
 the JVM and of Spark's Python workers, and the peak resident memory (VmHWM) of the
 Python workers (one task at a time each) during the first coordkafka query of the shape
 (Linux; later shapes' workers also hold the ceiling's batches of earlier shapes).  Run it with the project's environment:
@@ -158,12 +166,16 @@ def _produce_ours(bootstrap: str, topic: str, shape: Shape, records: int, value_
 
 
 # ------------------------------------------------------------------------ the ceiling
-def ceiling_source(ddl: str, layout: dict):
-    """A Python streaming DataSource named ``ceiling`` whose ``read()`` yields prebuilt Arrow batches.
+def ceiling_source(ddl: str, layout: dict, name: str = "ceiling", frames_path: str | None = None):
+    """A Python streaming DataSource named ``name`` whose ``read()`` yields prebuilt Arrow batches.
 
     ``layout``: partitions, rows per partition, rows per batch, key size, value sizes
     (a list cycled over the rows), headers (or None) and the topic name; the batches are
-    built once per Python worker and yielded again for every batch of every task.
+    built once per Python worker and yielded again for every batch of every task.  With
+    ``frames_path`` (a file written by ``write_frames``: the compressed payloads of the record
+    batches one prebuilt batch's rows came in) every batch is preceded by inflating those
+    frames (a slice, by the share of its rows) with the product's codec library into a reused
+    buffer: the inflating ceiling.
     """
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
@@ -186,9 +198,12 @@ def ceiling_source(ddl: str, layout: dict):
 
         def read(self, partition):
             batch = prebuilt(ddl, layout, partition.index)
+            inflate = inflater(frames_path, batch.num_rows) if frames_path else None
             left = partition.rows
             while left > 0:
                 n = min(left, batch.num_rows)
+                if inflate is not None:
+                    inflate(n)
                 yield batch if n == batch.num_rows else batch.slice(0, n)
                 left -= n
 
@@ -202,7 +217,7 @@ def ceiling_source(ddl: str, layout: dict):
     class Ceiling(DataSource):
         @classmethod
         def name(cls):
-            return "ceiling"
+            return name
 
         def schema(self):
             return ddl
@@ -214,6 +229,43 @@ def ceiling_source(ddl: str, layout: dict):
             return CeilingBatchReader()
 
     return Ceiling
+
+
+def write_frames(records, path: str) -> int:
+    """The compressed payloads (codec, bytes) of every record batch of ``records`` (a fetched record
+    set), pickled into ``path`` for the inflating ceiling; how many of them are compressed."""
+    import pickle
+
+    from spark_coord.records.header import HEADER_SIZE
+    from spark_coord.records.reader import iter_batches
+
+    frames = [(h.codec, bytes(b[HEADER_SIZE:])) for h, b in iter_batches(records)]
+    with open(path, "wb") as f:
+        pickle.dump(frames, f)
+    return sum(1 for codec, _ in frames if codec)
+
+
+def inflater(path: str, batch_rows: int):
+    """``inflate(rows)``: decompresses the share ``rows / batch_rows`` of the frames in ``path`` as the
+    product decompresses a fetch's batches (``compression.decompress_one``: one call of the codec into a
+    reused buffer); the frames are loaded once per Python worker."""
+    import pickle
+    import types
+
+    from spark_coord.records.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, Scratch, decompress_one
+
+    cache = sys.modules.setdefault("_bench_ceiling_cache", types.ModuleType("_bench_ceiling_cache"))
+    frames = cache.__dict__.get("frames " + path)
+    if frames is None:
+        with open(path, "rb") as f:
+            frames = [(codec, data) for codec, data in pickle.load(f) if codec]
+        cache.__dict__["frames " + path] = frames
+    scratch = Scratch()
+
+    def inflate(rows: int) -> None:
+        for codec, data in frames[:len(frames) if rows >= batch_rows else -(-len(frames) * rows // batch_rows)]:
+            decompress_one(codec, data, DEFAULT_MAX_DECOMPRESSED_BYTES, scratch)
+    return inflate
 
 
 def prebuilt(ddl: str, layout: dict, partition: int):
@@ -246,9 +298,11 @@ def prebuilt(ddl: str, layout: dict, partition: int):
     return batch
 
 
-def batch_rows_of(bootstrap: str, topic: str, include_headers: bool, fetch_bytes: int) -> tuple[int, list[int]]:
+def batch_rows_of(bootstrap: str, topic: str, include_headers: bool, fetch_bytes: int,
+                  frames_path: str | None = None) -> tuple[int, list[int]]:
     """Rows in the first fetch of partition 0 with the source's fetch size (the rows per batch the
-    source yields), and the value sizes of those rows."""
+    source yields), and the value sizes of those rows; with ``frames_path``, that fetch's compressed
+    payloads written there (``write_frames``)."""
     from spark_coord.client.connection import BrokerConnection
     from spark_coord.client.fetcher import fetch
     from spark_coord.client.metadata import ClusterClient
@@ -260,6 +314,8 @@ def batch_rows_of(bootstrap: str, topic: str, include_headers: bool, fetch_bytes
     with BrokerConnection(host, port) as conn:
         data = fetch(conn, {(topic, 0): 0}, partition_max_bytes=fetch_bytes, max_bytes=max(fetch_bytes, 52428800))[0]
     rb = decode_to_arrow(data.records, topic, 0, include_headers=include_headers)
+    if frames_path is not None:
+        write_frames(data.records, frames_path)
     sizes = [len(v) for v in rb.column("value").to_pylist()[:5000]]
     return rb.num_rows, sizes
 
@@ -432,7 +488,6 @@ def _table(pa, partition: int, cols, headers: bool):
 def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: dict[str, str]) -> dict:
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
-    from spark_coord.spark.schema import source_ddl
 
     topic = f"bench-{shape.name}-{uuid.uuid4().hex[:6]}"
     with ClusterClient(bootstrap) as cc:
@@ -440,18 +495,29 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
     secs = produce(bootstrap, topic, shape, records, args.size)
     log.info("shape %s: produced %d records in %.1f s", shape.name, records, secs)
     fetch_bytes = int(options.get("max.partition.fetch.bytes", 8 * 1048576))
-    batch_rows, sizes = batch_rows_of(bootstrap, topic, shape.headers, fetch_bytes)
+    frames_path = os.path.join(tempfile.gettempdir(), f"bench-frames-{topic}.pickle")
+    batch_rows, sizes = batch_rows_of(bootstrap, topic, shape.headers, fetch_bytes, frames_path)
+    try:
+        return _run_readers(spark, bootstrap, shape, records, args, options, topic, batch_rows, sizes, frames_path)
+    finally:
+        os.unlink(frames_path)
+
+
+def _run_readers(spark, bootstrap, shape, records, args, options, topic, batch_rows, sizes, frames_path) -> list:
+    from spark_coord.spark.schema import source_ddl
+
     per_partition = rows_per_partition(bootstrap, topic, args.partitions)  # as produced: kcat's sticky
     layout = {"partitions": args.partitions, "rows": per_partition, "batch_rows": batch_rows,  # partitioner is uneven
               "key_size": shape.key_size, "value_sizes": sizes, "topic": topic,
               "headers": HEADERS if shape.headers else None}
     ddl = source_ddl(shape.headers)
     spark.dataSource.register(ceiling_source(ddl, layout))
+    spark.dataSource.register(ceiling_source(ddl, layout, "inflating", frames_path))
     reader = (spark.readStream.format("coordkafka").option("bootstrap.brokers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest").option("includeHeaders", str(shape.headers).lower()))
     for key, value in options.items():
         reader = reader.option(key, value)
-    coord, ceiling, cpu = [], [], []
+    coord, ceiling, inflating, cpu = [], [], [], []
     peak = 0.0
     for run in range(args.runs):
         if run == 0:
@@ -462,22 +528,20 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
         coord.append(rate)
         cpu.append(c)
         rate, ceiling_cpu = timed_query(spark, spark.readStream.format("ceiling").load(),
-                              f"shape {shape.name} ceiling run {run + 1}", sum(per_partition))
+                                        f"shape {shape.name} ceiling run {run + 1}", sum(per_partition))
         ceiling.append(rate)
+        rate, inflating_cpu = timed_query(spark, spark.readStream.format("inflating").load(),
+                                          f"shape {shape.name} inflating ceiling run {run + 1}", sum(per_partition))
+        inflating.append(rate)
     confluent = confluent_rate(bootstrap, topic, records, args.partitions, shape.headers)
-    warm = coord[1:] or coord
-    warm_ceiling = ceiling[1:] or ceiling
-    out = [{"shape": shape, "name": shape.name, "records": records, "batch_rows": batch_rows, "cold": coord[0],
-            "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
-            "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
-            "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling}]
+    out = [_row(shape, shape.name, records, batch_rows, coord, ceiling, inflating, cpu[-1], ceiling_cpu,
+                inflating_cpu, confluent, peak)]
     if args.batch:
         batch_reader = (spark.read.format("coordkafka").option("bootstrap.brokers", bootstrap)
                         .option("subscribe", topic).option("includeHeaders", str(shape.headers).lower()))
         for key, value in options.items():
             batch_reader = batch_reader.option(key, value)
-        coord, ceiling, cpu = [], [], []
+        coord, ceiling, inflating, cpu = [], [], [], []
         for run in range(args.runs):
             rate, c = timed_batch(spark, batch_reader.load(), f"shape {shape.name} batch coordkafka run {run + 1}",
                                   records)
@@ -486,13 +550,26 @@ def run_shape(spark, bootstrap: str, shape: Shape, records: int, args, options: 
             rate, ceiling_cpu = timed_batch(spark, spark.read.format("ceiling").load(),
                                             f"shape {shape.name} batch ceiling run {run + 1}", records)
             ceiling.append(rate)
-        warm, warm_ceiling = coord[1:] or coord, ceiling[1:] or ceiling
-        out.append({"shape": shape, "name": f"{shape.name} batch", "records": records, "batch_rows": batch_rows,
-                    "cold": coord[0], "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
-                    "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-                    "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu[-1], "ceiling_cpu": ceiling_cpu,
-                    "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling})
+            rate, inflating_cpu = timed_batch(spark, spark.read.format("inflating").load(),
+                                              f"shape {shape.name} batch inflating ceiling run {run + 1}", records)
+            inflating.append(rate)
+        out.append(_row(shape, f"{shape.name} batch", records, batch_rows, coord, ceiling, inflating, cpu[-1],
+                        ceiling_cpu, inflating_cpu, confluent, peak))
     return out
+
+
+def _row(shape, name, records, batch_rows, coord, ceiling, inflating, cpu, ceiling_cpu, inflating_cpu, confluent,
+         peak) -> dict:
+    """One line of the table: the first (cold) query, medians of the warm ones and of the paired ratios."""
+    warm, warm_ceiling, warm_inflating = coord[1:] or coord, ceiling[1:] or ceiling, inflating[1:] or inflating
+    return {"shape": shape, "name": name, "records": records, "batch_rows": batch_rows, "cold": coord[0],
+            "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
+            "inflating": statistics.median(warm_inflating),
+            "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
+            "paired_inflating": statistics.median(c / x for c, x in zip(warm, warm_inflating)),
+            "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu, "ceiling_cpu": ceiling_cpu,
+            "inflating_cpu": inflating_cpu, "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling,
+            "inflating_runs": warm_inflating}
 
 
 def main(argv=None) -> int:
@@ -531,25 +608,29 @@ def main(argv=None) -> int:
             spark.stop()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{args.partitions} partitions, local Spark, {args.runs} queries per reader (warm = median of all "
-          f"but the first; /ceiling = median of the ratios of the interleaved warm runs); source options "
-          f"{options}; load average {load:.2f} at the end")
-    print(f"{'shape':<8}{'records':>10}{'rows/batch':>11}{'coordkafka cold':>17}{'warm':>11}{'ceiling':>11}"
-          f"{'/ceiling':>10}{'confluent':>11}{'/confluent':>11}{'worker RSS':>12}")
+          f"but the first; /ceiling and /inflating = medians of the ratios of the interleaved warm runs); source "
+          f"options {options}; load average {load:.2f} at the end")
+    print(f"{'shape':<9}{'records':>10}{'rows/batch':>11}{'coordkafka cold':>17}{'warm':>11}{'ceiling':>11}"
+          f"{'/ceiling':>10}{'inflating':>11}{'/inflating':>11}{'confluent':>11}{'/confluent':>11}"
+          f"{'worker RSS':>12}")
     for r in results:
-        print(f"{r['name']:<8}{r['records']:>10,}{r['batch_rows']:>11,}{r['cold']:>17,.0f}{r['warm']:>11,.0f}"
-              f"{r['ceiling']:>11,.0f}{r['paired']:>10.2f}{r['confluent']:>11,.0f}"
-              f"{r['warm'] / r['confluent']:>11.2f}{r['peak_rss_mb']:>9.0f} MB")
+        print(f"{r['name']:<9}{r['records']:>10,}{r['batch_rows']:>11,}{r['cold']:>17,.0f}{r['warm']:>11,.0f}"
+              f"{r['ceiling']:>11,.0f}{r['paired']:>10.2f}{r['inflating']:>11,.0f}{r['paired_inflating']:>11.2f}"
+              f"{r['confluent']:>11,.0f}{r['warm'] / r['confluent']:>11.2f}{r['peak_rss_mb']:>9.0f} MB")
     for r in results:
         print(f"  {r['name']}: {r['shape'].title}; warm coordkafka runs "
-              f"{[round(x) for x in r['warm_runs']]}, ceiling runs {[round(x) for x in r['ceiling_runs']]}; "
+              f"{[round(x) for x in r['warm_runs']]}, ceiling runs {[round(x) for x in r['ceiling_runs']]}, "
+              f"inflating ceiling runs {[round(x) for x in r['inflating_runs']]}; "
               f"CPU s of the last coordkafka query {({k: round(v, 1) for k, v in r['cpu'].items()})}, "
-              f"of the last ceiling query {({k: round(v, 1) for k, v in r['ceiling_cpu'].items()})}")
+              f"of the last ceiling query {({k: round(v, 1) for k, v in r['ceiling_cpu'].items()})}, "
+              f"of the last inflating one {({k: round(v, 1) for k, v in r['inflating_cpu'].items()})}")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import figures  # bench/figures.py: the figures as JSON for the docs' plots
 
     figures.write("spark_source", {"rows": [
         {"shape": r["name"], "records": r["records"], "first": r["cold"], "warm": r["warm"], "ceiling": r["ceiling"],
-         "ratio": r["paired"], "confluent": r["confluent"] or None,
+         "ratio": r["paired"], "inflating": r["inflating"], "ratio_inflating": r["paired_inflating"],
+         "confluent": r["confluent"] or None,
          "vs_confluent": r["warm"] / r["confluent"] if r["confluent"] else None,
          "worker_peak_rss_mb": r["peak_rss_mb"]} for r in results]},
         label=f"shapes {args.shapes}, {args.runs} queries per reader")

@@ -42,7 +42,7 @@ from array import array
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_coord.records import arrow_jit, compression
+from spark_coord.records import compression
 from spark_coord.records.header import HEADER_SIZE, MIN_RECORD_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidBatch
 from spark_coord.records.reader import batch_records, check_crc, iter_batches, read_uvarint
 
@@ -53,6 +53,16 @@ _USE_JIT = True
 #: False makes the compiled decode of compressed batches decompress them all into one arena first (as the
 #: Python path does) rather than batch by batch (the tests and benchmarks compare both).
 _BATCHWISE = True
+#: A record set of fewer records than this is decoded in Python as long as the compiled kernel is not
+#: loaded in this process (``_kernel``): loading it -- numba and the kernel's cached machine code -- takes
+#: half a second or more, which a fresh Spark Python worker would add to the first micro-batch of a
+#: streaming query that reads a few records, for a decode that takes a millisecond in Python.  The first
+#: larger record set loads it; from then on every record set takes the compiled path.
+SMALL_SET_RECORDS = 1024
+#: ``records.arrow_jit`` once this module loaded it (``_kernel``), else None.  Never taken from
+#: ``sys.modules``: another thread may be importing it there, half initialized; an import statement
+#: waits for that import to finish.
+arrow_jit = None
 
 _HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", _HEADER_TYPE))
@@ -231,21 +241,38 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     Control batches are skipped.  Raises ``InvalidBatch`` (a ``ValueError``) on
     malformed input and ``DecompressedTooLarge`` beyond ``max_decompressed_bytes``
     per batch.  The records are decoded by the compiled kernel (``records.arrow_jit``)
-    where numba is installed, else (and to explain a rejected input) in Python.  ``scratch``:
+    where numba is installed (a small record set before the kernel is loaded: see ``SMALL_SET_RECORDS``),
+    else (and to explain a rejected input) in Python.  ``scratch``:
     where compressed batches are decompressed, reused from one call to the next (the batch
     returned does not refer to it).
     """
     chosen, filter_, compressed = _choose(buf, start_offset, end_offset, verify_crc)
-    if compressed and arrow_jit.AVAILABLE and _USE_JIT and _BATCHWISE:
+    compiled = _kernel(chosen)
+    if compressed and compiled and _BATCHWISE:
         rb = _decode_compressed(chosen, filter_, topic, partition, include_headers, max_decompressed_bytes, scratch)
         if rb is not None:
             return rb
     plan = _plan(buf, chosen, filter_, compressed, max_decompressed_bytes, scratch)
-    if arrow_jit.AVAILABLE and _USE_JIT:
+    if compiled:
         rb = _decode_compiled(plan, topic, partition, include_headers)
         if rb is not None:
             return rb
     return _decode_python(plan, topic, partition, include_headers)
+
+
+def _kernel(chosen: list[tuple[BatchHeader, memoryview, int]]) -> bool:
+    """Whether the compiled kernel decodes ``chosen``: where numba is installed and ``_USE_JIT``, once the
+    kernel is loaded, or when ``chosen`` holds ``SMALL_SET_RECORDS`` records or more (which loads it)."""
+    global arrow_jit
+    if not _USE_JIT:
+        return False
+    if arrow_jit is None:
+        if sum(h.records_count for h, _, _ in chosen) < SMALL_SET_RECORDS:
+            return False
+        from spark_coord.records import arrow_jit as loaded
+
+        arrow_jit = loaded
+    return arrow_jit.AVAILABLE
 
 
 class _Plan:

@@ -29,10 +29,10 @@ import struct
 
 import cramjam
 
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover - numpy comes with numba; without it buffers are bytearrays
-    _np = None
+#: numpy, imported at the first buffer (``_numpy``): a Spark query's driver-side reader process imports
+#: this module (through the consumer's fetcher) but never decompresses, and numpy would add a tenth of a
+#: second or more to the start of every query.
+_np = None
 
 log = logging.getLogger(__name__)
 
@@ -248,9 +248,22 @@ def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
 def _buffer(size: int):
     """A writable buffer of ``size`` bytes; uninitialised (numpy) where possible: zeroing it first
     would cost a pass over memory that decompression overwrites anyway."""
-    if _np is None:
+    np = _numpy()
+    if np is False:
         return bytearray(size)
-    return _np.empty(size, _np.uint8)
+    return np.empty(size, np.uint8)
+
+
+def _numpy():
+    """numpy, or False without it (numpy comes with numba; without it buffers are bytearrays)."""
+    global _np
+    if _np is None:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover
+            numpy = False
+        _np = numpy
+    return _np
 
 
 def _size_hint(codec: int, data) -> int | None:

@@ -24,7 +24,22 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-import crc32c as _crc32c
+
+class _FirstUse:
+    """Stands for the ``crc32c`` module until a checksum is first computed, which imports it and puts
+    it in its place (no cost after that).  Importing it takes tens of milliseconds (it reads package
+    metadata), which every Python process importing this module paid -- among them the driver-side
+    reader process Spark starts for each streaming query, which never checks a CRC."""
+
+    def __getattr__(self, name: str):
+        global _crc32c
+        import crc32c
+
+        _crc32c = crc32c
+        return getattr(crc32c, name)
+
+
+_crc32c = _FirstUse()
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61

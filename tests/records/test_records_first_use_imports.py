@@ -1,0 +1,53 @@
+"""numpy and crc32c are imported at their first use, not when the records modules load.
+
+A streaming query's driver-side reader process (a fresh Python process per query) imports
+``records.header`` and ``records.compression`` through the client and the consumer, but never
+checks a CRC nor decompresses; importing them there cost its start a tenth of a second.  What
+must hold: that process does not import them, and every CRC and decompression works the same
+on first use as before.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from spark_coord.records import compression, header
+
+
+def test_reader_process_imports_neither_numpy_nor_crc32c():
+    code = ("import json, sys; import spark_coord.spark.stream, spark_coord.spark.group, spark_coord.spark.offsets; "
+            "print(json.dumps({m: m in sys.modules for m in ('numpy', 'crc32c')}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numpy": False, "crc32c": False}
+
+
+def test_crc_in_a_fresh_process_is_crc32c():
+    code = ("from spark_coord.records import header; import crc32c; "
+            "print(header.crc32c(b'123456789'), crc32c.crc32c(b'123456789'), header.crc32c(b'6789', "
+            "header.crc32c(b'12345')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    a, b, c = map(int, out.stdout.split())
+    assert a == b == c == 0xE3069283
+
+
+def test_crc_after_first_use_is_the_module():
+    header.crc32c(b"x")
+    import crc32c
+
+    assert header._crc32c is crc32c
+    assert header.crc32c(b"123456789") == 0xE3069283
+
+
+def test_decompression_buffers_in_a_fresh_process():
+    code = ("from spark_coord.records import compression as c; data = b'kafka ' * 5000; "
+            "print(all(bytes(c.decompress(k, c.compress(k, data))) == data for k in (1, 2, 3, 4)), "
+            "type(c.decompress_view(4, c.compress(4, data))).__name__, type(c._buffer(8)).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "memoryview", "ndarray"]
+
+
+def test_buffer_is_uninitialised_numpy():
+    buf = compression._buffer(16)
+    assert len(buf) == 16 and buf.dtype.name == "uint8"
