@@ -70,18 +70,27 @@ def _where(log: Mapping[TopicPartition, Mapping[int, bytes]]) -> dict[TopicParti
     return out
 
 
-def lost_writes(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[TopicPartition, Mapping[int, bytes]],
-                journals: Mapping[str, Journal]) -> list[str]:
+def _never_polled(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[TopicPartition, Mapping[int, bytes]],
+                  journals: Mapping[str, Journal]):
+    """Per partition (in order): (partition, highest offset polled, [(value, its offsets in the log or
+    [])] of the acknowledged values no member polled at any of their offsets)."""
     polled = _polls(journals)
     where = _where(log)
-    bad = []
     for tp, values in sorted(acked.items()):
-        top = max(polled.get(tp, ()), default=-1)
-        for v in sorted(values):
-            offs = where.get(tp, {}).get(v)
+        seen = polled.get(tp, set())
+        offsets = where.get(tp, {})
+        yield tp, max(seen, default=-1), [(v, offsets.get(v) or []) for v in sorted(values)
+                                          if not any(o in seen for o in offsets.get(v) or [])]
+
+
+def lost_writes(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[TopicPartition, Mapping[int, bytes]],
+                journals: Mapping[str, Journal]) -> list[str]:
+    bad = []
+    for tp, top, missing in _never_polled(acked, log, journals):
+        for v, offs in missing:
             if not offs:
                 bad.append(f"{tp[0]}-{tp[1]}: acknowledged value {v!r} is not in the log")
-            elif not any(o in polled.get(tp, ()) for o in offs) and min(offs) < top:
+            elif min(offs) < top:
                 bad.append(f"{tp[0]}-{tp[1]}: acknowledged value {v!r} at offset {min(offs)} was never polled, "
                            f"although offset {top} was")
     return bad
@@ -89,13 +98,9 @@ def lost_writes(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[To
 
 def unseen(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[TopicPartition, Mapping[int, bytes]],
            journals: Mapping[str, Journal]) -> list[str]:
-    polled = _polls(journals)
-    where = _where(log)
     bad = []
-    for tp, values in sorted(acked.items()):
-        top = max(polled.get(tp, ()), default=-1)
-        missing = sorted(min(offs) for v in values if (offs := where.get(tp, {}).get(v))
-                         and not any(o in polled.get(tp, ()) for o in offs) and min(offs) > top)
+    for tp, top, never in _never_polled(acked, log, journals):
+        missing = sorted(min(offs) for _, offs in never if offs and min(offs) > top)
         if missing:
             bad.append(f"{tp[0]}-{tp[1]}: {len(missing)} acknowledged values never polled, offsets "
                        f"{missing[0]}..{missing[-1]} (highest polled {top})")
