@@ -33,7 +33,9 @@ Checks (each returns a list of human-readable anomalies; empty: none):
   log holds after the previous poll's last (Jepsen's *poll-skip*);
 - ``realtime_lag``: per partition, the worst time from a record's appearance in the log
   (the first log-end sample that covered it) to its first poll (Jepsen's *worst realtime
-  lag*; a figure, not an anomaly).
+  lag*; a figure, not an anomaly); given the windows when a partition's leader could not
+  be reached, the same without the time spent inside them (the lag of a partition whose
+  leader is reachable).
 
 ``check`` runs them all and returns a ``JepsenResult``.
 """
@@ -188,10 +190,25 @@ def poll_skips(journals: Mapping[str, Journal], log: Mapping[TopicPartition, Map
     return bad
 
 
+def _overlap(a: float, b: float, windows: Sequence[tuple[float, float]]) -> float:
+    """Seconds of [a, b] covered by ``windows`` (which may overlap each other)."""
+    covered, edge = 0.0, a
+    for x, y in sorted(windows):
+        x, y = max(x, edge), min(y, b)
+        if y > x:
+            covered += y - x
+            edge = y
+    return covered
+
+
 def realtime_lag(journals: Mapping[str, Journal],
-                 log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]]) -> dict[TopicPartition, float]:
+                 log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]],
+                 unreachable: Mapping[TopicPartition, Sequence[tuple[float, float]]] | None = None,
+                 ) -> dict[TopicPartition, float]:
     """partition -> the worst seconds from a record's first log-end sample to its first poll (records
-    never polled count until the last poll of the run)."""
+    never polled count until the last poll of the run).  With ``unreachable`` (partition -> windows when
+    its leader could not be reached), the time of a record's wait inside those windows is not counted:
+    the lag of a partition whose leader is reachable."""
     first: dict[tuple[str, int, int], float] = {}
     last_poll = 0.0
     for events in journals.values():
@@ -206,10 +223,11 @@ def realtime_lag(journals: Mapping[str, Journal],
     out: dict[TopicPartition, float] = {}
     for tp, samples in log_ends.items():
         worst, covered = 0.0, 0
+        away = (unreachable or {}).get(tp, ())
         for ts, end in sorted(samples):
             for o in range(covered, end):
                 got = first.get((tp[0], tp[1], o), last_poll)
-                worst = max(worst, got - ts)
+                worst = max(worst, got - ts - (_overlap(ts, got, away) if away else 0.0))
             covered = max(covered, end)
         out[tp] = worst
     return out
@@ -225,6 +243,8 @@ class JepsenResult:
     unseen: list[str] = field(default_factory=list)
     worst_realtime_lag_s: float = 0.0
     realtime_lag_s: dict[str, float] = field(default_factory=dict)
+    #: The same, not counting the time a partition's leader could not be reached (``check``'s ``unreachable``).
+    worst_reachable_lag_s: float = 0.0
 
     #: The anomalies that are violations of a consumer group's contract (at-least-once, one value per
     #: offset, order within an assignment).  Duplicates are allowed (at-least-once delivery with
@@ -245,12 +265,15 @@ class JepsenResult:
 
 def check(acked: Mapping[TopicPartition, Iterable[bytes]], log: Mapping[TopicPartition, Mapping[int, bytes]],
           journals: Mapping[str, Journal], seen: Mapping[TopicPartition, Sequence[tuple[int, bytes]]] | None = None,
-          log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]] | None = None) -> JepsenResult:
+          log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]] | None = None,
+          unreachable: Mapping[TopicPartition, Sequence[tuple[float, float]]] | None = None) -> JepsenResult:
     lags = realtime_lag(journals, log_ends or {})
+    reachable = realtime_lag(journals, log_ends or {}, unreachable) if unreachable else lags
     return JepsenResult(
         lost_write=lost_writes(acked, log, journals), duplicate=duplicates(log),
         inconsistent_offsets=inconsistent_offsets(seen or {}, log),
         nonmonotonic_poll=nonmonotonic_polls(journals), poll_skip=poll_skips(journals, log),
         unseen=unseen(acked, log, journals),
         worst_realtime_lag_s=round(max(lags.values(), default=0.0), 3),
-        realtime_lag_s={f"{t}-{p}": round(v, 3) for (t, p), v in sorted(lags.items())})
+        realtime_lag_s={f"{t}-{p}": round(v, 3) for (t, p), v in sorted(lags.items())},
+        worst_reachable_lag_s=round(max(reachable.values(), default=0.0), 3))

@@ -104,3 +104,16 @@ def test_a_member_under_a_false_clock_has_its_journal_mapped_back_to_real_time(t
     journals = run._journals()
     assert journals["m0"] == [{"ts": 1000.5, "ev": "recs"}]
     assert journals["m0.1"] == [{"ts": 1005.0, "ev": "lost", "lease_end": 1004.0}]
+
+
+def test_the_reachable_lag_leaves_out_the_time_the_leader_could_not_be_reached():
+    journals = {"m0": _journal([0, 1, 2], [3, 4]), "m1": [{"ts": 10, "ev": "assign", "parts": [["t", 0, 5]]},
+                                                          {"ts": 11, "ev": "recs", "t": "t", "p": 0, "offs": [5]}]}
+    log_ends = {TP: [(0.5, 3), (1.5, 6)]}
+    # the leader was away from 3 to 7 and (overlapping) 6 to 9: 6 of offset 5's 9.5 s of wait
+    r = jc.check(_acked(6), _log(6), journals, None, log_ends, unreachable={TP: [(3.0, 7.0), (6.0, 9.0)]})
+    assert r.worst_realtime_lag_s == 9.5
+    assert r.worst_reachable_lag_s == 3.5
+    # windows of another partition change nothing
+    r = jc.check(_acked(6), _log(6), journals, None, log_ends, unreachable={("t", 1): [(0.0, 20.0)]})
+    assert r.worst_reachable_lag_s == 9.5
