@@ -53,6 +53,8 @@ OPEN_EPOCH, FINAL_EPOCH = 0, -1
 SESSION_IDLE_MS = 120_000
 #: Wait before writing again after ZooKeeper failed a write.
 RETRY_S = 0.5
+#: Earlier writes of a share partition whose answer was lost, remembered until one write succeeds.
+UNSURE_KEPT = 8
 
 
 def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int, int, int, int]]:
@@ -114,6 +116,8 @@ class _Held:
     #: Futures waiting for a write covering a version: (version, future).
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
     gone: bool = False
+    #: What was sent in writes since ``zversion`` whose answer never came (``Write.unsure``).
+    unsure: tuple[bytes, ...] = ()
 
 
 class SharePartitionManager:
@@ -425,24 +429,27 @@ class SharePartitionManager:
             held = self.held.get(key)
             if held is None or held.gone or held.sp.version == held.written:
                 continue
-            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id), held.zversion))
-            taken.append((held, held.sp.version))
+            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id), held.zversion, held.unsure))
+            taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return
         self._inflight = self._loop.run_in_executor(None, self.store.write_blocking, writes)
         self._inflight.add_done_callback(lambda f: self._written(f, taken))
 
-    def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int]]) -> None:
+    def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int, bytes]]) -> None:
         self._inflight = None
         try:
             results = fut.result()
         except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: keep it dirty, try again soon
             log.warning("share state write failed (%r); retrying", e)
-            self._dirty.update(h.key for h, _ in taken)
+            for held, _, data in taken:
+                # it may have been applied all the same (the answer was lost): the next write recognises it
+                held.unsure = (held.unsure + (data,))[-UNSURE_KEPT:]
+            self._dirty.update(h.key for h, _, _ in taken)
             if self._loop is not None and self._timer is None:
                 self._timer = self._loop.call_later(RETRY_S, self._timed)
             return
-        for held, version in taken:
+        for held, version, _ in taken:
             r = results.get(held.key)
             if isinstance(r, StateFenced) or r is None:
                 held.gone = True
@@ -454,6 +461,7 @@ class SharePartitionManager:
                 held.waiters.clear()
                 continue
             held.zversion = r
+            held.unsure = ()
             held.written = max(held.written, version)
             keep = []
             for v, w in held.waiters:

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
 from spark_coord.zk import paths
 
@@ -45,6 +45,9 @@ class Write:
     data: bytes
     #: The znode version this writer last saw (``NO_NODE``: create it).
     version: int
+    #: What this writer sent in earlier writes whose answer it never got (the connection dropped):
+    #: finding one of them in the znode at a later version means the write was applied, not fenced.
+    unsure: tuple[bytes, ...] = ()
 
 
 def encode(snapshot: dict, topic_id: bytes | None) -> bytes:
@@ -129,17 +132,41 @@ class ShareStateStore:
             for w, r in zip(batch, results):
                 out[(w.group, w.topic, w.partition)] = 0 if w.version == NO_NODE else r.version
             return out
-        # A multi is all or nothing: the entries whose own check failed are fenced; the rest go again.
-        bad = {id(w) for w, r in failed if not isinstance(r, RolledBackError)}
-        for w, r in failed:
-            if id(w) in bad:
+        # A multi is all or nothing: an entry whose own check failed is fenced -- unless what the znode
+        # holds is this writer's own earlier write whose answer was lost (then it is written, or written
+        # again at the version found); the entries rolled back before it (RolledBackError) and never
+        # tried after it (RuntimeInconsistency) go again.
+        again = (RolledBackError, RuntimeInconsistency)
+        rest: list[Write] = []
+        for w, r in zip(batch, results):
+            if not isinstance(r, Exception) or isinstance(r, again):
+                rest.append(w)
+                continue
+            mine = self._own_earlier_write(w)
+            if mine is None:
                 log.warning("share state %s/%s-%d: written by someone else meanwhile (%s)", w.group, w.topic,
                             w.partition, type(r).__name__)
                 out[(w.group, w.topic, w.partition)] = StateFenced(f"{type(r).__name__}")
-        rest = [w for w in batch if id(w) not in bad]
-        if rest and len(rest) < len(batch):
+            elif mine[0] == w.data:
+                out[(w.group, w.topic, w.partition)] = mine[1]
+            else:
+                rest.append(Write(w.group, w.topic, w.partition, w.data, mine[1]))
+        if rest:
             out.update(self._multi(rest))
         return out
+
+    def _own_earlier_write(self, w: Write) -> tuple[bytes, int] | None:
+        """(data, version) of ``w``'s znode when it holds what this writer sent in ``w`` or in an earlier
+        write whose answer was lost (``w.unsure``), at a version past ``w.version``; else None."""
+        try:
+            data, stat = self.zk.get(paths.share_partition(w.group, w.topic, w.partition))
+        except NoNodeError:
+            return None
+        if stat.version > w.version and (data == w.data or data in w.unsure):
+            log.info("share state %s/%s-%d: an earlier write whose answer was lost had been applied (version %d)",
+                     w.group, w.topic, w.partition, stat.version)
+            return data, stat.version
+        return None
 
     async def delete_group(self, group: str) -> None:
         """Remove every share partition of ``group`` (DeleteGroups, AlterShareGroupOffsets resets)."""
