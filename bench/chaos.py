@@ -6,6 +6,8 @@
         --zk-session-ms 18000 --faults 30 --duration 600 --workdir /some/dir   # mixed members, default timeouts
     .venv/bin/python bench/chaos.py --kinds thin,eager,cooperative,share,share --faults 14 --duration 180 \
         --seed 7 --share-hold 0.2                         # a share group beside the consumer group
+    .venv/bin/python bench/chaos.py --kinds thin,eager,cooperative,kip848,spark --faults 8 --duration 150
+                                                      # every kind of group member, a Spark query among them
 
 An embedded ZooKeeper, 3 broker processes, a 12-partition topic, an acknowledging
 producer (acks=1) and 4 journaling thin-consumer members (6 s sessions) that commit
@@ -15,9 +17,15 @@ ZooKeeper session expiry of the coordinator (its broker paused past its session)
 See ``spark_coord/testing/chaos.py`` for the checks and the stall measure.
 
 ``--kinds`` mixes member kinds, one per member: ``thin`` (our consumer), ``eager``
-(confluent-kafka, librdkafka's default assignors) and ``cooperative`` (confluent-kafka
-with ``partition.assignment.strategy=cooperative-sticky``); each commits synchronously
-after every batch.  The report adds, per member, the records delivered to it again
+(confluent-kafka, librdkafka's default assignors), ``cooperative`` (confluent-kafka
+with ``partition.assignment.strategy=cooperative-sticky``) and ``kip848``
+(confluent-kafka with ``group.protocol=consumer``; its session is the brokers'
+``group.consumer.session.timeout.ms``, set to ``--kafka-session-ms`` or ``--session-ms``)
+each commit synchronously after every batch; ``spark`` is a Spark structured-streaming
+query (local[1], 512 MB driver; ``spark_coord/testing/spark_member.py``) whose source
+commits the group's offsets as Spark confirms batches.  A killed Spark member restarts on
+its checkpoint (a cold JVM: about 15 s) and replays the batch it had not confirmed; the
+run waits for every Spark member's first assignment before its warm-up.  The report adds, per member, the records delivered to it again
 (and how many of those it had read itself) and the faults that hit it; for each
 member SIGKILL, the longest wait of a record on the other members' partitions over
 the victim's session timeout and the rebalance after it, against quiet windows; and
@@ -83,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=60)
     p.add_argument("--duration", type=float, default=780.0, help="seconds of faults and load")
     p.add_argument("--members", type=int, default=4, help="thin-consumer members (when --kinds is not given)")
-    p.add_argument("--kinds", help="member kinds, one per member: thin, eager, cooperative (consumer group), share "
-                                   "(share group), e.g. thin,eager,cooperative,share,share; "
+    p.add_argument("--kinds", help="member kinds, one per member: thin, eager, cooperative, kip848, spark "
+                                   "(consumer group), share (share group), e.g. thin,eager,cooperative,kip848,spark; "
                                    "default: --members thin consumers")
     p.add_argument("--share-lock-ms", type=int, default=5000,
                    help="share members: the brokers' acquisition lock (group.share.record.lock.duration.ms)")
@@ -93,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
-    p.add_argument("--kafka-session-ms", type=int, help="Kafka members' session.timeout.ms (default: --session-ms)")
+    p.add_argument("--kafka-session-ms", type=int, help="Kafka members' session.timeout.ms, and the brokers' "
+                                                        "group.consumer.session.timeout.ms (default: --session-ms)")
     p.add_argument("--coordinator-defaults", action="store_true",
                    help="coordinator offset commit interval and rebalance backoff at their defaults (not 200 ms)")
     p.add_argument("--zk-tick-ms", type=int, default=500, help="ZooKeeper's tickTime")

@@ -4,6 +4,8 @@
     .venv/bin/python bench/nemesis.py --faults 10 --duration 150 --seed 3
     .venv/bin/python bench/nemesis.py --weights coordinator_zk_cut=1,flap=1 --combine 0   # only these kinds
     .venv/bin/python bench/nemesis.py --cleanup           # remove what a killed run left (namespaces, veths, bridge)
+    .venv/bin/python bench/nemesis.py --runs 10 --faults 60 --duration 720 --summary nemesis-10.json
+    .venv/bin/python bench/nemesis.py --aggregate nemesis-report.seed*.json   # the table of earlier runs
 
 Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need libfaketime
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
@@ -33,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_coord.testing import nemesis  # noqa: E402
-from spark_coord.testing.chaos import GROUP_KINDS  # noqa: E402
+from spark_coord.testing.chaos import MEMBER_KINDS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=24)
     p.add_argument("--duration", type=float, default=330.0, help="seconds of faults and load")
     p.add_argument("--kinds", default="thin,thin,eager,cooperative",
-                   help="member kinds, one per member: thin, eager, cooperative")
+                   help="member kinds, one per member: thin, eager, cooperative, kip848, spark")
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
@@ -50,12 +52,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", help="kind=weight,... (kinds named replace the defaults; others weigh 0)")
     p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
     p.add_argument("--report", default="nemesis-report.json")
+    p.add_argument("--zk-nodes", type=int, default=3, help="ZooKeeper servers (3: a quorum that zk_split divides)")
+    p.add_argument("--spare-brokers", type=int, default=1,
+                   help="brokers that lead no partition of the topic (broker_remove may take them, coordinator or not)")
+    p.add_argument("--proxied", action=argparse.BooleanOptionalAction, default=True,
+                   help="every broker behind a TCP proxy in its namespace (the slow/throttle/stall link faults)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="runs one after the other, seeds --seed, --seed+1, ...; prints the per-kind table of all")
+    p.add_argument("--summary", help="write the runs' aggregate (per-kind table, per-run figures, verdict) as JSON")
+    p.add_argument("--aggregate", nargs="+", metavar="REPORT",
+                   help="print the aggregate of reports written by earlier runs and exit")
     p.add_argument("--cleanup", action="store_true", help="remove leftovers of dead runs and exit")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("spark_coord.testing.chaos").setLevel(logging.INFO)
     logging.getLogger("spark_coord.testing.nemesis").setLevel(logging.INFO)
+    if args.aggregate:
+        return 0 if _print_aggregate([json.loads(Path(f).read_text()) for f in args.aggregate], args.summary) else 1
     if args.cleanup:
         for item in nemesis.cleanup_stale():
             print("removed", item)
@@ -65,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run: {reason}", file=sys.stderr)
         return 2
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    if not kinds or any(k not in GROUP_KINDS for k in kinds):
-        p.error(f"--kinds: a comma-separated list of {', '.join(GROUP_KINDS)}")
+    if not kinds or any(k not in MEMBER_KINDS for k in kinds):
+        p.error(f"--kinds: a comma-separated list of {', '.join(MEMBER_KINDS)}")
     settings = nemesis.NemesisSettings(kinds=kinds, members=len(kinds), partitions=args.partitions,
                                        member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
                                        duration_s=args.duration, faults=args.faults, seed=args.seed,
-                                       combine=args.combine)
+                                       combine=args.combine, zk_nodes=args.zk_nodes,
+                                       spare_brokers=args.spare_brokers, proxied=args.proxied)
     if args.weights:
         weights = {}
         for item in args.weights.split(","):
@@ -84,16 +99,36 @@ def main(argv: list[str] | None = None) -> int:
         settings.weights = weights
     # SIGTERM unwinds like Ctrl-C: the run's finally blocks remove its processes, namespaces and bridge
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
-        workdir = Path(args.workdir) if args.workdir else Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        report = nemesis.NemesisRun(settings, workdir).run()
-    Path(args.report).write_text(json.dumps(report.to_dict(), indent=2, default=str))
-    print(report.summary())
-    for v in report.violations[:40]:
-        print("VIOLATION:", v)
-    print(f"report: {args.report}")
-    return 1 if report.violations else 0
+    docs, failed = [], False
+    for i in range(args.runs):
+        settings.seed = args.seed + i
+        path = Path(args.report) if args.runs == 1 else Path(args.report).with_suffix(f".seed{settings.seed}.json")
+        if args.runs > 1:
+            print(f"== run {i + 1} of {args.runs} (seed {settings.seed})", flush=True)
+        with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
+            workdir = Path(args.workdir) / f"seed{settings.seed}" if args.workdir else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            report = nemesis.NemesisRun(settings, workdir).run()
+        doc = report.to_dict()
+        docs.append(doc)
+        path.write_text(json.dumps(doc, indent=2, default=str))
+        print(report.summary())
+        for v in report.violations[:40]:
+            print("VIOLATION:", v)
+        print(f"report: {path}", flush=True)
+        failed = failed or bool(report.violations)
+    if args.runs > 1:
+        failed = not _print_aggregate(docs, args.summary) or failed
+    return 1 if failed else 0
+
+
+def _print_aggregate(docs: list[dict], summary: str | None) -> bool:
+    agg = nemesis.aggregate(docs)
+    print(nemesis.aggregate_tables(agg))
+    if summary:
+        Path(summary).write_text(json.dumps(agg, indent=2))
+        print(f"summary: {summary}")
+    return agg["verdict"]["passed"]
 
 
 if __name__ == "__main__":

@@ -36,10 +36,21 @@ The mapping (DESIGN.md section 8):
   confirmed (``leave``), so the group's offsets equal what the query processed and
   the others take over at once.  The members close in parallel, so stopping is
   bounded by one session timeout.
+
+Testing hook: when the environment variable ``SPARK_COORD_MEMBER_JOURNAL`` names a
+file, the members append to it, as JSON lines in the journal format of
+``spark_coord.testing.member``, what the coordinator made them do -- ``assign``
+(StartFetcher, the complete assignment), ``stop`` (once partitions were given up;
+``parts`` when only some were), ``lost`` (the lease ran out: ``lease_end``),
+``resume`` (taken back) -- and each active commit's outcome (``commit`` /
+``commit_failed``), each line naming its ``member``.  The chaos harness's Spark
+member (``spark_coord.testing.spark_member``) sets it, so its checks see the
+query's ownership; unset, nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -54,6 +65,21 @@ from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registr
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
+
+#: The testing hook's environment variable (see the module docstring).
+MEMBER_JOURNAL_ENV = "SPARK_COORD_MEMBER_JOURNAL"
+
+
+class _MemberJournal:
+    """The testing hook's JSON-lines file: one ``write`` per line on an ``O_APPEND`` descriptor, so
+    the lines of the members' threads (and of other processes appending to it) never interleave."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, ev: str, **fields) -> None:
+        line = json.dumps({"ts": time.time(), "ev": ev, **fields}, separators=(",", ":")) + "\n"
+        os.write(self._fd, line.encode())
 
 
 class _QueryMember:
@@ -71,6 +97,11 @@ class _QueryMember:
 
     def plannable(self) -> bool:
         return not self.suspended and time.monotonic() < self.lease_until
+
+    def journal(self, ev: str, **fields) -> None:
+        """The testing hook (module docstring): nothing unless it is on."""
+        if self.source.journal is not None:
+            self.source.journal.write(ev, member=self.consumer_id, **fields)
 
     # -- the connector's Member protocol (called on the connector thread) --------------------
     def report_offsets(self) -> list[dict]:
@@ -106,6 +137,9 @@ class _QueryMember:
             src.stopping.difference_update(revoked)
             if partitions is None:
                 self.started.clear()
+                self.journal("stop", gen=self.generation)
+            else:
+                self.journal("stop", gen=self.generation, parts=[[t, p] for t, p in sorted(revoked)])
         if partitions is not None:
             log.info("%s: gave up %d partition(s): %s", self.consumer_id, len(revoked),
                      ", ".join(f"{t}-{p}" for t, p in sorted(revoked)))
@@ -123,6 +157,16 @@ class _QueryMember:
             self.generation = generation_id
             self.suspended = False
             self.sent = {tp: o for tp, o in self.sent.items() if tp in kept}
+            for tp, off in resolved.items():
+                if off is None:
+                    continue
+                # a batch planned or confirmed before this ownership (one Spark replayed on restart, or ours
+                # from an earlier ownership) ends below where the group is now: not an offset to report
+                for known in (self.source.committed, self.source.planned):
+                    if known.get(tp, -1) < off:
+                        known.pop(tp, None)
+            self.journal("assign", gen=generation_id,
+                         parts=[[t, p, -1 if o is None else o] for (t, p), o in sorted(self.owned.items())])
         self.started.set()
         log.info("%s: epoch %d, %d partition(s)%s", self.consumer_id, generation_id, len(self.owned),
                  f"; new: {', '.join(f'{t}-{p}@{o}' for (t, p), o in sorted(resolved.items()))}" if resolved else "")
@@ -133,10 +177,12 @@ class _QueryMember:
                 log.info("%s: no coordinator confirms our %d partition(s); planning none of them until one does",
                          self.consumer_id, len(self.owned))
             self.suspended = True
+            self.journal("lost", gen=self.generation, lease_end=time.time() + self.lease_until - time.monotonic())
 
     def resume_fetchers(self) -> None:
         with self.source.lock:
             self.suspended = False
+            self.journal("resume", gen=self.generation, parts=[[t, p, -1] for t, p in sorted(self.owned)])
         log.info("%s: taken back into generation %d; planning its partitions again", self.consumer_id,
                  self.generation)
 
@@ -167,6 +213,8 @@ class GroupPartitionSource:
         self._commit_wanted = threading.Condition(self.lock)
         self._committer: threading.Thread | None = None
         self._stopping = False
+        path = os.environ.get(MEMBER_JOURNAL_ENV)
+        self.journal = _MemberJournal(path) if path else None
 
     # -- PartitionSource ---------------------------------------------------------------------
     def start(self) -> None:
@@ -212,10 +260,15 @@ class GroupPartitionSource:
             self.planned.update(end)
 
     def on_batch_committed(self, end: dict[TopicPartition, int]) -> None:
+        """Record Spark's confirmation of a batch ending at ``end``.  An end below the start offset the
+        coordinator handed out with a partition is left out: it is a batch an earlier run of the query
+        planned and Spark replayed on restart, and the group's offset is already past it (committing
+        it would move the group's offset backwards)."""
         with self.changed:
             moved = False
             for tp, off in end.items():
-                if off > self.committed.get(tp, -1):
+                floor = max((m.owned.get(tp) or -1 for m in self.members), default=-1)
+                if off > self.committed.get(tp, -1) and off >= floor:
                     self.committed[tp] = off
                     moved = True
             self.changed.notify_all()
@@ -242,12 +295,17 @@ class GroupPartitionSource:
                 codes = conn.commit(offsets, timeout)
             except CommitFailed as e:  # kept: reported with the next ping, claim or the final commit
                 log.debug("%s: commit not confirmed now (%s)", m.consumer_id, e)
+                for o in offsets:
+                    m.journal("commit_failed", t=o["topic"], p=o["partition"], off=o["offset"], code=e.code)
                 done = False
                 continue
             with self.lock:
                 for o in offsets:
-                    if codes.get((o["topic"], o["partition"])) == 0:
+                    code = codes.get((o["topic"], o["partition"]))
+                    if code == 0:
                         m.sent[(o["topic"], o["partition"])] = o["offset"]
+                    m.journal("commit" if code == 0 else "commit_failed", t=o["topic"], p=o["partition"],
+                              off=o["offset"], code=code)
         return done
 
     def _commit_loop(self) -> None:
@@ -275,6 +333,8 @@ class GroupPartitionSource:
         with self._commit_wanted:
             self._stopping = True
             self._commit_wanted.notify_all()
+            for m in self.members:  # the end of planning, before the leave hands the partitions on
+                m.journal("stop", gen=m.generation)
         timeout = self.opts.session_timeout_ms / 1000
         closers = [threading.Thread(target=conn.close, args=(timeout,), name=f"close-{conn.name}", daemon=True)
                    for conn in self.connectors]

@@ -22,9 +22,20 @@ at quiet moments of the same run).
 
 Members may be of several kinds (``ChaosSettings.kinds``), each its own process
 journaling in one format: ``thin`` (our consumer, ``testing.member``), ``eager``
-(confluent-kafka with librdkafka's default assignors) and ``cooperative``
-(confluent-kafka with ``partition.assignment.strategy=cooperative-sticky``), see
-``testing.kafka_member``.  Every kind commits synchronously after every batch.
+(confluent-kafka with librdkafka's default assignors), ``cooperative``
+(confluent-kafka with ``partition.assignment.strategy=cooperative-sticky``) and
+``kip848`` (confluent-kafka with ``group.protocol=consumer``), see
+``testing.kafka_member``; every one of them commits synchronously after every batch.
+``spark`` is a Spark structured-streaming query (``testing.spark_member``: local Spark,
+a ``coordkafka`` source with the group's id, a ``foreachBatch`` journaling the records)
+whose source commits the group's offsets as Spark confirms its batches; a killed one
+is restarted on the same checkpoint and first replays the batch it had planned and not
+confirmed (journaled ``replay``: at-least-once, whoever owns those partitions by then,
+so those deliveries count for every check but the two of ownership).  The run waits
+for every Spark member's first assignment (its JVM's start) before the warm-up begins,
+and again after healing.
+The brokers' ``group.consumer.session.timeout.ms`` (the KIP-848 members' session, set
+broker-side) is the run's Kafka session, ``kafka_session_ms`` or ``member_session_ms``.
 
 ``share`` members are not in the consumer group: they are confluent-kafka
 ``ShareConsumer``s of one share group (KIP-932, ``ChaosRun.share_group``, an id on the
@@ -78,17 +89,20 @@ from spark_coord.testing.kafka_member import KafkaMemberProcess
 from spark_coord.testing.member import MemberProcess
 from spark_coord.testing.producer import AckingProducer, LogEndSampler, read_values
 from spark_coord.testing.share_member import ShareMemberProcess, set_share_group_config
+from spark_coord.testing.spark_member import SparkMemberProcess
 
 log = logging.getLogger(__name__)
 
 KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill", "coordinator_expiry")
 BROKER_KINDS = ("coordinator_kill", "broker_kill", "coordinator_expiry")
-#: Member kinds: our thin consumer, confluent-kafka with the default (eager) assignors, and with
-#: cooperative-sticky -- members of the consumer group; and ``share``, a confluent-kafka
-#: ShareConsumer of the run's share group.
-MEMBER_KINDS = ("thin", "eager", "cooperative", "share")
+#: Member kinds: our thin consumer, confluent-kafka with the default (eager) assignors, with
+#: cooperative-sticky and with the KIP-848 protocol, a Spark query -- members of the consumer group;
+#: and ``share``, a confluent-kafka ShareConsumer of the run's share group.
+MEMBER_KINDS = ("thin", "eager", "cooperative", "kip848", "spark", "share")
 #: The kinds that are members of the consumer group.
-GROUP_KINDS = ("thin", "eager", "cooperative")
+GROUP_KINDS = ("thin", "eager", "cooperative", "kip848", "spark")
+#: How long a Spark member may take to start (its JVM, then its query's first assignment).
+SPARK_START_S = 180.0
 #: How long after SIGCONT a Kafka member paused past its session may still deliver what it fetched
 #: before the pause, at most, before it journals the loss (its next poll tells it).
 ZOMBIE_GRACE_S = 5.0
@@ -318,6 +332,7 @@ class ChaosRun:
                      "coordinator.min.session.timeout.ms": 1000}
         if self.s.has_share():
             overrides.update(share_overrides(self.s))
+        overrides.update(kip848_overrides(self.s))
         self.cluster = LocalCluster(self.s.brokers, self.workdir / "cluster", zk_connect=self.zk_connect,
                                     overrides=overrides)
         self.cluster.start()
@@ -332,6 +347,10 @@ class ChaosRun:
             m = ShareMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.share_group,
                                    topics=[self.topic], consumer_id=name,
                                    max_poll_records=self.s.share_max_poll_records, hold_s=self.s.share_hold_s)
+        elif kind == "spark":
+            m = SparkMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
+                                   topics=[self.topic], checkpoint=self.workdir / "members" / f"{base}.checkpoint",
+                                   session_timeout_ms=self.s.member_session_ms, consumer_id=base)
         elif kind == "thin":
             m = MemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.group,
                               topics=[self.topic], session_timeout_ms=self.s.member_session_ms, consumer_id=base,
@@ -345,6 +364,25 @@ class ChaosRun:
         self.members[name] = m
         self.current[slot] = m
         return m
+
+    def _create_topic(self) -> None:
+        """The run's topic, ``s.partitions`` partitions spread by the brokers."""
+        from spark_coord.client.admin import AdminClient
+        from spark_coord.client.metadata import ClusterClient
+
+        with ClusterClient(self.cluster.bootstrap) as cc:
+            AdminClient(cc).create_topic(self.topic, self.s.partitions)
+
+    def _await_spark_members(self) -> None:
+        """Wait (at most ``SPARK_START_S``) until every running Spark member journaled its first
+        assignment: a JVM's start is no part of the warm-up, nor of the catching up after healing."""
+        spark = [m for m in self.current.values() if getattr(m, "kind", "") == "spark"]
+        deadline = time.monotonic() + SPARK_START_S
+        while spark and time.monotonic() < deadline:
+            spark = [m for m in spark if m.alive() and not m.events("assign")]
+            time.sleep(0.5)
+        if spark:
+            log.warning("Spark members without an assignment after %.0f s: %s", SPARK_START_S, spark)
 
     def _leaders(self) -> dict[int, int]:
         from spark_coord.client.metadata import ClusterClient
@@ -466,8 +504,6 @@ class ChaosRun:
 
     # ---------------------------------------------------------------- run
     def run(self) -> ChaosReport:
-        from spark_coord.client.admin import AdminClient
-        from spark_coord.client.metadata import ClusterClient
         from spark_coord.testing.zk_history import ZkHistory
 
         s = self.s
@@ -475,8 +511,7 @@ class ChaosRun:
         (self.workdir / "members").mkdir(parents=True, exist_ok=True)
         self._start_cluster()
         try:
-            with ClusterClient(self.cluster.bootstrap) as cc:
-                AdminClient(cc).create_topic(self.topic, s.partitions)
+            self._create_topic()
             self.leaders = self._leaders()
             if s.has_share():
                 self.share_group = self._pick_share_group()
@@ -492,6 +527,7 @@ class ChaosRun:
             self.t0 = time.time()
             for slot in range(len(self.kinds)):
                 self._member(slot)
+            self._await_spark_members()
             self.watcher = CommitWatcher(self) if s.diagnose_after_s > 0 else None
             if self.watcher is not None:
                 self.watcher.start()
@@ -524,6 +560,7 @@ class ChaosRun:
             time.sleep(0.1)
         for m in self.current.values():
             m.signal(signal.SIGCONT)
+        self._await_spark_members()  # a Spark member restarted late is still starting its JVM
 
     def _finish(self, started: float) -> ChaosReport:
         from spark_coord.testing.zk_history import read_partitions
@@ -579,9 +616,10 @@ class ChaosRun:
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
             overlaps=invariants.one_owner_at_a_time(
-                intervals, unleased=[n for n in self.members if self._kind_of(n) != "thin"], journals=journals,
+                intervals, unleased=[n for n in self.members if self._kind_of(n) != "thin"],
+                journals=_without_replays(journals),
                 zombie=self._zombie_windows(journals)),
-            outside_ownership=invariants.delivered_outside_ownership(journals, intervals),
+            outside_ownership=invariants.delivered_outside_ownership(_without_replays(journals), intervals),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
                                          self._waiting_members(), unknown_start=0),
             final_offsets=final_offsets,
@@ -599,6 +637,13 @@ class ChaosRun:
             share_unexplained=share.get("unexplained", []))
 
     # ---------------------------------------------------------------- share group
+    def _share_leaders_hit(self, f: Fault) -> dict[int, bool]:
+        """Brokers whose share partitions a fault may have redelivered from -> whether it may have lost what
+        their members held (a crash; a pause only delays lock expiry)."""
+        if f.kind in BROKER_KINDS:
+            return {int(f.target): f.kind != "coordinator_expiry"}
+        return {}
+
     def _share_checks(self, ends: Mapping[tuple[str, int], int], acked: set[tuple[int, int]]) -> dict:
         """The share group's checks (``invariants.share_*``) over the share members' journals and the
         faults of the run; figures and violations."""
@@ -630,11 +675,12 @@ class ChaosRun:
         session_s = s.member_session_ms / 1000
         for f in self.faults:
             until = f.until or f.at
-            if f.kind in BROKER_KINDS:
+            hit = self._share_leaders_hit(f)
+            if hit:
                 for p, b in self.leaders.items():
-                    if str(b) == f.target:
+                    if b in hit:
                         leader_faults.setdefault((self.topic, p), []).append((f.at, until))
-                        if f.kind != "coordinator_expiry":
+                        if hit[b]:
                             leader_lost.setdefault((self.topic, p), []).append(f.at)
                 if f.kind in ("coordinator_kill", "coordinator_expiry"):
                     reassigned.append((f.at, until + 15.0))   # the members join the next coordinator
@@ -879,6 +925,20 @@ def share_overrides(s: ChaosSettings) -> dict[str, int]:
             "group.share.min.heartbeat.interval.ms": 100, "group.share.heartbeat.interval.ms": 500,
             "group.share.min.session.timeout.ms": min(1000, s.member_session_ms),
             "group.share.session.timeout.ms": s.member_session_ms}
+
+
+def kip848_overrides(s: ChaosSettings) -> dict[str, int]:
+    """Broker settings for the KIP-848 members (their session and heartbeat are the brokers'): the
+    run's Kafka session, heartbeats every 500 ms."""
+    return {"group.consumer.session.timeout.ms": s.kafka_session_ms or s.member_session_ms,
+            "group.consumer.heartbeat.interval.ms": 500}
+
+
+def _without_replays(journals: Mapping[str, list[dict]]) -> dict[str, list[dict]]:
+    """The journals without the ``recs`` lines of batches a restarted Spark member replayed (planned
+    by its killed predecessor: delivered again at least once, whoever owns the partitions now)."""
+    return {name: [e for e in events if not (e["ev"] == "recs" and e.get("replay"))]
+            for name, events in journals.items()}
 
 
 def _log_offsets(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:

@@ -1,23 +1,30 @@
 """A confluent-kafka (librdkafka) group member as its own process, journaling like ``testing.member``.
 
 Run as ``python -m spark_coord.testing.kafka_member --bootstrap H:P --group G --topics a
---journal FILE [--strategy eager|cooperative]``.  It subscribes through Kafka's group
-protocol (JoinGroup/SyncGroup/Heartbeat), reads with ``consume()``, journals what it
-took and commits it synchronously after every batch, until SIGTERM (then ``close()``:
-revocation, final commit already done, LeaveGroup) and exits 0.
+--journal FILE [--strategy eager|cooperative|kip848]``.  It subscribes through one of
+Kafka's group protocols, reads with ``consume()``, journals what it took and commits
+it synchronously after every batch, until SIGTERM (then ``close()``: revocation,
+final commit already done, leaving the group) and exits 0.
 
 ``--strategy eager`` keeps librdkafka's default assignors (``range,roundrobin``);
 ``--strategy cooperative`` sets ``partition.assignment.strategy=cooperative-sticky``
-(KIP-429: assignments and revocations are incremental).
+(KIP-429: assignments and revocations are incremental) -- both over the classic
+protocol (JoinGroup/SyncGroup/Heartbeat), with ``session.timeout.ms`` from
+``--session-timeout-ms``.  ``--strategy kip848`` sets ``group.protocol=consumer``
+(KIP-848: ConsumerGroupHeartbeat, the coordinator assigns; incremental too).
+librdkafka refuses ``session.timeout.ms``, ``heartbeat.interval.ms`` and
+``partition.assignment.strategy`` with that protocol (the session and heartbeat are
+the brokers' ``group.consumer.session.timeout.ms`` / ``group.consumer.heartbeat.interval.ms``),
+so ``--session-timeout-ms`` does not apply to it.
 
 The journal has the JSON-lines format of ``testing.member`` (``ts``, ``ev``), so the
 checks of ``testing.invariants`` read both kinds alike:
 
-- ``start``: ``id`` (client id), ``pid``, ``kind`` (``eager`` / ``cooperative``);
+- ``start``: ``id`` (client id), ``pid``, ``kind`` (``eager`` / ``cooperative`` / ``kip848``);
 - ``assign``: the partitions ``on_assign`` received, ``parts`` = ``[[topic, partition,
   -1], ...]`` (the start offset is the group's committed one, unknown here), ``gen``
-  null (librdkafka does not tell the generation), ``incremental``: true for the
-  cooperative protocol (they add to what it holds), false for eager (they replace it);
+  null (librdkafka does not tell the generation), ``incremental``: true for
+  cooperative and kip848 (they add to what it holds), false for eager (they replace it);
 - ``revoke``: the partitions ``on_revoke`` received, ``parts`` = ``[[topic, partition], ...]``,
   ``incremental`` as above (eager revokes everything it holds);
 - ``lost``: the partitions ``on_lost`` received (the group dropped the member: session
@@ -54,8 +61,15 @@ log = logging.getLogger(__name__)
 
 __all__ = ["KafkaMemberProcess", "STRATEGIES", "main"]
 
-#: ``--strategy`` -> librdkafka's ``partition.assignment.strategy`` (None: its default, eager range,roundrobin).
-STRATEGIES = {"eager": None, "cooperative": "cooperative-sticky"}
+#: ``--strategy`` -> the group settings it adds to librdkafka's configuration (eager: its default
+#: assignors, range,roundrobin).
+STRATEGIES: dict[str, dict[str, str]] = {
+    "eager": {}, "cooperative": {"partition.assignment.strategy": "cooperative-sticky"},
+    "kip848": {"group.protocol": "consumer"}}
+#: Strategies whose rebalance callbacks carry increments (what is added or taken away).
+INCREMENTAL = ("cooperative", "kip848")
+#: Strategies of Kafka's classic protocol, the only ones given a client-side session timeout.
+CLASSIC = ("eager", "cooperative")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
     journal = Journal(args.journal)
-    incremental = args.strategy == "cooperative"
+    incremental = args.strategy in INCREMENTAL
 
     def on_error(err) -> None:
         log.warning("client error: %s", err)
@@ -98,10 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     session = args.session_timeout_ms
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.client_id,
             "enable.auto.commit": False, "auto.offset.reset": "earliest" if args.reset == "smallest" else "latest",
-            "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(3000, session // 3)),
-            "error_cb": on_error, "logger": logging.getLogger("librdkafka")}
-    if STRATEGIES[args.strategy]:
-        conf["partition.assignment.strategy"] = STRATEGIES[args.strategy]
+            "error_cb": on_error, "logger": logging.getLogger("librdkafka"), **STRATEGIES[args.strategy]}
+    if args.strategy in CLASSIC:
+        conf.update({"session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(3000, session // 3))})
     consumer = Consumer(conf)
 
     def on_assign(_c, partitions) -> None:
@@ -164,7 +177,7 @@ def _commit(consumer, journal: Journal, offsets: dict[tuple[str, int], int], Top
 
 
 class KafkaMemberProcess(MemberProcess):
-    """One confluent-kafka member subprocess (``strategy`` eager or cooperative), with the
+    """One confluent-kafka member subprocess (``strategy`` eager, cooperative or kip848), with the
     interface of ``MemberProcess`` (start, signal, kill, stop, read its journal)."""
 
     def __init__(self, name: str, workdir: str | os.PathLike, bootstrap: str, group: str, *, topics: list[str],

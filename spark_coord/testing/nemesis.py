@@ -22,8 +22,8 @@ process classes (``MemberProcess``, ``KafkaMemberProcess``, the brokers of
 ``Net.exec_argv(node, argv)`` gives the ``ip netns exec`` form for a shell.
 
 ``NemesisRun`` is a ``ChaosRun`` (``testing.chaos``: its members, journals, producer and
-checks) on such a network, adding the fault kinds of ``NET_KINDS`` and ``CLOCK_KINDS``
-to the process faults, and the Jepsen-named checks of ``testing.jepsen_checks``:
+checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KINDS`` and
+``PROXY_KINDS`` to the process faults, and the Jepsen-named checks of ``testing.jepsen_checks``:
 
 - ``isolate_broker``: a broker (the coordinator's, half the time) cut from everyone;
 - ``coordinator_zk_cut``: the group's coordinator broker cut from ZooKeeper only (its
@@ -37,11 +37,27 @@ to the process faults, and the Jepsen-named checks of ``testing.jepsen_checks``:
 - ``flap``: the coordinator cut from ZooKeeper, healed, cut again, 3 to 5 times, each
   cut shorter than its session;
 - ``isolate_member``: a member cut from everyone;
+- ``zk_split``: the ZooKeeper ensemble (``zk_nodes`` servers, 3 by default: a real quorum in
+  namespaces ``zk0``..; 1 runs one standalone server in ``zk``) split into a majority and a
+  minority of one server, the coordinator's broker with the minority (or, mirrored, with the
+  majority and another broker with the minority); only ZooKeeper-to-ZooKeeper and
+  broker-to-ZooKeeper links are cut (``testing.nemesis_zk``);
+- ``broker_add`` / ``broker_remove`` (``MEMBERSHIP_KINDS``): a broker with a new id started in
+  a new namespace; a broker that leads none of the topic's partitions (one replica each, so
+  only an added or a spare one) stopped for good -- the coordinator when it is one of those;
 - clocks (with libfaketime, ``faketime_lib()``): ``clock_member_offset`` /
   ``clock_member_fast`` restart a member under ``FAKETIME="+<2x session>s"`` or
   ``"x2"`` (its journal times are mapped back to real time before the checks),
   ``clock_coordinator_offset`` / ``clock_coordinator_fast`` restart the coordinator's
-  broker so; each lasts a while, then the process is restarted with the real clock.
+  broker so; each lasts a while, then the process is restarted with the real clock;
+- link faults (``PROXY_KINDS``, in a run with ``proxied``: each broker listens on loopback in
+  its namespace and advertises ``<its address>:9092``, where a ``testing.linkproxy`` process
+  of its namespace forwards every client connection -- the producer's, the members', the
+  thin members' channel to the coordinator): ``slow_broker`` delays every chunk on a
+  broker's links by 100-800 ms plus up to half that again of jitter, ``throttle_broker``
+  caps each direction of each link at 8-64 KB/s, ``stall_broker`` makes the coordinator's
+  broker's links pass no byte at all, open or new, without closing any (what was held
+  passes once healed); each for as long as a cut, and each healed by setting ``pass``.
 
 Each fault may come with a second one at the same moment (``combine``, a member fault
 beside a broker fault).  The report adds, per fault kind: how often it was injected, the
@@ -60,25 +76,36 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from spark_coord.testing import jepsen_checks
+from spark_coord.testing import jepsen_checks, nemesis_zk
 from spark_coord.testing.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault
 
 log = logging.getLogger(__name__)
 
 NET_KINDS = ("isolate_broker", "coordinator_zk_cut", "member_coordinator_cut", "broker_clients_cut", "bridge",
-             "flap", "isolate_member")
+             "flap", "isolate_member", "zk_split")
 CLOCK_KINDS = ("clock_member_offset", "clock_member_fast", "clock_coordinator_offset", "clock_coordinator_fast")
 PROCESS_KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill", "coordinator_expiry")
-ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS
+#: A broker joins for good, a broker leaves for good (``testing.nemesis_zk``).
+MEMBERSHIP_KINDS = ("broker_add", "broker_remove")
+#: A broker's client links made slow, narrow or stuck by its proxy (``testing.linkproxy``; ``proxied`` runs).
+PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker")
+ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS
 #: Fault kinds that take a broker (at most one at a time, as in ``ChaosRun``).
 SERVER_KINDS = ("isolate_broker", "coordinator_zk_cut", "broker_clients_cut", "bridge", "flap",
-                "clock_coordinator_offset", "clock_coordinator_fast") + BROKER_KINDS
+                "clock_coordinator_offset", "clock_coordinator_fast", "zk_split") + BROKER_KINDS + MEMBERSHIP_KINDS \
+    + PROXY_KINDS
+#: Faults that leave the brokers among their nodes unreachable to clients (the reachable lag leaves them out).
+LEADER_AWAY_KINDS = ("isolate_broker", "broker_clients_cut", "stall_broker")
+#: Faults after which a share member may find what it held released (``_share_leaders_hit``).
+SHARE_LEADER_KINDS = LEADER_AWAY_KINDS + ("slow_broker", "throttle_broker", "clock_coordinator_offset",
+                                          "clock_coordinator_fast")
 MEMBER_NET_KINDS = ("member_coordinator_cut", "isolate_member", "clock_member_offset", "clock_member_fast")
 STATE_DIR = Path("/run/spark-coord-nemesis")
 CLONE_NEWNET = 0x40000000
@@ -137,6 +164,35 @@ def _enter(ns: str) -> None:
             raise OSError(err, f"setns into {ns}: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+class HostNamespace:
+    """The network namespace of the thread that made it (the run's, where its bridge is): ``call``
+    runs a function there, e.g. ``Net.add`` from a thread that lives in another namespace."""
+
+    def __init__(self):
+        self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        box: dict[str, Any] = {}
+
+        def body() -> None:
+            try:
+                if _libc.setns(self.fd, CLONE_NEWNET) != 0:
+                    raise OSError("setns into the run's own network namespace failed")
+                box["result"] = fn(*args)
+            except BaseException as e:  # noqa: BLE001 -- handed to the caller
+                box["error"] = e
+
+        t = threading.Thread(target=body, name="netns-host", daemon=True)
+        t.start()
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -285,7 +341,7 @@ class Net:
                     self._cuts.discard((src, dst))
 
     def isolate(self, a: str, others: list[str] | None = None) -> list[str]:
-        peers = [n for n in (others or self.nodes) if n != a]
+        peers = [n for n in (others or list(self.nodes)) if n != a]
         for b in peers:
             self.cut(a, b)
         return peers
@@ -315,13 +371,24 @@ class Net:
 
 
 # ====================================================================== the cluster
-def _net_cluster(net: Net, n_brokers: int, data_dir: Path, zk_connect: str, overrides: Mapping[str, object]):
-    """A ``LocalCluster`` whose broker i runs in namespace ``b<i>`` at its own address, port 9092."""
-    from spark_coord.cluster import ClusterError, LocalCluster, _tail
+def _net_cluster(net: Net, n_brokers: int, data_dir: Path, zk_connect: str, overrides: Mapping[str, object],
+                 proxied: bool = False):
+    """A ``LocalCluster`` whose broker i runs in namespace ``b<i>`` at its own address, port 9092.
+
+    ``proxied``: broker i listens on 127.0.0.1:9092 of its namespace instead, and advertises
+    ``<its address>:9092``, where a ``testing.linkproxy`` process of the same namespace forwards to
+    it (``proxies[i]``, started with the broker's first start and kept across its restarts)."""
+    from spark_coord.cluster import STOP_TIMEOUT, ClusterError, LocalCluster, _tail
+    from spark_coord.testing.linkproxy import LinkProxy
 
     class NetCluster(LocalCluster):
         #: broker id -> clock for its next start (``FAKETIME`` value), set by the clock faults.
         clocks: dict[int, str] = {}
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            #: broker id -> the proxy in front of it (``proxied`` only).
+            self.proxies: dict[int, LinkProxy] = {}
 
         @property
         def brokers(self) -> dict[int, tuple[str, int]]:
@@ -329,14 +396,42 @@ def _net_cluster(net: Net, n_brokers: int, data_dir: Path, zk_connect: str, over
 
         def _spawn(self, broker_id: int) -> None:
             host = net[f"b{broker_id}"].addr
-            saved = self.host
+            saved, saved_overrides = self.host, self.overrides
             clock = self.clocks.get(broker_id)
+            if proxied:
+                self._start_proxy(broker_id)
             with _spawn_env(clock):
-                self.host = host      # listeners=PLAINTEXT://<its address>:9092 (advertised as such)
+                if proxied:   # listeners=PLAINTEXT://127.0.0.1:9092, advertised at <its address>:9092
+                    self.host = "127.0.0.1"
+                    self.overrides = {**saved_overrides,
+                                      "advertised.listeners": f"PLAINTEXT://{host}:{self.ports[broker_id]}"}
+                else:
+                    self.host = host      # listeners=PLAINTEXT://<its address>:9092 (advertised as such)
                 try:
                     net.call(f"b{broker_id}", LocalCluster._spawn, self, broker_id)
                 finally:
-                    self.host = saved
+                    self.host, self.overrides = saved, saved_overrides
+
+        def _start_proxy(self, broker_id: int) -> None:
+            proxy = self.proxies.get(broker_id)
+            if proxy is not None and proxy.alive():
+                return
+            port = self.ports[broker_id]
+            control = self.data_dir / f"proxy-b{broker_id}.sock"
+            if len(str(control)) > 100:     # a unix socket path has at most 107 bytes
+                control = Path(tempfile.gettempdir()) / f"{net.prefix}-proxy-b{broker_id}.sock"
+            proxy = LinkProxy((net[f"b{broker_id}"].addr, port), ("127.0.0.1", port), control,
+                              log_path=self.data_dir / f"proxy-b{broker_id}.log")
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            net.call(f"b{broker_id}", proxy.start)
+            self.proxies[broker_id] = proxy
+
+        def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+            try:
+                LocalCluster.stop(self, timeout)
+            finally:
+                for proxy in self.proxies.values():
+                    proxy.stop()
 
         def _wait_ready(self, broker_id: int, deadline: float) -> None:
             from spark_coord.client.connection import BrokerConnection
@@ -405,7 +500,21 @@ class NemesisSettings(ChaosSettings):
         "isolate_broker": 2, "coordinator_zk_cut": 3, "member_coordinator_cut": 3, "broker_clients_cut": 2,
         "bridge": 1, "flap": 2, "isolate_member": 1, "clock_member_offset": 1, "clock_member_fast": 1,
         "clock_coordinator_offset": 1, "clock_coordinator_fast": 1,
-        "member_kill": 1, "member_stop": 1, "coordinator_kill": 1, "broker_kill": 0, "coordinator_expiry": 1})
+        "member_kill": 1, "member_stop": 1, "coordinator_kill": 1, "broker_kill": 0, "coordinator_expiry": 1,
+        "zk_split": 2, "broker_add": 1, "broker_remove": 1, "slow_broker": 2, "throttle_broker": 1, "stall_broker": 2})
+    #: Clients reach each broker through a ``testing.linkproxy`` in its namespace, which the link faults
+    #: (``PROXY_KINDS``) need; off, those kinds are skipped with a note.  Off by default: a run that
+    #: injects none of them has no use for the extra hop and processes.
+    proxied: bool = False
+    #: ZooKeeper servers: 1 runs one standalone server (namespace ``zk``), 3 or more a real quorum.
+    zk_nodes: int = 3
+    #: Chance that a ``zk_split`` puts the coordinator on the minority side (else: mirrored).
+    zk_split_coordinator_minority: float = 0.7
+    #: Brokers started with the others but given no partition of the run's topic (``broker_remove``
+    #: may take them for good).
+    spare_brokers: int = 0
+    #: ``broker_add`` is skipped while this many brokers run.
+    max_brokers: int = 5
     #: How long a cut lasts (seconds, drawn uniformly); longer than the sessions by default.
     cut_s: tuple[float, float] = (3.0, 12.0)
     #: How long a process runs under a false clock before it is restarted with the real one.
@@ -416,6 +525,8 @@ class NemesisSettings(ChaosSettings):
     schedule: list[tuple[float, str]] = field(default_factory=list)
     #: Seconds past the end of a fault during which the stall of the partitions it did not touch is measured.
     stall_window_s: float = 10.0
+    #: Draw every kind of weight > 0 at least once when there are at least as many faults as kinds.
+    every_kind: bool = True
 
 
 @dataclass
@@ -430,6 +541,8 @@ class NemesisReport:
     skipped: list[str] = field(default_factory=list)
     #: Every fault: kind, target, at / until (seconds from the members' start), detail, combined.
     faults: list[dict] = field(default_factory=list)
+    #: What the run was: seed, faults, duration, member kinds, members' session (ms).
+    settings: dict = field(default_factory=dict)
 
     @property
     def violations(self) -> list[str]:
@@ -446,10 +559,7 @@ class NemesisReport:
             stall = "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}"
             alone = "-" if d.get("alone_max_s") is None else f"{d['alone_max_s']:.1f} ({len(d['alone'])})"
             rows.append((kind, str(d["injected"]), stall, alone, str(d["anomalies"])))
-        w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |" for r in rows]
-        lines.insert(1, "|" + "|".join("-" * (x + 2) for x in w) + "|")
-        return "\n".join(lines)
+        return markdown_table(rows)
 
     def summary(self) -> str:
         j = self.jepsen
@@ -458,7 +568,8 @@ class NemesisReport:
         return "\n".join([
             self.chaos.summary(),
             "Jepsen anomalies: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-            + f"; worst realtime lag {j.get('worst_realtime_lag_s', 0):.2f} s",
+            + f"; worst realtime lag {j.get('worst_realtime_lag_s', 0):.2f} s"
+            + f" ({j.get('worst_reachable_lag_s', 0):.2f} s leaving out the time leaders were unreachable)",
             *(f"skipped: {s}" for s in self.skipped),
             "faults: " + "; ".join(f"+{f['at']:.0f}s {f['kind']} {f['target']}"
                                    + (f" ({f['detail']})" if f["detail"] else "")
@@ -468,10 +579,88 @@ class NemesisReport:
 
     def to_dict(self) -> dict:
         out = {"chaos": asdict(self.chaos), "prefix": self.prefix, "jepsen": self.jepsen, "by_kind": self.by_kind,
-               "clock": self.clock, "skipped": self.skipped, "faults": self.faults,
+               "clock": self.clock, "skipped": self.skipped, "faults": self.faults, "settings": self.settings,
                "violations": self.violations}
         out["chaos"]["duplicate_pct"] = self.chaos.duplicate_pct
         return out
+
+
+def markdown_table(rows: list[tuple[str, ...]]) -> str:
+    """A Markdown table, columns padded; the first row is the header."""
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (x + 2) for x in w) + "|")
+    return "\n".join(lines)
+
+
+#: The bar a series of runs must clear (issue: ten runs of 60 faults each).
+MAX_DUPLICATE_PCT = 0.1
+LAG_SLACK_S = 10.0
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """Many runs' reports (``NemesisReport.to_dict()``) as one: per fault kind, how often it was injected
+    (and in how many runs), the longest stall of the partitions it did not touch, the anomalies in its
+    windows; per run and in total, the figures of the bar (``verdict``)."""
+    kinds: dict[str, dict] = {}
+    per_run = []
+    for run in runs:
+        for kind, d in run["by_kind"].items():
+            k = kinds.setdefault(kind, {"injected": 0, "runs": 0, "stall_max_s": None, "alone_max_s": None,
+                                        "anomalies": 0})
+            k["injected"] += d["injected"]
+            k["runs"] += 1
+            k["anomalies"] += d["anomalies"]
+            for key in ("stall_max_s", "alone_max_s"):
+                if d.get(key) is not None:
+                    k[key] = round(max(k[key] or 0.0, d[key]), 2)
+        chaos, jep, settings = run["chaos"], run["jepsen"], run.get("settings", {})
+        per_run.append({
+            "seed": settings.get("seed"), "faults": len(run["faults"]), "kinds_drawn": len(run["by_kind"]),
+            "acked": chaos["acked"], "lost_write": len(jep["lost_write"]),
+            "inconsistent_offsets": len(jep["inconsistent_offsets"]), "overlaps": len(chaos["overlaps"]),
+            "duplicate_pct": round(chaos["duplicate_pct"], 3), "worst_lag_s": jep["worst_realtime_lag_s"],
+            "worst_reachable_lag_s": jep.get("worst_reachable_lag_s", jep["worst_realtime_lag_s"]),
+            "lag_bar_s": settings.get("session_ms", 0) / 1000 + LAG_SLACK_S,
+            "violations": len(run["violations"])})
+    verdict = {
+        "runs": len(per_run), "faults": sum(r["faults"] for r in per_run),
+        "records": sum(r["acked"] for r in per_run),
+        "lost_write": sum(r["lost_write"] for r in per_run),
+        "inconsistent_offsets": sum(r["inconsistent_offsets"] for r in per_run),
+        "overlaps": sum(r["overlaps"] for r in per_run),
+        "max_duplicate_pct": max((r["duplicate_pct"] for r in per_run), default=0.0),
+        "worst_reachable_lag_s": max((r["worst_reachable_lag_s"] for r in per_run), default=0.0),
+        "runs_over_lag_bar": sum(1 for r in per_run if r["worst_reachable_lag_s"] > r["lag_bar_s"]),
+        "violations": sum(r["violations"] for r in per_run)}
+    verdict["passed"] = (not verdict["lost_write"] and not verdict["inconsistent_offsets"]
+                         and not verdict["overlaps"] and not verdict["violations"]
+                         and verdict["max_duplicate_pct"] < MAX_DUPLICATE_PCT and not verdict["runs_over_lag_bar"])
+    return {"by_kind": dict(sorted(kinds.items())), "runs": per_run, "verdict": verdict}
+
+
+def aggregate_tables(agg: dict) -> str:
+    """The per-kind table and the per-run table of ``aggregate``'s result, in Markdown."""
+    rows = [("fault kind", "injected (runs)", "longest stall, untouched partitions (s)", "same, alone (s)",
+             "anomalies")]
+    for kind, d in agg["by_kind"].items():
+        rows.append((kind, f"{d['injected']} ({d['runs']})",
+                     "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}",
+                     "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"])))
+    runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "duplicates %",
+             "worst lag (s)", "reachable lag (s)", "violations")]
+    for r in agg["runs"]:
+        runs.append((str(r["seed"]), str(r["faults"]), str(r["kinds_drawn"]), f"{r['acked']:,}", str(r["lost_write"]),
+                     str(r["inconsistent_offsets"]), str(r["overlaps"]), f"{r['duplicate_pct']:.3f}",
+                     f"{r['worst_lag_s']:.1f}", f"{r['worst_reachable_lag_s']:.1f}", str(r["violations"])))
+    v = agg["verdict"]
+    return "\n\n".join([markdown_table(rows), markdown_table(runs), (
+        f"{v['runs']} runs, {v['faults']} faults, {v['records']:,} records: lost {v['lost_write']}, inconsistent "
+        f"offsets {v['inconsistent_offsets']}, two owners {v['overlaps']}, duplicates at most "
+        f"{v['max_duplicate_pct']:.3f}% (bar {MAX_DUPLICATE_PCT}%), worst reachable lag "
+        f"{v['worst_reachable_lag_s']:.1f} s "
+        f"({v['runs_over_lag_bar']} runs over session + {LAG_SLACK_S:.0f} s) -- "
+        + ("passed" if v["passed"] else "NOT passed"))])
 
 
 class LogTail(threading.Thread):
@@ -522,7 +711,8 @@ class NemesisRun(ChaosRun):
     """A ``ChaosRun`` with every process in a namespace of its own and network and clock faults.
 
     ``NemesisRun(settings, workdir).run()`` returns a ``NemesisReport``; it starts its own
-    ZooKeeper (in namespace ``zk``) and removes its network whatever happens."""
+    ZooKeeper (one server in namespace ``zk``, or an ensemble in ``zk0``, ``zk1``, ...) and removes its
+    network whatever happens.  A fault that cuts a broker from ZooKeeper cuts it from every server."""
 
     def __init__(self, settings: NemesisSettings, workdir: str | Path, prefix: str | None = None):
         super().__init__(settings, workdir, zk_connect="")
@@ -538,29 +728,40 @@ class NemesisRun(ChaosRun):
         self.fault_nodes: list[tuple[Fault, set[str]]] = []
         #: id(fault) -> what else to say about it (the clock, the far side of a cut).
         self.details: dict[int, str] = {}
+        #: Link faults and their proxy's ``stats()`` as they began and just before the heal.
+        self.proxy_stats: list[tuple[Fault, dict, dict]] = []
+        #: The namespaces of the ZooKeeper servers (``nemesis_zk.zk_node_names``) and their servers.
+        self.zk_nodes: list[str] = nemesis_zk.zk_node_names(settings.zk_nodes)
+        self.zk_servers: dict[str, Any] = {}
+        #: Per ``zk_split``: its sides, the coordinator before and the coordinators read during it, and
+        #: how long the ensemble took to rejoin; per ``broker_remove``: the broker and the coordinator after.
+        self.zk_splits: list[dict] = []
+        self.removals: list[dict] = []
+        self.added_brokers: list[int] = []
+        self.removed_brokers: list[int] = []
+        self.next_broker_id = settings.brokers + settings.spare_brokers
 
     # ------------------------------------------------------------------ network and processes
     def run(self) -> NemesisReport:  # type: ignore[override]
         self.net = Net(self.prefix)
         self.prefix = self.net.prefix
         try:
-            for name in ["zk", "client"] + [f"b{i}" for i in range(self.s.brokers)] + \
+            for name in self.zk_nodes + ["client"] + [f"b{i}" for i in range(self.next_broker_id)] + \
                         [f"m{i}" for i in range(len(self.kinds))]:
                 self.net.add(name)
+            # ``broker_add`` makes its namespace from here (the bridge's namespace)
+            self.host_ns = HostNamespace()
             # the run's own clients (producer, samplers, checks) live in ``client``
             return self.net.call("client", self._run_in_client)
         finally:
+            if getattr(self, "host_ns", None) is not None:
+                self.host_ns.close()
             self.net.close()
 
     def _run_in_client(self) -> NemesisReport:
-        from spark_coord.zk.embedded import EmbeddedZooKeeper
-
-        zk_addr = self.net["zk"].addr
-        zk = EmbeddedZooKeeper(port=2181, data_dir=self.workdir / "zookeeper",
-                               settings={"tickTime": 500, "minSessionTimeout": 1000, "maxSessionTimeout": 60000,
-                                         "clientPortAddress": zk_addr})
-        self.net.call("zk", zk.start, timeout=60)
+        zk = nemesis_zk.start_zookeeper(self.net, self.zk_nodes, self.workdir / "zookeeper")
         self.zookeeper = zk
+        self.zk_servers = nemesis_zk.zk_servers(self.zk_nodes, zk)
         self.zk_connect = zk.connect_string
         try:
             self._chaos = ChaosRun.run(self)  # its fault loop is this class's _fault_loop
@@ -574,11 +775,19 @@ class NemesisRun(ChaosRun):
         overrides = {"zookeeper.session.timeout.ms": self.s.broker_zk_session_ms,
                      "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200,
                      "coordinator.min.session.timeout.ms": 1000}
-        self.cluster = _net_cluster(self.net, self.s.brokers, self.workdir / "cluster", self.zk_connect, overrides)
+        self.cluster = _net_cluster(self.net, self.s.brokers + self.s.spare_brokers, self.workdir / "cluster",
+                                    self.zk_connect, overrides, proxied=self.s.proxied)
         self.cluster.start()
         self.zk = connect(self.zk_connect, session_timeout_ms=20000, connection_timeout_ms=10000)
         self.tail = LogTail(self.cluster.bootstrap, self.topic)
         self.tail.start()
+
+    def _create_topic(self) -> None:
+        """The run's topic on the original brokers only (explicit assignment): the spare brokers, and
+        those ``broker_add`` starts, lead none of its partitions, so ``broker_remove`` may take them for
+        good (one replica per partition: a removed leader's partitions would be gone for ever)."""
+        nemesis_zk.create_topic(self.cluster.bootstrap, self.topic,
+                                nemesis_zk.topic_assignment(self.s.partitions, list(range(self.s.brokers))))
 
     def _member(self, slot: int):
         clock = self._next_clock.pop(slot, None)
@@ -640,6 +849,9 @@ class NemesisRun(ChaosRun):
             if kind in BROKER_KINDS and self._broker_busy.is_set():
                 return None     # wait for the broker fault in progress (``_fault_loop``)
             return ChaosRun._inject(self, kind)
+        if kind in PROXY_KINDS and not self.s.proxied:
+            self.note_skipped(f"{kind}: the run is not proxied (NemesisSettings.proxied)")
+            return None
         if kind in SERVER_KINDS and kind not in BROKER_KINDS:
             if self._broker_busy.is_set():
                 return None
@@ -648,13 +860,15 @@ class NemesisRun(ChaosRun):
                 return None
             self._broker_busy.set()
             try:
+                if kind in PROXY_KINDS:
+                    return self._proxy_fault(kind, coordinator)
                 return self._server_fault(kind, coordinator)
             except Exception:
                 self._broker_busy.clear()
                 raise
         return self._member_fault(kind)
 
-    def _server_fault(self, kind: str, coordinator: int) -> Fault:
+    def _server_fault(self, kind: str, coordinator: int) -> Fault | None:
         s, net, rng = self.s, self.net, self.rng
         brokers = sorted(self.cluster.ports)
         hold = rng.uniform(*s.cut_s)
@@ -666,13 +880,13 @@ class NemesisRun(ChaosRun):
             self._allow(victim, False)
             net.isolate(node)
             self._touch(fault, {node})
-            self._later(hold, self._end, fault, lambda: [net.heal(node, o) for o in net.nodes], True, [victim])
+            self._later(hold, self._end, fault, lambda: [net.heal(node, o) for o in list(net.nodes)], True, [victim])
         elif kind == "coordinator_zk_cut":
             node = f"b{coordinator}"
             fault = Fault(time.time(), kind, str(coordinator))
-            net.cut(node, "zk")
+            self._cut_zk(node)
             self._touch(fault, {node})
-            self._later(hold, self._end, fault, lambda: net.heal(node, "zk"), True)
+            self._later(hold, self._end, fault, lambda: self._heal_zk(node), True)
         elif kind == "broker_clients_cut":
             victim = rng.choice(brokers)
             node = f"b{victim}"
@@ -690,15 +904,15 @@ class NemesisRun(ChaosRun):
             left, right = rest[:half], rest[half:]
             fault = Fault(time.time(), kind, middle)
             self.details[id(fault)] = f"{middle} bridges {'+'.join(left)} | {'+'.join(right)}"
-            for a in left:
-                for b in right:
-                    net.cut(a, b)
-            self._touch(fault, set(servers))
+            # "zk" stands for the whole ensemble, on one side
+            pairs = [(x, y) for a in left for b in right for x in self._server_nodes(a) for y in self._server_nodes(b)]
+            for a, b in pairs:
+                net.cut(a, b)
+            self._touch(fault, {n for token in servers for n in self._server_nodes(token)})
 
             def heal() -> None:
-                for a in left:
-                    for b in right:
-                        net.heal(a, b)
+                for a, b in pairs:
+                    net.heal(a, b)
             self._later(hold, self._end, fault, heal, True)
         elif kind == "flap":
             node = f"b{coordinator}"
@@ -710,13 +924,19 @@ class NemesisRun(ChaosRun):
 
             def flapping() -> None:
                 for down, up in plan:
-                    net.cut(node, "zk")
+                    self._cut_zk(node)
                     time.sleep(down)
-                    net.heal(node, "zk")
+                    self._heal_zk(node)
                     time.sleep(up)
             t = threading.Thread(target=lambda: self._end(fault, flapping, True), daemon=True, name="flap")
             t.start()
             self._recoveries.append(t)
+        elif kind in ("zk_split",) + MEMBERSHIP_KINDS:
+            fault = (nemesis_zk.zk_split(self, coordinator) if kind == "zk_split" else
+                     nemesis_zk.broker_add(self) if kind == "broker_add" else
+                     nemesis_zk.broker_remove(self, coordinator))
+            if fault is None:   # skipped (noted in ``skipped``): nothing was touched
+                self._broker_busy.clear()
         else:  # clock_coordinator_offset / clock_coordinator_fast
             clock = self._clock(kind)
             fault = Fault(time.time(), kind, str(coordinator))
@@ -740,6 +960,68 @@ class NemesisRun(ChaosRun):
             self._later(hold, self._end, fault, back, True)
         return fault
 
+    def _server_nodes(self, token: str) -> list[str]:
+        """The nodes a server token of a fault stands for: ``zk`` is every ZooKeeper server."""
+        return self.zk_nodes if token == "zk" else [token]
+
+    def _cut_zk(self, node: str) -> None:
+        """Cut ``node`` from every ZooKeeper server."""
+        for z in self.zk_nodes:
+            self.net.cut(node, z)
+
+    def _heal_zk(self, node: str) -> None:
+        for z in self.zk_nodes:
+            self.net.heal(node, z)
+
+    def note_skipped(self, note: str) -> None:
+        """Say in the report that a drawn fault could not be injected, and why (once per reason)."""
+        if note not in self.skipped:
+            self.skipped.append(note)
+
+    def _proxy_fault(self, kind: str, coordinator: int) -> Fault | None:
+        """A link fault (``PROXY_KINDS``) set on a broker's proxy for as long as a cut, then ``pass``:
+        ``stall_broker`` takes the coordinator's broker, the others it half the time, else any running
+        broker."""
+        s, rng, cluster = self.s, self.rng, self.cluster
+        running = [b for b in sorted(cluster.proxies) if b in cluster.procs and cluster.procs[b].poll() is None]
+        if kind == "stall_broker" or not running or rng.random() < 0.5:
+            victim = coordinator
+        else:
+            victim = rng.choice(running)
+        proxy = cluster.proxies.get(victim)
+        if proxy is None or not proxy.alive():
+            self.note_skipped(f"{kind}: broker {victim} has no running proxy")
+            self._broker_busy.clear()
+            return None
+        if kind == "slow_broker":
+            latency = rng.randint(100, 800)
+            mode, detail = ("delay", latency, latency // 2), f"delay {latency} ms + 0-{latency // 2} ms"
+        elif kind == "throttle_broker":
+            rate = rng.randint(8, 64) * 1024
+            mode, detail = ("bandwidth", rate), f"{rate // 1024} KB/s per link and direction"
+        else:
+            mode, detail = ("stall",), "stall"
+        before = proxy.stats()
+        fault = Fault(time.time(), kind, str(victim))
+        self.details[id(fault)] = detail
+        if kind == "stall_broker":
+            self._allow(victim, False)
+        proxy.mode(*mode)
+        self._touch(fault, {f"b{victim}"})
+
+        def heal() -> None:
+            try:
+                during = proxy.stats()
+            finally:
+                proxy.mode("pass")
+            self.proxy_stats.append((fault, before, during))
+            note = f"{detail}; {during['open']} links, {during['held']} B held at the heal"
+            if kind == "stall_broker":
+                note += f", {during['stalled_bytes'] - before['stalled_bytes']} B read while stalled"
+            self.details[id(fault)] = note
+        self._later(rng.uniform(*s.cut_s), self._end, fault, heal, True, [victim] if kind == "stall_broker" else [])
+        return fault
+
     def _clock(self, kind: str) -> str:
         session_s = max(self.s.member_session_ms, self.s.broker_zk_session_ms) / 1000
         return f"+{int(2 * session_s + 30)}s" if kind.endswith("offset") else "x2"
@@ -756,7 +1038,8 @@ class NemesisRun(ChaosRun):
             fault = Fault(time.time(), kind, m.name)
             net.isolate(node)
             self._touch(fault, {node})
-            self._later(hold, self._end, fault, lambda: [net.heal(node, o) for o in net.nodes], False, (), [m.name])
+            self._later(hold, self._end, fault, lambda: [net.heal(node, o) for o in list(net.nodes)], False, (),
+                        [m.name])
             return fault
         if kind == "member_coordinator_cut":
             coordinator = self._coordinator()
@@ -794,10 +1077,7 @@ class NemesisRun(ChaosRun):
         s = self.s
         if s.schedule:
             return [(s.warmup_s + at, kind) for at, kind in s.schedule]
-        window = max(1.0, s.duration_s - s.warmup_s - s.cooldown_s)
-        kinds = [k for k, w in s.weights.items() if w > 0]
-        return sorted((s.warmup_s + self.rng.uniform(0, window),
-                       self.rng.choices(kinds, weights=[s.weights[k] for k in kinds])[0]) for _ in range(s.faults))
+        return plan(s, self.rng)
 
     def _try_inject(self, kind: str) -> Fault | None:
         try:
@@ -864,7 +1144,7 @@ class NemesisRun(ChaosRun):
         for p, n in self.producer.acked:
             acked.setdefault((self.topic, p), set()).add(f"{p}:{n}".encode())
         log_ends = self.sampler.samples
-        result = jepsen_checks.check(acked, log_recs, journals, seen, log_ends)
+        result = jepsen_checks.check(acked, log_recs, journals, seen, log_ends, self._leader_away())
         first = _first_deliveries(journals)
         by_kind: dict[str, dict] = {}
         anomalies = result.violations + chaos.violations
@@ -889,8 +1169,33 @@ class NemesisRun(ChaosRun):
                        until=None if f.until is None else round(f.until - self.t0, 2),
                        detail=self.details.get(id(f), ""), combined=getattr(f, "combined", False))
                   for f in self.faults]
+        settings = {"seed": self.s.seed, "faults": self.s.faults, "duration_s": self.s.duration_s,
+                    "kinds": list(self.kinds), "session_ms": self.s.kafka_session_ms or self.s.member_session_ms}
         return NemesisReport(chaos=chaos, prefix=self.net.prefix, jepsen=result.to_dict(), by_kind=by_kind,
-                             clock="libfaketime" if self.clock_ok else "none", skipped=self.skipped, faults=faults)
+                             clock="libfaketime" if self.clock_ok else "none", skipped=self.skipped, faults=faults,
+                             settings=settings)
+
+    def _share_leaders_hit(self, f: Fault) -> dict[int, bool]:
+        """As ``ChaosRun``'s, plus the brokers a link fault cut from their share members, slowed past their
+        request timeouts, or restarted under a false clock: a share member whose connection to the leader
+        broke opens a new share session, and the leader releases what the old one held."""
+        hit = ChaosRun._share_leaders_hit(self, f)
+        if f.kind in SHARE_LEADER_KINDS:
+            for fault, nodes in self.fault_nodes:
+                if fault is f:
+                    hit.update({int(n[1:]): True for n in nodes if n[:1] == "b" and n[1:].isdigit()})
+        return hit
+
+    def _leader_away(self) -> dict[tuple[str, int], list[tuple[float, float]]]:
+        """partition -> windows when its clients could not reach its leader: the leader's broker down,
+        paused or restarted (``broker_down``), or cut from its clients or stalled (``LEADER_AWAY_KINDS``)."""
+        out: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for p, leader in self.leaders.items():
+            windows = list(self.broker_down.get(leader, ()))
+            windows += [(f.at, f.until or time.time()) for f, nodes in self.fault_nodes
+                        if f.kind in LEADER_AWAY_KINDS and f"b{leader}" in nodes]
+            out[(self.topic, p)] = windows
+        return out
 
     def _untouched(self, fault: Fault, nodes: set[str], until: float) -> list[int]:
         """Partitions whose leader and owners at ``fault.at`` the fault did not touch."""
@@ -906,11 +1211,12 @@ class NemesisRun(ChaosRun):
 
     def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
         """As ``ChaosRun``'s, plus: Kafka members wait while the coordinator is cut off or restarted
-        under a false clock (librdkafka's reconnect backoff), every member while it was cut off."""
+        under a false clock (librdkafka's reconnect backoff), or moves (a split of the ensemble, a broker
+        joining or leaving takes or hands over coordinator shards), every member while it was cut off."""
         out = ChaosRun._waiting_members(self)
         coordinator_faults = [(f.at, (f.until or f.at) + 15.0) for f in self.faults if f.kind in (
             "isolate_broker", "coordinator_zk_cut", "flap", "bridge", "clock_coordinator_offset",
-            "clock_coordinator_fast", "broker_clients_cut")]
+            "clock_coordinator_fast", "broker_clients_cut", "zk_split", "broker_add", "broker_remove", "stall_broker")]
         for name, m in self.members.items():
             if getattr(m, "kind", "thin") != "thin":
                 out.setdefault(name, []).extend(coordinator_faults)
@@ -931,6 +1237,21 @@ class NemesisRun(ChaosRun):
                       and e["ts"] >= f.at]
             out.setdefault(name, []).append((f.at + session_s, (min(learnt) if learnt else f.until) + 5.0))
         return out
+
+
+def plan(s: NemesisSettings, rng) -> list[tuple[float, str]]:
+    """``s.faults`` (seconds from the start, kind) at uniform random times of the fault window, kinds
+    drawn by ``s.weights``; with ``s.every_kind`` and at least as many faults as kinds of weight > 0,
+    each such kind is drawn once (in a random order) before the rest are drawn by weight."""
+    window = max(1.0, s.duration_s - s.warmup_s - s.cooldown_s)
+    kinds = [k for k, w in s.weights.items() if w > 0]
+    if not kinds or s.faults <= 0:
+        return []
+    drawn = rng.sample(kinds, len(kinds)) if s.every_kind and s.faults >= len(kinds) else []
+    drawn += rng.choices(kinds, weights=[s.weights[k] for k in kinds], k=s.faults - len(drawn))
+    rng.shuffle(drawn)
+    times = sorted(s.warmup_s + rng.uniform(0, window) for _ in drawn)
+    return list(zip(times, drawn))
 
 
 def s_window(s: NemesisSettings) -> float:

@@ -40,7 +40,7 @@ import weakref
 
 import javaproperties
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from spark_coord import config
 from spark_coord.net import free_port
@@ -523,14 +523,30 @@ class EmbeddedEnsemble:
     kept, so a member that was ``kill()``-ed can be ``start()``-ed again at the same
     address.  ``members[i]`` is ``server.{i + 1}``; ``data_dir`` None uses a
     temporary directory that ``stop()`` deletes.
+
+    ``hosts`` gives each member an address of its own (all of them bind ``host``
+    otherwise): each member's client, peer and election ports are bound on its
+    address, so members on distinct addresses (one network namespace each, as the
+    nemesis runs them) may share fixed ``ports`` = (client, peer, election).
+    ``launch(i, start)`` runs ``start`` for member i (e.g. on a thread inside that
+    member's namespace, so that its java process lives there); None: here.
     """
 
     def __init__(self, size: int = 3, data_dir: str | os.PathLike[str] | None = None,
-                 settings: Mapping[str, Any] | None = None, host: str = "127.0.0.1"):
+                 settings: Mapping[str, Any] | None = None, host: str = "127.0.0.1", *,
+                 hosts: Sequence[str] | None = None, ports: tuple[int, int, int] | None = None,
+                 launch: Callable[[int, Callable[[], Any]], Any] | None = None):
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {size}")
+        if hosts is not None and len(hosts) != size:
+            raise ValueError(f"{len(hosts)} hosts for an ensemble of {size}")
+        if ports is not None and (hosts is None or len(set(hosts)) != size):
+            raise ValueError("fixed ports need one distinct host per member")
         self.size = size
         self.host = host
+        self.hosts = list(hosts) if hosts is not None else [host] * size
+        self.ports = ports
+        self._launch = launch
         self._settings = dict(settings or {})
         self._own_data_dir = data_dir is None
         self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
@@ -560,15 +576,22 @@ class EmbeddedEnsemble:
                     taken.add(p)
                     return p
 
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        servers = {f"server.{n}": f"{host}:{port()}:{port()}" for n in range(1, self.size + 1)}
-        settings = {"clientPortAddress": self.host, **self._settings, **servers}
-        self.members = [EmbeddedZooKeeper(port(), self._data_dir / f"server-{n}", {**settings, "myid": n})
-                        for n in range(1, self.size + 1)]
+        def bracket(h: str) -> str:
+            return f"[{h}]" if ":" in h else h
+
+        # (address, client port, peer port, election port) of each member
+        addresses = [(h, *(self.ports or (port(), port(), port()))) for h in self.hosts]
+        servers = {f"server.{n}": f"{bracket(h)}:{p}:{e}" for n, (h, _, p, e) in enumerate(addresses, 1)}
+        self.members = [EmbeddedZooKeeper(c, self._data_dir / f"server-{n}",
+                                          {"clientPortAddress": h, **self._settings, **servers, "myid": n})
+                        for n, (h, c, _, _) in enumerate(addresses, 1)]
         deadline = time.monotonic() + timeout
         try:
-            for m in self.members:
-                m.start(timeout, wait=False)
+            for i, m in enumerate(self.members):
+                if self._launch is None:
+                    m.start(timeout, wait=False)
+                else:
+                    self._launch(i, lambda m=m: m.start(timeout, wait=False))
             for m in self.members:
                 m.wait_serving(max(1.0, deadline - time.monotonic()))
         except BaseException:

@@ -1,0 +1,74 @@
+"""The nemesis's schedule (every kind drawn once per run, then by weight) and the aggregation of many
+runs into the per-kind table and the bar of ten runs (``testing.nemesis``), on hand-made reports."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from spark_coord.testing import nemesis
+
+
+def _settings(**kw) -> nemesis.NemesisSettings:
+    base = dict(faults=60, duration_s=700, warmup_s=20, cooldown_s=40, seed=1)
+    base.update(kw)
+    return nemesis.NemesisSettings(**base)
+
+
+def test_every_kind_of_weight_above_zero_is_drawn_at_least_once():
+    s = _settings()
+    kinds = {k for k, w in s.weights.items() if w > 0}
+    for seed in range(20):
+        plan = nemesis.plan(s, random.Random(seed))
+        assert len(plan) == 60
+        drawn = Counter(k for _, k in plan)
+        assert set(drawn) == kinds, kinds - set(drawn)
+        times = [t for t, _ in plan]
+        assert times == sorted(times) and s.warmup_s <= times[0] and times[-1] <= s.duration_s - s.cooldown_s
+
+
+def test_kinds_of_weight_zero_are_never_drawn_and_fewer_faults_than_kinds_draw_by_weight():
+    s = _settings(faults=3, weights={"flap": 1, "bridge": 1, "isolate_member": 1, "member_kill": 0, "zk": 0})
+    plan = nemesis.plan(s, random.Random(3))
+    assert len(plan) == 3 and {k for _, k in plan} <= {"flap", "bridge", "isolate_member"}
+    s = _settings(faults=2, weights={"flap": 1, "bridge": 1, "isolate_member": 1})
+    assert len(nemesis.plan(s, random.Random(3))) == 2
+    s = _settings(faults=50, every_kind=False, weights={"flap": 1, "bridge": 0})
+    assert {k for _, k in nemesis.plan(s, random.Random(3))} == {"flap"}
+
+
+def _run(seed: int, by_kind: dict, *, dup=0.05, lag=12.0, reachable=8.0, lost=(), overlaps=()) -> dict:
+    return {"by_kind": by_kind, "faults": [{}] * sum(d["injected"] for d in by_kind.values()),
+            "chaos": {"acked": 1000, "overlaps": list(overlaps), "duplicate_pct": dup},
+            "jepsen": {"lost_write": list(lost), "inconsistent_offsets": [], "worst_realtime_lag_s": lag,
+                       "worst_reachable_lag_s": reachable},
+            "settings": {"seed": seed, "session_ms": 6000}, "violations": list(lost) + list(overlaps)}
+
+
+def _kind(injected: int, stall, alone=None, anomalies=0) -> dict:
+    return {"injected": injected, "stall_max_s": stall, "alone_max_s": alone, "anomalies": anomalies}
+
+
+def test_aggregate_sums_injections_keeps_the_longest_stall_and_judges_the_bar():
+    runs = [_run(1, {"flap": _kind(2, 1.5, 1.0), "bridge": _kind(1, None)}),
+            _run(2, {"flap": _kind(3, 0.5, 2.5), "isolate_member": _kind(1, 4.0, anomalies=0)}, reachable=15.9)]
+    agg = nemesis.aggregate(runs)
+    assert agg["by_kind"]["flap"] == {"injected": 5, "runs": 2, "stall_max_s": 1.5, "alone_max_s": 2.5,
+                                      "anomalies": 0}
+    assert agg["by_kind"]["bridge"]["stall_max_s"] is None
+    v = agg["verdict"]
+    assert v["runs"] == 2 and v["faults"] == 7 and v["records"] == 2000 and v["passed"]
+    text = nemesis.aggregate_tables(agg)
+    assert "| flap " in text and "5 (2)" in text and "passed" in text and "NOT" not in text
+
+
+def test_the_bar_fails_on_a_lost_write_two_owners_duplicates_or_lag():
+    ok = {"flap": _kind(1, 1.0)}
+    assert not nemesis.aggregate([_run(1, ok), _run(2, ok, lost=["lost"])])["verdict"]["passed"]
+    assert not nemesis.aggregate([_run(1, ok, overlaps=["two owners"])])["verdict"]["passed"]
+    assert not nemesis.aggregate([_run(1, ok, dup=0.1)])["verdict"]["passed"]
+    over = nemesis.aggregate([_run(1, ok, lag=40.0, reachable=16.5)])["verdict"]
+    assert not over["passed"] and over["runs_over_lag_bar"] == 1
+    # the realtime lag alone (leaders unreachable) does not fail it
+    assert nemesis.aggregate([_run(1, ok, lag=40.0, reachable=15.0)])["verdict"]["passed"]
+    assert "NOT passed" in nemesis.aggregate_tables(nemesis.aggregate([_run(1, ok, dup=0.5)]))
