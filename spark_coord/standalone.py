@@ -62,7 +62,7 @@ from spark_coord.broker.security import BrokerSecurity
 from spark_coord.security.client import ClientSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model, paths
-from spark_coord.zk.client import ZooKeeperUnavailable
+from spark_coord.zk.client import ZooKeeperUnavailable, start_until_started
 
 log = logging.getLogger(__name__)
 
@@ -491,18 +491,19 @@ async def serve(cfg: config_mod.Config) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    coordinator = StandaloneCoordinator(cfg)
-    # start() waits for the data cluster as long as it takes (saying why): a signal stops it meanwhile
-    starting = asyncio.ensure_future(coordinator.start())
+    # start() waits for the data cluster as long as it takes (saying why), and starts again when its ZooKeeper
+    # session is lost midway: a signal stops it meanwhile
+    starting = asyncio.ensure_future(start_until_started(lambda: StandaloneCoordinator(cfg),
+                                                         f"coordinator {cfg['coordinator.id']}"))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)  # start() closes what it opened
-        log.info("coordinator %d stopped before it started", coordinator.coordinator_id)
+        log.info("coordinator %d stopped before it started", cfg["coordinator.id"])
         return 0
     try:
-        starting.result()
+        coordinator = starting.result()
     except (BrokerIdTaken, ZooKeeperUnavailable, ConnectionError, OSError) as e:
         stopping.cancel()
         log.error("coordinator %d cannot start: %s", cfg["coordinator.id"], e)

@@ -61,6 +61,7 @@ from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.core.metrics import NO_METRICS
 from spark_coord.coordinator.core.shards import place, shard_of
+from spark_coord.coordinator.storage.store import StoreError
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import ResourceType
@@ -72,6 +73,8 @@ log = logging.getLogger(__name__)
 
 #: A shard free for this long is taken by any live coordinator, not only by its target.
 FREE_SHARD_GRACE_S = 10.0
+#: First and longest wait before loading an elected shard again after its load failed (seconds).
+ACTIVATE_RETRY_S = (0.2, 5.0)
 
 class BrokerMemberChannel:
     """A registered member's broker connection, as the coordinator's ``MemberChannel``."""
@@ -150,7 +153,23 @@ class ShardRole:
 
     async def _elected(self, epoch: int) -> None:
         log.info("%d coordinates shard %d (epoch %d)", self.service.broker.broker_id, self.shard, epoch)
-        await self.coordinator.activate(epoch)
+        delay = ACTIVATE_RETRY_S[0]
+        while True:
+            try:
+                await self.coordinator.activate(epoch)
+                break
+            except StoreError as e:
+                # ZooKeeper out of reach while loading (ConnectionLoss): the election may still be ours
+                # (the session resumes), and a shard elected but never loaded would answer its groups
+                # COORDINATOR_LOAD_IN_PROGRESS for ever -- load it again while that election is held
+                if self.elector.epoch != epoch:
+                    return
+                log.warning("%d could not load shard %d (epoch %d): %s; trying again in %.1f s",
+                            self.service.broker.broker_id, self.shard, epoch, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, ACTIVATE_RETRY_S[1])
+                if self.elector.epoch != epoch:
+                    return
         self.service._topics_changed_in(self, self.service.broker.view)
         # placement may have given the shard to another coordinator while the election ran (its
         # node's watch fired before it was won): look again now that it is held

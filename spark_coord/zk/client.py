@@ -46,7 +46,7 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe import watchers
 from kazoo.retry import KazooRetry, RetryFailedError
@@ -204,6 +204,38 @@ class ChildrenWatch(watchers.ChildrenWatch):
 
 
 # ------------------------------------------------------------------------- asyncio
+
+#: Errors of a ZooKeeper session lost in the middle of a row of calls: starting again may mend them.
+SESSION_LOST = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
+#: First and longest wait before a process starts again after its session was lost mid-start (seconds).
+START_RETRY_S = (0.5, 10.0)
+
+
+async def start_until_started(make: Callable[[], Any], what: str, stop: asyncio.Event | None = None) -> Any:
+    """``make()`` then its ``start()``, and again with a new one (after backoff) while a start fails on a
+    ZooKeeper session lost mid-way (``SESSION_LOST``: a network fault while a broker or coordinator
+    starts; ``start`` stops what it opened before raising); the started object, or None once ``stop``
+    is set.  Errors another try would not mend (ZooKeeper unreachable at connect, an id taken, a port
+    in use) are raised."""
+    delay = START_RETRY_S[0]
+    while True:
+        obj = make()
+        try:
+            await obj.start()
+            return obj
+        except SESSION_LOST as e:
+            log.warning("%s: ZooKeeper session lost while starting (%s); starting again in %.1f s",
+                        what, type(e).__name__, delay)
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+                return None
+            except asyncio.TimeoutError:
+                pass
+        delay = min(delay * 2, START_RETRY_S[1])
+
 
 def to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any]) -> Callable[..., None]:
     """Wrap ``fn`` so that calling the wrapper from any thread (kazoo's) schedules
