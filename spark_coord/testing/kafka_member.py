@@ -17,6 +17,10 @@ librdkafka refuses ``session.timeout.ms``, ``heartbeat.interval.ms`` and
 the brokers' ``group.consumer.session.timeout.ms`` / ``group.consumer.heartbeat.interval.ms``),
 so ``--session-timeout-ms`` does not apply to it.
 
+Every kind runs with ``socket.timeout.ms`` = ``SOCKET_TIMEOUT_MS`` (10 s, librdkafka's default
+is 60 s): a connection a network partition leaves open but silent (a blackhole sends no
+reset) is given up after that long, as an operator expecting partitions would set it.
+
 The journal has the JSON-lines format of ``testing.member`` (``ts``, ``ev``), so the
 checks of ``testing.invariants`` read both kinds alike:
 
@@ -60,6 +64,9 @@ from spark_coord.testing.member import Journal, MemberProcess
 log = logging.getLogger(__name__)
 
 __all__ = ["KafkaMemberProcess", "STRATEGIES", "main"]
+
+#: librdkafka's ``socket.timeout.ms`` for every kind (see the module docstring).
+SOCKET_TIMEOUT_MS = 10000
 
 #: ``--strategy`` -> the group settings it adds to librdkafka's configuration (eager: its default
 #: assignors, range,roundrobin).
@@ -112,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     session = args.session_timeout_ms
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.client_id,
             "enable.auto.commit": False, "auto.offset.reset": "earliest" if args.reset == "smallest" else "latest",
-            "error_cb": on_error, "logger": logging.getLogger("librdkafka"), **STRATEGIES[args.strategy]}
+            "error_cb": on_error, "logger": logging.getLogger("librdkafka"),
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS, **STRATEGIES[args.strategy]}
     if args.strategy in CLASSIC:
         conf.update({"session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(3000, session // 3))})
     consumer = Consumer(conf)

@@ -51,6 +51,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from spark_coord.testing.kafka_member import SOCKET_TIMEOUT_MS
 from spark_coord.testing.member import Journal, MemberProcess
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             journal.write("ackcb", t=tp.topic, p=tp.partition, offs=sorted(offs), code=code, msg=msg)
 
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.client_id,
-            "share.acknowledgement.mode": "explicit", "error_cb": on_error, "logger": logging.getLogger("librdkafka")}
+            "share.acknowledgement.mode": "explicit", "error_cb": on_error, "logger": logging.getLogger("librdkafka"),
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS}   # as the group members (testing.kafka_member)
     if args.max_poll_records > 0:
         conf["max.poll.records"] = args.max_poll_records
     sc = ShareConsumer(conf)
