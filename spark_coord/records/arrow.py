@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from spark_coord.records import compression
 from spark_coord.records.header import HEADER_SIZE, MIN_RECORD_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidBatch
+from spark_coord.records.pa_arrays import constant, int_array  # built without pandas (see there)
 from spark_coord.records.reader import batch_records, check_crc, iter_batches, read_uvarint
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,12 @@ _SCHEMAS = {False: pa.schema(_BASE_FIELDS), True: pa.schema(_BASE_FIELDS + [pa.f
 def kafka_schema(include_headers: bool) -> pa.Schema:
     """The Arrow schema of Spark's Kafka source rows (``headers`` only if asked)."""
     return _SCHEMAS[bool(include_headers)]
+
+
+#: Scalar operands of the Python decoder's compute calls (a Python int there would go through ``pa.scalar``).
+_ONE_U64 = int_array((1,), pa.uint64())[0]
+_THOUSAND = int_array((1000,), pa.int64())[0]
+_TRUE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x01")])[0]
 
 
 class _Columns:
@@ -258,6 +265,12 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
         if rb is not None:
             return rb
     return _decode_python(plan, topic, partition, include_headers)
+
+
+def decoder_loaded() -> bool:
+    """Whether this process has loaded all a decode ever loads: the compiled kernel (on the first record set of
+    ``SMALL_SET_RECORDS`` records or more), or there is none to load."""
+    return arrow_jit is not None or not _USE_JIT
 
 
 def _kernel(chosen: list[tuple[BatchHeader, memoryview, int]]) -> bool:
@@ -468,14 +481,15 @@ def _per_batch(batches: list[tuple[int, int, int, int]], index: int, type_: pa.D
     values = {b[index] for b in batches}
     total = sum(b[0] for b in batches)
     if len(values) == 1:
-        return pa.repeat(pa.scalar(values.pop(), type_), total)
-    return pa.concat_arrays([pa.repeat(pa.scalar(b[index], type_), b[0]) for b in batches])
+        return constant(values.pop(), type_, total)
+    return pa.concat_arrays([constant(b[index], type_, b[0]) for b in batches])
 
 
 def _unzigzag(raw: pa.Array) -> pa.Array:
     """Zigzag-decode a uint64 array into int64."""
-    half = pc.shift_right(raw, 1).cast(pa.int64())
-    sign = pc.negate(pc.bit_wise_and(raw, 1).cast(pa.int64()))
+    one = _ONE_U64
+    half = pc.shift_right(raw, one).cast(pa.int64())
+    sign = pc.negate(pc.bit_wise_and(raw, one).cast(pa.int64()))
     return pc.bit_wise_xor(half, sign)
 
 
@@ -483,21 +497,22 @@ def _build(arena: bytes, cols: _Columns, topic: str, partition: int, include_hea
     n = len(cols.offset_deltas)
     schema = kafka_schema(include_headers)
     if n == 0:
-        return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+        return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
     arena_buf = pa.py_buffer(arena)
     keys, values = _gather_pairs(arena_buf, cols.bounds, n, cols.key_nulls, cols.value_nulls)
-    offset_raw = pa.array(cols.offset_deltas, pa.uint64())
-    if pc.max(offset_raw).as_py() >= 2**32 or pc.any(pc.bit_wise_and(offset_raw, 1).cast(pa.bool_())).as_py():
+    offset_raw = int_array(cols.offset_deltas, pa.uint64())
+    one = _ONE_U64
+    if pc.max(offset_raw).as_py() >= 2**32 or pc.any(pc.bit_wise_and(offset_raw, one).cast(pa.bool_())).as_py():
         raise InvalidBatch("offsetDelta negative or beyond int32")
-    offsets = pc.add(pc.shift_right(offset_raw, 1).cast(pa.int64()), _per_batch(cols.batches, 1, pa.int64()))
-    ts_ms = pc.add(_unzigzag(pa.array(cols.ts_deltas, pa.uint64())), _per_batch(cols.batches, 2, pa.int64()))
+    offsets = pc.add(pc.shift_right(offset_raw, one).cast(pa.int64()), _per_batch(cols.batches, 1, pa.int64()))
+    ts_ms = pc.add(_unzigzag(int_array(cols.ts_deltas, pa.uint64())), _per_batch(cols.batches, 2, pa.int64()))
     arrays = [
         keys,
         values,
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        constant(topic, pa.string(), n),
+        constant(partition, pa.int32(), n),
         offsets,
-        pc.multiply(ts_ms, 1000).view(TIMESTAMP_TYPE),
+        pc.multiply(ts_ms, _THOUSAND).view(TIMESTAMP_TYPE),
         _per_batch(cols.batches, 3, pa.int32()),
     ]
     if include_headers:
@@ -542,23 +557,23 @@ def _with_nulls(arr: pa.Array, nulls: list[int]) -> pa.Array:
 def _headers_column(arena_buf: pa.Buffer, cols: _Columns) -> pa.Array:
     total = len(cols.hbounds) >> 2
     if total == 0:
-        items = pa.array([], type=_HEADER_TYPE)
+        items = pa.nulls(0, _HEADER_TYPE)
     else:
         hkeys, hvalues = _gather_pairs(arena_buf, cols.hbounds, total, [], cols.hvalue_nulls)
         items = pa.StructArray.from_arrays([hkeys.cast(pa.string()), hvalues], fields=list(_HEADER_TYPE))
-    return pa.ListArray.from_arrays(pa.array(cols.hoffsets, pa.int32()), items, type=HEADERS_TYPE)
+    return pa.ListArray.from_arrays(int_array(cols.hoffsets, pa.int32()), items, type=HEADERS_TYPE)
 
 
 def _restrict(rb: pa.RecordBatch, start: int, end: int | None) -> pa.RecordBatch:
     """Rows with offset in [start, end): a zero-copy slice when they are contiguous."""
     offsets = rb.column(4)
-    mask = pc.greater_equal(offsets, start)
+    mask = pc.greater_equal(offsets, int_array((start,), pa.int64())[0])
     if end is not None:
-        mask = pc.and_(mask, pc.less(offsets, end))
+        mask = pc.and_(mask, pc.less(offsets, int_array((end,), pa.int64())[0]))
     keep = pc.sum(mask).as_py() or 0
     if keep == 0:
         return rb.slice(0, 0)
-    first = pc.index(mask, True).as_py()
+    first = pc.index(mask, _TRUE).as_py()
     if pc.all(mask.slice(first, keep)).as_py():
         return rb.slice(first, keep)
     return rb.filter(mask)

@@ -555,6 +555,8 @@ class _Outputs:
                 self.tstype, self.hloff, self.hkoff, self.hkdata, self.hvoff, self.hvdata, self.hvvalid)
 
     def record_batch(self, pa, topic: str, partition: int, schema, header_type):
+        from spark_coord.records.pa_arrays import constant  # built without pandas (see there)
+
         st = self.stats
         n = int(st[_ROWS])
         buf = pa.py_buffer
@@ -562,8 +564,8 @@ class _Outputs:
             _binary(pa, pa.binary(), n, self.kvalid, int(st[_KEY_NULLS]), self.koff, self.kdata, int(st[_KEY_BYTES])),
             _binary(pa, pa.binary(), n, self.vvalid, int(st[_VALUE_NULLS]), self.voff, self.vdata,
                     int(st[_VALUE_BYTES])),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            constant(topic, pa.string(), n),
+            constant(partition, pa.int32(), n),
             pa.Array.from_buffers(pa.int64(), n, [None, buf(self.offs[:n])]),
             pa.Array.from_buffers(schema.field("timestamp").type, n, [None, buf(self.ts[:n])]),
             pa.Array.from_buffers(pa.int32(), n, [None, buf(self.tstype[:n])]),
@@ -580,7 +582,7 @@ class _Outputs:
 
 def _binary(pa, type_, n: int, validity, nulls: int, offsets, data, nbytes: int):
     if n == 0:
-        return pa.array([], type_)
+        return pa.nulls(0, type_)
     if nulls == n:
         return pa.nulls(n, type_)
     bitmap = pa.py_buffer(validity) if nulls else None

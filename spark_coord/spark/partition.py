@@ -76,6 +76,7 @@ def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  
 
     Nothing for anything else: PySpark plans a read with no input partitions as one
     ``InputPartition(None)``."""
+    global _first_read_done
     if not isinstance(p, KafkaInputPartition):
         return
     prepare_worker()
@@ -87,9 +88,16 @@ def read_partition(p: KafkaInputPartition) -> Iterator["pyarrow.RecordBatch"]:  
         raise
     finally:
         reader.close()
-    settle_worker()
+    from spark_coord.records.arrow import decoder_loaded
+
+    # Not at the end of a worker's first read while the compiled kernel is not loaded: that read is a fresh
+    # query's first micro-batch of a few records, whose records the collection would only hold up.
+    if decoder_loaded() or _first_read_done:
+        settle_worker()
+    _first_read_done = True
 
 
+_first_read_done = False
 _memory_kept = False
 _objects_frozen = False
 
@@ -109,7 +117,8 @@ def prepare_worker() -> None:
 
 
 def settle_worker() -> None:
-    """After a Spark Python worker's first task: the objects it holds by then -- pyspark, pyarrow,
+    """After a Spark Python worker's first task (for a read of a few records before the compiled decoder
+    is loaded, its second): the objects it holds by then -- pyspark, pyarrow,
     numba and the compiled decoder, ours, all loaded -- are moved out of the cyclic garbage
     collector's sight (``gc.freeze``, after one collection).  They live as long as the worker,
     and every full collection walked all of them: the collections that each batch's objects set

@@ -51,3 +51,29 @@ def test_decompression_buffers_in_a_fresh_process():
 def test_buffer_is_uninitialised_numpy():
     buf = compression._buffer(16)
     assert len(buf) == 16 and buf.dtype.name == "uint8"
+
+
+def test_decoding_never_imports_pandas():
+    """A fresh Spark Python worker's first micro-batch must not pay for pandas (a fifth of a second or more),
+    which nothing else a read does imports: every path of ``decode_to_arrow`` -- small sets in Python,
+    the compiled kernel, compressed batches, headers, an offset range, no records -- builds its arrays
+    from buffers."""
+    code = ("import sys\n"
+            "from spark_coord.records.arrow import decode_to_arrow\n"
+            "from spark_coord.records.builder import BatchBuilder\n"
+            "def record_set(n, codec):\n"
+            "    b = BatchBuilder(codec=codec)\n"
+            "    for i in range(n): b.append(b'v%d' % i, key=None if i % 3 else b'k', timestamp_ms=1700000000000 + i, "
+            "headers=[('h', b'x'), ('n', None)] if i % 2 else ())\n"
+            "    return b.build(base_offset=10)\n"
+            "rows = 0\n"
+            "for n in (5, 3000):\n"
+            "    for codec in (0, 3):\n"
+            "        buf = record_set(n, codec)\n"
+            "        for headers in (False, True):\n"
+            "            rows += decode_to_arrow(buf, 't', 1, include_headers=headers).num_rows\n"
+            "            rows += decode_to_arrow(buf, 't', 1, 12, 14, include_headers=headers).num_rows\n"
+            "            rows += decode_to_arrow(buf, 't', 1, 10**6, include_headers=headers).num_rows\n"
+            "print(rows, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(2 * 2 * (5 + 2 + 3000 + 2)), "False"]
