@@ -1078,7 +1078,8 @@ class CommitWatcher(threading.Thread):
 
     def _scan(self) -> None:
         r = self.run_
-        for name, m in list(r.members.items()):
+        members = list(r.members.items())   # the fault loop adds incarnations meanwhile: one view per scan
+        for name, m in members:
             tail = self._tails.setdefault(name, JournalTail(m.journal_path))
             st = self._state.setdefault(name, {"since": None, "failed": 0.0, "dumps": 0, "last": 0.0,
                                                "started": False, "committed": 0.0})
@@ -1093,7 +1094,7 @@ class CommitWatcher(threading.Thread):
                     st["since"] = None
                     st["committed"] = e["ts"]
         now = time.time()
-        for name, m in list(r.members.items()):
+        for name, m in members:
             st = self._state[name]
             # commits still failing (the last one lately), for long enough, while another member commits
             if st["since"] is None or not st["started"] or not m.alive() or now - st["failed"] > 2.0 \
