@@ -322,10 +322,9 @@ class ChaosRun:
         self.share_group = "chaos-share"
 
     # ---------------------------------------------------------------- setup
-    def _start_cluster(self):
-        from spark_coord.cluster import LocalCluster
-        from spark_coord.zk.client import connect
-
+    def _broker_overrides(self) -> dict[str, object]:
+        """The brokers' settings for the run: short ZooKeeper sessions, quick commits and rebalance retries,
+        and the share and KIP-848 timeouts of the members' settings."""
         overrides = {"zookeeper.session.timeout.ms": self.s.broker_zk_session_ms,
                      **({} if self.s.coordinator_defaults else {
                          "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200}),
@@ -333,8 +332,14 @@ class ChaosRun:
         if self.s.has_share():
             overrides.update(share_overrides(self.s))
         overrides.update(kip848_overrides(self.s))
+        return overrides
+
+    def _start_cluster(self):
+        from spark_coord.cluster import LocalCluster
+        from spark_coord.zk.client import connect
+
         self.cluster = LocalCluster(self.s.brokers, self.workdir / "cluster", zk_connect=self.zk_connect,
-                                    overrides=overrides)
+                                    overrides=self._broker_overrides())
         self.cluster.start()
         self.zk = connect(self.zk_connect, session_timeout_ms=20000, connection_timeout_ms=10000)
 
@@ -637,11 +642,11 @@ class ChaosRun:
             share_unexplained=share.get("unexplained", []))
 
     # ---------------------------------------------------------------- share group
-    def _share_leaders_hit(self, f: Fault) -> dict[int, bool]:
-        """Brokers whose share partitions a fault may have redelivered from -> whether it may have lost what
-        their members held (a crash; a pause only delays lock expiry)."""
+    def _share_leaders_hit(self, f: Fault) -> dict[int, list[float]]:
+        """Brokers whose share partitions a fault may have redelivered from -> when it may have lost what
+        their members held (a crash; none for a pause, which only delays lock expiry)."""
         if f.kind in BROKER_KINDS:
-            return {int(f.target): f.kind != "coordinator_expiry"}
+            return {int(f.target): [] if f.kind == "coordinator_expiry" else [f.at]}
         return {}
 
     def _share_checks(self, ends: Mapping[tuple[str, int], int], acked: set[tuple[int, int]]) -> dict:
@@ -680,8 +685,7 @@ class ChaosRun:
                 for p, b in self.leaders.items():
                     if b in hit:
                         leader_faults.setdefault((self.topic, p), []).append((f.at, until))
-                        if hit[b]:
-                            leader_lost.setdefault((self.topic, p), []).append(f.at)
+                        leader_lost.setdefault((self.topic, p), []).extend(hit[b])
                 if f.kind in ("coordinator_kill", "coordinator_expiry"):
                     reassigned.append((f.at, until + 15.0))   # the members join the next coordinator
             elif self._kind_of(f.target) == "share":

@@ -772,11 +772,10 @@ class NemesisRun(ChaosRun):
     def _start_cluster(self):
         from spark_coord.zk.client import connect
 
-        overrides = {"zookeeper.session.timeout.ms": self.s.broker_zk_session_ms,
-                     "coordinator.offsets.commit.interval.ms": 200, "coordinator.rebalance.backoff.ms": 200,
-                     "coordinator.min.session.timeout.ms": 1000}
+        # the chaos run's settings (share and KIP-848 timeouts included: without them KIP-848 members had
+        # the default 45 s session, and a restored group waited that long for a dead one)
         self.cluster = _net_cluster(self.net, self.s.brokers + self.s.spare_brokers, self.workdir / "cluster",
-                                    self.zk_connect, overrides, proxied=self.s.proxied)
+                                    self.zk_connect, self._broker_overrides(), proxied=self.s.proxied)
         self.cluster.start()
         self.zk = connect(self.zk_connect, session_timeout_ms=20000, connection_timeout_ms=10000)
         self.tail = LogTail(self.cluster.bootstrap, self.topic)
@@ -1175,15 +1174,17 @@ class NemesisRun(ChaosRun):
                              clock="libfaketime" if self.clock_ok else "none", skipped=self.skipped, faults=faults,
                              settings=settings)
 
-    def _share_leaders_hit(self, f: Fault) -> dict[int, bool]:
-        """As ``ChaosRun``'s, plus the brokers a link fault cut from their share members, slowed past their
-        request timeouts, or restarted under a false clock: a share member whose connection to the leader
-        broke opens a new share session, and the leader releases what the old one held."""
+    def _share_leaders_hit(self, f: Fault) -> dict[int, list[float]]:
+        """As ``ChaosRun``'s, plus the brokers a link fault cut from their share members or slowed past
+        their request timeouts (a share member whose connection to the leader broke opens a new share
+        session, and the leader releases what the old one held), or that a clock fault restarted -- at its
+        start and again at its end (the broker is restarted with the real clock)."""
         hit = ChaosRun._share_leaders_hit(self, f)
         if f.kind in SHARE_LEADER_KINDS:
             for fault, nodes in self.fault_nodes:
                 if fault is f:
-                    hit.update({int(n[1:]): True for n in nodes if n[:1] == "b" and n[1:].isdigit()})
+                    hit.update({int(n[1:]): [f.at, f.until or f.at] for n in nodes
+                                if n[:1] == "b" and n[1:].isdigit()})
         return hit
 
     def _leader_away(self) -> dict[tuple[str, int], list[tuple[float, float]]]:
