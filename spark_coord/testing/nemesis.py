@@ -47,7 +47,7 @@ checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KIND
   only an added or a spare one) stopped for good -- the coordinator when it is one of those;
 - clocks (with libfaketime, ``faketime_lib()``): ``clock_member_offset`` /
   ``clock_member_fast`` restart a member under ``FAKETIME="+<2x session>s"`` or
-  ``"x2"`` (its journal times are mapped back to real time before the checks),
+  ``"+0 x2"`` (its journal times are mapped back to real time before the checks),
   ``clock_coordinator_offset`` / ``clock_coordinator_fast`` restart the coordinator's
   broker so; each lasts a while, then the process is restarted with the real clock;
 - link faults (``PROXY_KINDS``, in a run with ``proxied``: each broker listens on loopback in
@@ -106,6 +106,8 @@ LEADER_AWAY_KINDS = ("isolate_broker", "broker_clients_cut", "stall_broker")
 #: Faults after which a share member may find what it held released (``_share_leaders_hit``).
 SHARE_LEADER_KINDS = LEADER_AWAY_KINDS + ("slow_broker", "throttle_broker", "clock_coordinator_offset",
                                           "clock_coordinator_fast")
+#: How fast the clock of a ``clock_*_fast`` fault runs.
+FAST_CLOCK_RATE = 2
 MEMBER_NET_KINDS = ("member_coordinator_cut", "isolate_member", "clock_member_offset", "clock_member_fast")
 STATE_DIR = Path("/run/spark-coord-nemesis")
 CLONE_NEWNET = 0x40000000
@@ -193,6 +195,22 @@ class HostNamespace:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def real_time(fake: float, start: float, offset: float, rate: float) -> float:
+    """The real time of ``fake``, a time read by a process started at ``start`` under libfaketime's
+    ``FAKETIME="+<offset> x<rate>"`` (fake = start + offset + (real - start) * rate)."""
+    return start + (fake - start - offset) / rate
+
+
+def process_start(pid: int) -> float:
+    """When process ``pid`` started (epoch seconds, to a clock tick): /proc/<pid>/stat's start time
+    after boot, plus when the machine booted (now less ``CLOCK_BOOTTIME``; /proc/stat's btime is
+    whole seconds)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -793,7 +811,8 @@ class NemesisRun(ChaosRun):
         with _spawn_env(clock[0] if clock else None):
             m = self.net.call(f"m{slot}", ChaosRun._member, self, slot)
         if clock:
-            self.clocks[m.name] = (time.time(), clock[1], clock[2])
+            # libfaketime's clock starts at the process's start: read it from /proc, not after the spawn
+            self.clocks[m.name] = (process_start(m.pid), clock[1], clock[2])
         return m
 
     def _journals(self) -> dict[str, list[dict]]:
@@ -808,7 +827,7 @@ class NemesisRun(ChaosRun):
                 e = dict(e)
                 for key in ("ts", "lease_end"):
                     if isinstance(e.get(key), (int, float)):
-                        e[key] = start + (e[key] - start - offset) / rate
+                        e[key] = real_time(e[key], start, offset, rate)
                 fixed.append(e)
             out[name] = fixed
         return out
@@ -1023,7 +1042,8 @@ class NemesisRun(ChaosRun):
 
     def _clock(self, kind: str) -> str:
         session_s = max(self.s.member_session_ms, self.s.broker_zk_session_ms) / 1000
-        return f"+{int(2 * session_s + 30)}s" if kind.endswith("offset") else "x2"
+        # "+0 x2", not "x2": libfaketime leaves a bare "x2" clock at real speed (checked with a timed child)
+        return f"+{int(2 * session_s + 30)}s" if kind.endswith("offset") else f"+0 x{FAST_CLOCK_RATE:g}"
 
     def _member_fault(self, kind: str) -> Fault | None:
         s, net, rng = self.s, self.net, self.rng
@@ -1052,8 +1072,8 @@ class NemesisRun(ChaosRun):
             return fault
         # clock_member_offset / clock_member_fast: restart the member under a false clock, later with the real one
         clock = self._clock(kind)
-        offset = float(clock[1:-1]) if clock.startswith("+") else 0.0
-        rate = float(clock[1:]) if clock.startswith("x") else 1.0
+        offset, _, speed = clock.partition(" ")
+        offset, rate = float(offset.rstrip("s")), float(speed[1:]) if speed else 1.0
         fault = Fault(time.time(), kind, m.name)
         self.details[id(fault)] = f"FAKETIME={clock}"
         self.deaths[m.name] = time.time()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from spark_coord.testing import nemesis
 
 
@@ -72,3 +74,39 @@ def test_the_bar_fails_on_a_lost_write_two_owners_duplicates_or_lag():
     # the realtime lag alone (leaders unreachable) does not fail it
     assert nemesis.aggregate([_run(1, ok, lag=40.0, reachable=15.0)])["verdict"]["passed"]
     assert "NOT passed" in nemesis.aggregate_tables(nemesis.aggregate([_run(1, ok, dup=0.5)]))
+
+
+@pytest.mark.skipif(nemesis.faketime_lib() is None, reason="libfaketime is not installed (Debian package faketime)")
+@pytest.mark.parametrize("kind", ["clock_member_fast", "clock_member_offset"])
+def test_a_false_clock_is_what_the_fault_says_and_maps_back_to_real_time(kind):
+    """A child started as the clock faults start members reads the clock the fault names (a fast one
+    runs fast: a bare FAKETIME="x2" did not), and ``real_time`` maps its readings back to real time."""
+    import subprocess
+    import sys
+    import time
+
+    run = nemesis.NemesisRun.__new__(nemesis.NemesisRun)
+    run.s = nemesis.NemesisSettings()
+    clock = run._clock(kind)
+    offset, _, speed = clock.partition(" ")
+    offset, rate = float(offset.rstrip("s")), float(speed[1:]) if speed else 1.0
+    code = "import sys, time\nfor _ in sys.stdin:\n    print(time.time(), flush=True)\n"
+    with nemesis._spawn_env(clock):
+        child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+    try:
+        start = nemesis.process_start(child.pid)
+        readings = []
+        for _ in range(2):
+            child.stdin.write("\n")
+            child.stdin.flush()
+            readings.append((time.time(), float(child.stdout.readline())))
+            time.sleep(1.0)   # the interval measured, not a wait for something
+    finally:
+        child.kill()
+        child.wait()
+    (real0, fake0), (real1, fake1) = readings
+    assert (fake1 - fake0) / (real1 - real0) == pytest.approx(rate, rel=0.15)
+    for real, fake in readings:
+        assert fake == pytest.approx(start + offset + (real - start) * rate, abs=0.3)
+        assert nemesis.real_time(fake, start, offset, rate) == pytest.approx(real, abs=0.3)
