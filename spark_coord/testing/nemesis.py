@@ -158,14 +158,38 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def _enter_fd(fd: int, what: str) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns into {what}: {os.strerror(err)}")
+
+
 def _enter(ns: str) -> None:
     fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
     try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns into {ns}: {os.strerror(err)}")
+        _enter_fd(fd, ns)
     finally:
         os.close(fd)
+
+
+def _call_inside(enter: Callable[[], None], name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on a new thread that first ran ``enter`` (a setns into a network
+    namespace: processes and threads it starts live there); its result, or its exception raised."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            enter()
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=body, name=name, daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 class HostNamespace:
@@ -176,22 +200,7 @@ class HostNamespace:
         self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        box: dict[str, Any] = {}
-
-        def body() -> None:
-            try:
-                if _libc.setns(self.fd, CLONE_NEWNET) != 0:
-                    raise OSError("setns into the run's own network namespace failed")
-                box["result"] = fn(*args)
-            except BaseException as e:  # noqa: BLE001 -- handed to the caller
-                box["error"] = e
-
-        t = threading.Thread(target=body, name="netns-host", daemon=True)
-        t.start()
-        t.join()
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        return _call_inside(lambda: _enter_fd(self.fd, "the run's own network namespace"), "netns-host", fn, *args)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -320,21 +329,7 @@ class Net:
     def call(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args)`` on a thread inside ``name``'s namespace: processes it starts, and threads it
         starts, live there.  Returns its result or raises its exception."""
-        box: dict[str, Any] = {}
-
-        def body() -> None:
-            try:
-                _enter(self.nodes[name].ns)
-                box["result"] = fn(*args, **kwargs)
-            except BaseException as e:  # noqa: BLE001 -- handed to the caller
-                box["error"] = e
-
-        t = threading.Thread(target=body, name=f"netns-{name}", daemon=True)
-        t.start()
-        t.join()
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        return _call_inside(lambda: _enter(self.nodes[name].ns), f"netns-{name}", fn, *args, **kwargs)
 
     def exec_argv(self, name: str, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.nodes[name].ns, *argv]
