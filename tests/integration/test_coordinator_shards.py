@@ -53,6 +53,23 @@ def coordinator_of(holders: dict[int, int], group: str) -> int:
     return holders[shard_of(group, SHARDS)]
 
 
+#: Errors a group's coordinator answers while it moves or loads; a Kafka client asks again.
+_MOVING = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+
+
+def kafka_coordinator(admin, group: str) -> int | None:
+    """The coordinator confluent-kafka's DescribeConsumerGroups names for ``group``; None while the
+    shard moves or loads (librdkafka hands those answers to the caller, Kafka's Java admin retries)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return admin.describe_consumer_groups([group], request_timeout=10)[group].result(10).coordinator.id
+    except KafkaException as e:
+        if e.args[0].name() in _MOVING:
+            return None
+        raise
+
+
 def our_coordinator(bootstrap: str, group: str) -> int:
     """The coordinator our members are sent to (ClusterMetadata v1 naming the group)."""
     from spark_coord.consumer.discovery import Discovery
@@ -76,8 +93,11 @@ def test_groups_spread_over_the_brokers_and_every_client_is_routed_as_zookeeper_
     assert all(0.25 <= s <= 0.42 for s in shares.values()), shares
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    described = admin.describe_consumer_groups(GROUPS, request_timeout=30)
-    kafka_says = {g: f.result(timeout=30).coordinator.id for g, f in described.items()}
+
+    def named(g: str) -> int:  # broker 0 is falsy: wait on a one-element list
+        return wait_until(lambda: [c for c in [kafka_coordinator(admin, g)] if c is not None], timeout=30,
+                          message=f"DescribeConsumerGroups to name {g}'s coordinator")[0]
+    kafka_says = {g: named(g) for g in GROUPS}
     assert kafka_says == {g: coordinator_of(holders, g) for g in GROUPS}
     ours = {g: our_coordinator(cluster.bootstrap, g) for g in GROUPS}
     assert ours == {g: coordinator_of(holders, g) for g in GROUPS}
@@ -245,8 +265,8 @@ def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, pr
         after = wait_settled(czk, {0, 1, 2, newcomer})
         assert after[shard_of(group, SHARDS)] == newcomer
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        wait_until(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
-                   .coordinator.id == newcomer, timeout=30, message="FindCoordinator to name the new holder")
+        wait_until(lambda: kafka_coordinator(admin, group) == newcomer, timeout=30,
+                   message="FindCoordinator to name the new holder")
         wait_until(lambda: all(any(e["ts"] > wall_join + 1 for e in m.events("recs")) for m in everyone)
                    and any(e["event"] == "records" and e["ts"] > wall_join + 1 for e in kip848.events()),
             timeout=90, interval=0.5, message="every member reading again after the handover")
