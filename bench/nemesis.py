@@ -45,7 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default="thin,thin,eager,cooperative",
                    help="member kinds, one per member: thin, eager, cooperative, kip848, spark")
     p.add_argument("--partitions", type=int, default=12)
-    p.add_argument("--session-ms", type=int, default=6000, help="members' session timeout")
+    p.add_argument("--session-ms", type=int, default=10000,
+                   help="members' session timeout (default: outlasts a coordinator failover -- the brokers' "
+                        "ZooKeeper session, an election, the members finding the new coordinator -- as Kafka's "
+                        "45 s outlasts its 18 s; cuts are drawn up to 6 s longer than it)")
+    p.add_argument("--kip848-heartbeat-ms", type=int, default=2500,
+                   help="the brokers' group.consumer.heartbeat.interval.ms: librdkafka waits this long for a "
+                        "KIP-848 heartbeat's answer, and slow_broker's round trips reach 2.4 s")
     p.add_argument("--zk-session-ms", type=int, default=4000, help="brokers' ZooKeeper session timeout")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--combine", type=float, default=0.2, help="chance that a second fault starts with one")
@@ -85,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                        member_session_ms=args.session_ms, broker_zk_session_ms=args.zk_session_ms,
                                        duration_s=args.duration, faults=args.faults, seed=args.seed,
                                        combine=args.combine, zk_nodes=args.zk_nodes,
-                                       spare_brokers=args.spare_brokers, proxied=args.proxied)
+                                       spare_brokers=args.spare_brokers, proxied=args.proxied,
+                                       kip848_heartbeat_ms=args.kip848_heartbeat_ms,
+                                       cut_s=(3.0, max(12.0, args.session_ms / 1000 + 6.0)))
     if args.weights:
         weights = {}
         for item in args.weights.split(","):

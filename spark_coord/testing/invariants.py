@@ -215,7 +215,7 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
 
 def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]],
                         unleased: Iterable[str] = (), journals: Mapping[str, Journal] | None = None,
-                        zombie: Windows | None = None) -> list[str]:
+                        zombie: Windows | None = None, fenced: Windows | None = None) -> list[str]:
     """Invariant 1 over time: no two members own a partition at the same moment.
 
     ``unleased`` members (Kafka-protocol members: no lease; a member paused past its session
@@ -224,7 +224,9 @@ def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float,
     Deliveries inside one of an unleased member's ``zombie`` windows (member -> windows: from a
     pause past its session until it learnt of the loss) do not count: a Kafka client hands out
     what it fetched before the pause before it hears that its session ended, and Kafka fences
-    only its commits (which fail), not that delivery."""
+    only its commits (which fail), not that delivery.  An overlap that lies inside one of a member's
+    ``fenced`` windows (``fenced_windows``: its coordinator had fenced it before the other owner's
+    assignment, and accepted no commit of it since) is such a zombie's too."""
     unleased = set(unleased)
     recs = deliveries(journals) if unleased and journals is not None else {}
     for m, windows in (zombie or {}).items():
@@ -238,12 +240,35 @@ def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float,
                     break
                 if m2 != m1 and min(e1, e2) > s2:
                     a, b = s2, min(e1, e2)
+                    if any(w0 <= a and b <= w1 for m in (m1, m2) for w0, w1 in (fenced or {}).get(m, ())):
+                        continue  # one of them was a fenced zombie all along
                     if any(m in unleased and not any((t, p) == tp and a <= ts <= b for ts, t, p, _ in recs.get(m, ()))
                            for m in (m1, m2)):
                         continue  # the unleased one delivered nothing of it meanwhile
                     bad.append(f"{tp[0]}-{tp[1]} owned by {m1} ({s1:.3f}-{e1:.3f}) and {m2} ({s2:.3f}-{e2:.3f}) "
                                f"for {min(e1, e2) - s2:.3f} s at once")
     return bad
+
+
+def fenced_windows(journals: Mapping[str, Journal], members: Iterable[str]) -> dict[str, list[Interval]]:
+    """Kafka-protocol ``members`` -> the windows in which their coordinator may have fenced them and
+    they did not know yet: from the last commit the coordinator accepted before a ``lost`` (librdkafka's
+    callback for an assignment taken away without a revocation: the member's session or epoch ended
+    at the coordinator) until that ``lost``.  Nothing the member committed in such a window counted
+    (an accepted commit ends the window before it starts); what it delivered there was fetched by a
+    zombie, which Kafka fences at its commits, not at its fetches.  A window starts no earlier than
+    the member's ownership that the ``lost`` ends."""
+    out: dict[str, list[Interval]] = {}
+    for m in members:
+        since = None     # start of the window in the making: the latest accepted commit or assignment
+        for e in journals.get(m, ()):
+            ev = e["ev"]
+            if ev == "assign" or (ev == "commit" and e.get("code", 0) == 0):
+                since = e["ts"]
+            elif ev == "lost" and since is not None:
+                out.setdefault(m, []).append((since, e["ts"]))
+                since = None
+    return out
 
 
 def deliveries(journals: Mapping[str, Journal]) -> dict[str, list[tuple[float, str, int, list[int]]]]:

@@ -130,6 +130,36 @@ def test_a_kafka_member_resumed_past_its_session_may_hand_out_what_it_fetched_be
                                               zombie={"k": [(2.0, 8.0)]})) == 1
 
 
+def _commit(ts, p, off, code=0):
+    return {"ts": ts, "ev": "commit" if code == 0 else "commit_failed", "t": T, "p": p, "off": off, "code": code}
+
+
+def test_a_fenced_kafka_member_delivering_before_it_heard_so_is_a_zombie_not_a_second_owner():
+    """k's last accepted commit is at 3.0; the partition goes to the thin member at 6.0; k delivers at 7.0,
+    its commits are refused (UNKNOWN_MEMBER_ID) and it hears of the loss at 8.0: a fenced zombie.  Had
+    a commit of k been accepted at 6.5, the coordinator still counted k as a member: an overlap."""
+    def journals(*extra):
+        k = [{"ts": 1.0, "ev": "assign", "gen": None, "incremental": False, "parts": [[T, 0, -1]]},
+             _commit(2.0, 0, 5), _commit(3.0, 0, 9), *extra, _recs(7.0, 0, 9, 10),
+             _commit(7.9, 0, 11, code=25), {"ts": 8.0, "ev": "lost", "parts": [[T, 0]]}]
+        return {"k": sorted(k, key=lambda e: e["ts"]), "thin": [_assign(6.0, 2, (0, 9))]}
+
+    fenced = journals()
+    assert invariants.fenced_windows(fenced, ["k"]) == {"k": [(3.0, 8.0)]}
+    spans = invariants.ownership_intervals(fenced, end_of_run=12)
+    assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=fenced)) == 1
+    assert invariants.one_owner_at_a_time(spans, unleased=["k"], journals=fenced,
+                                          fenced=invariants.fenced_windows(fenced, ["k"])) == []
+    accepted = journals(_commit(6.5, 0, 10))
+    assert invariants.fenced_windows(accepted, ["k"]) == {"k": [(6.5, 8.0)]}
+    spans = invariants.ownership_intervals(accepted, end_of_run=12)
+    assert len(invariants.one_owner_at_a_time(spans, unleased=["k"], journals=accepted,
+                                              fenced=invariants.fenced_windows(accepted, ["k"]))) == 1
+    # a revocation (not a loss) makes no window
+    revoked = {"k": [e if e["ev"] != "lost" else dict(e, ev="revoke") for e in fenced["k"]]}
+    assert invariants.fenced_windows(revoked, ["k"]) == {}
+
+
 # ------------------------------------------------------------------ share groups
 
 
