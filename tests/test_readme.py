@@ -194,7 +194,19 @@ def _env(tmp_path: Path) -> dict:
     env["PATH"] = os.pathsep.join([str(ROOT / ".venv" / "bin"), env.get("PATH", "")])
     env["HOME"] = env.get("HOME", str(tmp_path))
     env.pop("PYTHONPATH", None)
+    # what ./spark-connect.sh and ./spark-pipelines.sh keep (pid files, tables, checkpoints): in the
+    # test's directory, not the checkout's tmp/, so no run sees an earlier one's
+    env["SPARK_CONNECT_DIR"] = str(tmp_path / "spark-connect")
+    env["SPARK_PIPELINES_STATE"] = str(tmp_path / "spark-pipelines")
     return env
+
+
+def _stop_connect_servers(env: dict) -> None:
+    """Stop a Spark Connect server an example started and a failed later example left running."""
+    for pidfile in sorted(Path(env["SPARK_CONNECT_DIR"]).glob("connect-*.pid")):
+        port = pidfile.stem.split("-", 1)[1]
+        subprocess.run([str(ROOT / "spark-connect.sh"), "stop", "--port", port], cwd=ROOT, env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
 
 
 def _script(example: Example, bootstrap: str) -> str:
@@ -238,6 +250,7 @@ def test_readme_shell_examples_run(readme_cluster, tmp_path):
             assert proc.poll() is None, (f"{example.where}: `{line}` ended early ({proc.returncode}):\n"
                                          + log.read_text(errors="replace")[-3000:])
     finally:
+        _stop_connect_servers(env)
         for example, line, proc, log in background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)

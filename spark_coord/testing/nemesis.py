@@ -632,6 +632,7 @@ def aggregate(runs: list[dict]) -> dict:
             "seed": settings.get("seed"), "faults": len(run["faults"]), "kinds_drawn": len(run["by_kind"]),
             "acked": chaos["acked"], "lost_write": len(jep["lost_write"]),
             "inconsistent_offsets": len(jep["inconsistent_offsets"]), "overlaps": len(chaos["overlaps"]),
+            "fenced_overlaps": len(chaos.get("fenced_overlaps", ())),
             "duplicate_pct": round(chaos["duplicate_pct"], 3), "worst_lag_s": jep["worst_realtime_lag_s"],
             "worst_reachable_lag_s": jep.get("worst_reachable_lag_s", jep["worst_realtime_lag_s"]),
             "lag_bar_s": settings.get("session_ms", 0) / 1000 + LAG_SLACK_S,
@@ -660,11 +661,12 @@ def aggregate_tables(agg: dict) -> str:
         rows.append((kind, f"{d['injected']} ({d['runs']})",
                      "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}",
                      "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"])))
-    runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "duplicates %",
-             "worst lag (s)", "reachable lag (s)", "violations")]
+    runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "fenced zombies",
+             "duplicates %", "worst lag (s)", "reachable lag (s)", "violations")]
     for r in agg["runs"]:
         runs.append((str(r["seed"]), str(r["faults"]), str(r["kinds_drawn"]), f"{r['acked']:,}", str(r["lost_write"]),
-                     str(r["inconsistent_offsets"]), str(r["overlaps"]), f"{r['duplicate_pct']:.3f}",
+                     str(r["inconsistent_offsets"]), str(r["overlaps"]), str(r.get("fenced_overlaps", 0)),
+                     f"{r['duplicate_pct']:.3f}",
                      f"{r['worst_lag_s']:.1f}", f"{r['worst_reachable_lag_s']:.1f}", str(r["violations"])))
     v = agg["verdict"]
     return "\n\n".join([markdown_table(rows), markdown_table(runs), (
