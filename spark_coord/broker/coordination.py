@@ -45,7 +45,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from spark_coord.broker.connection import DEFERRED, Connection
@@ -61,6 +61,7 @@ from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.core.metrics import NO_METRICS
 from spark_coord.coordinator.core.shards import place, shard_of
+from spark_coord.coordinator.storage import zk_async
 from spark_coord.coordinator.storage.store import StoreError
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.errors import ErrorCode
@@ -75,6 +76,9 @@ log = logging.getLogger(__name__)
 FREE_SHARD_GRACE_S = 10.0
 #: First and longest wait before loading an elected shard again after its load failed (seconds).
 ACTIVATE_RETRY_S = (0.2, 5.0)
+#: How long OffsetFetch for a group this process does not serve waits on ZooKeeper for its offsets.
+STORED_OFFSETS_TIMEOUT_S = 3.0
+
 
 class BrokerMemberChannel:
     """A registered member's broker connection, as the coordinator's ``MemberChannel``."""
@@ -581,6 +585,26 @@ class CoordinationService:
 
     def coordinator_nodes(self, listener: str | None) -> list[tuple[int, str, int]]:
         return self.live_brokers(listener)
+
+    async def stored_offsets(self, group_id: str) -> dict[tuple[str, int], int] | None:
+        """The group's offsets under ``/consumers/<group>/offsets`` (pipelined reads, at most
+        ``STORED_OFFSETS_TIMEOUT_S``); None when ZooKeeper does not answer in time or a znode is bad."""
+        zk = self.broker.zk
+
+        async def read() -> dict[tuple[str, int], int]:
+            topics = await zk_async.get_children(zk, paths.group_offsets(group_id))
+            parents = [paths.topic_offsets(group_id, t) for t in topics]
+            children = await zk_async.children_many(zk, parents)
+            leaves = {paths.offset(group_id, t, int(p)): (t, int(p))
+                      for t, parent in zip(topics, parents) for p in children[parent] if p.isdigit()}
+            found = await zk_async.get_many(zk, leaves)
+            return {leaves[path]: model.parse_offset(data, path) for path, data in found.items()}
+
+        try:
+            return await asyncio.wait_for(read(), STORED_OFFSETS_TIMEOUT_S)
+        except (asyncio.TimeoutError, KazooException, ValueError) as e:
+            log.info("offsets of group %s not read from ZooKeeper: %s", group_id, e.__class__.__name__)
+            return None
 
     async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Log ends of ``partitions`` (DescribeShareGroupOffsets' lag): this broker's own logs, the

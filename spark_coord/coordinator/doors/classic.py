@@ -366,6 +366,22 @@ class ClassicMember(HeartbeatLease):
         return b""
 
 
+def offsets_answer(group_id: str, offsets: Mapping[tuple[str, int], int],
+                   wanted: Iterable[Mapping[str, Any]] | None) -> dict:
+    """One group of an OffsetFetch v8+ answer: the ``wanted`` partitions (request topics; None: every
+    partition with an offset) with their committed offsets, -1 where the group has none."""
+    if wanted is None:
+        pairs = sorted(offsets)
+    else:
+        pairs = [(t.get("name"), p) for t in wanted for p in t.get("partition_indexes") or []]
+    topics: dict[str, list[dict]] = {}
+    for t, p in pairs:
+        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offsets.get((t, p), -1),
+                                         "committed_leader_epoch": -1, "metadata": "", "error_code": 0})
+    return {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            "error_code": 0}
+
+
 class ClassicGroups:
     """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
@@ -964,17 +980,7 @@ class ClassicGroups:
         if not self.c.active:
             return {"group_id": group_id, "topics": [], "error_code": int(ErrorCode.NOT_COORDINATOR)}
         group = self.c.groups.get(group_id)
-        offsets = dict(group.offsets) if group is not None else {}
-        if wanted is None:
-            pairs = sorted(offsets)
-        else:
-            pairs = [(t.get("name"), p) for t in wanted for p in t.get("partition_indexes") or []]
-        topics: dict[str, list[dict]] = {}
-        for t, p in pairs:
-            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offsets.get((t, p), -1),
-                                             "committed_leader_epoch": -1, "metadata": "", "error_code": 0})
-        return {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-                "error_code": 0}
+        return offsets_answer(group_id, dict(group.offsets) if group is not None else {}, wanted)
 
     # ------------------------------------------------------------ admin
     def list_groups(self, body: Mapping[str, Any]) -> dict:

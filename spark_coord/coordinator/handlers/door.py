@@ -45,6 +45,11 @@ class FrontDoor(Protocol):
         """The endpoint of the holder of ``group_id``'s shard on the listener ``conn`` came in on
         (None: nobody holds it)."""
 
+    async def stored_offsets(self, group_id: str) -> dict[tuple[str, int], int] | None:
+        """``group_id``'s committed offsets as ZooKeeper holds them (every commit a coordinator
+        acknowledges is written there first), for OffsetFetch where this process does not serve the
+        group's shard now; None when ZooKeeper cannot be read in time."""
+
     async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The log end offset of each partition this process can learn: from its own logs, else
         from the partition's leader by ListOffsets (off the event loop); the others are left out

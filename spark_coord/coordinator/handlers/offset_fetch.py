@@ -3,19 +3,32 @@
 Describe on each group (else GROUP_AUTHORIZATION_FAILED) and on each topic: asked-for
 topics it may not describe answer TOPIC_AUTHORIZATION_FAILED, and when all offsets
 are asked for, those topics are left out (Kafka's rules).  v8+ ask for several groups.
+
+A group whose shard this process does not serve now (another broker coordinates it, or its
+coordinator here is loading or has lost its election) is answered from ZooKeeper, where every
+commit a coordinator acknowledges is written first: Kafka would answer NOT_COORDINATOR, and
+librdkafka, given that while its assignment changes, never fetches the partitions it asked
+for.  Only when ZooKeeper cannot be read does the coordinator's error go back -- the group's
+(v2+), as Kafka answers it, not one per partition.
 """
 
 from __future__ import annotations
 
+from spark_coord.coordinator.doors.classic import offsets_answer
 from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
+from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
 
 
 def error_response(body: dict, code: int, version: int = 8) -> dict:
-    """One error everywhere the OffsetFetch answer has an error code (partitions before v2)."""
+    """The error answer, as Kafka's ``OffsetFetchRequest.getErrorResponse``: the error on every asked
+    partition before v2 (the answer has no other place for it), from v2 on the response's (v2-v7)
+    and each group's (v8+) error code and no partitions."""
     def partitions(topics) -> list[dict]:
+        if version >= 2:
+            return []
         return [{"name": t.get("name"), "partitions": [
             {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
             for p in t.get("partition_indexes") or []]} for t in topics or []]
@@ -25,24 +38,30 @@ def error_response(body: dict, code: int, version: int = 8) -> dict:
                        for g in body.get("groups") or []]}
 
 
+async def _group_answer(door, body: dict, g: dict) -> dict:
+    """One group's answer (the v8+ shape): from the coordinator of its shard here, else from ZooKeeper
+    (``FrontDoor.stored_offsets``), else the coordinator's error."""
+    gid = g.get("group_id") or ""
+    role, code = door.for_group(gid)
+    if code is None:
+        one = role.classic.offset_fetch(dict(body, groups=[g]), 8)["groups"][0]
+        if one["error_code"] != ErrorCode.NOT_COORDINATOR:
+            return one
+        code = ErrorCode.NOT_COORDINATOR
+    stored = await door.stored_offsets(gid)
+    if stored is not None:
+        return offsets_answer(gid, stored, g.get("topics"))
+    return {"group_id": gid, "topics": [], "error_code": int(code)}
+
+
 async def handle(door, ctx, conn, header, body) -> dict:
     version = header.api_version
-    if version < 8:
-        role, code = door.for_group(body.get("group_id"))
-        if code is not None:
-            return error_response(body, code, version)
-        if not ctx.authorizer.enabled:
-            return role.classic.offset_fetch(body, version)
     asked = body.get("groups") if version >= 8 else [{"group_id": body.get("group_id"), "topics": body.get("topics")}]
     out = []
     for g in asked or []:
         gid = g.get("group_id") or ""
-        role, code = door.for_group(gid)  # each group from the coordinator of its shard
-        if code is not None:
-            out.append(error_response({"groups": [g]}, code)["groups"][0])
-            continue
-        one = role.classic.offset_fetch(dict(body, groups=[g]), 8)["groups"][0]
-        if not ctx.authorizer.enabled:
+        one = await _group_answer(door, body, g)
+        if one["error_code"] or not ctx.authorizer.enabled:
             out.append(one)
             continue
         refused = authz.group_refused(ctx, conn, AclOperation.DESCRIBE, gid)
@@ -61,7 +80,9 @@ async def handle(door, ctx, conn, header, body) -> dict:
     if version >= 8:
         return {"throttle_time_ms": 0, "groups": out}
     first = out[0] if out else {"topics": [], "error_code": 0}
-    return {"throttle_time_ms": 0, "topics": first["topics"], "error_code": first["error_code"]}
+    if first["error_code"]:
+        return error_response(body, first["error_code"], version)
+    return {"throttle_time_ms": 0, "topics": first["topics"], "error_code": 0}
 
 
 API = GroupApi(ApiKey.OFFSET_FETCH, "OffsetFetch", handle, error_response)
