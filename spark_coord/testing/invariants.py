@@ -39,6 +39,8 @@ already).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -311,28 +313,37 @@ def liveness(journals: Mapping[str, Journal],
     some within ``bound`` seconds -- unless the partition's leader was down or the member was
     paused meanwhile.  ``log_ends``: partition -> [(ts, end)]; ``unknown_start``: the position
     of a member started with offset -1 (auto.offset.reset: 0 for smallest on a fresh topic)."""
-    recs = deliveries(journals)
+    by_owner: dict[tuple[str, TopicPartition], list[tuple[float, int]]] = defaultdict(list)
+    for member, recs in deliveries(journals).items():
+        for ts, t, p, offs in recs:
+            by_owner[(member, (t, p))].append((ts, max(offs) + 1))
     starts = _start_offsets(journals)
     bad = []
     for tp, spans in sorted(intervals.items()):
         ends = sorted(log_ends.get(tp, ()))
         if not ends:
             continue
+        end_ts = [ts for ts, _ in ends]
         for start, end, member in spans:
-            mine = sorted((ts, max(offs) + 1) for ts, t, p, offs in recs.get(member, ())
-                          if (t, p) == tp and start <= ts <= end)
+            owned = sorted(by_owner.get((member, tp), ()))
+            lo, hi = bisect.bisect_left(owned, (start, -1)), bisect.bisect_right(owned, (end, float("inf")))
+            mine_ts = [ts for ts, _ in owned[lo:hi]]
+            reached = list(itertools.accumulate((o for _, o in owned[lo:hi]), max))  # position after each
             position = starts.get((member, start, tp), -1)
             position = unknown_start if position < 0 else position
             x = start + bound
             while x + bound <= end:
-                sampled = [e for ts, e in ends if ts <= x]
-                at = max([position] + [o for ts, o in mine if ts <= x])
-                if sampled and at >= 0 and sampled[-1] > at and \
+                n_sampled = bisect.bisect_right(end_ts, x)
+                n_mine = bisect.bisect_right(mine_ts, x)
+                at = max(position, reached[n_mine - 1]) if n_mine else position
+                delivered_next = n_mine < len(mine_ts) and mine_ts[n_mine] <= x + bound
+                if n_sampled and at >= 0 and ends[n_sampled - 1][1] > at and \
                         not _during((leader_down or {}).get(tp, ()), x - bound, x + bound) and \
                         not _during((member_paused or {}).get(member, ()), x - bound, x + bound) and \
-                        not any(x < ts <= x + bound for ts, _ in mine):
-                    bad.append(f"{tp[0]}-{tp[1]}: {member} owned it with records waiting (log end {sampled[-1]}, "
-                               f"its position {at}) at {x:.3f} and delivered none within {bound:.0f} s")
+                        not delivered_next:
+                    bad.append(f"{tp[0]}-{tp[1]}: {member} owned it with records waiting (log end "
+                               f"{ends[n_sampled - 1][1]}, its position {at}) at {x:.3f} and delivered none "
+                               f"within {bound:.0f} s")
                     break
                 x += step
     return bad
