@@ -589,7 +589,9 @@ class CoordinationService:
     async def stored_offsets(self, group_id: str) -> dict[tuple[str, int], int] | None:
         """The group's offsets under ``/consumers/<group>/offsets`` (pipelined reads, at most
         ``STORED_OFFSETS_TIMEOUT_S``); None when ZooKeeper does not answer in time or a znode is bad."""
-        zk = self.broker.zk
+        zk = getattr(self.broker, "zk", None)
+        if zk is None:  # a standalone coordinator not connected yet
+            return None
 
         async def read() -> dict[tuple[str, int], int]:
             topics = await zk_async.get_children(zk, paths.group_offsets(group_id))
