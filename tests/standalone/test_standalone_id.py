@@ -24,6 +24,9 @@ def test_a_standalone_coordinator_refuses_an_id_a_live_broker_holds(zookeeper, t
         broker_id, (host, port) = next(iter(c.brokers.items()))
         zk = connect(c.zk_connect)
         try:
+            # the broker registers as a coordinator just after it registers as a broker (what the cluster waits for)
+            wait_until(lambda: zk.exists(paths.coordinator(broker_id)), timeout=30,
+                       message=f"broker {broker_id} to register in /coordinators/ids")
             before, stat = zk.get(paths.coordinator(broker_id))
             clash = CoordinatorProcess(broker_id, c.bootstrap, c.zk_connect, tmp_path)
             try:
