@@ -61,9 +61,8 @@ from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.core.metrics import NO_METRICS
 from spark_coord.coordinator.core.shards import place, shard_of
-from spark_coord.coordinator.storage import zk_async
 from spark_coord.coordinator.storage.store import StoreError
-from spark_coord.coordinator.storage.zk_store import ZkGroupStore
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore, read_committed_offsets
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api
@@ -588,23 +587,14 @@ class CoordinationService:
 
     async def stored_offsets(self, group_id: str) -> dict[tuple[str, int], int] | None:
         """The group's offsets under ``/consumers/<group>/offsets`` (pipelined reads, at most
-        ``STORED_OFFSETS_TIMEOUT_S``); None when ZooKeeper does not answer in time or a znode is bad."""
+        ``STORED_OFFSETS_TIMEOUT_S``); None when ZooKeeper does not answer in time."""
         zk = getattr(self.broker, "zk", None)
         if zk is None:  # a standalone coordinator not connected yet
             return None
 
-        async def read() -> dict[tuple[str, int], int]:
-            topics = await zk_async.get_children(zk, paths.group_offsets(group_id))
-            parents = [paths.topic_offsets(group_id, t) for t in topics]
-            children = await zk_async.children_many(zk, parents)
-            leaves = {paths.offset(group_id, t, int(p)): (t, int(p))
-                      for t, parent in zip(topics, parents) for p in children[parent] if p.isdigit()}
-            found = await zk_async.get_many(zk, leaves)
-            return {leaves[path]: model.parse_offset(data, path) for path, data in found.items()}
-
         try:
-            return await asyncio.wait_for(read(), STORED_OFFSETS_TIMEOUT_S)
-        except (asyncio.TimeoutError, KazooException, ValueError) as e:
+            return await asyncio.wait_for(read_committed_offsets(zk, group_id), STORED_OFFSETS_TIMEOUT_S)
+        except (asyncio.TimeoutError, KazooException) as e:
             log.info("offsets of group %s not read from ZooKeeper: %s", group_id, e.__class__.__name__)
             return None
 

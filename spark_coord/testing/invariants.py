@@ -317,6 +317,8 @@ def liveness(journals: Mapping[str, Journal],
     for member, recs in deliveries(journals).items():
         for ts, t, p, offs in recs:
             by_owner[(member, (t, p))].append((ts, max(offs) + 1))
+    for owned in by_owner.values():
+        owned.sort()
     starts = _start_offsets(journals)
     bad = []
     for tp, spans in sorted(intervals.items()):
@@ -325,7 +327,7 @@ def liveness(journals: Mapping[str, Journal],
             continue
         end_ts = [ts for ts, _ in ends]
         for start, end, member in spans:
-            owned = sorted(by_owner.get((member, tp), ()))
+            owned = by_owner.get((member, tp), [])
             lo, hi = bisect.bisect_left(owned, (start, -1)), bisect.bisect_right(owned, (end, float("inf")))
             mine_ts = [ts for ts, _ in owned[lo:hi]]
             reached = list(itertools.accumulate((o for _, o in owned[lo:hi]), max))  # position after each

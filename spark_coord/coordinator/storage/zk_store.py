@@ -81,6 +81,49 @@ LOAD_CONCURRENCY = 16
 Parse = Callable[[bytes, str], Any]
 
 
+async def read_partitions(client: KazooClient, group_id: str, root: str, topic_path: Callable[[str, str], str],
+                          leaf_path: Callable[[str, str, int], str], parse: Parse,
+                          learn: Callable[[str, bytes], Any] | None = None) -> dict[TopicPartition, Any]:
+    """``{(topic, partition): parsed}`` below a group's ``root`` (its owners or offsets), pipelined; None
+    for content that does not parse; ``learn(path, data)`` for every znode read."""
+    topics = []
+    for topic in await zk_async.get_children(client, root):
+        try:
+            topics.append(paths.validate_topic(topic))
+        except ValueError:
+            log.warning("group %s: ignoring %s/%s (not a topic name)", group_id, root, topic)
+    listing = await zk_async.children_many(client, [topic_path(group_id, t) for t in topics])
+    leaves: dict[str, tuple[TopicPartition, str]] = {}
+    for topic in topics:
+        for node in listing[topic_path(group_id, topic)]:
+            try:
+                p = paths.parse_partition_node(node)
+            except ValueError as e:
+                log.warning("group %s: ignoring %s/%s/%s: %s", group_id, root, topic, node, e)
+                continue
+            leaves[leaf_path(group_id, topic, p)] = ((topic, p), f"{root}/{topic}/{node}")
+    out: dict[TopicPartition, Any] = {}
+    for path, data in (await zk_async.get_many(client, leaves)).items():
+        if learn is not None:
+            learn(path, data)
+        tp, where = leaves[path]
+        try:
+            out[tp] = parse(data, where)
+        except ValueError as e:
+            log.warning("group %s: ignoring %s: %s", group_id, where, e)
+            out[tp] = None  # listed, so that a rewrite replaces or deletes it
+    return out
+
+
+async def read_committed_offsets(client: KazooClient, group_id: str,
+                                 learn: Callable[[str, bytes], Any] | None = None) -> dict[TopicPartition, int]:
+    """A group's committed offsets under ``/consumers/<group>/offsets`` (unparsable ones left out), as
+    any process reads them: the coordinator loading a group, OffsetFetch where the coordinator is not."""
+    offsets = await read_partitions(client, group_id, paths.group_offsets(group_id), paths.topic_offsets,
+                                    paths.offset, model.parse_offset, learn)
+    return {tp: o for tp, o in offsets.items() if o is not None}
+
+
 class ZkGroupStore(GroupStore):
     """Kafka 0.8's consumer layout in ZooKeeper, every write fenced.
 
@@ -217,46 +260,13 @@ class ZkGroupStore(GroupStore):
 
     # ------------------------------------------------------------------- reads
 
-    async def _read_partitions(self, group_id: str, root: str, topic_path: Callable[[str, str], str],
-                               leaf_path: Callable[[str, str, int], str], parse: Parse,
-                               cache: ZnodeCache) -> dict[TopicPartition, Any]:
-        """``{(topic, partition): parsed}`` below ``root``, pipelined; None for content that does not parse."""
-        topics = []
-        for topic in await zk_async.get_children(self.client, root):
-            try:
-                topics.append(paths.validate_topic(topic))
-            except ValueError:
-                log.warning("group %s: ignoring %s/%s (not a topic name)", group_id, root, topic)
-        listing = await zk_async.children_many(self.client, [topic_path(group_id, t) for t in topics])
-        leaves: dict[str, tuple[TopicPartition, str]] = {}
-        for topic in topics:
-            for node in listing[topic_path(group_id, topic)]:
-                try:
-                    p = paths.parse_partition_node(node)
-                except ValueError as e:
-                    log.warning("group %s: ignoring %s/%s/%s: %s", group_id, root, topic, node, e)
-                    continue
-                leaves[leaf_path(group_id, topic, p)] = ((topic, p), f"{root}/{topic}/{node}")
-        out: dict[TopicPartition, Any] = {}
-        for path, data in (await zk_async.get_many(self.client, leaves)).items():
-            cache.learn(path, data)
-            tp, where = leaves[path]
-            try:
-                out[tp] = parse(data, where)
-            except ValueError as e:
-                log.warning("group %s: ignoring %s: %s", group_id, where, e)
-                out[tp] = None  # listed, so that a rewrite replaces or deletes it
-        return out
-
     async def _read_owner_map(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, str | None]:
-        owners = await self._read_partitions(group_id, paths.group_owners(group_id), paths.topic_owners,
-                                             paths.owner, model.parse_owner, cache)
+        owners = await read_partitions(self.client, group_id, paths.group_owners(group_id), paths.topic_owners,
+                                       paths.owner, model.parse_owner, cache.learn)
         return cache.owners.setdefault(group_id, owners)
 
     async def _read_offsets(self, group_id: str, cache: ZnodeCache) -> dict[TopicPartition, int]:
-        offsets = await self._read_partitions(group_id, paths.group_offsets(group_id), paths.topic_offsets,
-                                              paths.offset, model.parse_offset, cache)
-        return {tp: o for tp, o in offsets.items() if o is not None}
+        return await read_committed_offsets(self.client, group_id, cache.learn)
 
     async def read_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         try:
