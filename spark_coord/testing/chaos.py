@@ -228,6 +228,9 @@ class ChaosReport:
     #: fetched after its coordinator fenced it (no commit of it accepted since), before it heard so.
     #: Kafka's guarantee: its commits fail; not violations, listed to be seen.
     fenced_overlaps: list[str] = field(default_factory=list)
+    #: Owners that began below an offset whose commit had been acknowledged (a commit answered,
+    #: then lost).
+    commits_lost: list[str] = field(default_factory=list)
 
     @property
     def duplicate_pct(self) -> float:
@@ -237,7 +240,7 @@ class ChaosReport:
     def violations(self) -> list[str]:
         return (self.lost + self.not_consumed + self.regressions + self.overlaps + self.outside_ownership
                 + self.liveness + self.final_offsets + self.share_lost + self.share_lock_overlaps
-                + self.share_confirmed_again + self.share_unexplained)
+                + self.share_confirmed_again + self.share_unexplained + self.commits_lost)
 
     def summary(self) -> str:
         stalls = self.coordinator_kill_stalls
@@ -250,7 +253,8 @@ class ChaosReport:
             f"({self.duplicates['same_member']} to the member that had read them)",
             f"offset regressions {len(self.regressions)}, ownership overlaps {len(self.overlaps)}, deliveries "
             f"outside ownership {len(self.outside_ownership)}, liveness violations {len(self.liveness)}, "
-            f"final offsets off the log end {len(self.final_offsets)}; two owners only by a fenced zombie "
+            f"final offsets off the log end {len(self.final_offsets)}, acknowledged commits read past again "
+            f"{len(self.commits_lost)}; two owners only by a fenced zombie "
             f"{len(self.fenced_overlaps)} (not violations)",
             "stall after coordinator SIGKILL (s): "
             + (f"median {statistics.median(stalls):.2f}, max {max(stalls):.2f}, all {[round(x, 2) for x in stalls]}"
@@ -648,7 +652,8 @@ class ChaosRun:
             diagnostics=[dict(d, at=d["at"] - self.t0) for d in self.diagnostics],
             share=share.get("figures", {}), share_lost=share.get("lost", []),
             share_lock_overlaps=share.get("lock_overlaps", []), share_confirmed_again=share.get("confirmed_again", []),
-            share_unexplained=share.get("unexplained", []))
+            share_unexplained=share.get("unexplained", []),
+            commits_lost=invariants.acknowledged_commits_kept(journals, intervals))
 
     # ---------------------------------------------------------------- share group
     def _share_leaders_hit(self, f: Fault) -> dict[int, list[float]]:

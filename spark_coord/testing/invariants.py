@@ -13,6 +13,8 @@ held), so a test can assert on it and print every violation at once.
    by some member (the topics are fresh, so the log starts at offset 0).
 3. ``offsets_monotonic``: a committed offset in ZooKeeper never moves backwards
    between two samples of the same generation.
+   ``acknowledged_commits_kept``: an owner never starts below an offset whose commit the
+   coordinator acknowledged before its ownership began.
 8. ``liveness``: while records wait on a partition a member owns, that member
    delivers some of them within a bound (leader outages and member pauses excepted).
 
@@ -290,6 +292,54 @@ def delivered_outside_ownership(journals: Mapping[str, Journal],
             spans = intervals.get((t, p), ())
             if not any(m == member and s - slack <= ts <= e + slack for s, e, m in spans):
                 bad.append(f"{member} delivered {t}-{p} offsets {offs[0]}..{offs[-1]} at {ts:.3f} without owning it")
+    return bad
+
+
+def acknowledged_commits_kept(journals: Mapping[str, Journal],
+                              intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]]) -> list[str]:
+    """A commit the group's coordinator acknowledged is never read past again: an owner whose
+    ownership of a partition began after a commit of offset C was acknowledged (a ``commit``
+    line with code 0, any member) starts at C or later.  Only an owner's first delivery of each
+    ownership counts, so a fenced zombie still delivering what it fetched (Kafka allows it; its
+    ownership began before the commit) is not one; a commit answered but not in the store is."""
+    acked: dict[TopicPartition, list[tuple[float, int]]] = defaultdict(list)
+    for events in journals.values():
+        for e in events:
+            if e["ev"] == "commit" and e.get("code", 0) == 0:
+                acked[(e["t"], e["p"])].append((e["ts"], e["off"]))
+    best: dict[TopicPartition, tuple[list[float], list[int], list[float]]] = {}
+    for tp, commits in acked.items():
+        commits.sort()
+        highest, when, top = [], [], -1
+        at = 0.0
+        for ts, off in commits:
+            if off > top:
+                top, at = off, ts
+            highest.append(top)
+            when.append(at)
+        best[tp] = ([ts for ts, _ in commits], highest, when)
+    firsts: dict[tuple[str, TopicPartition], list[tuple[float, int]]] = defaultdict(list)
+    for member, recs in deliveries(journals).items():
+        for ts, t, p, offs in recs:
+            if offs:
+                firsts[(member, (t, p))].append((ts, offs[0]))
+    bad = []
+    for tp, spans in intervals.items():
+        if tp not in best:
+            continue
+        times, highest, when = best[tp]
+        for start, end, member in spans:
+            i = bisect.bisect_left(times, start)
+            if i == 0:
+                continue
+            recs = firsts.get((member, tp), [])
+            j = bisect.bisect_left(recs, (start, -1))
+            if j == len(recs) or recs[j][0] > end:
+                continue
+            ts, first = recs[j]
+            if first < highest[i - 1]:
+                bad.append(f"{tp[0]}-{tp[1]}: {member} took it at {start:.3f} and read from {first} at {ts:.3f}, "
+                           f"below offset {highest[i - 1]} whose commit was acknowledged at {when[i - 1]:.3f}")
     return bad
 
 

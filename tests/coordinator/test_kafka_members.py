@@ -420,6 +420,26 @@ async def test_a_kafka_member_is_taken_back_after_a_failover_without_a_rebalance
 
 
 @async_test
+async def test_a_commit_from_outside_the_group_is_refused_while_restored_members_may_come_back():
+    """Kafka takes a commit with generation -1 and no member id (a reset tool, or librdkafka
+    retrying a commit after its session ran out) only from an Empty group.  A group just restored
+    by a new coordinator still has its members, absent until they come back: refused, and the
+    offsets stay where the members left them (such a commit may move them anywhere, backwards too)."""
+    h = Harness({"t": 4})
+    h.store.groups["g"] = StoredGroup("g", generation_id=5, members={
+        "k1": StoredMember("k1", TopicCount.static({"t": 1}), False, "largest", 3000)},
+        offsets={("t", 0): 9}, owners={("t", p): "k1-0" for p in range(4)})
+    await h.start()
+    kg = KafkaGroups(h.coord)
+    assert h.group().state == GroupState.RESTORING and not h.group().live_members()
+    body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
+    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
+        ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.store.groups["g"].offsets[("t", 0)] == 9 and h.group().offsets[("t", 0)] == 9
+
+
+@async_test
 async def test_not_the_coordinator():
     h, kg = await _start()
     await h.coord.deactivate()
@@ -609,3 +629,72 @@ async def test_a_static_member_restarted_within_its_session_takes_its_partitions
     assert left["members"][0]["error_code"] == 0  # an admin removes the static member by its instance id
     await h.settle()
     assert "host-a" not in h.group().members
+
+
+class _GatedStore:
+    """Holds the next offset write until ``release`` and then makes it fail as told: a write in
+    flight when the coordinator's ZooKeeper session expires."""
+
+    def __init__(self, store):
+        self.store, self.gate, self.outcome = store, asyncio.Event(), None
+        self._commit = store.commit_offsets
+        store.commit_offsets = self.commit_offsets
+
+    async def commit_offsets(self, group_id, offsets):
+        if self.outcome is None:
+            return await self._commit(group_id, offsets)
+        await self.gate.wait()
+        raise self.outcome
+
+    def release(self, outcome: Exception | None) -> None:
+        self.outcome = outcome
+        self.gate.set()
+
+
+async def _commit_while_the_committer_write_ends(end) -> tuple[dict, int]:
+    """Member a commits 20 while ZooKeeper is unreachable (recorded, not written), then again
+    while the committer's write of it is in flight; ``end(tick, gated)`` ends that write.
+    Returns the retry's codes and the offset the store holds."""
+    h, kg = await _start()
+    a, _b = await _two_members(h, kg)
+    mine = sorted(a.owned())[0]
+    assert await a.commit({mine: 11}) == {mine: ErrorCode.NONE}
+    h.store.fail_writes = True  # ZooKeeper unreachable: the offset is recorded, not written
+    assert await a.commit({mine: 20}) == {mine: ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    h.store.fail_writes = False
+    gated = _GatedStore(h.store)
+    gated.outcome = Exception("not yet")  # hold the committer's write of it
+    tick = asyncio.get_running_loop().create_task(h.coord.offsets.commit_groups([h.coord.groups["g"]]))
+    await h.settle()
+    retry = asyncio.get_running_loop().create_task(a.commit({mine: 20}))  # the client asks again
+    await h.settle()
+    gated.outcome = None
+    end(tick, gated)
+    await asyncio.gather(tick, return_exceptions=True)
+    codes = await asyncio.wait_for(retry, 5)
+    return codes[mine], h.store.groups["g"].offsets[mine]
+
+
+@async_test
+async def test_an_offset_whose_write_was_fenced_is_never_acknowledged_by_a_later_commit():
+    """Seen in nemesis runs (seeds 24 and 30): a librdkafka member's commit came back successful
+    although its offset never reached ZooKeeper, and the partition's next owner read it again.
+    The offset had been recorded, its write failed (ZooKeeper unreachable), the committer's next
+    write of it was cut by the session's expiry (Fenced), which dropped it from the unwritten set;
+    the member's retry of the same offset, waiting for that write, then changed nothing, found
+    nothing left to write and was answered NONE.  A commit is acknowledged only once its offset
+    is in the store."""
+    from spark_coord.coordinator.storage.store import Fenced
+
+    code, stored = await _commit_while_the_committer_write_ends(
+        lambda tick, gated: gated.release(Fenced("commit offsets: ZooKeeper session expired")))
+    assert stored == 11
+    assert code == ErrorCode.NOT_COORDINATOR, code
+
+
+@async_test
+async def test_an_offset_whose_write_was_cancelled_is_written_by_the_next_commit():
+    """The committer's write cancelled (the coordinator stopping its timers) while a commit of
+    the same offset waits: that commit writes it, and only then is answered."""
+    code, stored = await _commit_while_the_committer_write_ends(lambda tick, gated: tick.cancel())
+    assert (code, stored) == (ErrorCode.NONE, 20)

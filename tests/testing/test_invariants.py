@@ -160,6 +160,31 @@ def test_a_fenced_kafka_member_delivering_before_it_heard_so_is_a_zombie_not_a_s
     assert invariants.fenced_windows(revoked, ["k"]) == {}
 
 
+def test_an_owner_never_starts_below_a_commit_acknowledged_before_it_took_the_partition():
+    """Seeds 24 and 30 of the nemesis: a commit answered NONE, its offset never stored, and the next
+    owner read from below it.  A zombie that goes on delivering what it fetched before the commit
+    (it took the partition earlier) is not one; nor is an owner that starts at the commit."""
+    def journals(new_owner_from):
+        return {"old": [_assign(1.0, 1, (0, 0)), _recs(2.0, 0, 0, 1, 2), _commit(2.1, 0, 3),
+                        _recs(3.0, 0, 3, 4), _commit(3.1, 0, 5), {"ts": 4.0, "ev": "lost", "parts": [[T, 0]]}],
+                "new": [_assign(5.0, 2, (0, -1)), _recs(5.1, 0, *range(new_owner_from, 7))]}
+
+    assert invariants.acknowledged_commits_kept(
+        journals(5), invariants.ownership_intervals(journals(5), end_of_run=9)) == []
+    lost = journals(3)
+    bad = invariants.acknowledged_commits_kept(lost, invariants.ownership_intervals(lost, end_of_run=9))
+    assert len(bad) == 1 and "new took it at 5.000 and read from 3" in bad[0] and "below offset 5" in bad[0]
+    # a zombie still delivering after the new owner's commit: its ownership began before it
+    zombie = {"zombie": [_assign(1.0, 1, (0, 0)), _recs(1.5, 0, 0), _recs(6.0, 0, 1, 2)],
+              "new": [_assign(3.0, 2, (0, 0)), _recs(3.1, 0, 0, 1, 2, 3), _commit(3.2, 0, 4)]}
+    assert invariants.acknowledged_commits_kept(zombie, invariants.ownership_intervals(zombie, end_of_run=9)) == []
+    # a refused commit does not count
+    refused = journals(3)
+    refused["old"][4] = dict(refused["old"][4], code=25)
+    assert invariants.acknowledged_commits_kept(
+        refused, invariants.ownership_intervals(refused, end_of_run=9)) == []
+
+
 # ------------------------------------------------------------------ share groups
 
 

@@ -83,12 +83,14 @@ class OffsetCommitter:
             return
         try:
             await self.c.store.commit_offsets_many(batches)
-        except Fenced:
-            self.c.fenced(f"commit offsets of {len(held)} groups")
-            raise
-        except Exception as e:
+        except BaseException as e:  # failed, fenced or cancelled: still unwritten, so dirty again
             for group in held:
-                group.dirty.update(tp for tp in batches[group.group_id] if tp in group.offsets)
+                _unwritten(group, batches[group.group_id])
+            if isinstance(e, Fenced):
+                self.c.fenced(f"commit offsets of {len(held)} groups")
+                raise
+            if not isinstance(e, Exception):
+                raise
             log.warning("committing the offsets of %d groups failed: %s", len(held), e)
             return
         finally:
@@ -98,19 +100,28 @@ class OffsetCommitter:
             self._committed(group, batches[group.group_id])
 
     async def commit_group(self, group: GroupRegistry) -> bool:
-        """Write the group's dirty offsets; False (still dirty) on a store error; raises Fenced."""
+        """Write the group's dirty offsets; False (still dirty) on a store error; raises Fenced.
+
+        True means every offset the group holds is in the store: its callers acknowledge commits
+        on it.  So an offset stays dirty until a write of it succeeds (a failed or fenced write
+        puts it back), and a broker that is no longer the coordinator answers nothing as written
+        (a request that was already past its checks when the election moved)."""
         async with group.store_lock:
+            if not self.c.active:
+                raise Fenced(f"offsets of {group.group_id}: this broker is not the coordinator any more")
             if not group.dirty:
                 return True
             batch = {tp: group.offsets[tp] for tp in group.dirty}
             group.dirty.clear()
             try:
                 await self.c.store.commit_offsets(group.group_id, batch)
-            except Fenced:
-                self.c.fenced(f"commit offsets of {group.group_id}")
-                raise
-            except Exception as e:
-                group.dirty.update(tp for tp in batch if tp in group.offsets)
+            except BaseException as e:  # failed, fenced or cancelled: still unwritten, so dirty again
+                _unwritten(group, batch)
+                if isinstance(e, Fenced):
+                    self.c.fenced(f"commit offsets of {group.group_id}")
+                    raise
+                if not isinstance(e, Exception):
+                    raise
                 log.warning("group %s: committing %d offsets failed: %s", group.group_id, len(batch), e)
                 return False
         self._committed(group, batch)
@@ -195,11 +206,12 @@ class OffsetCommitter:
 
     def set_outside_generation(self, group_id: str, wanted: list) -> "PartitionCodes | ErrorCode":
         """Offsets set from outside any generation (a tool resetting a group: Kafka's OffsetCommit
-        with generation -1 and no member): only while the group has no live member, and they may move
-        anywhere.  Returns the code per partition (the caller writes them), or UNKNOWN_MEMBER_ID."""
+        with generation -1 and no member): only while the group has no member -- live, or absent and
+        still awaited (restored by a failover, or its connection closed within its session) -- and they
+        may move anywhere.  Returns the code per partition (the caller writes them), or UNKNOWN_MEMBER_ID."""
         group = self.c.groups.get(group_id)
-        if group is not None and group.live_members():
-            return ErrorCode.UNKNOWN_MEMBER_ID  # Kafka: only an empty group takes them
+        if group is not None and group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # Kafka: only an Empty group takes them
         if group is None:
             group = self.c.groups[group_id] = GroupRegistry(group_id)
         codes: PartitionCodes = {}
@@ -249,3 +261,8 @@ class OffsetCommitter:
                 codes.update({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in accepted})
                 return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets could not be written", codes)
         return answer(ErrorCode.NONE, None, codes)
+
+
+def _unwritten(group: GroupRegistry, batch: dict[TopicPartition, int]) -> None:
+    """A write of ``batch`` failed: its partitions are dirty again (those the group still holds)."""
+    group.dirty.update(tp for tp in batch if tp in group.offsets)
