@@ -250,7 +250,9 @@ class ChaosReport:
             f"records: {self.acked} acknowledged, {self.consumed} consumed; lost {len(self.lost)}, "
             f"unconsumed {len(self.not_consumed)}",
             f"duplicates: {self.duplicates['extra']} extra deliveries = {self.duplicate_pct:.2f}% of records "
-            f"({self.duplicates['same_member']} to the member that had read them)",
+            f"({self.duplicates['same_member']} to the member that had read them)"
+            + ("; by cause: " + ", ".join(f"{k} {v}" for k, v in self.duplicates["causes"].items())
+               if "causes" in self.duplicates else ""),
             f"offset regressions {len(self.regressions)}, ownership overlaps {len(self.overlaps)}, deliveries "
             f"outside ownership {len(self.outside_ownership)}, liveness violations {len(self.liveness)}, "
             f"final offsets off the log end {len(self.final_offsets)}, acknowledged commits read past again "
@@ -615,7 +617,7 @@ class ChaosRun:
         lost = sorted(self.producer.acked - present)
         intervals = invariants.ownership_intervals(journals, self.deaths)
         leader_down = {(self.topic, p): self.broker_down.get(b, []) for p, b in self.leaders.items()}
-        dups = invariants.duplicates(journals)
+        dups = dict(invariants.duplicates(journals), causes=invariants.duplicate_causes(journals, intervals))
         self._owners = intervals
         stalls = [self._stall(f.at, int(f.target), journals, log_ends) for f in self.faults
                   if f.kind == "coordinator_kill" and s.has_group()]

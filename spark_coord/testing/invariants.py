@@ -295,6 +295,46 @@ def delivered_outside_ownership(journals: Mapping[str, Journal],
     return bad
 
 
+class _Acknowledged:
+    """The commits the coordinator acknowledged (``commit`` lines with code 0, any member), per
+    partition in time order: the highest offset acknowledged by a moment, and when."""
+
+    def __init__(self, journals: Mapping[str, Journal]):
+        acked: dict[TopicPartition, list[tuple[float, int]]] = defaultdict(list)
+        for events in journals.values():
+            for e in events:
+                if e["ev"] == "commit" and e.get("code", 0) == 0:
+                    acked[(e["t"], e["p"])].append((e["ts"], e["off"]))
+        self._by_tp: dict[TopicPartition, tuple[list[float], list[int], list[float]]] = {}
+        for tp, commits in acked.items():
+            commits.sort()
+            highest, when, top, at = [], [], -1, 0.0
+            for ts, off in commits:
+                if off > top:
+                    top, at = off, ts
+                highest.append(top)
+                when.append(at)
+            self._by_tp[tp] = ([ts for ts, _ in commits], highest, when)
+
+    def before(self, tp: TopicPartition, moment: float) -> tuple[int, float]:
+        """(the highest offset acknowledged before ``moment``, when it was); (-1, 0.0) if none."""
+        found = self._by_tp.get(tp)
+        if found is None:
+            return -1, 0.0
+        times, highest, when = found
+        i = bisect.bisect_left(times, moment)
+        return (highest[i - 1], when[i - 1]) if i else (-1, 0.0)
+
+
+def _owned_since(intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]], member: str,
+                 tp: TopicPartition, ts: float, slack: float = 0.05) -> float | None:
+    """When ``member``'s ownership of ``tp`` that holds ``ts`` began (None: it held none then)."""
+    for start, end, m in intervals.get(tp, ()):
+        if m == member and start - slack <= ts <= end + slack:
+            return start
+    return None
+
+
 def acknowledged_commits_kept(journals: Mapping[str, Journal],
                               intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]]) -> list[str]:
     """A commit the group's coordinator acknowledged is never read past again: an owner whose
@@ -302,22 +342,7 @@ def acknowledged_commits_kept(journals: Mapping[str, Journal],
     line with code 0, any member) starts at C or later.  Only an owner's first delivery of each
     ownership counts, so a fenced zombie still delivering what it fetched (Kafka allows it; its
     ownership began before the commit) is not one; a commit answered but not in the store is."""
-    acked: dict[TopicPartition, list[tuple[float, int]]] = defaultdict(list)
-    for events in journals.values():
-        for e in events:
-            if e["ev"] == "commit" and e.get("code", 0) == 0:
-                acked[(e["t"], e["p"])].append((e["ts"], e["off"]))
-    best: dict[TopicPartition, tuple[list[float], list[int], list[float]]] = {}
-    for tp, commits in acked.items():
-        commits.sort()
-        highest, when, top = [], [], -1
-        at = 0.0
-        for ts, off in commits:
-            if off > top:
-                top, at = off, ts
-            highest.append(top)
-            when.append(at)
-        best[tp] = ([ts for ts, _ in commits], highest, when)
+    acked = _Acknowledged(journals)
     firsts: dict[tuple[str, TopicPartition], list[tuple[float, int]]] = defaultdict(list)
     for member, recs in deliveries(journals).items():
         for ts, t, p, offs in recs:
@@ -325,22 +350,52 @@ def acknowledged_commits_kept(journals: Mapping[str, Journal],
                 firsts[(member, (t, p))].append((ts, offs[0]))
     bad = []
     for tp, spans in intervals.items():
-        if tp not in best:
-            continue
-        times, highest, when = best[tp]
         for start, end, member in spans:
-            i = bisect.bisect_left(times, start)
-            if i == 0:
+            top, when = acked.before(tp, start)
+            if top < 0:
                 continue
             recs = firsts.get((member, tp), [])
             j = bisect.bisect_left(recs, (start, -1))
             if j == len(recs) or recs[j][0] > end:
                 continue
             ts, first = recs[j]
-            if first < highest[i - 1]:
+            if first < top:
                 bad.append(f"{tp[0]}-{tp[1]}: {member} took it at {start:.3f} and read from {first} at {ts:.3f}, "
-                           f"below offset {highest[i - 1]} whose commit was acknowledged at {when[i - 1]:.3f}")
+                           f"below offset {top} whose commit was acknowledged at {when:.3f}")
     return bad
+
+
+def duplicate_causes(journals: Mapping[str, Journal],
+                     intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]]) -> dict[str, int]:
+    """Why each delivery of a record after its first happened: ``unacknowledged`` -- no commit
+    past it had been acknowledged yet (at-least-once: the first reader's commits failed or never
+    came, and the next owner read from the last commit); ``zombie`` -- one had, but the member
+    delivering it again owned the partition from before that commit (a fenced member delivering
+    what it fetched earlier, which Kafka allows; or a member reading its own prefetched records);
+    ``acknowledged`` -- one had, before this member's ownership began (a commit lost after it was
+    answered: ``acknowledged_commits_kept`` names them)."""
+    acked = _Acknowledged(journals)
+    seen: set[tuple[str, int, int]] = set()
+    causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0}
+    events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
+                    key=lambda x: x[0])
+    for ts, member, e in events:
+        tp = (e["t"], e["p"])
+        for o in e["offs"]:
+            key = (e["t"], e["p"], o)
+            if key not in seen:
+                seen.add(key)
+                continue
+            top, when = acked.before(tp, ts)
+            if top <= o:
+                causes["unacknowledged"] += 1
+                continue
+            since = _owned_since(intervals, member, tp, ts)
+            if since is not None and when >= since:
+                causes["zombie"] += 1
+            else:
+                causes["acknowledged"] += 1
+    return causes
 
 
 def _during(windows: Sequence[Interval], a: float, b: float) -> bool:

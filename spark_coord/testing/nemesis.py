@@ -633,7 +633,8 @@ def aggregate(runs: list[dict]) -> dict:
             "acked": chaos["acked"], "lost_write": len(jep["lost_write"]),
             "inconsistent_offsets": len(jep["inconsistent_offsets"]), "overlaps": len(chaos["overlaps"]),
             "fenced_overlaps": len(chaos.get("fenced_overlaps", ())),
-            "duplicate_pct": round(chaos["duplicate_pct"], 3), "worst_lag_s": jep["worst_realtime_lag_s"],
+            "duplicate_pct": round(chaos["duplicate_pct"], 3),
+            "duplicate_causes": chaos.get("duplicates", {}).get("causes", {}), "worst_lag_s": jep["worst_realtime_lag_s"],
             "worst_reachable_lag_s": jep.get("worst_reachable_lag_s", jep["worst_realtime_lag_s"]),
             "lag_bar_s": settings.get("session_ms", 0) / 1000 + LAG_SLACK_S,
             "violations": len(run["violations"])})
@@ -653,6 +654,10 @@ def aggregate(runs: list[dict]) -> dict:
     return {"by_kind": dict(sorted(kinds.items())), "runs": per_run, "verdict": verdict}
 
 
+def _causes(c: dict) -> str:
+    return " / ".join(str(c[k]) for k in ("unacknowledged", "zombie", "acknowledged")) if c else "-"
+
+
 def aggregate_tables(agg: dict) -> str:
     """The per-kind table and the per-run table of ``aggregate``'s result, in Markdown."""
     rows = [("fault kind", "injected (runs)", "longest stall, untouched partitions (s)", "same, alone (s)",
@@ -662,11 +667,12 @@ def aggregate_tables(agg: dict) -> str:
                      "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}",
                      "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"])))
     runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "fenced zombies",
-             "duplicates %", "worst lag (s)", "reachable lag (s)", "violations")]
+             "duplicates %", "of them: unacknowledged / zombie / acknowledged", "worst lag (s)",
+             "reachable lag (s)", "violations")]
     for r in agg["runs"]:
         runs.append((str(r["seed"]), str(r["faults"]), str(r["kinds_drawn"]), f"{r['acked']:,}", str(r["lost_write"]),
                      str(r["inconsistent_offsets"]), str(r["overlaps"]), str(r.get("fenced_overlaps", 0)),
-                     f"{r['duplicate_pct']:.3f}",
+                     f"{r['duplicate_pct']:.3f}", _causes(r.get("duplicate_causes") or {}),
                      f"{r['worst_lag_s']:.1f}", f"{r['worst_reachable_lag_s']:.1f}", str(r["violations"])))
     v = agg["verdict"]
     return "\n\n".join([markdown_table(rows), markdown_table(runs), (

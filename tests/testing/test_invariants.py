@@ -185,6 +185,19 @@ def test_an_owner_never_starts_below_a_commit_acknowledged_before_it_took_the_pa
         refused, invariants.ownership_intervals(refused, end_of_run=9)) == []
 
 
+def test_each_repeated_delivery_has_a_cause():
+    """Read again with no commit past it acknowledged (at-least-once); by a zombie whose ownership
+    began before the commit past it; by an owner that began after it (a lost commit)."""
+    journals = {"a": [_assign(1.0, 1, (0, 0)), _recs(2.0, 0, 0, 1), _commit(2.1, 0, 2), _recs(3.0, 0, 2, 3),
+                      _recs(5.0, 0, 4)],
+                "b": [_assign(4.0, 2, (0, 2)), _recs(4.1, 0, 2, 3, 4), _commit(4.2, 0, 5)],
+                "c": [_assign(6.0, 3, (0, 0)), _recs(6.1, 0, 1)]}
+    spans = invariants.ownership_intervals(journals, end_of_run=9)
+    # b re-reads 2, 3 (a never committed past them); a, still delivering after b's commit of 5,
+    # hands out 4 again (zombie); c starts at 1, below the acknowledged 5 (and 2)
+    assert invariants.duplicate_causes(journals, spans) == {"unacknowledged": 2, "zombie": 1, "acknowledged": 1}
+
+
 # ------------------------------------------------------------------ share groups
 
 
