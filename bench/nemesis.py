@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--combine", type=float, default=0.2, help="chance that a second fault starts with one")
     p.add_argument("--weights", help="kind=weight,... (kinds named replace the defaults; others weigh 0)")
     p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
-    p.add_argument("--report", default="nemesis-report.json")
+    p.add_argument("--report", default="nemesis-report.json",
+                   help="write the run's report (faults, checks, figures) as JSON here (default: %(default)s)")
     p.add_argument("--zk-nodes", type=int, default=3, help="ZooKeeper servers (3: a quorum that zk_split divides)")
     p.add_argument("--spare-brokers", type=int, default=1,
                    help="brokers that lead no partition of the topic (broker_remove may take them, coordinator or not)")
