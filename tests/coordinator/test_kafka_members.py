@@ -398,14 +398,20 @@ async def test_delete_groups():
     assert kg.list_groups({})["groups"] == []
 
 
-@async_test
-async def test_a_kafka_member_is_taken_back_after_a_failover_without_a_rebalance():
+async def _restored_after_failover() -> tuple[Harness, KafkaGroups]:
+    """A coordinator that restored group g (generation 5, Kafka member k1 holding t-0..3, t-0
+    committed at 9) from the store: k1 absent until it comes back."""
     h = Harness({"t": 4})
     h.store.groups["g"] = StoredGroup("g", generation_id=5, members={
         "k1": StoredMember("k1", TopicCount.static({"t": 1}), False, "largest", 3000)},
         offsets={("t", 0): 9}, owners={("t", p): "k1-0" for p in range(4)})
     await h.start()
-    kg = KafkaGroups(h.coord)
+    return h, KafkaGroups(h.coord)
+
+
+@async_test
+async def test_a_kafka_member_is_taken_back_after_a_failover_without_a_rebalance():
+    h, kg = await _restored_after_failover()
     assert h.group().state == GroupState.RESTORING
     assert kg.heartbeat({"group_id": "g", "generation_id": 4, "member_id": "k1"})["error_code"] == \
         ErrorCode.UNKNOWN_MEMBER_ID  # not the restored generation: it must join again
@@ -425,12 +431,7 @@ async def test_a_commit_from_outside_the_group_is_refused_while_restored_members
     retrying a commit after its session ran out) only from an Empty group.  A group just restored
     by a new coordinator still has its members, absent until they come back: refused, and the
     offsets stay where the members left them (such a commit may move them anywhere, backwards too)."""
-    h = Harness({"t": 4})
-    h.store.groups["g"] = StoredGroup("g", generation_id=5, members={
-        "k1": StoredMember("k1", TopicCount.static({"t": 1}), False, "largest", 3000)},
-        offsets={("t", 0): 9}, owners={("t", p): "k1-0" for p in range(4)})
-    await h.start()
-    kg = KafkaGroups(h.coord)
+    h, kg = await _restored_after_failover()
     assert h.group().state == GroupState.RESTORING and not h.group().live_members()
     body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
