@@ -149,8 +149,12 @@ def decompress_all(items: list[tuple[int, object]], max_bytes: int = DEFAULT_MAX
     fetched record set's batches end up side by side without joining separately decompressed
     pieces (one copy of everything less).  Each item still stops at ``max_bytes`` of output.
     With ``scratch`` the buffer is the scratch's (valid until its next use)."""
+    # A frame may declare any size (a damaged or hostile zstd header: up to 2**64 bytes); none may
+    # produce more than ``max_bytes``, and the buffer grows as needed, so the first guess stays
+    # within that too: an allocation of what a header claims would fail before the data is read.
     hints = [len(d) if c == NONE else _size_hint(c, d) for c, d in items]
-    guess = sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items))
+    hints = [None if h is None else min(h, max_bytes) for h in hints]
+    guess = min(max_bytes, sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items)))
     out = scratch.take(max(1, guess)) if scratch is not None else _buffer(max(1, guess))
     spans: list[tuple[int, int]] = []
     pos = 0
