@@ -655,7 +655,7 @@ class ChaosRun:
             share=share.get("figures", {}), share_lost=share.get("lost", []),
             share_lock_overlaps=share.get("lock_overlaps", []), share_confirmed_again=share.get("confirmed_again", []),
             share_unexplained=share.get("unexplained", []),
-            commits_lost=invariants.acknowledged_commits_kept(journals, intervals))
+            commits_lost=invariants.acknowledged_commits_kept(_without_replays(journals), intervals))
 
     # ---------------------------------------------------------------- share group
     def _share_leaders_hit(self, f: Fault) -> dict[int, list[float]]:

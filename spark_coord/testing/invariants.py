@@ -341,7 +341,9 @@ def acknowledged_commits_kept(journals: Mapping[str, Journal],
     ownership of a partition began after a commit of offset C was acknowledged (a ``commit``
     line with code 0, any member) starts at C or later.  Only an owner's first delivery of each
     ownership counts, so a fenced zombie still delivering what it fetched (Kafka allows it; its
-    ownership began before the commit) is not one; a commit answered but not in the store is."""
+    ownership began before the commit) is not one; a commit answered but not in the store is.  Give
+    it the journals without a restarted Spark member's replayed batches (which start where its
+    checkpoint says, below what the group committed since, by design)."""
     acked = _Acknowledged(journals)
     firsts: dict[tuple[str, TopicPartition], list[tuple[float, int]]] = defaultdict(list)
     for member, recs in deliveries(journals).items():
@@ -373,10 +375,12 @@ def duplicate_causes(journals: Mapping[str, Journal],
     delivering it again owned the partition from before that commit (a fenced member delivering
     what it fetched earlier, which Kafka allows; or a member reading its own prefetched records);
     ``acknowledged`` -- one had, before this member's ownership began (a commit lost after it was
-    answered: ``acknowledged_commits_kept`` names them)."""
+    answered: ``acknowledged_commits_kept`` names them); ``replayed`` -- a batch a restarted Spark
+    member replayed from its checkpoint (its ``recs`` line marked ``replay``: planned by the killed
+    run of the query, delivered again by design)."""
     acked = _Acknowledged(journals)
     seen: set[tuple[str, int, int]] = set()
-    causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0}
+    causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0, "replayed": 0}
     events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
                     key=lambda x: x[0])
     for ts, member, e in events:
@@ -385,6 +389,9 @@ def duplicate_causes(journals: Mapping[str, Journal],
             key = (e["t"], e["p"], o)
             if key not in seen:
                 seen.add(key)
+                continue
+            if e.get("replay"):
+                causes["replayed"] += 1
                 continue
             top, when = acked.before(tp, ts)
             if top <= o:

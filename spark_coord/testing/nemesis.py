@@ -655,7 +655,7 @@ def aggregate(runs: list[dict]) -> dict:
 
 
 def _causes(c: dict) -> str:
-    return " / ".join(str(c[k]) for k in ("unacknowledged", "zombie", "acknowledged")) if c else "-"
+    return " / ".join(str(c.get(k, 0)) for k in ("unacknowledged", "zombie", "acknowledged")) if c else "-"
 
 
 def aggregate_tables(agg: dict) -> str:
