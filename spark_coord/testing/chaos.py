@@ -616,6 +616,7 @@ class ChaosRun:
         present = {(p, int(v.split(b":")[1])) for p, vs in values.items() for v in vs}
         lost = sorted(self.producer.acked - present)
         intervals = invariants.ownership_intervals(journals, self.deaths)
+        kept = _without_replays(journals)  # a restarted Spark member's replays: delivered again by design
         leader_down = {(self.topic, p): self.broker_down.get(b, []) for p, b in self.leaders.items()}
         dups = dict(invariants.duplicates(journals), causes=invariants.duplicate_causes(journals, intervals))
         self._owners = intervals
@@ -639,7 +640,7 @@ class ChaosRun:
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
             overlaps=overlaps, fenced_overlaps=sorted(set(unfenced) - set(overlaps)),
-            outside_ownership=invariants.delivered_outside_ownership(_without_replays(journals), intervals),
+            outside_ownership=invariants.delivered_outside_ownership(kept, intervals),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
                                          self._waiting_members(), unknown_start=0),
             final_offsets=final_offsets,
@@ -655,7 +656,7 @@ class ChaosRun:
             share=share.get("figures", {}), share_lost=share.get("lost", []),
             share_lock_overlaps=share.get("lock_overlaps", []), share_confirmed_again=share.get("confirmed_again", []),
             share_unexplained=share.get("unexplained", []),
-            commits_lost=invariants.acknowledged_commits_kept(_without_replays(journals), intervals))
+            commits_lost=invariants.acknowledged_commits_kept(kept, intervals))
 
     # ---------------------------------------------------------------- share group
     def _share_leaders_hit(self, f: Fault) -> dict[int, list[float]]:

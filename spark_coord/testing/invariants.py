@@ -289,8 +289,7 @@ def delivered_outside_ownership(journals: Mapping[str, Journal],
     bad = []
     for member, recs in deliveries(journals).items():
         for ts, t, p, offs in recs:
-            spans = intervals.get((t, p), ())
-            if not any(m == member and s - slack <= ts <= e + slack for s, e, m in spans):
+            if _owned_since(intervals, member, (t, p), ts, slack) is None:
                 bad.append(f"{member} delivered {t}-{p} offsets {offs[0]}..{offs[-1]} at {ts:.3f} without owning it")
     return bad
 
