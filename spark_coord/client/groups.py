@@ -315,8 +315,21 @@ class GroupClient:
             if failed:
                 first = next(iter(failed.values()))
                 text = ", ".join(f"{t}-{p}: {ErrorCode.name_of(c)}" for (t, p), c in sorted(failed.items()))
+                if set(failed.values()) == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION} and self._exist(failed):
+                    # the topic is new and the coordinator has not seen it yet: retriable, as Kafka's
+                    # commitSync takes it; a partition no broker knows is refused at once
+                    raise _Retry(None, first, f"OffsetCommit {group!r}: {text}, which the cluster's metadata has")
                 raise KafkaError(first, f"OffsetCommit {group!r} refused {text}")
         self._retrying(f"OffsetCommit {group!r}", attempt)
+
+    def _exist(self, partitions: Iterable[TopicPartition]) -> bool:
+        """Whether the cluster's metadata, asked now, has every one of ``partitions``."""
+        partitions = list(partitions)
+        try:
+            known = self.cluster.refresh(sorted({t for t, _ in partitions}))
+        except (KafkaError, BrokerConnectionError):
+            return False
+        return all(t in known and known[t].error == 0 and p in known[t].partitions for t, p in partitions)
 
     def fetch_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None,
                       require_stable: bool = False) -> dict[TopicPartition, CommittedOffset]:

@@ -171,7 +171,9 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         froms = {}
         for tp in assigned:
             end[tp] = base[tp] + take[tp]
-            if (take[tp] or tp in reset) and base[tp] != start_offsets.get(tp):
+            if base[tp] != start_offsets.get(tp):
+                # a handed-out, reset or new start: the batch reads from it even when it takes nothing
+                # there (else ``partitions`` would read from the last end up to it)
                 froms[tp] = base[tp]
         if end == from_json(start) and not froms:
             return start

@@ -25,6 +25,7 @@ class Cluster:
         self.committed: dict[tuple[str, str, int], int] = {}
         self.brokers = [ScriptedBroker(self.handle, api_keys=api_keys, node_id=i) for i in range(n)]
         self.outside: ScriptedBroker | None = None  # a coordinator the metadata does not list
+        self.topics: dict[str, int] = {}  # topic -> partitions, in the metadata answer
 
     @property
     def bootstrap(self) -> str:
@@ -41,8 +42,13 @@ class Cluster:
     def handle(self, broker: ScriptedBroker, header, body) -> dict:
         key, node = header.api_key, broker.node_id
         if key == ApiKey.METADATA:
+            asked = None if body.get("topics") is None else {t["name"] for t in body["topics"]}
+            topics = [{"error_code": 0, "name": name, "is_internal": False, "partitions": [
+                {"error_code": 0, "partition_index": i, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0],
+                 "offline_replicas": []} for i in range(n)]}
+                for name, n in self.topics.items() if asked is None or name in asked]
             return {"brokers": [b.broker_entry() for b in self.brokers], "cluster_id": "scripted",
-                    "controller_id": 0, "topics": []}
+                    "controller_id": 0, "topics": topics}
         if key == ApiKey.FIND_COORDINATOR:
             code = self._next_error(node, key)
             target = self.outside if self.outside is not None else self.brokers[self.coordinator]
@@ -145,6 +151,27 @@ def test_other_errors_are_raised_at_once_naming_the_partitions(cluster):
             groups.commit_offsets("g", {("t", 0): 1, ("t", 1): 2})
         assert info.value.code == ErrorCode.ILLEGAL_GENERATION
         assert len(cluster.brokers[0].received(ApiKey.OFFSET_COMMIT)) == 1
+
+
+def test_a_commit_to_a_topic_the_coordinator_has_not_seen_yet_is_retried(cluster):
+    """What a CI run saw: a topic created through one broker, a commit at once to the group's
+    coordinator (another broker, whose view of the topics had not caught up) refused with
+    UNKNOWN_TOPIC_OR_PARTITION.  Kafka's commitSync retries that code; so does the client, while the
+    cluster's metadata has the partitions -- one nobody knows is refused at once."""
+    cluster.topics = {"t": 2}
+    cluster.errors[(0, ApiKey.OFFSET_COMMIT)] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+    cc, groups = _client(cluster)
+    with cc, groups:
+        groups.commit_offsets("g", {("t", 0): 1, ("t", 1): 2})
+        assert cluster.committed == {("g", "t", 0): 1, ("g", "t", 1): 2}
+        assert len(cluster.brokers[0].received(ApiKey.OFFSET_COMMIT)) == 3
+        for missing in [("gone", 0), ("t", 2)]:
+            cluster.errors[(0, ApiKey.OFFSET_COMMIT)] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+            start = time.monotonic()
+            with pytest.raises(KafkaError, match=f"{missing[0]}-{missing[1]}: UNKNOWN_TOPIC_OR_PARTITION") as info:
+                groups.commit_offsets("g", {missing: 1})
+            assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and time.monotonic() - start < 2
+        assert len(cluster.brokers[0].received(ApiKey.OFFSET_COMMIT)) == 5
 
 
 def test_delete_groups_reports_codes_and_retries_coordinator_errors(cluster):

@@ -212,3 +212,66 @@ def test_group_offsets_behind_the_checkpoint_do_not_rewind_the_query():
     handed = {("t", 0): 100, ("t", 1): 300, ("t", 2): 7}
     checkpoint = {("t", 0): 150, ("t", 1): 150}
     assert CoordKafkaStreamReader._handed_starts(handed, checkpoint) == {("t", 0): 150, ("t", 1): 300, ("t", 2): 7}
+
+
+class _Handing:
+    """A ``PartitionSource`` whose coordinator handed out ``assigned`` (what ``GroupPartitionSource``
+    answers), with an offset resolver over fixed log ends: the planning rule alone, no Spark."""
+
+    def __init__(self, assigned: dict, latest: dict) -> None:
+        self._assigned, self._latest = assigned, latest
+        self.committed, self.planned = {}, {}
+
+    def assigned(self) -> dict:
+        return dict(self._assigned)
+
+    def on_batch_committed(self, end: dict) -> None:
+        self.committed.update(end)
+
+    def on_batch_planned(self, end: dict) -> None:
+        self.planned.update(end)
+
+    # the resolver's part
+    def latest(self, tps) -> dict:
+        return {tp: self._latest[tp] for tp in tps}
+
+    def earliest(self, tps) -> dict:
+        return {tp: 0 for tp in tps}
+
+    def gone(self, tps) -> list:
+        return []
+
+    def leaders(self, tps) -> dict:
+        return {}
+
+
+def _planned_ranges(reader, start: dict, limit) -> dict:
+    from spark_coord.spark.offsets import to_json
+
+    end = reader.latestOffset(to_json(start), limit)
+    return {(p.topic, p.partition): (p.from_offset, p.until_offset)
+            for p in reader.partitions(to_json(start), end)}
+
+
+@pytest.mark.parametrize("limit", ["all", "max"])
+def test_a_partition_handed_out_at_its_log_end_is_not_read_again_from_the_checkpoint(limit):
+    """What a chaos run found (a Spark member killed and restarted on its checkpoint): while it was
+    gone another member read the partition to its log end and committed; the coordinator hands it
+    back at that offset, so the next batch has nothing to read there -- yet it was planned from the
+    checkpoint's offset to the handed-out one, reading 1,835 records the group had committed past.
+    The same when ``maxOffsetsPerTrigger`` leaves the handed-out partition nothing this batch."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    t0, t1 = ("t", 0), ("t", 1)
+    reader = CoordKafkaStreamReader(parse_source_options(
+        {"bootstrap.brokers": "127.0.0.1:9", "subscribe": "t", "group.id": "g"}, streaming=True))
+    handing = _Handing({t0: 2940, t1: None}, {t0: 2940 if limit == "all" else 2941, t1: 5000})
+    reader._source = reader._resolver = handing
+    cap = ReadAllAvailable() if limit == "all" else ReadMaxRows(10)
+    ranges = _planned_ranges(reader, {t0: 1105, t1: 4000}, cap)
+    assert ranges.get(t0, (2940, 2940))[0] == 2940, ranges
+    assert ranges[t1][0] == 4000
+    assert handing.planned[t0] >= 2940
