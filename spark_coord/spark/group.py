@@ -28,10 +28,13 @@ The mapping (DESIGN.md section 8):
   is not disturbed.  StartFetcher gives the complete assignment; only partitions
   new to the member start at the offsets it carries.
 - **Coordinator lost** (connection gone or silent): the members keep planning
-  their partitions while they find the next coordinator, until their session
-  timeout passed since a coordinator last confirmed them (the lease); then the
-  partitions are withdrawn until a coordinator takes the member back or starts
-  it again.
+  their partitions while they find the next coordinator, until half their session
+  timeout is left of the time a coordinator last confirmed them for (the lease: a
+  session from its last request), so that a batch planned then has that half to be
+  read and written before anyone else may be given the partitions; at the lease's end
+  the partitions are withdrawn until a coordinator takes the member back or starts it
+  again.  (Pings come every third of a session, so a confirmed member always has more
+  than half of it left.)
 - **stop()**: each member leaves with a final CommitOffsets of what Spark
   confirmed (``leave``), so the group's offsets equal what the query processed and
   the others take over at once.  The members close in parallel, so stopping is
@@ -96,7 +99,9 @@ class _QueryMember:
         self.sent: dict[TopicPartition, int] = {}  # offsets committed actively so far
 
     def plannable(self) -> bool:
-        return not self.suspended and time.monotonic() < self.lease_until
+        """Its partitions may go into a new batch: not suspended, and more than the planning margin
+        (half a session) left of its lease, for the batch to finish in (module docstring)."""
+        return not self.suspended and time.monotonic() < self.lease_until - self.source.plan_margin
 
     def journal(self, ev: str, **fields) -> None:
         """The testing hook (module docstring): nothing unless it is on."""
@@ -205,6 +210,7 @@ class GroupPartitionSource:
         self.planned: dict[TopicPartition, int] = {}
         self.stopping: set[TopicPartition] = set()
         self.stop_timeout = opts.session_timeout_ms / 2000
+        self.plan_margin = opts.session_timeout_ms / 2000   # of the lease, left for a batch planned last
         token = uuid.uuid4().hex[:8]
         host = socket.gethostname()
         n = opts.members or 1

@@ -26,6 +26,10 @@ closing any:
   connection meanwhile has closed it, and that close is passed on after the held bytes; the
   connections are not dropped at heal, because a client that still waits would then see a
   reset the fault did not cause.
+- ``stall_open``: the connections open when it is set pass nothing (held as in ``stall``), the
+  ones accepted since pass as in ``pass``: the path of each open connection is gone without a
+  close reaching either end (a NAT or firewall that lost its state, a peer's silent reboot) while
+  a client that connects again gets through.  A client notices only by its own timeouts.
 
 A close (end of stream) of one side is held and passed on like bytes: it reaches the other side
 after whatever was read before it.  A client accepted while the target does not accept (a broker
@@ -35,11 +39,11 @@ connection; in ``pass`` mode a read is written straight to the other socket.
 Control: one line per request on a unix socket (``--control PATH``) or a loopback TCP port
 (``--control PORT``), one line back, ``ok ...`` or ``error <why>``::
 
-    mode pass | mode delay 200 50 | mode bandwidth 65536 [total] | mode stall | stats
+    mode pass | mode delay 200 50 | mode bandwidth 65536 [total] | mode stall | mode stall_open | stats
 
-``stats`` answers ``ok <json>``: the mode, connections open and accepted, bytes read and passed
-per direction (``up``: client to target), bytes held now, the most ever held, and the bytes
-read while stalled.  ``LinkProxyClient`` speaks it; ``LinkProxy`` starts the process and waits
+``stats`` answers ``ok <json>``: the mode, connections open and accepted, those of them stuck
+(``stall_open``), bytes read and passed per direction (``up``: client to target), bytes held now,
+the most ever held, and the bytes read while stalled.  ``LinkProxyClient`` speaks it; ``LinkProxy`` starts the process and waits
 until it answers.
 """
 
@@ -64,7 +68,7 @@ log = logging.getLogger(__name__)
 
 #: Bytes held per direction of a connection before the proxy stops reading that side.
 HOLD_LIMIT = 4 << 20
-MODES = ("pass", "delay", "bandwidth", "stall")
+MODES = ("pass", "delay", "bandwidth", "stall", "stall_open")
 _EOF = None   # the queue entry of a closed side
 
 
@@ -82,6 +86,9 @@ class Mode:
         if self.kind == "bandwidth":
             return f"bandwidth {self.rate:g}" + (" total" if self.total else "")
         return self.kind
+
+
+_PASS, _STALL = Mode("pass"), Mode("stall")
 
 
 def parse_mode(words: list[str]) -> Mode:
@@ -186,8 +193,9 @@ class _Side(asyncio.Protocol):
 class _Pipe:
     """One direction of one connection: reads of ``src`` written to ``dst`` as the mode says."""
 
-    def __init__(self, proxy: "Proxy", src: _Side, dst: _Side, direction: str):
+    def __init__(self, proxy: "Proxy", src: _Side, dst: _Side, direction: str, conn_id: int):
         self.proxy, self.src, self.dst, self.direction = proxy, src, dst, direction
+        self.conn_id = conn_id     # the connection's number in the order accepted (from 1)
         self.queue: collections.deque[list] = collections.deque()   # [ready_at, bytes | _EOF]
         self.queued = 0
         self.last_ready = 0.0
@@ -197,11 +205,22 @@ class _Pipe:
         self.bucket: _Bucket | None = None
         self.task = asyncio.get_running_loop().create_task(self._pump())
 
+    def mode(self) -> Mode:
+        """The proxy's mode as it applies to this connection (``stall_open``: stall or pass)."""
+        mode = self.proxy.mode
+        if mode.kind == "stall_open":
+            return _STALL if self.stuck() else _PASS
+        return mode
+
+    def stuck(self) -> bool:
+        """Open when ``stall_open`` was set."""
+        return self.proxy.mode.kind == "stall_open" and self.conn_id <= self.proxy.stuck_upto
+
     # ---------------------------------------------------------------- input
     def feed(self, data: bytes | None) -> None:
         if self.ended:
             return
-        proxy, mode = self.proxy, self.proxy.mode
+        proxy, mode = self.proxy, self.mode()
         if data is not _EOF:
             proxy.count(self.direction, "read", len(data))
             if mode.kind == "stall":
@@ -255,7 +274,7 @@ class _Pipe:
 
     async def _pump(self) -> None:
         while True:
-            mode = self.proxy.mode
+            mode = self.mode()
             if not self.queue or mode.kind == "stall" or self.dst_paused:
                 self.wake.clear()
                 await self.wake.wait()
@@ -314,6 +333,7 @@ class Proxy:
         self.held = 0
         self.held_max = 0
         self.stalled_bytes = 0
+        self.stuck_upto = 0        # ``stall_open``: connections numbered up to this one are stuck
         self._shared: dict[str, _Bucket] = {}
 
     async def start(self) -> None:
@@ -324,10 +344,10 @@ class Proxy:
     def _accept(self) -> _Side:
         client = _Side()
         self.accepted += 1
-        asyncio.get_running_loop().create_task(self._connect(client))
+        asyncio.get_running_loop().create_task(self._connect(client, self.accepted))
         return client
 
-    async def _connect(self, client: _Side) -> None:
+    async def _connect(self, client: _Side, conn_id: int) -> None:
         loop = asyncio.get_running_loop()
         try:
             _, server = await loop.create_connection(_Side, *self.target)
@@ -337,7 +357,7 @@ class Proxy:
             if client.transport is not None:
                 client.transport.abort()
             return
-        up, down = _Pipe(self, client, server, "up"), _Pipe(self, server, client, "down")
+        up, down = _Pipe(self, client, server, "up", conn_id), _Pipe(self, server, client, "down", conn_id)
         client.out, server.into, server.out, client.into = up, up, down, down
         self.pipes.update((up, down))
         for pipe in (up, down):
@@ -367,6 +387,8 @@ class Proxy:
     def set_mode(self, mode: Mode) -> None:
         log.info("mode %s (was %s)", mode, self.mode)
         self.mode = mode
+        if mode.kind == "stall_open":
+            self.stuck_upto = self.accepted
         self._shared.clear()
         for pipe in self.pipes:
             pipe.bucket = None
@@ -374,7 +396,9 @@ class Proxy:
 
     def stats(self) -> dict:
         clients = {p.src if p.direction == "up" else p.dst for p in self.pipes}
-        return {"mode": str(self.mode), "port": self.port, "open": len(clients), "accepted": self.accepted,
+        stuck = {p.src if p.direction == "up" else p.dst for p in self.pipes if p.stuck()}
+        return {"mode": str(self.mode), "port": self.port, "open": len(clients), "stuck": len(stuck),
+                "accepted": self.accepted,
                 "refused": self.refused, "held": self.held, "held_max": self.held_max,
                 "stalled_bytes": self.stalled_bytes,
                 **{f"{d}_{what}": n for (d, what), n in self.bytes.items()}}
@@ -392,7 +416,7 @@ class Proxy:
             self.set_mode(mode)
             return f"ok {mode}"
         return (f"error unknown request {line.strip()[:80]!r}: "
-                "mode pass|delay MS [MS]|bandwidth B/S [total]|stall, or stats")
+                "mode pass|delay MS [MS]|bandwidth B/S [total]|stall|stall_open, or stats")
 
     async def serve_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

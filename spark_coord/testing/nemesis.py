@@ -57,7 +57,11 @@ checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KIND
   broker's links by 100-800 ms plus up to half that again of jitter, ``throttle_broker``
   caps each direction of each link at 8-64 KB/s, ``stall_broker`` makes the coordinator's
   broker's links pass no byte at all, open or new, without closing any (what was held
-  passes once healed); each for as long as a cut, and each healed by setting ``pass``.
+  passes once healed), ``stuck_links`` makes the coordinator's broker's *open* links pass
+  nothing, no close reaching either end, while connections made since pass (the path of each
+  connection lost, as when a NAT or firewall drops its state: a client recovers only by its own
+  timeouts and a new connection; it lasts a cut plus the members' ``socket.timeout.ms``, so they
+  do); each for as long as a cut, and each healed by setting ``pass``.
 
 Each fault may come with a second one at the same moment (``combine``, a member fault
 beside a broker fault).  The report adds, per fault kind: how often it was injected, the
@@ -95,7 +99,7 @@ PROCESS_KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill"
 #: A broker joins for good, a broker leaves for good (``testing.nemesis_zk``).
 MEMBERSHIP_KINDS = ("broker_add", "broker_remove")
 #: A broker's client links made slow, narrow or stuck by its proxy (``testing.linkproxy``; ``proxied`` runs).
-PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker")
+PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker", "stuck_links")
 ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS
 #: Fault kinds that take a broker (at most one at a time, as in ``ChaosRun``).
 SERVER_KINDS = ("isolate_broker", "coordinator_zk_cut", "broker_clients_cut", "bridge", "flap",
@@ -104,7 +108,7 @@ SERVER_KINDS = ("isolate_broker", "coordinator_zk_cut", "broker_clients_cut", "b
 #: Faults that leave the brokers among their nodes unreachable to clients (the reachable lag leaves them out).
 LEADER_AWAY_KINDS = ("isolate_broker", "broker_clients_cut", "stall_broker")
 #: Faults after which a share member may find what it held released (``_share_leaders_hit``).
-SHARE_LEADER_KINDS = LEADER_AWAY_KINDS + ("slow_broker", "throttle_broker", "clock_coordinator_offset",
+SHARE_LEADER_KINDS = LEADER_AWAY_KINDS + ("slow_broker", "throttle_broker", "stuck_links", "clock_coordinator_offset",
                                           "clock_coordinator_fast")
 #: How fast the clock of a ``clock_*_fast`` fault runs.
 FAST_CLOCK_RATE = 2
@@ -514,7 +518,8 @@ class NemesisSettings(ChaosSettings):
         "bridge": 1, "flap": 2, "isolate_member": 1, "clock_member_offset": 1, "clock_member_fast": 1,
         "clock_coordinator_offset": 1, "clock_coordinator_fast": 1,
         "member_kill": 1, "member_stop": 1, "coordinator_kill": 1, "broker_kill": 0, "coordinator_expiry": 1,
-        "zk_split": 2, "broker_add": 1, "broker_remove": 1, "slow_broker": 2, "throttle_broker": 1, "stall_broker": 2})
+        "zk_split": 2, "broker_add": 1, "broker_remove": 1, "slow_broker": 2, "throttle_broker": 1, "stall_broker": 2,
+        "stuck_links": 2})
     #: Clients reach each broker through a ``testing.linkproxy`` in its namespace, which the link faults
     #: (``PROXY_KINDS``) need; off, those kinds are skipped with a note.  Off by default: a run that
     #: injects none of them has no use for the extra hop and processes.
@@ -1001,11 +1006,11 @@ class NemesisRun(ChaosRun):
 
     def _proxy_fault(self, kind: str, coordinator: int) -> Fault | None:
         """A link fault (``PROXY_KINDS``) set on a broker's proxy for as long as a cut, then ``pass``:
-        ``stall_broker`` takes the coordinator's broker, the others it half the time, else any running
-        broker."""
+        ``stall_broker`` and ``stuck_links`` take the coordinator's broker, the others it half the time,
+        else any running broker."""
         s, rng, cluster = self.s, self.rng, self.cluster
         running = [b for b in sorted(cluster.proxies) if b in cluster.procs and cluster.procs[b].poll() is None]
-        if kind == "stall_broker" or not running or rng.random() < 0.5:
+        if kind in ("stall_broker", "stuck_links") or not running or rng.random() < 0.5:
             victim = coordinator
         else:
             victim = rng.choice(running)
@@ -1020,6 +1025,8 @@ class NemesisRun(ChaosRun):
         elif kind == "throttle_broker":
             rate = rng.randint(8, 64) * 1024
             mode, detail = ("bandwidth", rate), f"{rate // 1024} KB/s per link and direction"
+        elif kind == "stuck_links":
+            mode, detail = ("stall_open",), "open links stuck, new ones pass"
         else:
             mode, detail = ("stall",), "stall"
         before = proxy.stats()
@@ -1039,8 +1046,15 @@ class NemesisRun(ChaosRun):
             note = f"{detail}; {during['open']} links, {during['held']} B held at the heal"
             if kind == "stall_broker":
                 note += f", {during['stalled_bytes'] - before['stalled_bytes']} B read while stalled"
+            elif kind == "stuck_links":
+                note += (f", {during['stuck']} of them stuck, {during['stalled_bytes'] - before['stalled_bytes']} B "
+                         f"read on those, {during['accepted'] - before['accepted']} new links")
             self.details[id(fault)] = note
-        self._later(rng.uniform(*s.cut_s), self._end, fault, heal, True, [victim] if kind == "stall_broker" else [])
+        hold = rng.uniform(*s.cut_s)
+        if kind == "stuck_links":  # long enough that clients give the stuck links up and connect again
+            from spark_coord.testing.kafka_member import SOCKET_TIMEOUT_MS
+            hold += SOCKET_TIMEOUT_MS / 1000
+        self._later(hold, self._end, fault, heal, True, [victim] if kind == "stall_broker" else [])
         return fault
 
     def _clock(self, kind: str) -> str:
@@ -1240,7 +1254,8 @@ class NemesisRun(ChaosRun):
         out = ChaosRun._waiting_members(self)
         coordinator_faults = [(f.at, (f.until or f.at) + 15.0) for f in self.faults if f.kind in (
             "isolate_broker", "coordinator_zk_cut", "flap", "bridge", "clock_coordinator_offset",
-            "clock_coordinator_fast", "broker_clients_cut", "zk_split", "broker_add", "broker_remove", "stall_broker")]
+            "clock_coordinator_fast", "broker_clients_cut", "zk_split", "broker_add", "broker_remove", "stall_broker",
+            "stuck_links")]
         for name, m in self.members.items():
             if getattr(m, "kind", "thin") != "thin":
                 out.setdefault(name, []).extend(coordinator_faults)

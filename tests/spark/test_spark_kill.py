@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -275,3 +276,29 @@ def test_a_partition_handed_out_at_its_log_end_is_not_read_again_from_the_checkp
     assert ranges.get(t0, (2940, 2940))[0] == 2940, ranges
     assert ranges[t1][0] == 4000
     assert handing.planned[t0] >= 2940
+
+
+def test_a_member_plans_its_partitions_only_while_half_a_session_is_left_of_its_lease():
+    """What a nemesis run found (seed 41, a Spark member among thin and librdkafka ones): a member cut
+    off from its coordinator planned batches until its lease had 0.5 s left, and their records were
+    written after the lease ran out -- 0.1 s after, and once, when the fetch itself was slowed, 3 s
+    after: when the coordinator may have handed the partitions to another member.  A member now
+    plans only while more than half its session is left of its lease (pings come every third of a
+    session, so a confirmed member always has that), giving the last batch planned that half to
+    finish in."""
+    from spark_coord.spark.group import GroupPartitionSource
+    from spark_coord.spark.options import parse_source_options
+
+    source = GroupPartitionSource(parse_source_options(
+        {"bootstrap.brokers": "127.0.0.1:9", "subscribe": "t", "group.id": "g", "session.timeout.ms": "10000"},
+        streaming=True))
+    member = source.members[0]
+    member.owned = {("t", 0): 5}
+    now = time.monotonic()
+    for left, planned in [(10.0, True), (6.7, True), (5.2, True), (4.8, False), (0.5, False), (-1.0, False)]:
+        member.renew_lease(now + left)
+        assert member.plannable() is planned, left
+        assert source.assigned() == ({("t", 0): 5} if planned else {}), left
+    member.renew_lease(now + 10.0)
+    member.suspended = True    # the lease ran out earlier and no coordinator took it back yet
+    assert not member.plannable() and source.assigned() == {}

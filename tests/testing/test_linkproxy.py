@@ -71,6 +71,14 @@ def _connect(proxy: LinkProxy) -> socket.socket:
     return socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
 
 
+def _echoing(proxy: LinkProxy) -> socket.socket:
+    """A connection through the proxy that has passed a first exchange."""
+    sock = _connect(proxy)
+    sock.sendall(b"hello")
+    assert _recv_exactly(sock, 5) == b"hello"
+    return sock
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -149,9 +157,7 @@ def test_total_bandwidth_is_shared_by_connections(link):
 
 def test_stall_passes_nothing_keeps_connections_open_and_resumes_at_pass(link):
     proxy, echo = link
-    before = _connect(proxy)
-    before.sendall(b"hello")
-    assert _recv_exactly(before, 5) == b"hello"
+    before = _echoing(proxy)
     proxy.mode("stall")
     before.sendall(b"held-1")
     during = _connect(proxy)                 # a new connection is accepted during the stall
@@ -165,14 +171,45 @@ def test_stall_passes_nothing_keeps_connections_open_and_resumes_at_pass(link):
     stats = proxy.stats()
     assert stats["mode"] == "stall" and stats["open"] == 2 and stats["stalled_bytes"] == 12
     assert echo.closed == 0                  # no connection was closed on either side
+    _heal_and_close(proxy, echo, [(before, b"held-1"), (during, b"held-2")])
+
+
+def _heal_and_close(proxy: LinkProxy, echo: EchoServer, held: list[tuple[socket.socket, bytes]]) -> None:
+    """Back to ``pass``: each socket gets back (echoed) what was held for it, nothing was closed on
+    the way; then they close, and the target sees each close."""
     proxy.mode("pass")
-    for s, data in ((before, b"held-1"), (during, b"held-2")):
-        s.settimeout(10)
-        assert _recv_exactly(s, len(data)) == data
-    assert proxy.stats()["held"] == 0 and echo.closed == 0
-    before.close()
-    during.close()
-    _wait(lambda: echo.closed == 2)
+    for sock, data in held:
+        sock.settimeout(10)
+        assert _recv_exactly(sock, len(data)) == data
+    stats = proxy.stats()
+    assert stats["held"] == 0 and stats["stuck"] == 0 and echo.closed == 0
+    for sock, _ in held:
+        sock.close()
+    _wait(lambda: echo.closed == len(held))
+
+
+def test_stall_open_sticks_the_open_connections_and_lets_new_ones_through(link):
+    """The path of every open connection is gone, no close reaching either end, while a client that
+    connects again gets through; at ``pass`` the stuck ones deliver what they held."""
+    proxy, echo = link
+    old = _echoing(proxy)
+    proxy.mode("stall_open")
+    old.sendall(b"stuck")
+    new = _connect(proxy)                    # accepted after the mode was set: passes
+    new.sendall(b"fresh")
+    assert _recv_exactly(new, 5) == b"fresh"
+    _wait(lambda: proxy.stats()["held"] == 5)
+    old.settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        old.recv(100)
+    stats = proxy.stats()
+    assert (stats["mode"], stats["open"], stats["stuck"], stats["stalled_bytes"]) == ("stall_open", 2, 1, 5)
+    assert echo.received == 10 and echo.closed == 0
+    proxy.mode("stall_open")                 # set again: now the second one is stuck too
+    assert proxy.stats()["stuck"] == 2
+    new.sendall(b"later")
+    _wait(lambda: proxy.stats()["held"] == 10)
+    _heal_and_close(proxy, echo, [(old, b"stuck"), (new, b"later")])
 
 
 def test_a_close_during_a_stall_reaches_the_target_after_the_held_bytes(link):
@@ -193,7 +230,7 @@ def test_bad_control_lines_get_an_error_and_the_proxy_keeps_serving(link):
     proxy, _ = link
     client = LinkProxyClient(proxy.control)
     for line in ("mode warp", "mode delay", "mode delay fast 5", "mode delay -1", "mode bandwidth 0",
-                 "mode bandwidth 10 each", "mode stall now", "stats please", "hello", ""):
+                 "mode bandwidth 10 each", "mode stall now", "mode stall_open 5", "stats please", "hello", ""):
         with pytest.raises(RuntimeError, match="linkproxy: "):
             client.request(line)
     assert proxy.stats()["mode"] == "pass"
@@ -223,5 +260,6 @@ def test_parse_mode():
     assert parse_mode(["delay", "10"]).jitter_ms == 0
     assert parse_mode(["bandwidth", "32768", "total"]).total
     assert parse_mode(["stall"]).kind == "stall"
-    with pytest.raises(ValueError, match="one of pass, delay, bandwidth, stall"):
+    assert str(parse_mode(["stall_open"])) == "stall_open"
+    with pytest.raises(ValueError, match="one of pass, delay, bandwidth, stall, stall_open"):
         parse_mode(["slow"])
