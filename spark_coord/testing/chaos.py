@@ -231,6 +231,10 @@ class ChaosReport:
     #: Owners that began below an offset whose commit had been acknowledged (a commit answered,
     #: then lost).
     commits_lost: list[str] = field(default_factory=list)
+    #: Deliveries outside ownership by a Spark member's batch in flight when it was paused (SIGSTOP)
+    #: past its lease: planned while it owned the partitions, written once it ran again -- a zombie as
+    #: a paused Kafka consumer's; not violations, listed to be seen.
+    paused_batches: list[str] = field(default_factory=list)
 
     @property
     def duplicate_pct(self) -> float:
@@ -257,7 +261,8 @@ class ChaosReport:
             f"outside ownership {len(self.outside_ownership)}, liveness violations {len(self.liveness)}, "
             f"final offsets off the log end {len(self.final_offsets)}, acknowledged commits read past again "
             f"{len(self.commits_lost)}; two owners only by a fenced zombie "
-            f"{len(self.fenced_overlaps)} (not violations)",
+            f"{len(self.fenced_overlaps)}, deliveries outside ownership by a paused Spark member's batch in "
+            f"flight {len(self.paused_batches)} (not violations)",
             "stall after coordinator SIGKILL (s): "
             + (f"median {statistics.median(stalls):.2f}, max {max(stalls):.2f}, all {[round(x, 2) for x in stalls]}"
                if stalls else "no coordinator SIGKILL"),
@@ -627,6 +632,7 @@ class ChaosRun:
                        if f.kind == "member_kill" and self._kind_of(f.target) != "share"]
         share = self._share_checks(ends, self.producer.acked) if s.has_share() else {}
         overlaps, unfenced = self._overlaps(journals, intervals)
+        outside = invariants.delivered_outside_ownership(self._without_paused_batches(kept), intervals)
         if not s.has_group():  # no consumer group: its checks have nothing to look at
             not_consumed, final_offsets = [], []
         else:
@@ -640,7 +646,8 @@ class ChaosRun:
             regressions=invariants.offsets_monotonic(samples)
             + invariants.offset_regressions_across_generations(samples),
             overlaps=overlaps, fenced_overlaps=sorted(set(unfenced) - set(overlaps)),
-            outside_ownership=invariants.delivered_outside_ownership(kept, intervals),
+            outside_ownership=outside,
+            paused_batches=sorted(set(invariants.delivered_outside_ownership(kept, intervals)) - set(outside)),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
                                          self._waiting_members(), unknown_start=0),
             final_offsets=final_offsets,
@@ -784,6 +791,23 @@ class ChaosRun:
                       and f.until <= e["ts"] <= f.until + ZOMBIE_GRACE_S]
             out.setdefault(f.target, []).append((f.at, min(learnt, default=f.until + ZOMBIE_GRACE_S)))
         return out
+
+    def _without_paused_batches(self, journals: Mapping[str, list[dict]]) -> dict[str, list[dict]]:
+        """The journals without the ``recs`` lines of the batch a Spark member had in flight when it
+        was paused (SIGSTOP) for longer than its session: the first batch it delivered after SIGCONT.
+        Planned while its lease held, it is read and written once the process runs again, whatever
+        the lease says by then -- what a paused Kafka consumer does with what it had fetched."""
+        session_s = self.s.member_session_ms / 1000
+        paused: dict[str, set] = {}
+        for f in self.faults:
+            if f.kind != "member_stop" or f.until is None or self._kind_of(f.target) != "spark" \
+                    or f.until - f.at <= session_s:
+                continue
+            after = [e for e in journals.get(f.target, ()) if e["ev"] == "recs" and e["ts"] >= f.until]
+            if after and after[0].get("batch") is not None:
+                paused.setdefault(f.target, set()).add(after[0]["batch"])
+        return {name: [e for e in events if not (e["ev"] == "recs" and e.get("batch") in paused.get(name, ()))]
+                for name, events in journals.items()}
 
     def _journals(self) -> dict[str, list[dict]]:
         """The consumer group members' journals (what the group's checks read)."""

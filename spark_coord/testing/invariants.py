@@ -376,10 +376,12 @@ def duplicate_causes(journals: Mapping[str, Journal],
     ``acknowledged`` -- one had, before this member's ownership began (a commit lost after it was
     answered: ``acknowledged_commits_kept`` names them); ``replayed`` -- a batch a restarted Spark
     member replayed from its checkpoint (its ``recs`` line marked ``replay``: planned by the killed
-    run of the query, delivered again by design)."""
+    run of the query, delivered again by design); ``outside`` -- by a member owning the partition
+    at no moment near then (``delivered_outside_ownership`` lists them; a Spark member's batch in
+    flight when it was paused past its session is one)."""
     acked = _Acknowledged(journals)
     seen: set[tuple[str, int, int]] = set()
-    causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0, "replayed": 0}
+    causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0, "replayed": 0, "outside": 0}
     events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
                     key=lambda x: x[0])
     for ts, member, e in events:
@@ -397,7 +399,9 @@ def duplicate_causes(journals: Mapping[str, Journal],
                 causes["unacknowledged"] += 1
                 continue
             since = _owned_since(intervals, member, tp, ts)
-            if since is not None and when >= since:
+            if since is None:
+                causes["outside"] += 1
+            elif when >= since:
                 causes["zombie"] += 1
             else:
                 causes["acknowledged"] += 1

@@ -660,7 +660,7 @@ def aggregate(runs: list[dict]) -> dict:
 
 
 def _causes(c: dict) -> str:
-    return " / ".join(str(c.get(k, 0)) for k in ("unacknowledged", "zombie", "acknowledged")) if c else "-"
+    return " / ".join(str(c.get(k, 0)) for k in ("unacknowledged", "zombie", "acknowledged", "outside")) if c else "-"
 
 
 def aggregate_tables(agg: dict) -> str:
@@ -672,7 +672,7 @@ def aggregate_tables(agg: dict) -> str:
                      "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}",
                      "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"])))
     runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "fenced zombies",
-             "duplicates %", "of them: unacknowledged / zombie / acknowledged", "worst lag (s)",
+             "duplicates %", "of them: unacknowledged / zombie / acknowledged / outside", "worst lag (s)",
              "reachable lag (s)", "violations")]
     for r in agg["runs"]:
         runs.append((str(r["seed"]), str(r["faults"]), str(r["kinds_drawn"]), f"{r['acked']:,}", str(r["lost_write"]),

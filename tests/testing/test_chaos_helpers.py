@@ -63,3 +63,28 @@ def test_journal_tail_reads_only_complete_new_lines(tmp_path):
         f.write('cs"}\n')
     assert tail.new_events() == [{"ts": 2, "ev": "recs"}]
     assert tail.new_events() == []
+
+
+def test_a_paused_spark_members_batch_in_flight_is_told_apart_from_deliveries_outside_ownership(tmp_path):
+    """What a nemesis run saw (seed 42): a Spark member SIGSTOPped for 14.5 s (its session: 10 s) wrote,
+    6 s after SIGCONT, the batch it had planned before the pause, when its lease had long run out.  That
+    batch -- the first it delivers after SIGCONT -- is a zombie's, as a paused Kafka consumer's; the
+    batches after it, and any batch of a member whose pause stayed within its session, still count."""
+    from types import SimpleNamespace
+
+    from spark_coord.testing import invariants
+    from spark_coord.testing.chaos import ChaosRun, Fault
+
+    run = ChaosRun(ChaosSettings(kinds=("thin", "spark"), member_session_ms=10000), tmp_path, "127.0.0.1:1/x")
+    run.members = {"m0": SimpleNamespace(kind="thin"), "m1": SimpleNamespace(kind="spark")}
+    run.faults = [Fault(100.0, "member_stop", "m1", 114.5)]
+    recs = lambda ts, batch, offs: _ev(ts, "recs", t="c", p=3, offs=offs, gen=None, batch=batch)  # noqa: E731
+    journals = {"m1": [recs(99.0, 7, [10, 11]), recs(120.5, 8, [12, 13]), recs(121.0, 9, [14])], "m0": []}
+    intervals = {("c", 3): [(50.0, 109.9, "m1")]}   # its lease ran out during the pause
+    kept = run._without_paused_batches(journals)
+    assert [e["batch"] for e in kept["m1"]] == [7, 9]
+    assert len(invariants.delivered_outside_ownership(journals, intervals)) == 2
+    assert invariants.delivered_outside_ownership(kept, intervals) == [
+        "m1 delivered c-3 offsets 14..14 at 121.000 without owning it"]
+    run.faults = [Fault(100.0, "member_stop", "m1", 108.0)]   # within its session: nothing set aside
+    assert run._without_paused_batches(journals) == journals

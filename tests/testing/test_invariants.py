@@ -196,11 +196,14 @@ def test_each_repeated_delivery_has_a_cause():
     # b re-reads 2, 3 (a never committed past them); a, still delivering after b's commit of 5,
     # hands out 4 again (zombie); c starts at 1, below the acknowledged 5 (and 2)
     assert invariants.duplicate_causes(journals, spans) == {"unacknowledged": 2, "zombie": 1, "acknowledged": 1,
-                                                            "replayed": 0}
+                                                            "replayed": 0, "outside": 0}
     # a restarted Spark member replaying its predecessor's batch from the checkpoint
     journals["c"][1] = dict(journals["c"][1], replay=True)
     assert invariants.duplicate_causes(journals, spans) == {"unacknowledged": 2, "zombie": 1, "acknowledged": 0,
-                                                            "replayed": 1}
+                                                            "replayed": 1, "outside": 0}
+    # a member delivering it while it owns the partition at no moment near then
+    journals["d"] = [_recs(7.0, 0, 3)]
+    assert invariants.duplicate_causes(journals, spans)["outside"] == 1
 
 
 # ------------------------------------------------------------------ share groups
