@@ -395,9 +395,8 @@ class Proxy:
             pipe.wake.set()
 
     def stats(self) -> dict:
-        clients = {p.src if p.direction == "up" else p.dst for p in self.pipes}
-        stuck = {p.src if p.direction == "up" else p.dst for p in self.pipes if p.stuck()}
-        return {"mode": str(self.mode), "port": self.port, "open": len(clients), "stuck": len(stuck),
+        clients = {p.src if p.direction == "up" else p.dst: p.stuck() for p in self.pipes}  # both pipes agree
+        return {"mode": str(self.mode), "port": self.port, "open": len(clients), "stuck": sum(clients.values()),
                 "accepted": self.accepted,
                 "refused": self.refused, "held": self.held, "held_max": self.held_max,
                 "stalled_bytes": self.stalled_bytes,
