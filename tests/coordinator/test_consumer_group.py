@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from coord_harness import Harness, async_test
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import JOIN_WAIT_MS, ConsumerGroups
-from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState
+from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState, registry_key
 from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
@@ -283,14 +285,16 @@ async def test_describe_and_list_a_mixed_group():
     assert {m["member_id"] for m in classic_view["members"]} == {"native", a.member_id}
 
 
-async def _restored_member() -> tuple[Harness, Modern]:
-    """A coordinator that restored group g from ZooKeeper after a failover: one KIP-848 member,
-    saved in epoch 7 with all four partitions of t, not heard from yet."""
+async def _restored_member(mid: str | None = None) -> tuple[Harness, Modern]:
+    """A coordinator that restored group g from ZooKeeper after a failover: one KIP-848 member
+    (member id ``mid``, a new uuid by default), saved in epoch 7 with all four partitions of t,
+    not heard from yet."""
     h = Harness({"t": 4}, consumer_session_timeout_ms=SESSION, consumer_heartbeat_interval_ms=INTERVAL)
-    mid = str(uuid.uuid4())
+    mid = mid or str(uuid.uuid4())
+    key = registry_key(mid)
     h.store.groups["g"] = StoredGroup("g", generation_id=7, members={
-        mid: StoredMember(mid, TopicCount.static({"t": 1}), False, "largest", SESSION, epoch=7, incremental=True,
-                          kind="consumer")}, owners={("t", p): f"{mid}-0" for p in range(4)})
+        key: StoredMember(key, TopicCount.static({"t": 1}), False, "largest", SESSION, epoch=7, incremental=True,
+                          kind="consumer")}, owners={("t", p): f"{key}-0" for p in range(4)})
     await h.start()
     h.coord.topic_ids = {"t": uuid.uuid4().bytes}
     return h, Modern(h, ConsumerGroups(h.coord), member_id=mid)
@@ -415,22 +419,64 @@ def test_arbitrary_heartbeats_get_an_error_code_and_never_break_the_group(bodies
     asyncio.run(run())
 
 
+#: A member id as librdkafka makes them (22 characters of standard base64): '/' and '+' in it.
+LIBRDKAFKA_MEMBER_ID = "ZL8b/vlCRL2qenSceB0+DQ"
+
+
 @async_test
-async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_retried_not_fenced():
-    """After a failover or a handover a KIP-848 member may commit before it heartbeats: the commit
-    is answered COORDINATOR_LOAD_IN_PROGRESS (retriable) and does not take the member back as a
-    classic one, so its heartbeat in its epoch takes it back with nothing lost or fenced."""
-    h, a = await _restored_member()
+@pytest.mark.parametrize("mid", [None, LIBRDKAFKA_MEMBER_ID], ids=["uuid", "base64"])
+async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_taken_and_leaves_it_absent(mid):
+    """After a failover or a handover a KIP-848 member may commit before it heartbeats: as Kafka
+    takes commits from the members it loaded, the commit lands, in an epoch the member can have
+    and for the partitions it is counted for, and does not take the member back (as a classic one
+    or at all): its heartbeat in its epoch does, with nothing lost or fenced.  A member id with a
+    '/' (librdkafka's are base64) was refused UNKNOWN_MEMBER_ID here, so a member whose heartbeats
+    were held up lost every commit until its session ran out and its partitions were read again."""
+    h, a = await _restored_member(mid)
     mid = a.member_id
+    key = registry_key(mid)
     door = ClassicGroups(h.coord, a.door)
-    commit = {"group_id": "g", "member_id": mid, "generation_id_or_member_epoch": 7,
-              "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}]}
-    answer = await door.offset_commit(commit, 9)
-    assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-    assert h.group().members[mid].kind == "consumer" and h.group().members[mid].channel is None
+
+    def commit(epoch: int, partition: int, offset: int) -> dict:
+        return {"group_id": "g", "member_id": mid, "generation_id_or_member_epoch": epoch,
+                "topics": [{"name": "t", "partitions": [{"partition_index": partition, "committed_offset": offset}]}]}
+
+    def code(answer: dict) -> int:
+        return answer["topics"][0]["partitions"][0]["error_code"]
+
+    assert code(await door.offset_commit(commit(7, 0, 5), 9)) == 0
+    assert h.store.groups["g"].offsets[("t", 0)] == 5
+    assert code(await door.offset_commit(commit(8, 1, 5), 9)) == ErrorCode.STALE_MEMBER_EPOCH  # never sent it
+    assert code(await door.offset_commit(commit(7, 1, 3), 9)) == 0
+    assert h.store.groups["g"].offsets[("t", 1)] == 3
+    member = h.group().members[key]
+    assert member.kind == "consumer" and member.channel is None  # still absent: a commit is not a heartbeat
+    # a classic heartbeat under its id does not take it back either; it is told to wait
+    beat = door.heartbeat({"group_id": "g", "member_id": mid, "generation_id": 7})
+    assert beat["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.group().members[key].channel is None
+
     a.owned, a.epoch, a.changed = {("t", p) for p in range(4)}, 7, True
     beat = await a.heartbeat()
     assert beat["error_code"] == 0 and beat["member_epoch"] == 7
-    answer = await door.offset_commit(commit, 9)  # retried: now it lands
-    assert answer["topics"][0]["partitions"][0]["error_code"] == 0
-    assert h.store.groups["g"].offsets[("t", 0)] == 5
+    assert a.revoked == [] and h.group().members[key].channel is not None
+    assert code(await door.offset_commit(commit(7, 0, 9), 9)) == 0  # and as a live member
+    assert h.store.groups["g"].offsets[("t", 0)] == 9
+
+
+@async_test
+async def test_a_restored_consumer_member_absent_past_its_session_loses_its_commits_and_partitions():
+    """A restored KIP-848 member that commits but never heartbeats is still removed when its session
+    runs out (a commit is not liveness, as in Kafka); its commits after that are refused."""
+    h, a = await _restored_member(LIBRDKAFKA_MEMBER_ID)
+    door = ClassicGroups(h.coord, a.door)
+    commit = {"group_id": "g", "member_id": a.member_id, "generation_id_or_member_epoch": 7,
+              "topics": [{"name": "t", "partitions": [{"partition_index": 2, "committed_offset": 4}]}]}
+    assert (await door.offset_commit(commit, 9))["topics"][0]["partitions"][0]["error_code"] == 0
+    await h.advance(SESSION * 2)
+    await h.settle()
+    assert registry_key(a.member_id) not in h.group().members
+    commit["topics"][0]["partitions"][0]["committed_offset"] = 6
+    answer = await door.offset_commit(commit, 9)
+    assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.store.groups["g"].offsets[("t", 2)] == 4

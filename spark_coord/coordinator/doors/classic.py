@@ -451,8 +451,11 @@ class ClassicGroups:
 
     def _restored_consumer_member(self, group_id: str, member_id: str) -> bool:
         """A member of Kafka's consumer protocol (KIP-848) the registry knows but has not heard from
-        since it was restored (no channel)."""
-        _, member = self._registry(group_id, member_id)
+        since it was restored (no channel).  Looked up as that door keys its members (a client's
+        member id may hold a '/', which the registry's key escapes)."""
+        if self.consumer is None:
+            return False
+        _, member = self.consumer.find(group_id, member_id)
         return member is not None and member.kind == "consumer" and member.channel is None
 
     def _live(self, group_id: str, member_id: str) -> ClassicMember | None:
@@ -800,8 +803,8 @@ class ClassicGroups:
         if not self.c.active:
             return ErrorCode.NOT_COORDINATOR
         if self._restored_consumer_member(group_id, member_id):
-            # a KIP-848 member restored after a failover or handover, heard from here (a commit) before
-            # its heartbeat: only the heartbeat takes it back, in its own protocol; this is retried
+            # a KIP-848 member restored after a failover or handover, heard from here before its
+            # heartbeat: only the heartbeat takes it back, in its own protocol; this is retried
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         km = self._live(group_id, member_id)
         if km is None and generation is not None:
@@ -920,6 +923,13 @@ class ClassicGroups:
             modern.contact()
             group, member = self.consumer.find(group_id, member_id)
             stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
+        elif self.consumer is not None and self._restored_consumer_member(group_id, member_id):
+            # a KIP-848 member restored after a failover or handover, committing before its heartbeat
+            # took it back: its commit is taken in an epoch it can have, for the partitions it is
+            # counted for, as Kafka takes commits from the members it loaded; it stays absent (only
+            # its heartbeat takes it back, in its own protocol, and restarts its session)
+            group, member = self.consumer.find(group_id, member_id)
+            stale = ErrorCode.STALE_MEMBER_EPOCH
         else:
             km = self._member_for(group_id, member_id, generation)
             if isinstance(km, ErrorCode):
