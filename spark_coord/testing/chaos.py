@@ -611,6 +611,7 @@ class ChaosRun:
             t.start()
         for t in closers:
             t.join(90)
+        stopped = time.time()  # where the ownership of a member that journaled no close ends
         if getattr(self, "watcher", None) is not None:
             self.watcher.stop()
         journals = self._journals()
@@ -620,7 +621,7 @@ class ChaosRun:
         values = read_values(self.cluster.bootstrap, self.topic)
         present = {(p, int(v.split(b":")[1])) for p, vs in values.items() for v in vs}
         lost = sorted(self.producer.acked - present)
-        intervals = invariants.ownership_intervals(journals, self.deaths)
+        intervals = invariants.ownership_intervals(journals, self.deaths, end_of_run=stopped)
         kept = _without_replays(journals)  # a restarted Spark member's replays: delivered again by design
         leader_down = {(self.topic, p): self.broker_down.get(b, []) for p, b in self.leaders.items()}
         dups = dict(invariants.duplicates(journals), causes=invariants.duplicate_causes(journals, intervals))

@@ -57,6 +57,20 @@ def test_liveness_finds_an_owned_partition_left_unfetched():
     assert invariants.liveness(journals, spans, ends, bound=5.0, member_paused={"a": [(0.0, 40.0)]}) == []
 
 
+def test_liveness_ends_an_ownership_left_open_with_the_samples():
+    """A member that journaled no close owns its partitions to the end of the run (end_of_run
+    defaults to infinity): the check walks them only as far as the log-end samples go, and still
+    finds a stall before that.  It walked such an ownership a second at a time, forever."""
+    journals = {"a": [_assign(0.0, 1, (0, 0)), _recs(1.0, 0, 0)]}
+    spans = invariants.ownership_intervals(journals)
+    assert spans[(T, 0)] == [(0.0, float("inf"), "a")]
+    ends = {(T, 0): [(float(i), 5 + i) for i in range(40)]}
+    found = invariants.liveness(journals, spans, ends, bound=5.0)
+    assert len(found) == 1 and found[0].startswith("t-0: a owned it with records waiting")
+    flowing = {"a": [_assign(0.0, 1, (0, 0))] + [_recs(float(i), 0, 5 + i - 1) for i in range(1, 40)]}
+    assert invariants.liveness(flowing, invariants.ownership_intervals(flowing), ends, bound=5.0) == []
+
+
 def test_duplicates_count_extra_deliveries_and_those_to_the_same_member():
     journals = {"a": [_recs(1.0, 0, 0, 1, 2), _recs(2.0, 0, 1, 2)], "b": [_recs(3.0, 0, 2, 3)]}
     assert invariants.duplicates(journals) == {"records": 4, "deliveries": 7, "extra": 3, "same_member": 2}
