@@ -300,6 +300,9 @@ class Coordinator:
             owned = group.owned_by(cid)
             m.assignment = owned or None
             m.acquired = {tp: 0 for tps in owned.values() for tp in tps}
+            # the stored offset of a partition it holds counts as its own: a commit of its arriving late
+            # (a retried or delayed request, older than the one stored) does not move it backwards
+            group.offset_holding.update({tp: (cid, 0) for tp in m.acquired if tp in group.offsets})
             m.last_sent_ms = now
             group.members[cid] = m
             self._await_return(group, m)
