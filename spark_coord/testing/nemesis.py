@@ -1250,15 +1250,21 @@ class NemesisRun(ChaosRun):
     def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
         """As ``ChaosRun``'s, plus: Kafka members wait while the coordinator is cut off or restarted
         under a false clock (librdkafka's reconnect backoff), or moves (a split of the ensemble, a broker
-        joining or leaving takes or hands over coordinator shards), every member while it was cut off."""
+        joining or leaving takes or hands over coordinator shards), every member while it was cut off,
+        and thin members while a broker's open links were stuck (``stuck_links``)."""
         out = ChaosRun._waiting_members(self)
         coordinator_faults = [(f.at, (f.until or f.at) + 15.0) for f in self.faults if f.kind in (
             "isolate_broker", "coordinator_zk_cut", "flap", "bridge", "clock_coordinator_offset",
             "clock_coordinator_fast", "broker_clients_cut", "zk_split", "broker_add", "broker_remove", "stall_broker",
             "stuck_links")]
+        # a link left open but passing nothing is given up only when the client's own request times out
+        # (its socket timeout), whatever it fetched on it: thin members' fetches wait as Kafka members' do
+        stuck = [(f.at, (f.until or f.at) + 15.0) for f in self.faults if f.kind == "stuck_links"]
         for name, m in self.members.items():
             if getattr(m, "kind", "thin") != "thin":
                 out.setdefault(name, []).extend(coordinator_faults)
+            else:
+                out.setdefault(name, []).extend(stuck)
         return out
 
     def _zombie_windows(self, journals):

@@ -110,3 +110,21 @@ def test_a_false_clock_is_what_the_fault_says_and_maps_back_to_real_time(kind):
     for real, fake in readings:
         assert fake == pytest.approx(start + offset + (real - start) * rate, abs=0.3)
         assert nemesis.real_time(fake, start, offset, rate) == pytest.approx(real, abs=0.3)
+
+
+def test_every_member_waits_out_a_stuck_link_and_kafka_members_a_coordinator_fault():
+    """Seen in a nemesis run: a thin member's fetch link to a partition's leader was stuck (open,
+    passing nothing) and it delivered nothing from that partition for 17 s, until its request timed
+    out and it connected again -- flagged as a liveness violation although a Kafka member in its place
+    was exempt.  A stuck link is waited out by every member; a coordinator fault by Kafka members."""
+    from types import SimpleNamespace
+
+    from spark_coord.testing.chaos import Fault
+
+    run = nemesis.NemesisRun.__new__(nemesis.NemesisRun)
+    run.member_paused = {"m0": [(1.0, 2.0)]}
+    run.members = {"m0": SimpleNamespace(kind="thin"), "m1": SimpleNamespace(kind="eager")}
+    run.faults = [Fault(100.0, "stuck_links", "1", 130.0), Fault(200.0, "coordinator_zk_cut", "1", 210.0)]
+    waiting = run._waiting_members()
+    assert waiting["m0"] == [(1.0, 2.0), (100.0, 145.0)]
+    assert sorted(waiting["m1"]) == [(100.0, 145.0), (200.0, 225.0)]
