@@ -440,6 +440,12 @@ def test_dynamic_broker_configs(cluster, zk):
             "resource_type": BROKER_TYPE, "resource_name": "",
             "configs": [{"name": "log.retention.ms", "config_operation": 1, "value": None}]}], "validate_only": False})
         incremental(client, ResourceType.BROKER, "0", [("log.cleaner.backoff.ms", None, AlterConfigOpType.DELETE)])
+        # the brokers learn of the deletion through a ZooKeeper watch: the tests after this one (the
+        # same cluster) must find their own setting again, so wait until every broker has dropped it
+        for broker_id in (0, 1):
+            wait_until(lambda: raw_describe(cluster, broker_id, BROKER_TYPE, str(broker_id),
+                                            ["log.retention.ms"])["configs"][0]["value"] == "3600000", timeout=15,
+                       message=f"broker {broker_id} to drop the cluster-wide log.retention.ms")
 
 
 # ------------------------------------------------------------------ kafka-python
