@@ -23,6 +23,7 @@ def log_end(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
     from spark_coord.client.metadata import ClusterClient
 
     with ClusterClient(bootstrap) as cc:
+        cc.topic(topic, refresh=True, wait=30)  # a broker just restarted: wait until every partition has a leader
         return {(topic, p): o for p, o in AdminClient(cc).list_offsets(topic, None, LATEST).items()}
 
 
