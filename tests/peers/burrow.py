@@ -327,17 +327,15 @@ class Burrow:
         """GET ``path`` of the HTTP API: (status, JSON body).  A request that Burrow ends by
         crashing on one of KNOWN_CRASHES is asked again of the restarted process."""
         try:
-            return self._get(path)
-        except urllib.error.HTTPError:
-            raise
-        except (OSError, http.client.HTTPException):
+            return self._get(path)  # an HTTP error status is answered there, not raised
+        except (OSError, http.client.HTTPException) as failure:
             proc = self.proc
             if proc is None:
                 raise
             try:
                 proc.wait(CRASH_EXIT_S)
             except subprocess.TimeoutExpired:
-                raise  # still running: the failure was not a crash
+                raise failure from None  # still running: the failure was not a crash
             self.alive()  # restarts it after a known crash; RuntimeError after any other exit
             return self._get(path)
 
