@@ -346,9 +346,20 @@ def timed_query(spark, df, label: str, records: int) -> tuple[float, dict[str, f
             raise RuntimeError(f"{label} read {rows} rows, expected {records}")
         cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
         log.info("%s: %d rows in %.2f s; CPU s %s", label, rows, elapsed, {k: round(v, 1) for k, v in cpu.items()})
+        log.info("%s: %s", label, progress_split(query.recentProgress, elapsed))
         return rows / elapsed, cpu
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def progress_split(progress, elapsed: float) -> str:
+    """Where a query's wall time went: its micro-batches (Spark's ``durationMs`` summed over
+    them) and the time outside every batch (the query's start and stop)."""
+    keys = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+    ms = {k: sum(p["durationMs"].get(k, 0) for p in progress) for k in keys}
+    outside = elapsed * 1000 - ms["triggerExecution"]
+    return (f"{len(progress)} batches, ms " + ", ".join(f"{k} {v}" for k, v in ms.items())
+            + f", outside the batches {outside:.0f}")
 
 
 def timed_batch(spark, df, label: str, records: int) -> tuple[float, dict[str, float]]:

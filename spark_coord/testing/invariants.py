@@ -487,6 +487,21 @@ def duplicates(journals: Mapping[str, Journal]) -> dict[str, int]:
     return {"records": len(seen), "deliveries": total, "extra": extra, "same_member": same}
 
 
+def redelivery_times(journals: Mapping[str, Journal]) -> list[float]:
+    """When each delivery of a record after its first happened (one entry per record delivered
+    again, a batch's records sharing its time), in time order."""
+    seen: set[tuple[str, int, int]] = set()
+    out: list[float] = []
+    events = sorted((e["ts"], e["t"], e["p"], e["offs"]) for evs in journals.values() for e in evs if e["ev"] == "recs")
+    for ts, t, p, offs in events:
+        for o in offs:
+            if (t, p, o) in seen:
+                out.append(ts)
+            else:
+                seen.add((t, p, o))
+    return out
+
+
 def duplicates_by_member(journals: Mapping[str, Journal]) -> dict[str, dict[str, int]]:
     """member -> ``records`` (distinct records it delivered), ``extra`` (its deliveries of a record
     some member had delivered before: a duplicate it handed out), ``same_member`` (of those, the

@@ -72,6 +72,7 @@ their owner), and the Jepsen anomalies.
 from __future__ import annotations
 
 import atexit
+import bisect
 import ctypes
 import logging
 import os
@@ -85,9 +86,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from spark_coord.testing import jepsen_checks, nemesis_zk
+from spark_coord.testing import invariants, jepsen_checks, nemesis_zk
 from spark_coord.testing.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault
 
 log = logging.getLogger(__name__)
@@ -572,11 +573,12 @@ class NemesisReport:
         return [f"{k}: {v}" for k in keys for v in self.jepsen.get(k, [])]
 
     def table(self) -> str:
-        rows = [("fault kind", "injected", "longest stall, untouched partitions (s)", "same, alone (s)", "anomalies")]
+        rows = [("fault kind", "injected", "longest stall, untouched partitions (s)", "same, alone (s)", "anomalies",
+                 "redelivered in its windows")]
         for kind, d in self.by_kind.items():
             stall = "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}"
             alone = "-" if d.get("alone_max_s") is None else f"{d['alone_max_s']:.1f} ({len(d['alone'])})"
-            rows.append((kind, str(d["injected"]), stall, alone, str(d["anomalies"])))
+            rows.append((kind, str(d["injected"]), stall, alone, str(d["anomalies"]), _redelivered(d)))
         return markdown_table(rows)
 
     def summary(self) -> str:
@@ -629,6 +631,9 @@ def aggregate(runs: list[dict]) -> dict:
             k["injected"] += d["injected"]
             k["runs"] += 1
             k["anomalies"] += d["anomalies"]
+            if "redelivered" in d:  # reports from before it was counted have none
+                k["redelivered"] = k.get("redelivered", 0) + d["redelivered"]
+                k["redelivered_injected"] = k.get("redelivered_injected", 0) + d["injected"]
             for key in ("stall_max_s", "alone_max_s"):
                 if d.get(key) is not None:
                     k[key] = round(max(k[key] or 0.0, d[key]), 2)
@@ -642,6 +647,7 @@ def aggregate(runs: list[dict]) -> dict:
             "duplicate_causes": chaos.get("duplicates", {}).get("causes", {}), "worst_lag_s": jep["worst_realtime_lag_s"],
             "worst_reachable_lag_s": jep.get("worst_reachable_lag_s", jep["worst_realtime_lag_s"]),
             "lag_bar_s": settings.get("session_ms", 0) / 1000 + LAG_SLACK_S,
+            "redelivered_outside_faults": settings.get("redelivered_outside_faults"),
             "violations": len(run["violations"])})
     verdict = {
         "runs": len(per_run), "faults": sum(r["faults"] for r in per_run),
@@ -659,6 +665,14 @@ def aggregate(runs: list[dict]) -> dict:
     return {"by_kind": dict(sorted(kinds.items())), "runs": per_run, "verdict": verdict}
 
 
+def _redelivered(d: dict) -> str:
+    """Records delivered again in the windows of a kind's faults, in all and per injection."""
+    if "redelivered" not in d:
+        return "-"
+    n = d.get("redelivered_injected", d["injected"])
+    return f"{d['redelivered']:,} ({d['redelivered'] / max(n, 1):,.0f} each)"
+
+
 def _causes(c: dict) -> str:
     return " / ".join(str(c.get(k, 0)) for k in ("unacknowledged", "zombie", "acknowledged", "outside")) if c else "-"
 
@@ -666,11 +680,12 @@ def _causes(c: dict) -> str:
 def aggregate_tables(agg: dict) -> str:
     """The per-kind table and the per-run table of ``aggregate``'s result, in Markdown."""
     rows = [("fault kind", "injected (runs)", "longest stall, untouched partitions (s)", "same, alone (s)",
-             "anomalies")]
+             "anomalies", "redelivered in its windows")]
     for kind, d in agg["by_kind"].items():
         rows.append((kind, f"{d['injected']} ({d['runs']})",
                      "-" if d["stall_max_s"] is None else f"{d['stall_max_s']:.1f}",
-                     "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"])))
+                     "-" if d["alone_max_s"] is None else f"{d['alone_max_s']:.1f}", str(d["anomalies"]),
+                     _redelivered(d)))
     runs = [("seed", "faults", "kinds", "records", "lost", "inconsistent", "two owners", "fenced zombies",
              "duplicates %", "of them: unacknowledged / zombie / acknowledged / outside", "worst lag (s)",
              "reachable lag (s)", "violations")]
@@ -1184,11 +1199,15 @@ class NemesisRun(ChaosRun):
         first = _first_deliveries(journals)
         by_kind: dict[str, dict] = {}
         anomalies = result.violations + chaos.violations
-        for fault, nodes in self.fault_nodes + [(f, set()) for f in self.faults
-                                                if f.kind in PROCESS_KINDS]:
+        hit = self.fault_nodes + [(f, set()) for f in self.faults if f.kind in PROCESS_KINDS]
+        redelivered, redelivered_outside = attribute_to_faults(
+            invariants.redelivery_times(journals), [(f.at, (f.until or f.at) + s_window(self.s)) for f, _ in hit])
+        for (fault, nodes), again in zip(hit, redelivered):
             d = by_kind.setdefault(fault.kind, {"injected": 0, "combined": 0, "stall_max_s": None, "stalls": [],
-                                                "alone_max_s": None, "alone": [], "anomalies": 0})
+                                                "alone_max_s": None, "alone": [], "anomalies": 0,
+                                                "redelivered": 0})
             d["injected"] += 1
+            d["redelivered"] += again
             d["combined"] += int(getattr(fault, "combined", False))
             until = (fault.until or fault.at) + s_window(self.s)
             parts = self._untouched(fault, nodes, until)
@@ -1206,7 +1225,8 @@ class NemesisRun(ChaosRun):
                        detail=self.details.get(id(f), ""), combined=getattr(f, "combined", False))
                   for f in self.faults]
         settings = {"seed": self.s.seed, "faults": self.s.faults, "duration_s": self.s.duration_s,
-                    "kinds": list(self.kinds), "session_ms": self.s.kafka_session_ms or self.s.member_session_ms}
+                    "kinds": list(self.kinds), "session_ms": self.s.kafka_session_ms or self.s.member_session_ms,
+                    "redelivered_outside_faults": redelivered_outside}
         return NemesisReport(chaos=chaos, prefix=self.net.prefix, jepsen=result.to_dict(), by_kind=by_kind,
                              clock="libfaketime" if self.clock_ok else "none", skipped=self.skipped, faults=faults,
                              settings=settings)
@@ -1301,6 +1321,25 @@ def plan(s: NemesisSettings, rng) -> list[tuple[float, str]]:
 
 def s_window(s: NemesisSettings) -> float:
     return s.stall_window_s + s.member_session_ms / 1000
+
+
+def attribute_to_faults(times: Sequence[float], windows: Sequence[tuple[float, float]]) -> tuple[list[int], int]:
+    """Each of ``times`` to the fault that began last at or before it and whose window (start, end)
+    still covers it: the count per window (in ``windows``' order) and the count no window covers.
+    Windows overlap when faults stack; a time goes to one fault only, the latest begun."""
+    order = sorted(range(len(windows)), key=lambda i: windows[i][0])
+    starts = [windows[i][0] for i in order]
+    counts = [0] * len(windows)
+    outside = 0
+    for t in times:
+        k = bisect.bisect_right(starts, t) - 1
+        while k >= 0 and windows[order[k]][1] < t:
+            k -= 1
+        if k < 0:
+            outside += 1
+        else:
+            counts[order[k]] += 1
+    return counts, outside
 
 
 def _mentions_window(violation: str, a: float, b: float) -> bool:

@@ -117,6 +117,14 @@ def test_duplicates_by_member_blames_the_member_that_got_the_record_again():
         "c": {"records": 0, "extra": 0, "same_member": 0}}
 
 
+def test_redelivery_times_are_when_a_record_came_again_in_time_order_across_members():
+    journals = {"a": [_recs(1.0, 0, 0, 1, 2), _recs(5.0, 0, 1, 2)], "b": [_recs(3.0, 0, 2, 3), _recs(4.0, 1, 0)],
+                "c": [_recs(2.0, 1, 0)]}
+    # b's offset 2 at 3.0 (a had it at 1.0), a's 1 and 2 again at 5.0, partition 1's 0 at 4.0 (c had it at 2.0)
+    assert invariants.redelivery_times(journals) == [3.0, 4.0, 5.0, 5.0]
+    assert len(invariants.redelivery_times(journals)) == invariants.duplicates(journals)["extra"]
+
+
 def test_an_unleased_member_overlaps_only_where_it_delivered():
     """A Kafka member paused past its session journals ``lost`` only once it runs again: its
     ownership overlaps the next owner's, which counts only if it delivered meanwhile."""

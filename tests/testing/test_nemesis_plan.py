@@ -76,6 +76,26 @@ def test_the_bar_fails_on_a_lost_write_two_owners_duplicates_or_lag():
     assert "NOT passed" in nemesis.aggregate_tables(nemesis.aggregate([_run(1, ok, dup=0.5)]))
 
 
+def test_a_redelivery_goes_to_the_fault_begun_last_whose_window_still_covers_it():
+    # windows (start, end) in the order the faults were injected; the second begins inside the first
+    windows = [(10.0, 40.0), (20.0, 30.0), (50.0, 60.0)]
+    counts, outside = nemesis.attribute_to_faults([5.0, 12.0, 20.0, 25.0, 35.0, 45.0, 50.0, 61.0], windows)
+    # 12 -> first; 20 and 25 -> second (begun last); 35 -> first again (the second's window is over);
+    # 50 -> third; 5, 45 and 61 -> no window
+    assert counts == [2, 2, 1] and outside == 3
+    assert nemesis.attribute_to_faults([], windows) == ([0, 0, 0], 0)
+    assert nemesis.attribute_to_faults([1.0], []) == ([], 1)
+
+
+def test_aggregate_sums_redeliveries_per_injection_and_reads_reports_without_them():
+    flap = dict(_kind(2, 1.0), redelivered=300)
+    runs = [_run(1, {"flap": flap}), _run(2, {"flap": _kind(3, 1.0)}), _run(3, {"flap": dict(_kind(1, 1.0), redelivered=0)})]
+    d = nemesis.aggregate(runs)["by_kind"]["flap"]
+    assert d["injected"] == 6 and d["redelivered"] == 300 and d["redelivered_injected"] == 3
+    assert "| 300 (100 each)" in nemesis.aggregate_tables(nemesis.aggregate(runs))
+    assert "redelivered" not in nemesis.aggregate([_run(2, {"flap": _kind(3, 1.0)})])["by_kind"]["flap"]
+
+
 @pytest.mark.skipif(nemesis.faketime_lib() is None, reason="libfaketime is not installed (Debian package faketime)")
 @pytest.mark.parametrize("kind", ["clock_member_fast", "clock_member_offset"])
 def test_a_false_clock_is_what_the_fault_says_and_maps_back_to_real_time(kind):
