@@ -154,6 +154,11 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         latest = self._resolver.latest(list(assigned)) if assigned else {}
         reset = self._restarted_logs(base, latest)
         base.update(reset)
+        # Those calls wait on brokers, for as long as a cut lasts: the lease checked above may have
+        # run out meanwhile.  Plan only what is still plannable now, as the batch starts from here.
+        still = self._source.assigned()
+        assigned = {tp: off for tp, off in assigned.items() if tp in still and still[tp] == off}
+        handed = {tp: off for tp, off in handed.items() if tp in assigned}
         self._latest = dict(latest)
         if self._target is not None:
             latest = {tp: min(off, self._target.get(tp, base[tp])) for tp, off in latest.items()}

@@ -140,7 +140,14 @@ def _poll_runs(journals: Mapping[str, Journal]):
     for member, events in sorted(journals.items()):
         runs: dict[TopicPartition, list[list[int]]] = {}
         for e in events:
-            if e["ev"] == "recs":
+            if e["ev"] == "recs" and e.get("replay"):
+                # a batch an earlier run of a Spark query planned, replayed from its checkpoint after a
+                # restart: not a poll of the assignment the new run got (that starts at the group's offset)
+                polls = runs.pop((e["t"], e["p"]), None)
+                if polls:
+                    yield member, (e["t"], e["p"]), polls
+                yield member, (e["t"], e["p"]), [list(e["offs"])]
+            elif e["ev"] == "recs":
                 runs.setdefault((e["t"], e["p"]), []).append(list(e["offs"]))
             elif e["ev"] in _BOUNDARIES:
                 parts = e.get("parts")

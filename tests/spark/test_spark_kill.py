@@ -302,3 +302,52 @@ def test_a_member_plans_its_partitions_only_while_half_a_session_is_left_of_its_
     member.renew_lease(now + 10.0)
     member.suspended = True    # the lease ran out earlier and no coordinator took it back yet
     assert not member.plannable() and source.assigned() == {}
+
+
+def test_a_lease_that_runs_out_while_the_plan_waits_for_the_log_ends_keeps_the_partition_out_of_the_batch():
+    """What a nemesis run found (seed 36, every member kind): a Spark member cut from everyone
+    checked its lease, then asked the brokers for the log ends -- an answer that came 13 s later,
+    when the cut healed, 5 s after the lease had run out -- and planned a batch of 625 records per
+    partition on that answer, written while the coordinator could have handed the partitions on.
+    The plan now checks the lease again once the log ends are in, and leaves out what is no longer
+    plannable; the next batch plans it again once the member is confirmed."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_coord.spark.group import GroupPartitionSource
+    from spark_coord.spark.offsets import from_json, to_json
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    opts = parse_source_options({"bootstrap.brokers": "127.0.0.1:9", "subscribe": "t", "group.id": "g",
+                                 "session.timeout.ms": "10000"}, streaming=True)
+    source = GroupPartitionSource(opts)
+    member = source.members[0]
+    member.owned = {("t", 0): None, ("t", 1): None}
+    member.renew_lease(time.monotonic() + 10.0)
+
+    class LogEnds:  # the brokers' answers; ``cut`` makes the answer come after the lease ran out
+        cut = True
+
+        def latest(self, tps):
+            if self.cut:
+                member.renew_lease(time.monotonic() - 1.0)
+            return {tp: 5250 for tp in tps}
+
+        def earliest(self, tps):
+            return {tp: 0 for tp in tps}
+
+        def gone(self, tps):
+            return []
+
+        def close(self):
+            pass
+
+    reader = CoordKafkaStreamReader(opts)
+    reader._source, reader._resolver = source, LogEnds()
+    start = to_json({("t", 0): 4625, ("t", 1): 4625})
+    assert from_json(reader.latestOffset(start, ReadAllAvailable())) == {("t", 0): 4625, ("t", 1): 4625}
+    assert source.planned == {}
+    # confirmed again, and the brokers answer at once: the partitions are planned
+    reader._resolver.cut = False
+    member.renew_lease(time.monotonic() + 10.0)
+    assert from_json(reader.latestOffset(start, ReadAllAvailable())) == {("t", 0): 5250, ("t", 1): 5250}

@@ -82,6 +82,21 @@ def test_a_lost_assignment_starts_the_poll_order_over():
     assert jc.nonmonotonic_polls({"m0": events}) == []
 
 
+def test_a_replayed_spark_batch_is_not_a_poll_of_the_assignment_that_follows_it():
+    """Seed 36 (every member kind): a restarted Spark query replayed its killed run's last batch
+    (9085..9109) and then read from the group's offset, 10910 (another member had read 9110..10909
+    and committed meanwhile): the checks read that as one assignment skipping 1,800 offsets."""
+    events = [{"ts": 0, "ev": "assign", "parts": [["t", 0, 6]]},
+              {"ts": 1, "ev": "recs", "t": "t", "p": 0, "offs": [2, 3], "replay": True},
+              {"ts": 2, "ev": "recs", "t": "t", "p": 0, "offs": [6, 7]}]
+    r = jc.check(_acked(8), _log(8), {"m0": events, "m1": _journal([0, 1, 2, 3, 4, 5])})
+    assert r.poll_skip == [] and r.nonmonotonic_poll == []
+    # a skip after the replay, within the new assignment, is still one
+    skip = events + [{"ts": 3, "ev": "recs", "t": "t", "p": 0, "offs": [9]}]
+    r = jc.check(_acked(10), _log(10), {"m0": skip, "m1": _journal(list(range(10)))})
+    assert any("m0 polled 9 right after 7, skipping 1 offsets" in v for v in r.poll_skip)
+
+
 def test_a_member_under_a_false_clock_has_its_journal_mapped_back_to_real_time(tmp_path):
     """``NemesisRun._journals``: a member started at real time S under ``FAKETIME`` with offset O and rate R
     journals fake times S + O + (t - S) * R; the checks read real times."""
