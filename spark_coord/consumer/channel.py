@@ -167,7 +167,7 @@ class CoordinatorChannel:
     # --------------------------------------------------------------- broker -> member
     def receive_request(self, timeout: float) -> tuple[RequestHeader, dict] | None:
         """The next request the coordinator sends, or None if none started within ``timeout``
-        (or ``wake()`` was called).  Answers to ``send_request`` arriving meanwhile resolve
+        (or ``wake()`` was called, or an answer to ``send_request`` came in).  Answers to ``send_request`` arriving meanwhile resolve
         their futures.  Raises ProtocolError (also for an api we do not serve) and ChannelClosed."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
@@ -193,9 +193,7 @@ class CoordinatorChannel:
             frame = self._read_frame(time.monotonic() + self.timeout)
             if api.is_response_frame(frame):
                 self._take_response(frame)
-                if time.monotonic() >= deadline:
-                    return None
-                continue
+                return None  # whoever waits on that answer sees it now (the caller waits again if it likes)
             try:
                 return protocol.decode_request(frame)
             except protocol.UnsupportedRequest as e:

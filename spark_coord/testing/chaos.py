@@ -480,8 +480,12 @@ class ChaosRun:
         self._allow(broker, True)
         self._broker_busy.clear()
 
-    def _restart_member(self, slot: int, fault: Fault) -> None:
-        self._member(slot)
+    def _restart_member(self, slot: int, fault: Fault, killed: MemberProcess | None = None) -> None:
+        """Start the slot's next incarnation, unless one replaced ``killed`` meanwhile (a clock fault's
+        heal): two incarnations of one member at once would be two members (two Spark queries on
+        one checkpoint)."""
+        if killed is None or self.current.get(slot) is killed:
+            self._member(slot)
         fault.until = time.time()
 
     def _resume_member(self, m: MemberProcess, fault: Fault) -> None:
@@ -521,7 +525,7 @@ class ChaosRun:
             fault = Fault(time.time(), kind, m.name)
             self.deaths[m.name] = fault.at
             m.kill()
-            self._later(delay, self._restart_member, slot, fault)
+            self._later(delay, self._restart_member, slot, fault, m)
             return fault
         pause = self.rng.uniform(1.0, 1.6 * s.member_session_ms / 1000)
         m.signal(signal.SIGSTOP)

@@ -1116,6 +1116,8 @@ class NemesisRun(ChaosRun):
         hold = rng.uniform(*s.clock_s)
 
         def back() -> None:
+            if self.current.get(slot) is not new:
+                return  # replaced meanwhile (a member_kill's restart), and on the real clock
             if new.alive():
                 self.deaths[new.name] = time.time()
                 new.kill()

@@ -148,3 +148,50 @@ def test_every_member_waits_out_a_stuck_link_and_kafka_members_a_coordinator_fau
     waiting = run._waiting_members()
     assert waiting["m0"] == [(1.0, 2.0), (100.0, 145.0)]
     assert sorted(waiting["m1"]) == [(100.0, 145.0), (200.0, 225.0)]
+
+
+@pytest.mark.parametrize("heal_first", [False, True], ids=["kill-restart-first", "clock-heal-first"])
+def test_a_clock_fault_and_a_kill_of_one_member_leave_one_incarnation_whichever_ends_first(heal_first):
+    """Seed 36 run again: a Spark member restarted under a false clock (``clock_member_offset``) was
+    killed; the kill's restart started one incarnation and the clock fault's heal, 4 s later,
+    another, so two queries ran on one checkpoint (Spark failed them with
+    CONCURRENT_STREAM_LOG_UPDATE, again and again) and each wrote batches of partitions the group
+    had given the other.  Whichever of the two comes second now finds the member replaced and
+    starts nothing."""
+    import random
+    from types import SimpleNamespace
+
+    from spark_coord.testing.chaos import ChaosRun
+
+    class Incarnation:
+        def __init__(self, name):
+            self.name, self.up = name, True
+
+        def alive(self):
+            return self.up
+
+        def kill(self):
+            self.up = False
+
+    run = nemesis.NemesisRun.__new__(nemesis.NemesisRun)
+    run.s, run.rng, run.net = _settings(), random.Random(1), SimpleNamespace()
+    run.current, run.deaths, run.details, run._next_clock, run.member_paused = {}, {}, {}, {}, {}
+    born: list[Incarnation] = []
+
+    def member(slot):
+        inc = Incarnation(f"m{slot}" + (f".{len(born)}" if born else ""))
+        born.append(inc)
+        run.current[slot] = inc
+        return inc
+
+    later = []
+    run._member, run._touch = member, lambda fault, nodes: None
+    run._later = lambda delay, fn, *args: later.append((fn, args))
+    member(0)
+    assert run._member_fault("clock_member_offset") is not None    # m0 -> m0.1 under a false clock
+    heal = later.pop()
+    assert ChaosRun._inject(run, "member_kill").target == "m0.1"   # m0.1 killed, its restart due
+    restart = later.pop()
+    for fn, args in ([heal, restart] if heal_first else [restart, heal]):
+        fn(*args)
+    assert [m.name for m in born if m.alive()] == ["m0.2"], [(m.name, m.alive()) for m in born]
