@@ -167,8 +167,8 @@ class CoordinatorChannel:
     # --------------------------------------------------------------- broker -> member
     def receive_request(self, timeout: float) -> tuple[RequestHeader, dict] | None:
         """The next request the coordinator sends, or None if none started within ``timeout``
-        (or ``wake()`` was called, or an answer to ``send_request`` came in).  Answers to ``send_request`` arriving meanwhile resolve
-        their futures.  Raises ProtocolError (also for an api we do not serve) and ChannelClosed."""
+        (or ``wake()`` was called, or an answer to ``send_request`` came in and resolved its
+        future).  Raises ProtocolError (also for an api we do not serve) and ChannelClosed."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             if self._closed:
