@@ -474,21 +474,23 @@ class PartitionLog:
             with self._lock:
                 if self._closed:
                     return 0
-                candidates = [(s, s.size) for s in self._segments[:-1]]
+                # each closed segment with the base of the one after it: a segment the cleaner emptied
+                # has no offsets of its own, and only the next base says where its range ends
+                candidates = [(s, s.size, after.base_offset) for s, after in zip(self._segments, self._segments[1:])]
                 total = sum(s.size for s in self._segments)
                 start = self._log_start
             if not candidates:
                 return 0
             now_ms = self._now_ms()
             doomed = 0
-            for seg, size in candidates:
+            for seg, size, next_base in candidates:
                 expired = False
                 if cfg.retention_ms >= 0:
                     ts = seg.max_timestamp(size)
                     expired = now_ms - (ts if ts >= 0 else seg.last_modified_ms) > cfg.retention_ms
                 expired = expired and cfg.delete  # a compact-only topic keeps its segments (the cleaner prunes)
                 oversize = cfg.delete and cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
-                below_start = seg.next_offset <= start
+                below_start = next_base <= start
                 if not (expired or oversize or below_start):
                     break
                 total -= size

@@ -185,6 +185,28 @@ def test_a_compact_only_topic_is_not_pruned_by_retention(tmp_path):
     plog.close()
 
 
+def test_a_segment_the_cleaner_emptied_stays_and_the_log_start_does_not_move(tmp_path):
+    """A later pass empties the first segment (every key in it written again since).  Retention must not
+    take the empty segment for one below the log start: the log start stays 0, as Kafka's does."""
+    plog = open_log(tmp_path)
+    fill(plog, keys=20, rounds=10, per_batch=20)
+    clean_log(plog, SETTINGS, NOW_MS)
+    first = plog.closed_segments()[0][0]
+    assert first.base_offset == 0 and first.size > 0
+    fill(plog, keys=20, rounds=10, per_batch=20)  # supersedes every record the first pass kept
+    clean_log(plog, SETTINGS, NOW_MS, force=True)
+    first = plog.closed_segments()[0][0]
+    assert first.base_offset == 0 and first.size == 0, "the second pass empties the first segment"
+    assert plog.apply_retention() == 0
+    assert plog.log_start_offset == 0
+    records = read_everything(plog)
+    assert records and records[0].offset > 0
+    plog.close()
+    reopened = open_log(tmp_path)
+    assert reopened.log_start_offset == 0 and reopened.apply_retention() == 0
+    reopened.close()
+
+
 def test_a_crash_before_the_swap_is_committed_keeps_the_old_segments(tmp_path, monkeypatch):
     plog = open_log(tmp_path)
     fill(plog, keys=50, rounds=8)
