@@ -229,7 +229,10 @@ def test_a_burrow_that_crashes_on_a_bug_of_its_own_is_restarted_and_asked_again(
         os.kill(second, signal.SIGSTOP)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(b.get, b._cluster_path("topic"))
-            wait_until(lambda: _established_to(b.port), timeout=10, message="the request's connection to Burrow")
+            wait_until(lambda: _established_to(b.port), timeout=10,
+                       message=lambda: f"the request's connection to Burrow (port {b.port}; request done: "
+                                       f"{pending.done()}, {pending.exception() if pending.done() else ''}; "
+                                       f"connections: {_connections(b.port)})")
             assert not pending.done()
             crash()
             status, body = pending.result(timeout=60)
@@ -244,6 +247,14 @@ def test_a_burrow_that_crashes_on_a_bug_of_its_own_is_restarted_and_asked_again(
         assert b.restarts == 2 < MAX_RESTARTS
     finally:
         b.stop()
+
+
+def _connections(port: int) -> list[tuple[str, str, str]]:
+    """(local, remote, state) of every TCP socket with ``port`` at either end (from /proc/net/tcp)."""
+    want = f":{port:04X}"
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in list(f)[1:]]
+    return [(r[1], r[2], r[3]) for r in rows if r[1].endswith(want) or r[2].endswith(want)]
 
 
 def _established_to(port: int) -> bool:
