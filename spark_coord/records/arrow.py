@@ -22,11 +22,12 @@ How the Python decoder avoids per-record objects: the only per-record Python wor
 is reading the varints of each record and appending a few ints to lists.  All
 batches' records sections (decompressed where needed) are joined into one *arena*;
 the record boundaries ``[keyStart, keyEnd, valueStart, valueEnd]`` of consecutive
-records form a non-decreasing offsets vector, so one ``binary`` array over the arena
-(zero-copy) holds keys at positions 4i and values at 4i+2; pyarrow's ``filter`` with a
-constant bit pattern (0x11 / 0x44) then gathers keys and values in C++.  Headers use
-the same trick on their own boundary vector.  Constant columns come from
-``pa.repeat``; timestamps are scaled to microseconds by ``pyarrow.compute``.
+records are ranges of the arena: a column's bytes are the join of its ranges (one slice per
+record, the copy in C) and its offsets the running sum of their lengths.  Headers use the
+same gather on their own boundary vector.  Constant columns come from ``pa.repeat``; offsets and
+timestamps are rebased and scaled with numpy (which pyarrow has loaded already).  No
+``pyarrow.compute``: importing it takes a fresh Spark Python worker a tenth of a second, on
+the first micro-batch of a query, and nothing else a read does imports it.
 
 Spark's Arrow path (``pyspark.sql.worker.plan_data_source_read``) compares the batch
 schema to ``to_arrow_schema(schema, timezone="UTC")`` with ``Schema.equals``, so the
@@ -38,9 +39,10 @@ from __future__ import annotations
 
 import logging
 from array import array
+from itertools import accumulate
+from operator import sub
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_coord.records import compression
 from spark_coord.records.header import HEADER_SIZE, MIN_RECORD_SIZE, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidBatch
@@ -87,17 +89,13 @@ def kafka_schema(include_headers: bool) -> pa.Schema:
     return _SCHEMAS[bool(include_headers)]
 
 
-#: Scalar operands of the Python decoder's compute calls (a Python int there would go through ``pa.scalar``).
-_ONE_U64 = int_array((1,), pa.uint64())[0]
-_THOUSAND = int_array((1000,), pa.int64())[0]
-_TRUE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x01")])[0]
 
 
 class _Columns:
     """Per-record lists filled by ``_decode_batch`` for one ``decode_to_arrow`` call.
 
     Timestamp and offset deltas are kept as the raw (zigzag) varint values and decoded
-    and rebased per batch by ``pyarrow.compute`` afterwards."""
+    and rebased per batch with numpy afterwards (``_build``)."""
 
     __slots__ = ("bounds", "offset_deltas", "ts_deltas", "key_nulls", "value_nulls",
                  "hbounds", "hvalue_nulls", "hoffsets", "batches")
@@ -485,59 +483,59 @@ def _per_batch(batches: list[tuple[int, int, int, int]], index: int, type_: pa.D
     return pa.concat_arrays([constant(b[index], type_, b[0]) for b in batches])
 
 
-def _unzigzag(raw: pa.Array) -> pa.Array:
-    """Zigzag-decode a uint64 array into int64."""
-    one = _ONE_U64
-    half = pc.shift_right(raw, one).cast(pa.int64())
-    sign = pc.negate(pc.bit_wise_and(raw, one).cast(pa.int64()))
-    return pc.bit_wise_xor(half, sign)
+def _numpy_array(values, type_: pa.DataType) -> pa.Array:
+    """A numpy array of fixed-width values as an Arrow array of ``type_`` (no copy)."""
+    import numpy as np
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
 def _build(arena: bytes, cols: _Columns, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+    import numpy as np
+
     n = len(cols.offset_deltas)
     schema = kafka_schema(include_headers)
     if n == 0:
         return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
-    arena_buf = pa.py_buffer(arena)
-    keys, values = _gather_pairs(arena_buf, cols.bounds, n, cols.key_nulls, cols.value_nulls)
-    offset_raw = int_array(cols.offset_deltas, pa.uint64())
-    one = _ONE_U64
-    if pc.max(offset_raw).as_py() >= 2**32 or pc.any(pc.bit_wise_and(offset_raw, one).cast(pa.bool_())).as_py():
+    keys, values = _gather_pairs(arena, cols.bounds, n, cols.key_nulls, cols.value_nulls)
+    offset_raw = np.frombuffer(array("Q", cols.offset_deltas), np.uint64)  # OverflowError past 64 bits
+    if int(offset_raw.max()) >= 2**32 or bool((offset_raw & 1).any()):
         raise InvalidBatch("offsetDelta negative or beyond int32")
-    offsets = pc.add(pc.shift_right(offset_raw, one).cast(pa.int64()), _per_batch(cols.batches, 1, pa.int64()))
-    ts_ms = pc.add(_unzigzag(int_array(cols.ts_deltas, pa.uint64())), _per_batch(cols.batches, 2, pa.int64()))
+    rows = [b[0] for b in cols.batches]
+    offsets = (offset_raw >> 1).astype(np.int64) + np.repeat(np.array([b[1] for b in cols.batches], np.int64), rows)
+    ts_raw = np.frombuffer(array("Q", cols.ts_deltas), np.uint64)
+    ts_delta = (ts_raw >> 1).astype(np.int64) ^ -(ts_raw & 1).astype(np.int64)  # zigzag
+    with np.errstate(over="ignore"):  # wraps as Kafka's int64 arithmetic does, like the compiled kernel
+        ts_us = (ts_delta + np.repeat(np.array([b[2] for b in cols.batches], np.int64), rows)) * 1000
     arrays = [
         keys,
         values,
         constant(topic, pa.string(), n),
         constant(partition, pa.int32(), n),
-        offsets,
-        pc.multiply(ts_ms, _THOUSAND).view(TIMESTAMP_TYPE),
+        _numpy_array(offsets, pa.int64()),
+        _numpy_array(ts_us, TIMESTAMP_TYPE),
         _per_batch(cols.batches, 3, pa.int32()),
     ]
     if include_headers:
-        arrays.append(_headers_column(arena_buf, cols))
+        arrays.append(_headers_column(arena, cols))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _gather_pairs(arena_buf: pa.Buffer, bounds: list[int], n: int, first_nulls: list[int],
+def _gather_pairs(arena, bounds: list[int], n: int, first_nulls: list[int],
                   second_nulls: list[int]) -> tuple[pa.Array, pa.Array]:
-    """From ``[aStart, aEnd, bStart, bEnd]`` per item, the binary arrays of the a's and b's."""
-    count = 4 * n - 1
-    if arena_buf.size <= _INT32_LIMIT:
-        whole = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(array("i", bounds)), arena_buf])
-    else:
-        whole = pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(array("q", bounds)), arena_buf])
-    mask_bytes = (count + 7) // 8
+    """From ``[aStart, aEnd, bStart, bEnd]`` per item (ranges of the bytes-like ``arena``), the binary
+    arrays of the a's and b's."""
+    view = memoryview(arena)
     out = []
-    for pattern, nulls in ((b"\x11", first_nulls), (b"\x44", second_nulls)):
+    for column, nulls in ((0, first_nulls), (2, second_nulls)):
         if len(nulls) == n:
             out.append(pa.nulls(n, pa.binary()))
             continue
-        mask = pa.Array.from_buffers(pa.bool_(), count, [None, pa.py_buffer(pattern * mask_bytes)])
-        arr = whole.filter(mask)
-        if arr.type != pa.binary():
-            arr = arr.cast(pa.binary())
+        starts, ends = bounds[column::4], bounds[column + 1::4]
+        offsets = array("i", accumulate(map(sub, ends, starts), initial=0))  # OverflowError past 2 GiB
+        data = b"".join([view[a:b] for a, b in zip(starts, ends)])
+        arr = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
         if nulls:
             arr = _with_nulls(arr, nulls)
         out.append(arr)
@@ -554,26 +552,33 @@ def _with_nulls(arr: pa.Array, nulls: list[int]) -> pa.Array:
                                  null_count=len(nulls), offset=arr.offset)
 
 
-def _headers_column(arena_buf: pa.Buffer, cols: _Columns) -> pa.Array:
+def _headers_column(arena, cols: _Columns) -> pa.Array:
     total = len(cols.hbounds) >> 2
     if total == 0:
         items = pa.nulls(0, _HEADER_TYPE)
     else:
-        hkeys, hvalues = _gather_pairs(arena_buf, cols.hbounds, total, [], cols.hvalue_nulls)
-        items = pa.StructArray.from_arrays([hkeys.cast(pa.string()), hvalues], fields=list(_HEADER_TYPE))
+        hkeys, hvalues = _gather_pairs(arena, cols.hbounds, total, [], cols.hvalue_nulls)
+        names = pa.Array.from_buffers(pa.string(), total, hkeys.buffers(), null_count=0)
+        names.validate(full=True)  # ArrowInvalid for a key that is not UTF-8
+        items = pa.StructArray.from_arrays([names, hvalues], fields=list(_HEADER_TYPE))
     return pa.ListArray.from_arrays(int_array(cols.hoffsets, pa.int32()), items, type=HEADERS_TYPE)
 
 
 def _restrict(rb: pa.RecordBatch, start: int, end: int | None) -> pa.RecordBatch:
-    """Rows with offset in [start, end): a zero-copy slice when they are contiguous."""
-    offsets = rb.column(4)
-    mask = pc.greater_equal(offsets, int_array((start,), pa.int64())[0])
+    """Rows with offset in [start, end): a zero-copy slice when they are contiguous (offsets only grow
+    in a record set, so they always are; anything else is filtered)."""
+    import numpy as np
+
+    column = rb.column(4)  # int64, no nulls (``Array.to_numpy`` would import pandas)
+    offsets = np.frombuffer(column.buffers()[1], np.int64, len(column), column.offset * 8)
+    mask = offsets >= start
     if end is not None:
-        mask = pc.and_(mask, pc.less(offsets, int_array((end,), pa.int64())[0]))
-    keep = pc.sum(mask).as_py() or 0
+        mask &= offsets < end
+    keep = int(mask.sum())
     if keep == 0:
         return rb.slice(0, 0)
-    first = pc.index(mask, _TRUE).as_py()
-    if pc.all(mask.slice(first, keep)).as_py():
+    first = int(mask.argmax())
+    if mask[first:first + keep].all():
         return rb.slice(first, keep)
-    return rb.filter(mask)
+    bits = np.packbits(mask, bitorder="little")
+    return rb.filter(pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)]))

@@ -23,7 +23,6 @@ over a callable that sends one SaslAuthenticate token and returns the broker's.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import hmac
 import logging
@@ -136,6 +135,8 @@ class SaslServer:
             expected = self.plain_users.get(user)
             ok = expected is not None and hmac.compare_digest(expected.value.encode(), password.encode())
         else:
+            import asyncio  # here: the clients import this module, and a Spark worker's read has no loop
+
             ok = await asyncio.get_running_loop().run_in_executor(None, self._plain_against_scram, user, password)
         return self._done(user) if ok else self._fail(user)
 
