@@ -12,10 +12,16 @@ registered twice is refused, so two modules cannot silently claim the same API.
 The coordinator's own APIs (keys 1000 and up, non-flexible, request header v1 and
 response header v0, like Kafka 0.8) are registered by their own module with the
 same ``register()`` call.
+
+Each module is imported when one of its keys is first looked up (``MODULES``), not
+when the package is: a process that speaks a few APIs (a Spark worker's fetches, a
+streaming query's reader process) loads their codecs only, not the few dozen modules
+of every API (20-35 ms of its start).  ``api_versions_table`` loads them all.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -25,7 +31,8 @@ from spark_coord.wire.schema import Message, StructCodec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ApiKey", "ApiEntry", "register", "lookup", "served_versions", "api_versions_table", "api_name"]
+__all__ = ["ApiKey", "ApiEntry", "MODULES", "register", "lookup", "served_versions", "api_versions_table", "api_name",
+           "load_all"]
 
 
 class ApiKey(IntEnum):
@@ -105,6 +112,45 @@ _lock = threading.Lock()
 _entries: dict[tuple[int, int], ApiEntry] = {}
 _names: dict[int, str] = {}
 
+#: The module of this package that registers each api key (the coordinator protocol's keys 1000-1006
+#: are all in ``coordinator``); a test checks it against what the modules register.
+MODULES: dict[int, str] = {
+    ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
+    ApiKey.METADATA: "metadata", ApiKey.OFFSET_COMMIT: "offset_commit", ApiKey.OFFSET_FETCH: "offset_fetch",
+    ApiKey.FIND_COORDINATOR: "find_coordinator", ApiKey.JOIN_GROUP: "join_group", ApiKey.HEARTBEAT: "heartbeat",
+    ApiKey.LEAVE_GROUP: "leave_group", ApiKey.SYNC_GROUP: "sync_group", ApiKey.DESCRIBE_GROUPS: "describe_groups",
+    ApiKey.LIST_GROUPS: "list_groups", ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.API_VERSIONS: "api_versions",
+    ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
+    ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
+    ApiKey.DESCRIBE_ACLS: "describe_acls", ApiKey.CREATE_ACLS: "create_acls", ApiKey.DELETE_ACLS: "delete_acls",
+    ApiKey.DESCRIBE_CONFIGS: "describe_configs", ApiKey.ALTER_CONFIGS: "alter_configs",
+    ApiKey.DESCRIBE_LOG_DIRS: "describe_log_dirs", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
+    ApiKey.CREATE_PARTITIONS: "create_partitions", ApiKey.DELETE_GROUPS: "delete_groups",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs", ApiKey.OFFSET_DELETE: "offset_delete",
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "scram_credentials",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "scram_credentials", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer_group_heartbeat",
+    ApiKey.CONSUMER_GROUP_DESCRIBE: "consumer_group_describe", ApiKey.SHARE_GROUP_HEARTBEAT: "share_group_heartbeat",
+    ApiKey.SHARE_GROUP_DESCRIBE: "share_group_describe", ApiKey.SHARE_FETCH: "share_fetch",
+    ApiKey.SHARE_ACKNOWLEDGE: "share_acknowledge", ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: "describe_share_group_offsets",
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: "alter_share_group_offsets",
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: "delete_share_group_offsets",
+    **{key: "coordinator" for key in range(1000, 1007)},
+}
+
+
+def _load(api_key: int) -> None:
+    """Import the module that registers ``api_key`` (if there is one and it is not imported yet)."""
+    module = MODULES.get(api_key)
+    if module is not None and api_key not in _names:
+        importlib.import_module(f"{__package__}.{module}")
+
+
+def load_all() -> None:
+    """Import every API module (what the broker serves is chosen among all of them)."""
+    for module in sorted(set(MODULES.values())):
+        importlib.import_module(f"{__package__}.{module}")
+
 
 def register(api_key: int, name: str, request: Message, response: Message, versions: tuple[int, int], *,
              response_header_version: int | None = None) -> None:
@@ -115,6 +161,7 @@ def register(api_key: int, name: str, request: Message, response: Message, versi
     KIP-511).  One call per key: raises ValueError when ``api_key`` is already
     registered or a schema does not define one of the versions.
     """
+    _load(api_key)  # the key's own module first, so nothing else can claim the key before it is imported
     low, high = versions
     if not 0 <= low <= high:
         raise ValueError(f"bad version range {versions} for {name}")
@@ -145,11 +192,16 @@ def register(api_key: int, name: str, request: Message, response: Message, versi
 
 def lookup(api_key: int, version: int) -> ApiEntry | None:
     """The entry for a served (api_key, version), or None."""
-    return _entries.get((api_key, version))
+    entry = _entries.get((api_key, version))
+    if entry is None and api_key not in _names:
+        _load(api_key)
+        entry = _entries.get((api_key, version))
+    return entry
 
 
 def served_versions(api_key: int) -> tuple[int, int] | None:
     """(min, max) version we serve for ``api_key``, or None if we do not serve it."""
+    _load(api_key)
     versions = [v for (k, v) in _entries if k == api_key]
     if not versions:
         return None
@@ -158,6 +210,7 @@ def served_versions(api_key: int) -> tuple[int, int] | None:
 
 def api_versions_table() -> list[dict]:
     """Every served API as ``{"api_key", "min_version", "max_version"}``, sorted by key (for ApiVersions)."""
+    load_all()
     out = []
     for key in sorted(_names):
         low, high = served_versions(key)  # type: ignore[misc]
@@ -167,6 +220,7 @@ def api_versions_table() -> list[dict]:
 
 def api_name(api_key: int) -> str:
     """A readable name for any api key (for logs)."""
+    _load(api_key)
     if api_key in _names:
         return _names[api_key]
     try:

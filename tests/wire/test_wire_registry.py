@@ -1,6 +1,11 @@
-"""The registry: one entry per (api_key, version), duplicates refused, room for our own APIs."""
+"""The registry: one entry per (api_key, version), duplicates refused, room for our own APIs, and each
+API's module imported at the first lookup of its key."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +75,36 @@ def test_snake_case_keys():
     assert snake_case("timeoutMs") == "timeout_ms"
     assert snake_case("IsrNodes") == "isr_nodes"
     assert snake_case("ZkMigrationReady") == "zk_migration_ready"
+
+
+def test_each_key_is_registered_by_the_module_the_registry_names_for_it():
+    """A fresh process: looking a key up imports the module ``MODULES`` names, which registers it; in the
+    end every registered key is in ``MODULES`` and every key of ``MODULES`` registered."""
+    code = ("import json\n"
+            "from spark_coord.wire import registry\n"
+            "wrong = []\n"
+            "for key in sorted(registry.MODULES):\n"
+            "    registry._load(key)\n"
+            "    if key not in registry._names: wrong.append(key)\n"
+            "registry.load_all()\n"
+            "print(json.dumps([wrong, sorted(set(registry._names) ^ set(registry.MODULES))]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[], []]
+
+
+def test_a_client_loads_the_codecs_of_the_apis_it_speaks_only():
+    """A process that fetches (a Spark worker's read) imports the codecs of the APIs it uses, not all of
+    them; its ApiVersions answer still lists everything served."""
+    code = ("import json, sys\n"
+            "from spark_coord.client.connection import BrokerConnection\n"
+            "from spark_coord.client.fetcher import send_fetch\n"
+            "from spark_coord.wire import protocol, registry\n"
+            "before = sorted(m for m in sys.modules if m.startswith('spark_coord.wire.'))\n"
+            "protocol.encode_request(1, 12, 7, 'c', {'topics': []})\n"
+            "after = sorted(m for m in sys.modules if m.startswith('spark_coord.wire.'))\n"
+            "print(json.dumps([before, after, len(protocol.api_versions_table())]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after, served = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "spark_coord.wire.fetch" not in before and "spark_coord.wire.fetch" in after
+    assert "spark_coord.wire.create_topics" not in after and len(after) < 12, after
+    assert served == len(registry.MODULES)
