@@ -40,6 +40,7 @@ def spark(tmp_path_factory):
                .config("spark.default.parallelism", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .config("spark.python.daemon.module", "pyspark_coordkafka.daemon")
                .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
                .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + str(tmp_path_factory.mktemp("derby")))
                .getOrCreate())
