@@ -23,6 +23,7 @@ daemon (``exec``: the same process and standard streams, nothing preloaded).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -72,7 +73,8 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
     try:
-        preload()
+        with contextlib.redirect_stdout(sys.stderr):  # Spark reads the daemon's port from its standard output
+            preload()
     except Exception:  # noqa: BLE001 - a worker that loads on its first task is still a worker
         log.exception("preloading coordkafka's read path failed; workers load it on their first task")
     running = threads() if os.path.isdir("/proc/self/task") else []
