@@ -44,7 +44,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from spark_coord.common import TopicPartition
 from spark_coord.testing.zk_history import Sample
@@ -380,31 +380,25 @@ def duplicate_causes(journals: Mapping[str, Journal],
     at no moment near then (``delivered_outside_ownership`` lists them; a Spark member's batch in
     flight when it was paused past its session is one)."""
     acked = _Acknowledged(journals)
-    seen: set[tuple[str, int, int]] = set()
     causes = {"unacknowledged": 0, "zombie": 0, "acknowledged": 0, "replayed": 0, "outside": 0}
-    events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
-                    key=lambda x: x[0])
-    for ts, member, e in events:
+    for ts, member, e, o, again in _deliveries(journals):
+        if not again:
+            continue
+        if e.get("replay"):
+            causes["replayed"] += 1
+            continue
         tp = (e["t"], e["p"])
-        for o in e["offs"]:
-            key = (e["t"], e["p"], o)
-            if key not in seen:
-                seen.add(key)
-                continue
-            if e.get("replay"):
-                causes["replayed"] += 1
-                continue
-            top, when = acked.before(tp, ts)
-            if top <= o:
-                causes["unacknowledged"] += 1
-                continue
-            since = _owned_since(intervals, member, tp, ts)
-            if since is None:
-                causes["outside"] += 1
-            elif when >= since:
-                causes["zombie"] += 1
-            else:
-                causes["acknowledged"] += 1
+        top, when = acked.before(tp, ts)
+        if top <= o:
+            causes["unacknowledged"] += 1
+            continue
+        since = _owned_since(intervals, member, tp, ts)
+        if since is None:
+            causes["outside"] += 1
+        elif when >= since:
+            causes["zombie"] += 1
+        else:
+            causes["acknowledged"] += 1
     return causes
 
 
@@ -487,42 +481,42 @@ def duplicates(journals: Mapping[str, Journal]) -> dict[str, int]:
     return {"records": len(seen), "deliveries": total, "extra": extra, "same_member": same}
 
 
+def _deliveries(journals: Mapping[str, Journal]) -> Iterator[tuple[float, str, dict, int, bool]]:
+    """Every delivery of a record, in time order across members (journal order for equal times):
+    (time, member, its ``recs`` event, offset, ``again``: some member had delivered the record before)."""
+    seen: set[tuple[str, int, int]] = set()
+    events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
+                    key=lambda x: x[0])
+    for ts, member, e in events:
+        for o in e["offs"]:
+            key = (e["t"], e["p"], o)
+            again = key in seen
+            if not again:
+                seen.add(key)
+            yield ts, member, e, o, again
+
+
 def redelivery_times(journals: Mapping[str, Journal]) -> list[float]:
     """When each delivery of a record after its first happened (one entry per record delivered
     again, a batch's records sharing its time), in time order."""
-    seen: set[tuple[str, int, int]] = set()
-    out: list[float] = []
-    events = sorted((e["ts"], e["t"], e["p"], e["offs"]) for evs in journals.values() for e in evs if e["ev"] == "recs")
-    for ts, t, p, offs in events:
-        for o in offs:
-            if (t, p, o) in seen:
-                out.append(ts)
-            else:
-                seen.add((t, p, o))
-    return out
+    return [ts for ts, _, _, _, again in _deliveries(journals) if again]
 
 
 def duplicates_by_member(journals: Mapping[str, Journal]) -> dict[str, dict[str, int]]:
     """member -> ``records`` (distinct records it delivered), ``extra`` (its deliveries of a record
     some member had delivered before: a duplicate it handed out), ``same_member`` (of those, the
     records it had delivered itself before).  Deliveries are ordered by time across members."""
-    events = sorted(((e["ts"], member, e) for member, evs in journals.items() for e in evs if e["ev"] == "recs"),
-                    key=lambda x: x[0])
-    seen: dict[tuple[str, int, int], set[str]] = defaultdict(set)
     out: dict[str, dict[str, int]] = {m: {"records": 0, "extra": 0, "same_member": 0} for m in journals}
     mine: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
-    for _, member, e in events:
-        stats = out[member]
-        for o in e["offs"]:
-            key = (e["t"], e["p"], o)
-            if key in seen:
-                stats["extra"] += 1
-                if member in seen[key]:
-                    stats["same_member"] += 1
-            seen[key].add(member)
-            if key not in mine[member]:
-                mine[member].add(key)
-                stats["records"] += 1
+    for _, member, e, o, again in _deliveries(journals):
+        stats, key = out[member], (e["t"], e["p"], o)
+        if again:
+            stats["extra"] += 1
+            if key in mine[member]:
+                stats["same_member"] += 1
+        if key not in mine[member]:
+            mine[member].add(key)
+            stats["records"] += 1
     return out
 
 
