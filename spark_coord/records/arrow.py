@@ -70,7 +70,6 @@ arrow_jit = None
 _HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", _HEADER_TYPE))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-_INT32_LIMIT = 2**31 - 1
 
 _BASE_FIELDS = [
     pa.field("key", pa.binary()),
@@ -87,8 +86,6 @@ _SCHEMAS = {False: pa.schema(_BASE_FIELDS), True: pa.schema(_BASE_FIELDS + [pa.f
 def kafka_schema(include_headers: bool) -> pa.Schema:
     """The Arrow schema of Spark's Kafka source rows (``headers`` only if asked)."""
     return _SCHEMAS[bool(include_headers)]
-
-
 
 
 class _Columns:
