@@ -408,11 +408,96 @@ def _murmur2_partitions(koff, kdata, kvalid, partitions, out):
         out[r] = (h & 0x7FFFFFFF) % partitions
 
 
+#: ``scan`` outcomes besides a count of batches: something ``records.arrow``'s own walk must look at
+#: (it raises the error or decodes what is odd), and a compressed batch among those chosen.
+SCAN_UNUSUAL, SCAN_COMPRESSED = -1, -2
+#: Columns of ``scan``'s ``checks``: where a chosen batch starts, its stored CRC.
+CHECK_FIELDS = 2
+
+
+def _scan(d, start, end_offset, spans, checks, out):
+    """The batches of a fetched record set ``d`` that a decode of offsets ``[start, end_offset)`` covers,
+    walked as ``records.arrow._choose`` walks them (``reader.iter_batches``: stop at a partial trailing
+    batch; control batches and batches outside the range skipped), without a Python step per batch.
+
+    Writes each chosen batch's span (``SPAN_FIELDS`` columns, positions in ``d``) and its start and stored
+    CRC while there is room, and answers in ``out``: the number of chosen batches (more than the rows of
+    ``spans`` when they did not fit: call again with room) or ``SCAN_UNUSUAL`` / ``SCAN_COMPRESSED``, and
+    whether rows must be restricted to the range (a chosen batch reaches outside it)."""
+    n = len(d)
+    pos = 0
+    k = 0
+    restrict = 0
+    out[0] = SCAN_UNUSUAL
+    out[1] = 0
+    while n - pos >= 12:
+        length = np.int64(0)
+        for i in range(4):
+            length = (length << 8) | np.int64(d[pos + 8 + i])
+        if length >= 2147483648:
+            length -= 4294967296
+        if length < 49:  # shorter than a header: a partial end, or the Python walk says what is wrong
+            if length >= 0 and pos + 12 + length > n:
+                break
+            return
+        size = 12 + length
+        if pos + size > n:
+            break
+        if d[pos + 16] != 2:
+            return
+        base = np.int64(0)
+        for i in range(8):
+            base = (base << 8) | np.int64(d[pos + i])
+        attributes = (np.int64(d[pos + 21]) << 8) | np.int64(d[pos + 22])
+        last_delta = np.int64(0)
+        count = np.int64(0)
+        for i in range(4):
+            last_delta = (last_delta << 8) | np.int64(d[pos + 23 + i])
+            count = (count << 8) | np.int64(d[pos + 57 + i])
+        if last_delta >= 2147483648 or count >= 2147483648 or base < 0 or base > 4611686018427387904:
+            return  # negative, or offsets near int64's end: Python's ints say what they mean
+        at = pos
+        pos += size
+        if base + last_delta + 1 <= start or attributes & 0x20:
+            continue
+        if base >= end_offset:
+            continue
+        if attributes & 0x07:
+            out[0] = SCAN_COMPRESSED
+            return
+        if count * MIN_RECORD_SIZE > length - 49:
+            return  # more records than its bytes can hold
+        if base < start or base + last_delta >= end_offset:
+            restrict = 1
+        if k < spans.shape[0]:
+            base_ts = np.int64(0)
+            max_ts = np.int64(0)
+            crc = np.int64(0)
+            for i in range(8):
+                base_ts = (base_ts << 8) | np.int64(d[at + 27 + i])
+                max_ts = (max_ts << 8) | np.int64(d[at + 35 + i])
+            for i in range(4):
+                crc = (crc << 8) | np.int64(d[at + 17 + i])
+            log_append = 1 if attributes & 0x08 else 0
+            spans[k, 0] = at + 61
+            spans[k, 1] = at + size
+            spans[k, 2] = count
+            spans[k, 3] = base
+            spans[k, 4] = max_ts if log_append else base_ts
+            spans[k, 5] = log_append
+            checks[k, 0] = at
+            checks[k, 1] = crc
+        k += 1
+    out[0] = k
+    out[1] = restrict
+
+
 if AVAILABLE:
     _memcpy = intrinsic(_memcpy_intrinsic)
     _decode = _jit(_decode)
     _encode = _jit(_encode)
     _murmur2_partitions = _jit(_murmur2_partitions)
+    _scan = _jit(_scan)
 
 
 def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, partition: int, schema, header_type):
@@ -437,6 +522,25 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
             return None
         header_cap = int(out.stats[_HEADERS])
 
+
+
+def scan(d, start: int, end_offset: int):
+    """``(spans, checks, restrict)`` of the batches a decode of ``[start, end_offset)`` covers in ``d`` (a
+    read-only uint8 array of a fetched record set), or ``SCAN_UNUSUAL`` / ``SCAN_COMPRESSED`` (see
+    ``_scan``): ``spans`` for ``decode``, ``checks`` (start, stored CRC) of each, and whether the rows
+    must be restricted to the range."""
+    room = 64
+    out = np.empty(2, np.int64)
+    while True:
+        spans = np.empty((room, SPAN_FIELDS), np.int64)
+        checks = np.empty((room, CHECK_FIELDS), np.int64)
+        _scan(d, start, end_offset, spans, checks, out)
+        found = int(out[0])
+        if found < 0:
+            return found
+        if found <= room:
+            return spans[:found], checks[:found], bool(out[1])
+        room = found
 
 def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: int, include_headers: bool,
                   topic: str, partition: int, schema, header_type):

@@ -147,6 +147,42 @@ def test_compiled_path_decodes_valid_input(monkeypatch):
             pa.compute.less(expected.column("offset"), end if end is not None else 2**62))))
 
 
+
+def test_small_plain_batches_are_walked_by_the_kernel(monkeypatch):
+    """A record set of many small uncompressed batches (a producer's small batch size) is decoded
+    without a Python step per batch: the kernel walks the batch headers (``arrow_jit.scan``); 300
+    batches is more than the scan's first room.  Ranges that cut batches, control batches and a
+    partial trailing batch give what the Python decoder gives."""
+    records = sample_records(5)
+    batches = [build(records, 0, base_offset=7 * i) for i in range(300)]
+    batches[40] = restamp(batches[40], attributes=CONTROL_MASK)
+    batches[41] = restamp(batches[41], attributes=TIMESTAMP_TYPE_MASK)
+    buf = b"".join(batches) + batches[0][:100]
+    monkeypatch.setattr(arrow, "arrow_jit", arrow_jit)
+
+    def refuse(*a, **kw):
+        raise AssertionError("a walk in Python ran")
+
+    for start, end in ((0, None), (9, 1500), (285, 290)):
+        expected = decode(False, buf, start_offset=start, end_offset=end, include_headers=True)[0]
+        with monkeypatch.context() as m:
+            m.setattr(arrow, "_choose", refuse)
+            got = arrow.decode_to_arrow(buf, "topic-d", 3, start_offset=start, end_offset=end, include_headers=True)
+        got.validate(full=True)
+        assert got.equals(expected), (start, end)
+        assert got.num_rows == expected.num_rows > 0
+
+
+def test_a_plain_batch_with_a_bad_crc_is_named_by_the_python_walk():
+    """The kernel's walk leaves a CRC that does not match to the Python walk, which names the batch."""
+    batches = [build(sample_records(5), 0, base_offset=5 * i) for i in range(10)]
+    damaged = bytearray(batches[6])
+    damaged[-1] ^= 0xFF
+    batches[6] = bytes(damaged)
+    compiled, error = decode(True, b"".join(batches))
+    assert compiled is None and "CRC mismatch in batch at offset 30" in error[1]
+    assert_same(b"".join(batches))
+
 def test_many_headers_grow_the_header_buffers():
     records = [(b"k", b"v", [("h%d" % i, b"x" * (i % 3)) for i in range(40)], 1)] * 50
     assert_same(build(records))
