@@ -257,7 +257,8 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     returned does not refer to it).
     """
     if arrow_jit is not None and _USE_JIT and arrow_jit.AVAILABLE:
-        rb = _decode_plain(buf, topic, partition, start_offset, end_offset, include_headers, verify_crc)
+        rb = _decode_scanned(buf, topic, partition, start_offset, end_offset, include_headers, verify_crc,
+                             max_decompressed_bytes, scratch)
         if rb is not None:
             return rb
     chosen, filter_, compressed = _choose(buf, start_offset, end_offset, verify_crc)
@@ -274,13 +275,16 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     return _decode_python(plan, topic, partition, include_headers)
 
 
-def _decode_plain(buf, topic: str, partition: int, start_offset: int, end_offset: int | None,
-                  include_headers: bool, verify_crc: bool) -> pa.RecordBatch | None:
-    """The compiled decode of a record set whose chosen batches are all uncompressed, with no Python step
-    per batch but the CRC's: the kernel walks the batch headers too (``arrow_jit.scan``).  A producer's
-    small batches (the Java client's 16 KiB: about 150 records of 100 bytes) cost the walk in Python
-    about as much as their records' decode.  None for anything else (a compressed batch, anything odd,
-    a CRC that does not match): the caller's walk decodes it or says what is wrong."""
+def _decode_scanned(buf, topic: str, partition: int, start_offset: int, end_offset: int | None,
+                    include_headers: bool, verify_crc: bool, max_decompressed_bytes: int,
+                    scratch: "compression.Scratch | None") -> pa.RecordBatch | None:
+    """The compiled decode with no Python step per batch but the CRC's and the codec's: the kernel walks
+    the batch headers too (``arrow_jit.scan``).  A producer's small batches (the Java client's 16 KiB:
+    about 150 records of 100 bytes) cost the walk in Python as much as their records' decode, or more.
+    Compressed batches are decompressed side by side into one arena and decoded in one call (when they
+    are small: large ones are decoded one by one while in the processor's cache, ``_decode_compressed``).
+    None for anything else (large compressed batches, anything odd, a CRC that does not match, a batch
+    that does not decompress): the caller's walk decodes it or says what is wrong."""
     import numpy as np
 
     if not len(buf):
@@ -291,19 +295,40 @@ def _decode_plain(buf, topic: str, partition: int, start_offset: int, end_offset
     found = arrow_jit.scan(d, start_offset, hi)
     if not isinstance(found, tuple):
         return None
-    spans, checks, restrict = found
+    spans, checks, restrict, compressed = found
+    batches = checks.tolist()
+    if compressed and _BATCHWISE and int(spans[-1, 1] - spans[0, 0]) >= BATCHWISE_MIN_BYTES * len(batches):
+        return None
+    view = memoryview(d)
     if verify_crc:
-        view = memoryview(d)
-        ends = spans[:, 1].tolist()
-        for (at, stored), end in zip(checks.tolist(), ends):
+        for (at, stored, _), end in zip(batches, spans[:, 1].tolist()):
             if crc32c(view[at + ATTRIBUTES_OFFSET:end]) != stored:
                 return None
+    if compressed:
+        items = [(codec, view[start:end]) for (_, _, codec), start, end in zip(batches, spans[:, 0].tolist(),
+                                                                              spans[:, 1].tolist())]
+        try:
+            arena, places = compression.decompress_all(items, max_decompressed_bytes, scratch)
+        except ValueError:
+            return None
+        spans = spans.copy()
+        spans[:, :2] = np.array(places, np.int64).reshape(-1, 2)
+        if np.any((spans[:, 2] * MIN_RECORD_SIZE > spans[:, 1] - spans[:, 0]) & (spans[:, 2] > 0)):
+            return None  # more records than a batch's bytes can hold
+        d = np.frombuffer(arena, np.uint8)
+        d.flags.writeable = False
     lo, hi = (start_offset, hi) if restrict else (-_INT64_MAX - 1, _INT64_MAX)
     try:
         return arrow_jit.decode(d, spans, lo, hi, include_headers, topic, partition, kafka_schema(include_headers),
                                 HEADERS_TYPE)
     except (OverflowError, pa.ArrowInvalid):
         return None
+
+
+#: Compressed batches of at least this many bytes on average are decompressed and decoded one by one
+#: (``_decode_compressed``), smaller ones side by side into one arena, decoded in one call
+#: (``_decode_scanned``): per batch, a call of the kernel costs more than the cache saves.
+BATCHWISE_MIN_BYTES = 64 * 1024
 
 
 _INT64_MAX = 2**63 - 1

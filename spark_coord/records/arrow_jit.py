@@ -408,11 +408,11 @@ def _murmur2_partitions(koff, kdata, kvalid, partitions, out):
         out[r] = (h & 0x7FFFFFFF) % partitions
 
 
-#: ``scan`` outcomes besides a count of batches: something ``records.arrow``'s own walk must look at
-#: (it raises the error or decodes what is odd), and a compressed batch among those chosen.
-SCAN_UNUSUAL, SCAN_COMPRESSED = -1, -2
-#: Columns of ``scan``'s ``checks``: where a chosen batch starts, its stored CRC.
-CHECK_FIELDS = 2
+#: ``scan``'s outcome besides a count of batches: something ``records.arrow``'s own walk must look at (it
+#: raises the error or decodes what is odd).
+SCAN_UNUSUAL = -1
+#: Columns of ``scan``'s ``checks``: where a chosen batch starts, its stored CRC, its codec.
+CHECK_FIELDS = 3
 
 
 def _scan(d, start, end_offset, spans, checks, out):
@@ -420,16 +420,19 @@ def _scan(d, start, end_offset, spans, checks, out):
     walked as ``records.arrow._choose`` walks them (``reader.iter_batches``: stop at a partial trailing
     batch; control batches and batches outside the range skipped), without a Python step per batch.
 
-    Writes each chosen batch's span (``SPAN_FIELDS`` columns, positions in ``d``) and its start and stored
-    CRC while there is room, and answers in ``out``: the number of chosen batches (more than the rows of
-    ``spans`` when they did not fit: call again with room) or ``SCAN_UNUSUAL`` / ``SCAN_COMPRESSED``, and
-    whether rows must be restricted to the range (a chosen batch reaches outside it)."""
+    Writes each chosen batch's span (``SPAN_FIELDS`` columns, positions in ``d``: of the compressed
+    payload for a compressed batch) and its start, stored CRC and codec while there is room, and answers
+    in ``out``: the number of chosen batches (more than the rows of ``spans`` when they did not fit: call
+    again with room) or ``SCAN_UNUSUAL``, whether rows must be restricted to the range (a chosen batch
+    reaches outside it) and whether a chosen batch is compressed."""
     n = len(d)
     pos = 0
     k = 0
     restrict = 0
+    compressed = 0
     out[0] = SCAN_UNUSUAL
     out[1] = 0
+    out[2] = 0
     while n - pos >= 12:
         length = np.int64(0)
         for i in range(4):
@@ -462,10 +465,10 @@ def _scan(d, start, end_offset, spans, checks, out):
             continue
         if base >= end_offset:
             continue
-        if attributes & 0x07:
-            out[0] = SCAN_COMPRESSED
-            return
-        if count * MIN_RECORD_SIZE > length - 49:
+        codec = attributes & 0x07
+        if codec:
+            compressed = 1
+        elif count * MIN_RECORD_SIZE > length - 49:
             return  # more records than its bytes can hold
         if base < start or base + last_delta >= end_offset:
             restrict = 1
@@ -487,9 +490,11 @@ def _scan(d, start, end_offset, spans, checks, out):
             spans[k, 5] = log_append
             checks[k, 0] = at
             checks[k, 1] = crc
+            checks[k, 2] = codec
         k += 1
     out[0] = k
     out[1] = restrict
+    out[2] = compressed
 
 
 if AVAILABLE:
@@ -525,12 +530,12 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
 
 
 def scan(d, start: int, end_offset: int):
-    """``(spans, checks, restrict)`` of the batches a decode of ``[start, end_offset)`` covers in ``d`` (a
-    read-only uint8 array of a fetched record set), or ``SCAN_UNUSUAL`` / ``SCAN_COMPRESSED`` (see
-    ``_scan``): ``spans`` for ``decode``, ``checks`` (start, stored CRC) of each, and whether the rows
-    must be restricted to the range."""
+    """``(spans, checks, restrict, compressed)`` of the batches a decode of ``[start, end_offset)`` covers
+    in ``d`` (a read-only uint8 array of a fetched record set), or ``SCAN_UNUSUAL`` (see ``_scan``):
+    ``spans`` for ``decode``, ``checks`` (start, stored CRC, codec) of each, whether the rows must be
+    restricted to the range and whether any of them is compressed."""
     room = 64
-    out = np.empty(2, np.int64)
+    out = np.empty(3, np.int64)
     while True:
         spans = np.empty((room, SPAN_FIELDS), np.int64)
         checks = np.empty((room, CHECK_FIELDS), np.int64)
@@ -539,7 +544,7 @@ def scan(d, start: int, end_offset: int):
         if found < 0:
             return found
         if found <= room:
-            return spans[:found], checks[:found], bool(out[1])
+            return spans[:found], checks[:found], bool(out[1]), bool(out[2])
         room = found
 
 def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: int, include_headers: bool,

@@ -27,14 +27,15 @@ WAYS = {"batchwise": (True, True), "arena": (True, False), "python": (False, Tru
 def decode(way: str, buf, strict: bool = False, **kw) -> pa.RecordBatch:
     """``buf`` decoded one way; ``strict``: fail if the batch-by-batch decode leaves for the arena path
     (a fallback would hide a slow path)."""
-    saved = arrow._USE_JIT, arrow._BATCHWISE, arrow._plan
+    saved = arrow._USE_JIT, arrow._BATCHWISE, arrow._plan, arrow.BATCHWISE_MIN_BYTES
     arrow._USE_JIT, arrow._BATCHWISE = WAYS[way]
+    arrow.BATCHWISE_MIN_BYTES = 0  # batch by batch however small the batches (they are, here)
     if strict:
         arrow._plan = _refuse
     try:
         return arrow.decode_to_arrow(buf, "topic-b", 2, **kw)
     finally:
-        arrow._USE_JIT, arrow._BATCHWISE, arrow._plan = saved
+        arrow._USE_JIT, arrow._BATCHWISE, arrow._plan, arrow.BATCHWISE_MIN_BYTES = saved
 
 
 def _refuse(*a, **kw):

@@ -148,15 +148,17 @@ def test_compiled_path_decodes_valid_input(monkeypatch):
 
 
 
-def test_small_plain_batches_are_walked_by_the_kernel(monkeypatch):
-    """A record set of many small uncompressed batches (a producer's small batch size) is decoded
-    without a Python step per batch: the kernel walks the batch headers (``arrow_jit.scan``); 300
-    batches is more than the scan's first room.  Ranges that cut batches, control batches and a
-    partial trailing batch give what the Python decoder gives."""
+@pytest.mark.parametrize("codec", CODECS)
+def test_small_batches_are_walked_by_the_kernel(monkeypatch, codec):
+    """A record set of many small batches (a producer's small batch size) is decoded without a Python
+    walk over the batches: the kernel walks the batch headers (``arrow_jit.scan``) and compressed ones
+    are decompressed side by side and decoded in one call; 300 batches is more than the scan's first
+    room.  Ranges that cut batches, control batches, LogAppendTime and a partial trailing batch give
+    what the Python decoder gives."""
     records = sample_records(5)
-    batches = [build(records, 0, base_offset=7 * i) for i in range(300)]
+    batches = [build(records, codec, base_offset=7 * i) for i in range(300)]
     batches[40] = restamp(batches[40], attributes=CONTROL_MASK)
-    batches[41] = restamp(batches[41], attributes=TIMESTAMP_TYPE_MASK)
+    batches[41] = restamp(batches[41], attributes=codec | TIMESTAMP_TYPE_MASK)
     buf = b"".join(batches) + batches[0][:100]
     monkeypatch.setattr(arrow, "arrow_jit", arrow_jit)
 
