@@ -6,13 +6,15 @@ batches, skip control batches and batches outside the offset range, check CRCs,
 decompress):
 
 * the **compiled** one (``records.arrow_jit``, numba; the default where numba is
-  installed) walks every record once and writes the columns' buffers itself;
-  uncompressed batches are decoded in place in the fetched buffer; a record set with
-  compressed batches is decoded batch by batch (``_decode_compressed``): each batch is
-  decompressed into one reused buffer of about a batch's size and decoded at once, while
-  it is still in the processor's cache (decompressing a fetch of tens of MB into one
-  arena first and reading it back cost 10% more for lz4 and zstd), falling back to the
-  arena (``_plan``) on anything unusual;
+  installed) walks every record once and writes the columns' buffers itself; once it is
+  loaded it walks the batch headers too (``_decode_scanned``: no Python step per batch but
+  the CRC call and, for a compressed batch, the codec's), decoding uncompressed batches in
+  place in the fetched buffer and small compressed ones side by side in one arena; large
+  compressed batches (64 KiB and more on average) are decoded batch by batch
+  (``_decode_compressed``): each batch is decompressed into one reused buffer of about a
+  batch's size and decoded at once, while it is still in the processor's cache
+  (decompressing a fetch of tens of MB into one arena first and reading it back cost 10%
+  more for lz4 and zstd); anything unusual falls back to the walk in Python (``_plan``);
 * the **Python** one (``_decode_python``) is the fallback without numba and the
   oracle: the compiled kernel refuses anything it does not like and the Python
   decoder then explains it (the same error) or, for the odd shape it tolerates,
