@@ -319,7 +319,7 @@ def _decode_scanned(buf, topic: str, partition: int, start_offset: int, end_offs
             return None  # more records than a batch's bytes can hold
         d = np.frombuffer(arena, np.uint8)
         d.flags.writeable = False
-    lo, hi = (start_offset, hi) if restrict else (-_INT64_MAX - 1, _INT64_MAX)
+    lo, hi = _bounds((start_offset, end_offset) if restrict else None)
     try:
         return arrow_jit.decode(d, spans, lo, hi, include_headers, topic, partition, kafka_schema(include_headers),
                                 HEADERS_TYPE)
@@ -334,6 +334,13 @@ BATCHWISE_MIN_BYTES = 64 * 1024
 
 
 _INT64_MAX = 2**63 - 1
+
+
+def _bounds(filter_: tuple[int, int | None] | None) -> tuple[int, int]:
+    """The kernel's ``[lo, hi)`` for rows restricted to ``filter_`` (None: every row)."""
+    if filter_ is None:
+        return -_INT64_MAX - 1, _INT64_MAX
+    return filter_[0], _INT64_MAX if filter_[1] is None else filter_[1]
 
 
 def decoder_loaded() -> bool:
@@ -440,8 +447,7 @@ def _decode_compressed(chosen: list[tuple[BatchHeader, memoryview, int]], filter
 
     if scratch is None:
         scratch = compression.Scratch()
-    lo, hi = (-2**63, 2**63 - 1) if filter_ is None else (filter_[0], filter_[1] if filter_[1] is not None
-                                                           else 2**63 - 1)
+    lo, hi = _bounds(filter_)
     rows = sum(h.records_count for h, _, _ in chosen)
     # the decompressed sizes the frames declare, else as the previous record set's batches inflated (only a
     # first guess: the outputs grow when a batch needs more; too generous a guess would have malloc map fresh pages)
@@ -509,8 +515,7 @@ def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: b
         log_append = header.attributes & TIMESTAMP_TYPE_MASK
         spans[i] = (start, start + size, header.records_count, header.base_offset,
                     header.max_timestamp if log_append else header.base_timestamp, 1 if log_append else 0)
-    lo, hi = (-2**63, 2**63 - 1) if plan.filter is None else (plan.filter[0], plan.filter[1] if
-                                                                  plan.filter[1] is not None else 2**63 - 1)
+    lo, hi = _bounds(plan.filter)
     try:
         return arrow_jit.decode(arena, spans, lo, hi, include_headers, topic, partition,
                                 kafka_schema(include_headers), HEADERS_TYPE)

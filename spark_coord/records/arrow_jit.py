@@ -26,7 +26,23 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.records.header import MIN_RECORD_SIZE
+from spark_coord.records.header import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_RECORD_SIZE,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+)
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +441,13 @@ def _scan(d, start, end_offset, spans, checks, out):
     in ``out``: the number of chosen batches (more than the rows of ``spans`` when they did not fit: call
     again with room) or ``SCAN_UNUSUAL``, whether rows must be restricted to the range (a chosen batch
     reaches outside it) and whether a chosen batch is compressed."""
+
+    def big_endian(p, width):  # the unsigned big-endian int of ``width`` bytes at ``p``
+        x = np.int64(0)
+        for i in range(width):
+            x = (x << 8) | np.int64(d[p + i])
+        return x
+
     n = len(d)
     pos = 0
     k = 0
@@ -433,63 +456,48 @@ def _scan(d, start, end_offset, spans, checks, out):
     out[0] = SCAN_UNUSUAL
     out[1] = 0
     out[2] = 0
-    while n - pos >= 12:
-        length = np.int64(0)
-        for i in range(4):
-            length = (length << 8) | np.int64(d[pos + 8 + i])
+    while n - pos >= LOG_OVERHEAD:
+        length = big_endian(pos + LENGTH_OFFSET, 4)
         if length >= 2147483648:
             length -= 4294967296
-        if length < 49:  # shorter than a header: a partial end, or the Python walk says what is wrong
-            if length >= 0 and pos + 12 + length > n:
+        if length < HEADER_SIZE - LOG_OVERHEAD:  # a partial end, or the Python walk says what is wrong
+            if length >= 0 and pos + LOG_OVERHEAD + length > n:
                 break
             return
-        size = 12 + length
+        size = LOG_OVERHEAD + length
         if pos + size > n:
             break
-        if d[pos + 16] != 2:
+        if d[pos + MAGIC_OFFSET] != MAGIC_V2:
             return
-        base = np.int64(0)
-        for i in range(8):
-            base = (base << 8) | np.int64(d[pos + i])
-        attributes = (np.int64(d[pos + 21]) << 8) | np.int64(d[pos + 22])
-        last_delta = np.int64(0)
-        count = np.int64(0)
-        for i in range(4):
-            last_delta = (last_delta << 8) | np.int64(d[pos + 23 + i])
-            count = (count << 8) | np.int64(d[pos + 57 + i])
+        base = big_endian(pos, 8)
+        attributes = big_endian(pos + ATTRIBUTES_OFFSET, 2)
+        last_delta = big_endian(pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        count = big_endian(pos + RECORDS_COUNT_OFFSET, 4)
         if last_delta >= 2147483648 or count >= 2147483648 or base < 0 or base > 4611686018427387904:
             return  # negative, or offsets near int64's end: Python's ints say what they mean
         at = pos
         pos += size
-        if base + last_delta + 1 <= start or attributes & 0x20:
+        if base + last_delta + 1 <= start or attributes & CONTROL_MASK:
             continue
         if base >= end_offset:
             continue
-        codec = attributes & 0x07
+        codec = attributes & CODEC_MASK
         if codec:
             compressed = 1
-        elif count * MIN_RECORD_SIZE > length - 49:
+        elif count * MIN_RECORD_SIZE > size - HEADER_SIZE:
             return  # more records than its bytes can hold
         if base < start or base + last_delta >= end_offset:
             restrict = 1
         if k < spans.shape[0]:
-            base_ts = np.int64(0)
-            max_ts = np.int64(0)
-            crc = np.int64(0)
-            for i in range(8):
-                base_ts = (base_ts << 8) | np.int64(d[at + 27 + i])
-                max_ts = (max_ts << 8) | np.int64(d[at + 35 + i])
-            for i in range(4):
-                crc = (crc << 8) | np.int64(d[at + 17 + i])
-            log_append = 1 if attributes & 0x08 else 0
-            spans[k, 0] = at + 61
+            log_append = 1 if attributes & TIMESTAMP_TYPE_MASK else 0
+            spans[k, 0] = at + HEADER_SIZE
             spans[k, 1] = at + size
             spans[k, 2] = count
             spans[k, 3] = base
-            spans[k, 4] = max_ts if log_append else base_ts
+            spans[k, 4] = big_endian(at + (MAX_TIMESTAMP_OFFSET if log_append else BASE_TIMESTAMP_OFFSET), 8)
             spans[k, 5] = log_append
             checks[k, 0] = at
-            checks[k, 1] = crc
+            checks[k, 1] = big_endian(at + CRC_OFFSET, 4)
             checks[k, 2] = codec
         k += 1
     out[0] = k
@@ -528,7 +536,6 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
         header_cap = int(out.stats[_HEADERS])
 
 
-
 def scan(d, start: int, end_offset: int):
     """``(spans, checks, restrict, compressed)`` of the batches a decode of ``[start, end_offset)`` covers
     in ``d`` (a read-only uint8 array of a fetched record set), or ``SCAN_UNUSUAL`` (see ``_scan``):
@@ -546,6 +553,7 @@ def scan(d, start: int, end_offset: int):
         if found <= room:
             return spans[:found], checks[:found], bool(out[1]), bool(out[2])
         room = found
+
 
 def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: int, include_headers: bool,
                   topic: str, partition: int, schema, header_type):

@@ -52,6 +52,9 @@ PARTITION_LEADER_EPOCH_OFFSET = 12
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
 RECORDS_COUNT_OFFSET = 57
 
 MAGIC_V2 = 2
@@ -173,7 +176,6 @@ def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
 
 
 _ATTRS = struct.Struct(">h")
-MAX_TIMESTAMP_OFFSET = 35
 
 
 def stamp_log_append_time(buf: bytearray, headers: list[BatchHeader], now_ms: int) -> list[BatchHeader]:
