@@ -153,3 +153,17 @@ def test_spark_kafka_jars_are_the_connector_and_what_pyspark_lacks(spark_kafka_j
     assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names), names
     assert any(n.startswith("kafka-clients-") for n in names), names
     assert not any(n.startswith(("scala-library-", "hadoop-client-", "slf4j-api-")) for n in names), names
+
+
+def test_a_node_that_cannot_start_fails_start_with_its_log(kafka_jars, tmp_path):
+    import socket
+
+    from peers.apache_kafka import ApacheKafkaCluster
+
+    cluster = ApacheKafkaCluster(tmp_path, jars=kafka_jars)
+    with socket.socket() as taken:  # the node's client port, held by someone else
+        taken.bind(("127.0.0.1", cluster.nodes[0].port))
+        taken.listen()
+        with pytest.raises(RuntimeError, match="(?s)node 1 exited.*server.log.*Address already in use"):
+            cluster.start(timeout=120)
+    assert not cluster.nodes[0].running()

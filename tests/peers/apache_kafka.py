@@ -180,6 +180,7 @@ class KafkaNode:
     internal_port: int        # INTERNAL listener (replication)
     controller_port: int      # CONTROLLER listener (the KRaft quorum)
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    log_from: int = 0         # where the current process's output starts in log_path
 
     @property
     def log_path(self) -> Path:
@@ -196,12 +197,28 @@ class KafkaNode:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def log_tail(self, lines: int = 60) -> str:
+    def log_tail(self, lines: int = 40) -> str:
+        """The current process's ERROR and FATAL lines (each with the exception lines after it),
+        then its last ``lines`` lines: a failed start's cause comes long before its shutdown's noise."""
         try:
-            tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_from)
+                text = f.read().decode(errors="replace").splitlines()
         except OSError:
-            tail = ["(no log)"]
-        return f"--- node {self.node_id}: {self.log_path}\n" + "\n".join(tail)
+            text = ["(no log)"]
+        problems: list[str] = []
+        for i, line in enumerate(text):
+            if _PROBLEM.match(line) and len(problems) < 40:
+                problems.append(line)
+                problems.extend(after for after in text[i + 1:i + 3] if not after.startswith(("[", "\tat ")))
+        parts = [f"--- node {self.node_id}: {self.log_path}"]
+        if problems:
+            parts += ["errors:", *problems, "last lines:"]
+        return "\n".join(parts + text[-lines:])
+
+
+#: A log line at ERROR or FATAL level (the pattern of scripts/apache-kafka/log4j2-server.properties).
+_PROBLEM = re.compile(r"\[[^]]+\] (ERROR|FATAL) ")
 
 
 class ApacheKafkaCluster:
@@ -378,6 +395,7 @@ class ApacheKafkaCluster:
         command = [self.java, *SERVER_HEAP, *JVM_FLAGS, f"-Dlog4j2.configurationFile={SERVER_LOG4J}",
                    f"-Dkafka.logs.dir={node.directory}", "-cp", f"{self.jars}/*", SERVER, str(node.properties_path)]
         with open(node.log_path, "ab") as out:
+            node.log_from = out.tell()
             node.proc = subprocess.Popen(command, cwd=node.directory, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         log.info("Apache Kafka node %d (pid %d) starting at %s", node.node_id, node.proc.pid, node.address)
