@@ -62,7 +62,7 @@ def test_resolvers_at_once_run_maven_once_and_reuse_the_folder(fake_mvn, tmp_pat
     folder = found[0]
     assert folder.parent == tmp_path / "cache" and sorted(p.name for p in folder.glob("*.jar")) == ["thing-1.0.jar"]
     assert _runs(fake_mvn) == 1
-    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")], "no scratch folder is left"
+    assert [p for p in folder.parent.iterdir() if p.is_dir()] == [folder], "no scratch folder is left"
 
     assert maven.resolve(pom, "things") == folder and _runs(fake_mvn) == 1  # reused: no Maven run
     pom.write_text("<project>two</project>")

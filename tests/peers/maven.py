@@ -7,9 +7,10 @@ the jars: ``$SPARK_COORD_MAVEN_CACHE``, else ``$XDG_CACHE_HOME/spark-coord/maven
 of the properties given, so a changed list is resolved again.  A resolved folder is
 reused as it is, with no Maven run and no network.
 
-Resolvers that run at once (pytest-xdist workers) are safe: one takes a file lock and
-resolves into a temporary folder that is renamed into place; the others wait on the lock
-and find the folder done.  Maven runs on a copy of the pom, so it writes nothing into
+Resolvers that run at once (pytest-xdist workers) are safe: one takes the cache's file
+lock and resolves into a temporary folder that is renamed into place; the others wait on
+the lock and find the folder done (and two Maven runs never write to the local repository
+at once).  Maven runs on a copy of the pom, so it writes nothing into
 the working tree.  Where ``mvn`` is missing, Debian's ``maven`` package is installed when
 we are root with apt-get; otherwise ``MavenUnavailable`` says why (tests skip with it).
 """
@@ -70,8 +71,10 @@ def resolve(pom: Path, name: str, properties: dict[str, str] | None = None,
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     failed = target.parent / f"{target.name}.failed"
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one resolver at a time; the others then find it done
+    # one lock for the whole cache: one resolver at a time, the others then find their folder
+    # done, and one Maven at a time writing to the local repository (~/.m2)
+    with open(target.parent / ".resolve.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / DONE).is_file():
             return target
         _raise_recent_failure(failed)
