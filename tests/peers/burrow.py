@@ -12,6 +12,15 @@ with it (everything on 127.0.0.1: the brokers, ZooKeeper, and its HTTP listener 
 port the kernel picks) and stops it (SIGTERM, then kill).  ``burrow_binary()`` finds the
 binary (Debian installs it as ``Burrow``); ``BurrowUnavailable`` says why there is none.
 
+A new topic settles before Burrow reads it cleanly: each broker learns of it from its own
+ZooKeeper watch, so for a moment one broker's Metadata lists the topic while the leader of
+one of its partitions does not know it yet and answers that partition's ListOffsets (v0,
+Sarama's) with UNKNOWN_TOPIC_OR_PARTITION, as a Kafka broker does before it hears that it
+leads the partition.  Burrow logs each such answer as a warning ("error in OffsetResponse")
+and reads the partition again at its next refresh.  ``problems()`` leaves that warning out
+for a partition whose log end Burrow has not stored yet; once it has, the same warning is a
+problem (a leader that forgot the topic).
+
 Defaults of the packaged binary that the configuration overrides: it reads
 ``burrow.toml`` from ``-config-dir`` (default: the working directory), writes its pid
 file to ``burrow.pid`` in the working directory, listens on ``:8000`` (every interface)
@@ -58,11 +67,23 @@ GO_MAP_RACE = "fatal error: concurrent map"
 #: slice of log ends with a nil entry per partition when the first one comes in, and fills
 #: the others from other workers, while ``fetchTopic`` reads every entry as set (upstream,
 #: ``InMemoryStorage.fetchTopic``).  The window is the first refresh after a topic is
-#: created, a few milliseconds; a restart rebuilds the state from the brokers, as above.
+#: created, a few milliseconds, or longer while the topic settles (a partition whose leader
+#: does not know it yet stays nil); a restart rebuilds the state from the brokers, as above.
 NIL_BROKER_OFFSET = "interface {} is nil, not *storage.brokerOffset"
 
 #: Burrow's own crashes that a restart recovers from (anything else fails the test).
 KNOWN_CRASHES = (GO_MAP_RACE, NIL_BROKER_OFFSET)
+
+#: How Burrow's ``kafka`` cluster module logs a partition for which a broker's ListOffsets
+#: answer carries an error code (any but NONE; upstream ``KafkaCluster.getOffsets``), at level
+#: warn; it reads the partition again at its next refresh.
+OFFSET_RESPONSE_ERROR = "error in OffsetResponse"
+
+#: Sarama's text for UNKNOWN_TOPIC_OR_PARTITION (3) in that warning's ``sarama_error``.
+UNKNOWN_TOPIC_OR_PARTITION = "kafka server: Request was for a topic or partition that does not exist on this broker."
+
+#: Log levels that are problems.
+PROBLEM_LEVELS = ("warn", "error", "dpanic", "panic", "fatal")
 
 #: Restarts after such a crash, per ``Burrow``, before it counts as a failure.
 MAX_RESTARTS = 3
@@ -80,6 +101,32 @@ def known_crash(output: str) -> str | None:
             start = output.rfind("\n", 0, at) + 1  # from the start of the line ("panic: ...")
             return "\n".join(output[start:].splitlines()[:12])
     return None
+
+
+def stored_log_end(entry: dict) -> tuple[str, int] | None:
+    """(topic, partition) when ``entry`` is Burrow's storage taking a partition's log end
+    from the cluster module (its debug log), else None."""
+    if entry.get("request") == "StorageSetBrokerOffset" and entry.get("msg") == "ok":
+        return entry.get("topic"), entry.get("partition")
+    return None
+
+
+def problems_in(entries: list[dict]) -> list[dict]:
+    """The entries of a Burrow log, in order, at a level of PROBLEM_LEVELS, but for a new
+    topic's settling: an OFFSET_RESPONSE_ERROR of UNKNOWN_TOPIC_OR_PARTITION for a partition
+    whose log end Burrow has not stored yet (see the module's docstring)."""
+    stored: set[tuple[str, int]] = set()
+    problems = []
+    for entry in entries:
+        partition = stored_log_end(entry)
+        if partition is not None:
+            stored.add(partition)
+        elif entry.get("level") in PROBLEM_LEVELS and not (
+                entry.get("msg") == OFFSET_RESPONSE_ERROR
+                and entry.get("sarama_error") == UNKNOWN_TOPIC_OR_PARTITION
+                and (entry.get("topic"), entry.get("partition")) not in stored):
+            problems.append(entry)
+    return problems
 
 
 class BurrowUnavailable(RuntimeError):
@@ -309,8 +356,13 @@ class Burrow:
         return entries
 
     def problems(self) -> list[dict]:
-        """Burrow's log entries at level warn or above."""
-        return [e for e in self.log_entries() if e.get("level") in ("warn", "error", "dpanic", "panic", "fatal")]
+        """Burrow's log entries at level warn or above, but for new topics settling (``problems_in``)."""
+        return problems_in(self.log_entries())
+
+    def stored_partitions(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` whose log end Burrow has stored (from its log: reading them
+        does not ask its HTTP API about a topic it holds only some log ends of; NIL_BROKER_OFFSET)."""
+        return {p for t, p in filter(None, map(stored_log_end, self.log_entries())) if t == topic}
 
     def log_tail(self, lines: int = 40) -> str:
         parts = []  # the process's own output last: a crash's trace is what a truncated report keeps
