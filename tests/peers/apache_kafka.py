@@ -100,7 +100,7 @@ def kafka_jars() -> Path:
 
 
 def spark_kafka_version() -> str:
-    """The version of Spark's Kafka connector to use: ``$SPARK_COORD_SPARK_KAFKA_VERSION``, else pyspark's."""
+    """The version of Spark's Kafka connector wanted: ``$SPARK_COORD_SPARK_KAFKA_VERSION``, else pyspark's."""
     explicit = os.environ.get("SPARK_COORD_SPARK_KAFKA_VERSION")
     if explicit:
         return explicit
@@ -116,18 +116,32 @@ def _artifact(jar_name: str) -> str:
 
 def spark_kafka_jars() -> list[Path]:
     """The jars ``spark.jars`` needs for ``format("kafka")``: the connector at the installed
-    pyspark's version and what it depends on that pyspark's ``jars/`` lacks."""
+    pyspark's version and what it depends on that pyspark's ``jars/`` lacks.  Where no
+    connector of pyspark's version is served, the pom's own ``spark.version`` (the newest
+    known to be) is taken instead, with a warning; ``$SPARK_COORD_SPARK_KAFKA_VERSION``
+    names one version and nothing else."""
     import pyspark
 
-    version = spark_kafka_version()
+    wanted = spark_kafka_version()
+    versions = [wanted]
+    known = pom_property(SPARK_KAFKA_POM, "spark.version")
+    if not os.environ.get("SPARK_COORD_SPARK_KAFKA_VERSION") and known != wanted:
+        versions.append(known)
     pyspark_jars = {_artifact(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    try:
-        folder = resolve(SPARK_KAFKA_POM, f"spark-sql-kafka-{version}", {"spark.version": version},
-                         keep=lambda jar: _artifact(jar) not in pyspark_jars)
-    except MavenUnavailable as e:
-        raise ApacheKafkaUnavailable(f"{e}\n(pyspark is {pyspark.__version__}; SPARK_COORD_SPARK_KAFKA_VERSION "
-                                     "names another connector version)") from e
-    return sorted(folder.glob("*.jar"))
+    failures = []
+    for version in versions:
+        try:
+            folder = resolve(SPARK_KAFKA_POM, f"spark-sql-kafka-{version}", {"spark.version": version},
+                             keep=lambda jar: _artifact(jar) not in pyspark_jars)
+        except MavenUnavailable as e:
+            failures.append(str(e))
+            continue
+        if version != wanted:
+            log.warning("Spark's Kafka connector %s is not served; using %s with pyspark %s", wanted, version,
+                        pyspark.__version__)
+        return sorted(folder.glob("*.jar"))
+    raise ApacheKafkaUnavailable("\n".join(failures) + f"\n(pyspark is {pyspark.__version__}; "
+                                 "SPARK_COORD_SPARK_KAFKA_VERSION names another connector version)")
 
 
 def java_binary() -> str:
@@ -511,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.which in ("spark-kafka", "all"):
             started = time.monotonic()
             jars = spark_kafka_jars()
-            print(f"spark-sql-kafka {spark_kafka_version()}: {', '.join(str(j) for j in jars)} "
+            print(f"spark-sql-kafka (pyspark {spark_kafka_version()}): {', '.join(str(j) for j in jars)} "
                   f"({time.monotonic() - started:.1f} s)")
     except ApacheKafkaUnavailable as e:
         print(f"apache-kafka: {e}")
