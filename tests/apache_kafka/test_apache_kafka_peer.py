@@ -19,8 +19,19 @@ def _read_all(cluster, topic: str) -> dict[int, list[bytes]]:
     from spark_coord.client.fetcher import fetch
     from spark_coord.records.reader import iter_records
 
+    from spark_coord.errors import KafkaError, is_retriable
+
+    def log_ends():
+        try:
+            return AdminClient(cluster).list_offsets(topic, None, -1)
+        except KafkaError as e:  # a new leader answers OFFSET_NOT_AVAILABLE until its high watermark is known
+            if not is_retriable(e.code):
+                raise
+            cluster.refresh([topic])
+            return None
+
     info = cluster.topic(topic, refresh=True, wait=10.0)
-    ends = AdminClient(cluster).list_offsets(topic, None, -1)
+    ends = wait_until(log_ends, timeout=30, message=f"the log ends of {topic}")
     values: dict[int, list[bytes]] = {p: [] for p in info.partitions}
     for p in info.partitions:
         position = 0
