@@ -58,7 +58,7 @@ from .index import ENTRY_SIZE
 from .names import segment_index_name, segment_log_name
 from .scan import iter_headers
 from .segment import LogSegment
-from .swap import CLEANER_CHECKPOINT, cleaned_name, swap_name
+from .swap import CLEANER_CHECKPOINT, cleaned_name, crash_point, swap_name
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +309,7 @@ def clean_log(plog, settings: CleanerSettings, now_ms: int | None = None, stop: 
             break
         stats.groups.append((group[0][0].base_offset, written))
     else:
+        crash_point("checkpoint")
         write_offset(plog.directory / CLEANER_CHECKPOINT, map_end)
     stats.segments_after = len(plog.closed_segments())
     stats.seconds = time.monotonic() - started
@@ -401,16 +402,23 @@ def _clean_group(plog, group, offsets: OffsetMap, map_end: int, now_ms: int, del
         raise
     assert len(index) * 4 == len(entries) * ENTRY_SIZE
 
+    crash_point("cleaned")
+
     def commit() -> LogSegment:
         os.replace(cleaned_index, directory / swap_name(index_name))
+        crash_point("index-swap")
         os.replace(cleaned_log, directory / swap_name(log_name))
         fsync_dir(directory)  # committed: a crash from here on finishes the swap at start
+        crash_point("committed")
         for seg, _ in group[1:]:
             seg.log_path.unlink(missing_ok=True)
             seg.index_path.unlink(missing_ok=True)
+        crash_point("unlinked")
         os.replace(directory / swap_name(index_name), directory / index_name)
+        crash_point("index-renamed")
         os.replace(directory / swap_name(log_name), directory / log_name)
         fsync_dir(directory)
+        crash_point("renamed")
         return LogSegment.open(directory, base, interval, full_scan=False)
 
     if not plog.replace_segments([seg for seg, _ in group], commit):

@@ -15,16 +15,30 @@ At start (``recover_cleaner_files``, before the segments are opened) every ``.cl
 ``.deleted`` file is removed, and a committed swap is finished: the segments whose base offset
 lies inside the swap segment's offsets are removed and the ``.swap`` files take their names.
 So a SIGKILL mid-pass never lets the broker serve a half-written segment, and never loses a record
-(old segments go only after the cleaned one is durable and committed).
+(old segments go only after the cleaned one is durable and committed).  A group whose every record
+was superseded becomes an empty segment at ``B1``, and stays: retention does not take it for one below
+the log start (the next segment's base says where its offsets end), so compaction never moves the log
+start, whether or not a pass was cut short.
 
 ``cleaner-offset-checkpoint`` in the partition directory holds the first offset not yet cleaned
-(Kafka keeps one such file per log directory).
+(Kafka keeps one such file per log directory); it moves once every group of a pass is swapped in.
+
+Testing hook: when the environment variable ``SPARK_COORD_CLEANER_CRASH_AT`` names one of
+``CRASH_STEPS`` (``<step>`` or ``<step>:<n>``), the process SIGKILLs itself the first (or
+``n``-th) time the cleaner reaches that step, so a test can cut a pass at each step of the
+swap deterministically.  The steps, in the order a group passes them: ``cleaned`` (step 1
+done), ``index-swap`` (the index renamed to ``.swap``, the log still ``.cleaned``),
+``committed`` (the commit point), ``unlinked`` (the group's other segments gone),
+``index-renamed`` (``B1.index`` replaced, ``B1.log.swap`` not yet), ``renamed`` (step 3 done,
+before the log's segment list changes); and once a pass, ``checkpoint`` (every group swapped,
+the checkpoint not yet moved).  The variable is read only at those steps; unset, nothing happens.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 
 from .checkpoint import fsync_dir
@@ -39,6 +53,11 @@ SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
+#: The testing hook's environment variable and the steps it may name (see the module docstring).
+CRASH_AT_ENV = "SPARK_COORD_CLEANER_CRASH_AT"
+CRASH_STEPS = ("cleaned", "index-swap", "committed", "unlinked", "index-renamed", "renamed", "checkpoint")
+_steps_reached: dict[str, int] = {}
+
 
 def cleaned_name(name: str) -> str:
     return name + CLEANED_SUFFIX
@@ -46,6 +65,20 @@ def cleaned_name(name: str) -> str:
 
 def swap_name(name: str) -> str:
     return name + SWAP_SUFFIX
+
+
+def crash_point(step: str) -> None:
+    """The testing hook: SIGKILL this process at the ``n``-th arrival at ``step`` if ``CRASH_AT_ENV`` asks."""
+    wanted = os.environ.get(CRASH_AT_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition(":")
+    if name != step:
+        return
+    _steps_reached[step] = reached = _steps_reached.get(step, 0) + 1
+    if reached == int(nth or 1):
+        log.warning("%s=%s: the log cleaner kills its process at step %r", CRASH_AT_ENV, wanted, step)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def recover_cleaner_files(directory: Path) -> None:
@@ -67,6 +100,7 @@ def recover_cleaner_files(directory: Path) -> None:
         if entry.name.endswith(SWAP_SUFFIX):
             parsed = parse_segment_name(entry.name[:-len(SWAP_SUFFIX)])
             if parsed is not None and parsed[1] == "index" and parsed[0] not in swaps:
+                log.info("%s: removing uncommitted log cleaner file %s", directory, entry.name)
                 os.unlink(entry.path)
                 changed = True
     if changed:
