@@ -3,7 +3,7 @@
 ``kafka_jars()`` resolves the dependency list ``scripts/apache-kafka/pom.xml`` (the broker,
 its tools, log4j2) into a cache outside the repository on first use (``peers.maven``), and
 ``spark_kafka_jars()`` the jars Spark's ``format("kafka")`` needs beyond pyspark's own, at
-the installed pyspark's version (``scripts/apache-kafka/spark-sql-kafka.pom.xml``);
+the installed pyspark's version where it is served (``scripts/apache-kafka/spark-sql-kafka.pom.xml``);
 ``scripts/apache-kafka.sh`` does the same by hand.  Either raises ``ApacheKafkaUnavailable``
 (the tests skip with it) where Maven or Java cannot give them.
 
@@ -22,6 +22,7 @@ class (``TOPICS``, ``CONSOLE_PRODUCER``, ...: the classes of ``bin/*.sh`` in 4.2
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import re
@@ -144,8 +145,10 @@ def spark_kafka_jars() -> list[Path]:
                                  "SPARK_COORD_SPARK_KAFKA_VERSION names another connector version)")
 
 
+@functools.lru_cache(maxsize=None)
 def java_binary() -> str:
-    """``java`` of ``$JAVA_HOME``, else of PATH, if it is Java 17 or later (Kafka 4's brokers need 17)."""
+    """``java`` of ``$JAVA_HOME``, else of PATH, if it is Java 17 or later (Kafka 4's brokers need 17);
+    asked once per process (``java -version`` starts a JVM)."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").is_file() else shutil.which("java")
     if java is None:
@@ -387,7 +390,7 @@ class ApacheKafkaCluster:
         self._formatted = True
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 120.0) -> "ApacheKafkaCluster":
+    def start(self, timeout: float = 180.0) -> "ApacheKafkaCluster":
         """Format (once), start every node, and wait until each answers Metadata naming all of them."""
         started = time.monotonic()
         try:
