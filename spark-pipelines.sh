@@ -43,5 +43,8 @@ conf+=(--conf spark.sql.catalogImplementation=hive
        --conf "spark.sql.warehouse.dir=$state/warehouse"
        --conf "spark.hadoop.javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName=$state/metastore_db;create=true"
        --driver-java-options "-Dderby.system.home=$state")
+# a local Connect server (no --remote) on a port of its own: pipelines side by side, and beside
+# ./spark-connect.sh's server on 15002 (scripts/spark_pipelines_cli.py finds the port)
+case " $* " in *" --remote "*|*" --remote="*) ;; *) conf+=(--conf spark.connect.grpc.binding.port=0) ;; esac
 exec "$root/.venv/bin/spark-class" org.apache.spark.deploy.SparkPipelines \
     "$root/scripts/spark_pipelines_cli.py" "${conf[@]}" "$@"

@@ -14,6 +14,13 @@ and pyspark 4.3 reads them in a loop that keeps only the last one, so with more 
 settings (spark-submit adds six of its own) some are silently lost -- the catalog and
 warehouse settings of ./spark-pipelines.sh among them. ``merge_init_conf`` joins them into
 one before the session starts.
+
+And one more: the local Connect server a run starts listens on a port of its own, not on Spark's
+fixed 15002, so two pipelines run side by side on one machine, and beside a Spark Connect
+server (``./spark-connect.sh``). ./spark-pipelines.sh asks for an ephemeral port
+(``spark.connect.grpc.binding.port=0``) when no ``--remote`` is given, and
+``local_server_port`` tells pyspark's client which port the in-process server took (pyspark
+does the same for its own tests, under ``SPARK_TESTING``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import warnings
 from pathlib import Path
 
 from pyspark.pipelines import cli
+from pyspark.sql.connect.client.core import DefaultChannelBuilder
 
 _load_pipeline_spec = cli.load_pipeline_spec
 
@@ -57,6 +65,23 @@ def load_pipeline_spec(spec_path: Path) -> cli.PipelineSpec:
 
 
 cli.load_pipeline_spec = load_pipeline_spec
+
+
+def local_server_port() -> int:
+    """The port of the Connect server this process started (``--remote`` unset), else Spark's 15002."""
+    from pyspark.sql.session import SparkSession
+
+    session = SparkSession._instantiatedSession
+    if session is not None:
+        service = getattr(session._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+        port = getattr(service, "MODULE$").localPort()
+        if port > 0:
+            return port
+    return _default_port()
+
+
+_default_port = DefaultChannelBuilder.default_port
+DefaultChannelBuilder.default_port = staticmethod(local_server_port)
 
 # The session repeats every setting of the command line once the server runs, and warns that the
 # static ones cannot change: these were applied when the local server started (or, on a server

@@ -8,12 +8,16 @@
 - ``--full-refresh-all`` resets the table and its checkpoint: without a group the table is
   read again from the topic's start (``startingOffsets`` earliest); with ``group.id`` the
   group's committed offsets decide, so the rebuilt table starts where the group got to.
+- A run's local Connect server takes a port of its own: a run while Spark's default Connect
+  port (15002) is taken (by a Spark Connect server, another pipeline) completes.
 
 The tables are read from their Parquet files in the state directory's warehouse.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -47,6 +51,19 @@ def run_pipeline(cluster, state: Path, topic: str, *extra: str, group: str | Non
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Run is COMPLETED" in out, out[-5000:]
     return out
+
+
+@contextlib.contextmanager
+def connect_port_taken():
+    """Spark's default Connect port (15002) held by a listener that never answers, for the block;
+    where something else already holds it, it is taken all the same."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", 15002))
+            s.listen()
+        except OSError:
+            pass
+        yield
 
 
 def table(state: Path, name: str) -> list[dict]:
@@ -101,7 +118,8 @@ def test_full_refresh_with_a_group_starts_at_the_groups_offsets(cluster, tmp_pat
     assert group_offsets(cluster.zk_connect, group, topic) == {0: 10, 1: 10}
 
     more = produce(cluster, topic, 10, start=20)
-    run_pipeline(cluster, state, topic, "--full-refresh-all", group=group)
+    with connect_port_taken():
+        run_pipeline(cluster, state, topic, "--full-refresh-all", group=group)
     # the table and its checkpoint were reset, but the group had committed up to the first run's end
     assert raw(state) == expected(more)
     assert per_key(state) == expected_counts(more)
