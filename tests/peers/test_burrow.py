@@ -219,12 +219,12 @@ def test_a_burrow_that_crashes_on_a_bug_of_its_own_is_restarted_and_asked_again(
                fresh_chroot(zookeeper, "burrow-own")).start()
     try:
         def crash() -> int:
-            pid = b.proc.pid
+            proc = b.proc  # a request waiting meanwhile sees the exit and restarts Burrow (b.proc changes)
             with open(b.out_path, "a") as out:
                 out.write(NIL_BROKER_OFFSET_CRASH)
-            b.proc.kill()
-            b.proc.wait(10)
-            return pid
+            proc.kill()
+            proc.wait(10)
+            return proc.pid
 
         # between two requests
         first = crash()
