@@ -507,3 +507,20 @@ async def test_a_restored_consumer_member_absent_past_its_session_loses_its_comm
     answer = await door.offset_commit(commit, 9)
     assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.store.groups["g"].offsets[("t", 2)] == 4
+
+
+@async_test
+async def test_a_member_leaving_with_an_empty_subscription_leaves():
+    """Kafka 4.2's Java consumer leaves with ``subscribed_topic_names=[]`` (it has unsubscribed):
+    a leaving heartbeat's subscription is not checked, as Kafka checks only a joining one's."""
+    h, door, _ = await _start()
+    a, b = Modern(h, door), Modern(h, door)
+    await a.join()
+    await b.join()
+    await _settle(h, a, b)
+    body = {**a.body(-1), "subscribed_topic_names": [], "subscribed_topic_regex": None, "topic_partitions": []}
+    answer = await door.heartbeat(body, 1, "java", "127.0.0.1")
+    assert answer["error_code"] == 0 and answer["member_epoch"] == -1, answer
+    await h.settle()
+    await b.heartbeat()
+    assert b.owned == {("t", p) for p in range(6)}

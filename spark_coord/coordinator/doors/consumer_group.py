@@ -316,6 +316,8 @@ class ConsumerGroups:
             return error(ErrorCode.UNSUPPORTED_ASSIGNOR,
                          f"server assignor {assignor!r} (known: {', '.join(SERVER_ASSIGNORS)})")
         names, regex = body.get("subscribed_topic_names"), body.get("subscribed_topic_regex")
+        if epoch in (LEAVE, STATIC_LEAVE):  # matching Java's: only a joining heartbeat's subscription is checked
+            names = regex = None  # Kafka 4.2's consumer leaves with an empty list of topic names
         if regex == "":  # as Kafka reads it: no regular expression (librdkafka sends "" beside topic names)
             regex = None
             names = [] if names is None else names
