@@ -5,8 +5,10 @@
 - max.message.bytes of a topic answers MESSAGE_TOO_LARGE; LogAppendTime stamps batches.
 - A compacted topic written with 100,000 records over 1,000 keys (the last write of 100 keys a
   tombstone) is cleaned to one record per live key; the broker is SIGKILLed once while the (throttled)
-  cleaner is mid-pass, and after the restart nothing is lost; kcat, confluent-kafka and the thin consumer
-  then read exactly the live keys with their last values, offsets increasing with gaps.
+  cleaner is mid-pass, its recovery (run first on a copy of the directory) keeps the log start at 0 and
+  after the restart nothing is lost; kcat, confluent-kafka and the thin consumer then read exactly the live
+  keys with their last values, offsets increasing with gaps.  (test_compaction_crash_steps.py kills the
+  cleaner at each step of its swap.)
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.errors import ErrorCode
+from spark_coord.log import LogConfig, PartitionLog
+from spark_coord.log.checkpoint import read_offset
+from spark_coord.log.swap import CLEANER_CHECKPOINT
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_batches, iter_records
 from spark_coord.wire.registry import ApiKey
+from spark_coord.zk import client as zk_client, paths
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 KEYS, ROUNDS, TOMBSTONED = 1000, 100, 100
@@ -48,6 +54,7 @@ def partition_dir(cluster, topic: str):
 
 def offsets(cluster, topic: str) -> tuple[int, int]:
     with ClusterClient(cluster.bootstrap) as c:
+        c.topic(topic, wait=15)  # a restarted broker leads its partitions once it is registered again
         admin = AdminClient(c)
         return admin.list_offsets(topic, [0], EARLIEST)[0], admin.list_offsets(topic, [0], LATEST)[0]
 
@@ -56,6 +63,7 @@ def read_all(cluster, topic: str) -> list:
     """Every record of partition 0 from the log start, with our fetcher, moving on after each batch."""
     out = []
     with ClusterClient(cluster.bootstrap) as c:
+        c.topic(topic, wait=15)
         start, end = offsets(cluster, topic)
         pos = start
         while pos < end:
@@ -66,6 +74,16 @@ def read_all(cluster, topic: str) -> list:
             out.extend(iter_records(records, pos))
             pos = batches[-1].next_offset
     return out
+
+
+def registration_session(cluster) -> int | None:
+    """The ZooKeeper session that holds broker 0's registration (None: not registered)."""
+    zk = zk_client.connect(cluster.zk_connect)
+    try:
+        stat = zk.exists(paths.broker(0))
+        return stat.ephemeralOwner if stat is not None else None
+    finally:
+        zk_client.close(zk)
 
 
 def produce(cluster, topic: str, records, compression: str = "none", batch_size: int = 16384) -> None:
@@ -121,12 +139,12 @@ def test_max_message_bytes_and_log_append_time_per_topic(cluster):
     assert record.timestamp_type == 1 and record.timestamp == ok["log_append_time_ms"]
 
 
-def test_a_compacted_topic_survives_a_sigkill_mid_pass_and_reads_back_its_live_keys(cluster):
+def test_a_compacted_topic_survives_a_sigkill_mid_pass_and_reads_back_its_live_keys(cluster, tmp_path):
     started = time.monotonic()
     topic = f"compacted-{uuid.uuid4().hex[:6]}"
-    with ClusterClient(cluster.bootstrap) as c:
+    with ClusterClient(cluster.bootstrap) as c:  # compacted once written: one pass over the whole log
         AdminClient(c).create_topic(topic, 1, configs={
-            "cleanup.policy": "compact", "segment.bytes": "131072", "delete.retention.ms": "0",
+            "cleanup.policy": "delete", "segment.bytes": "131072", "delete.retention.ms": "0",
             "min.cleanable.dirty.ratio": "0.3"})
     expected = {}
     records = []
@@ -138,19 +156,38 @@ def test_a_compacted_topic_survives_a_sigkill_mid_pass_and_reads_back_its_live_k
             expected[key] = value
     live = {k: v for k, v in expected.items() if v is not None}
     produce(cluster, topic, records, compression="lz4")
-    alter(cluster, topic, segment_ms="1")  # the next append rolls the active segment: everything is closed
+    # compacted from now on, and the next append rolls the active segment: everything is closed.  The pass
+    # (seconds long at THROTTLE) starts once the log is written, so the SIGKILL below lands in it even on a
+    # loaded machine (a pass that ran while the log was written leaves the last one too short for that)
+    alter(cluster, topic, cleanup_policy="compact", segment_ms="1")
     produce(cluster, topic, [(b"zz-marker", b"end", None)])
     live[b"zz-marker"] = b"end"
     assert offsets(cluster, topic) == (0, KEYS * ROUNDS + 1)
 
-    # SIGKILL while the throttled cleaner is writing its .cleaned output
+    # SIGKILL while the throttled cleaner is writing its .cleaned output (or, on a loaded machine, has just
+    # swapped a group in and not yet started the next: still mid-pass, its checkpoint not moved)
     directory = partition_dir(cluster, topic)
     wait_until(lambda: list(directory.glob("*.cleaned")) or list(directory.glob("*.swap")), timeout=30,
                interval=0.01, message="the cleaner to be mid-pass")
+    session = registration_session(cluster)
     cluster.kill_broker(0)
-    assert list(directory.glob("*.cleaned")) or list(directory.glob("*.swap"))
+    assert (read_offset(directory / CLEANER_CHECKPOINT) or 0) < KEYS * ROUNDS, "the SIGKILL came after the pass"
+    # the broker's recovery, run on a copy of what the SIGKILL left (the restarted broker's cleaner may
+    # start its next pass, with new .cleaned files, before the test looks)
+    copy = tmp_path / directory.name
+    shutil.copytree(directory, copy)
+    recovered = PartitionLog(copy, LogConfig(cleanup_policy=("compact",), segment_bytes=131072))
+    try:
+        assert not list(copy.glob("*.cleaned")) and not list(copy.glob("*.swap"))
+        assert (recovered.log_start_offset, recovered.log_end_offset) == (0, KEYS * ROUNDS + 1)
+        assert recovered.apply_retention() == 0 and recovered.log_start_offset == 0
+    finally:
+        recovered.close()
     cluster.start_broker(0)
-    assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
+    # it replaces the registration its killed process left at the same address (start_broker may return
+    # before): the partition has no leader meanwhile
+    wait_until(lambda: registration_session(cluster) not in (None, session), timeout=15,
+               message="the restarted broker to register again")
     assert offsets(cluster, topic) == (0, KEYS * ROUNDS + 1)
 
     # lift the throttle for every broker (a dynamic broker config), and let the cleaner finish
