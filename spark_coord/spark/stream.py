@@ -104,8 +104,10 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
         self._ensure_started()
         assigned = self._source.assigned()
+        # Not marked applied here: Spark also asks for the initial offset as the start of a batch 0 it
+        # replays from the checkpoint, and the batch after that one starts at the logged end, not
+        # here; only a batch ``latestOffset`` plans carries a handed-out offset on (``$from``).
         offsets = {tp: off for tp, off in assigned.items() if off is not None}
-        self._applied.update(offsets)
         rest = [tp for tp, off in assigned.items() if off is None]
         if rest:
             # 'group' without a committed offset falls back to latest, as a Kafka consumer's default reset does

@@ -278,6 +278,39 @@ def test_a_partition_handed_out_at_its_log_end_is_not_read_again_from_the_checkp
     assert handing.planned[t0] >= 2940
 
 
+def test_a_replayed_first_batch_leaves_the_handed_out_offsets_to_the_next_batch():
+    """What a chaos run found under load (a Spark member killed while its first batch ran, restarted
+    on its checkpoint): Spark replays a logged batch 0 from ``initialOffset()``, asked again of the new
+    reader, which answers the coordinator's handed-out offsets -- and took them as applied, though the
+    replay ends at the checkpoint's offsets and the next batch starts there.  That batch then read a
+    partition the checkpoint did not have from its earliest offset (0) and one it had from the
+    checkpoint's offset (3625), both below what the group had committed (6330, 6350)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_coord.spark.offsets import from_json, to_json
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    t2, t4, t5 = ("t", 2), ("t", 4), ("t", 5)
+    reader = CoordKafkaStreamReader(parse_source_options(
+        {"bootstrap.brokers": "127.0.0.1:9", "subscribe": "t", "group.id": "g",
+         "startingOffsets": "earliest"}, streaming=True))
+    handing = _Handing({t4: 6330, t5: 6350}, {t4: 6400, t5: 6400})
+    reader._source = reader._resolver = handing
+    batch0 = {t2: 3625, t5: 3625}  # the killed run's batch 0, in the offset log, not in the commit log
+    initial = reader.initialOffset()  # the replay's start (Spark logs none for batch 0)
+    replayed = {(p.topic, p.partition): (p.from_offset, p.until_offset)
+                for p in reader.partitions(initial, to_json(batch0))}
+    assert all(a >= {t4: 6330, t5: 6350}.get(tp, a) for tp, (a, _) in replayed.items()), replayed
+    ranges = _planned_ranges(reader, batch0, ReadAllAvailable())
+    assert ranges == {t4: (6330, 6400), t5: (6350, 6400)}
+    # a query with no checkpoint: its first batch starts at the initial offsets, as before
+    fresh = CoordKafkaStreamReader(reader.opts)
+    fresh._source = fresh._resolver = _Handing({t4: 6330, t5: 6350}, {t4: 6400, t5: 6400})
+    initial = fresh.initialOffset()
+    assert _planned_ranges(fresh, from_json(initial), ReadAllAvailable()) == {t4: (6330, 6400), t5: (6350, 6400)}
+
+
 def test_a_member_plans_its_partitions_only_while_half_a_session_is_left_of_its_lease():
     """What a nemesis run found (seed 41, a Spark member among thin and librdkafka ones): a member cut
     off from its coordinator planned batches until its lease had 0.5 s left, and their records were
