@@ -32,8 +32,9 @@ whose source commits the group's offsets as Spark confirms its batches; a killed
 is restarted on the same checkpoint and first replays the batch it had planned and not
 confirmed (journaled ``replay``: at-least-once, whoever owns those partitions by then,
 so those deliveries count for every check but the two of ownership).  The run waits
-for every Spark member's first assignment (its JVM's start) before the warm-up begins,
-and again after healing.
+for every Spark member's first delivered batch (its JVM's start and its query's first
+batch, 15 s and more on a loaded machine) before the warm-up begins, and for its first
+assignment again after healing.
 The brokers' ``group.consumer.session.timeout.ms`` (the KIP-848 members' session, set
 broker-side) is the run's Kafka session, ``kafka_session_ms`` or ``member_session_ms``.
 
@@ -103,7 +104,7 @@ MEMBER_KINDS = ("thin", "eager", "cooperative", "kip848", "spark", "share")
 GROUP_KINDS = ("thin", "eager", "cooperative", "kip848", "spark")
 #: Member kinds that are librdkafka consumers (testing.kafka_member).
 KAFKA_KINDS = ("eager", "cooperative", "kip848")
-#: How long a Spark member may take to start (its JVM, then its query's first assignment).
+#: How long a Spark member may take to start (its JVM, then its query's first assignment or batch).
 SPARK_START_S = 180.0
 #: How long after SIGCONT a Kafka member paused past its session may still deliver what it fetched
 #: before the pause, at most, before it journals the loss (its next poll tells it).
@@ -400,16 +401,19 @@ class ChaosRun:
         with ClusterClient(self.cluster.bootstrap) as cc:
             AdminClient(cc).create_topic(self.topic, self.s.partitions)
 
-    def _await_spark_members(self) -> None:
+    def _await_spark_members(self, ev: str = "assign") -> None:
         """Wait (at most ``SPARK_START_S``) until every running Spark member journaled its first
-        assignment: a JVM's start is no part of the warm-up, nor of the catching up after healing."""
+        ``ev``: a JVM's start is no part of the warm-up, nor of the catching up after healing.  Before
+        the warm-up that is its first batch delivered (``recs``): a query's first batch starts its
+        Python workers and reads cold, over 15 s on a loaded 2-core machine, and a fault meant for a
+        running member would find one that never delivered."""
         spark = [m for m in self.current.values() if getattr(m, "kind", "") == "spark"]
         deadline = time.monotonic() + SPARK_START_S
         while spark and time.monotonic() < deadline:
-            spark = [m for m in spark if m.alive() and not m.events("assign")]
+            spark = [m for m in spark if m.alive() and not m.events(ev)]
             time.sleep(0.5)
         if spark:
-            log.warning("Spark members without an assignment after %.0f s: %s", SPARK_START_S, spark)
+            log.warning("Spark members without %s after %.0f s: %s", ev, SPARK_START_S, spark)
 
     def _leaders(self) -> dict[int, int]:
         from spark_coord.client.metadata import ClusterClient
@@ -558,7 +562,7 @@ class ChaosRun:
             self.t0 = time.time()
             for slot in range(len(self.kinds)):
                 self._member(slot)
-            self._await_spark_members()
+            self._await_spark_members("recs")
             self.watcher = CommitWatcher(self) if s.diagnose_after_s > 0 else None
             if self.watcher is not None:
                 self.watcher.start()
