@@ -11,7 +11,7 @@ stay in order. Two things make the run short rather than merely parallel:
   not in it counts as short). A long file started last would otherwise stand alone at the end.
 - **Long files split.** A file whose tests alone take longer than ``SPLIT_ABOVE_S`` (the Spark
   share-group tests, the Spark kill tests) is split into one unit per test, spread over the
-  workers like files; each worker that takes one of them starts the file's module fixtures for
+  workers like files (a parametrized test's cases too); each worker that takes one of them starts the file's module fixtures for
   itself. A file whose tests depend on each other's order must not be split: name it in
   ``KEEP_WHOLE``.
 - **Shared machine-wide resources.** Files that need the same fixed resource of the machine (the
@@ -62,14 +62,14 @@ def file_of(nodeid: str) -> str:
 
 
 def work_unit(nodeid: str, seconds: dict[str, float]) -> str:
-    """The unit a worker takes whole: the file, or the test itself in a long file (its parameters
-    stay together, so a parametrized test's cases share the module's fixtures on one worker)."""
+    """The unit a worker takes whole: the file, or the test itself (each parameter its own) in a
+    long file."""
     path = file_of(nodeid)
     if path in TOGETHER:
         return TOGETHER[path]
     if seconds.get(path, 0.0) <= SPLIT_ABOVE_S or path in KEEP_WHOLE:
         return path
-    return nodeid.split("[", 1)[0]
+    return nodeid
 
 
 def longest_first(items: list, seconds: dict[str, float]) -> list:

@@ -16,12 +16,12 @@ def items(*nodeids: str) -> list:
     return [SimpleNamespace(nodeid=n) for n in nodeids]
 
 
-def test_a_file_is_one_unit_and_a_long_one_is_split_by_test_keeping_its_parameters_together():
+def test_a_file_is_one_unit_and_a_long_one_is_split_by_test_and_parameter():
     assert work_unit("tests/a.py::test_x", SECONDS) == "tests/a.py"
     assert work_unit("tests/a.py::Case::test_x", SECONDS) == "tests/a.py"
     assert work_unit("tests/unmeasured.py::test_x", SECONDS) == "tests/unmeasured.py"
-    assert work_unit("tests/long.py::test_x[1-a]", SECONDS) == "tests/long.py::test_x"
-    assert work_unit("tests/long.py::test_x[2-b]", SECONDS) == "tests/long.py::test_x"
+    assert work_unit("tests/long.py::test_x[1-a]", SECONDS) == "tests/long.py::test_x[1-a]"
+    assert work_unit("tests/long.py::test_x[2-b]", SECONDS) == "tests/long.py::test_x[2-b]"
     assert work_unit("tests/long.py::test_y", SECONDS) == "tests/long.py::test_y"
 
 

@@ -259,7 +259,9 @@ def test_describe_a_topic_gives_the_brokers_log_settings(cluster):
     assert configs["segment.bytes"].value == "1073741824"
     assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert {"retention.bytes", "flush.messages", "flush.ms", "index.interval.bytes"} <= set(configs)
-    result = raw_describe(cluster, 1, TOPIC_TYPE, topic, ["retention.ms"])
+    # broker 1 learns the new topic from its own ZooKeeper watch, maybe after broker 0 described it
+    result = wait_until(lambda: (r := raw_describe(cluster, 1, TOPIC_TYPE, topic, ["retention.ms"]))["configs"] and r,
+                        timeout=15, message="broker 1 to describe the new topic")
     [entry] = result["configs"]
     assert [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]] == \
         [("log.retention.ms", "3600000", 4), ("log.retention.ms", "604800000", 5)]
