@@ -658,7 +658,7 @@ class ChaosRun:
             outside_ownership=outside,
             paused_batches=sorted(set(invariants.delivered_outside_ownership(kept, intervals)) - set(outside)),
             liveness=invariants.liveness(journals, intervals, log_ends, s.liveness_bound_s, leader_down,
-                                         self._waiting_members(), unknown_start=0),
+                                         self._waiting_members(journals), unknown_start=0),
             final_offsets=final_offsets,
             coordinator_kill_stalls=stalls,
             baseline_stalls=self._baseline(journals, log_ends) if s.has_group() else [],
@@ -762,17 +762,25 @@ class ChaosRun:
         return {"figures": figures, "lost": lost, "lock_overlaps": overlaps, "confirmed_again": again,
                 "unexplained": redeliveries["violations"]}
 
-    def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
-        """Member -> windows in which it could not deliver: paused by a fault, and, for a Kafka
+    def _waiting_members(self, journals: Mapping[str, list[dict]] | None = None) -> dict[str, list[tuple[float, float]]]:
+        """Member -> windows in which it could not deliver: paused by a fault; for a Kafka
         member, while the coordinator was down or paused and until librdkafka reconnects (its
         synchronous commit after a batch waits for a coordinator; its reconnect backoff grows
-        to 10 s)."""
+        to 10 s); and for a Spark member, from its start until its first batch (a cold query's
+        JVM, Python workers and first reads: 10 to 27 s on a loaded 2-core machine). A Spark
+        member that never delivers is not excused."""
         out = {m: list(w) for m, w in self.member_paused.items()}
         stalls = [(f.at, (f.until or f.at) + 15.0) for f in self.faults
                   if f.kind in ("coordinator_kill", "coordinator_expiry")]
         for name, m in self.members.items():
             if getattr(m, "kind", "thin") != "thin":
                 out.setdefault(name, []).extend(stalls)
+            if getattr(m, "kind", "thin") == "spark":
+                events = (journals or {}).get(name, ())
+                started = min((e["ts"] for e in events if e["ev"] == "start"), default=None)
+                first = min((e["ts"] for e in events if e["ev"] == "recs"), default=None)
+                if started is not None and first is not None:
+                    out.setdefault(name, []).append((started, first))
         return out
 
     def _overlaps(self, journals: Mapping[str, list[dict]], intervals) -> tuple[list[str], list[str]]:

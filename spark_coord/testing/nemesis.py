@@ -1269,12 +1269,12 @@ class NemesisRun(ChaosRun):
             parts.append(p)
         return parts
 
-    def _waiting_members(self) -> dict[str, list[tuple[float, float]]]:
+    def _waiting_members(self, journals=None) -> dict[str, list[tuple[float, float]]]:
         """As ``ChaosRun``'s, plus: Kafka members wait while the coordinator is cut off or restarted
         under a false clock (librdkafka's reconnect backoff), or moves (a split of the ensemble, a broker
         joining or leaving takes or hands over coordinator shards), every member while it was cut off,
         and thin members while a broker's open links were stuck (``stuck_links``)."""
-        out = ChaosRun._waiting_members(self)
+        out = ChaosRun._waiting_members(self, journals)
         coordinator_faults = [(f.at, (f.until or f.at) + 15.0) for f in self.faults if f.kind in (
             "isolate_broker", "coordinator_zk_cut", "flap", "bridge", "clock_coordinator_offset",
             "clock_coordinator_fast", "broker_clients_cut", "zk_split", "broker_add", "broker_remove", "stall_broker",

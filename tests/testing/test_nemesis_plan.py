@@ -150,6 +150,25 @@ def test_every_member_waits_out_a_stuck_link_and_kafka_members_a_coordinator_fau
     assert sorted(waiting["m1"]) == [(100.0, 145.0), (200.0, 225.0)]
 
 
+def test_a_spark_member_waits_from_its_start_until_its_first_batch_and_one_that_never_delivers_does_not():
+    """A cold Spark query (its JVM, Python workers, first reads) took 27 s from its first assignment to
+    its first batch on a loaded 2-core machine: the liveness check counted that as an owner not
+    delivering. Its start to its first batch is a wait; a member with no batch at all is not excused."""
+    from types import SimpleNamespace
+
+    run = nemesis.NemesisRun.__new__(nemesis.NemesisRun)
+    run.member_paused, run.faults = {}, []
+    run.members = {"m2": SimpleNamespace(kind="spark"), "m2.1": SimpleNamespace(kind="spark"),
+                   "m0": SimpleNamespace(kind="thin")}
+    journals = {"m2": [{"ev": "start", "ts": 10.0}, {"ev": "assign", "ts": 12.0}, {"ev": "recs", "ts": 39.0},
+                       {"ev": "recs", "ts": 41.0}],
+                "m2.1": [{"ev": "start", "ts": 50.0}, {"ev": "assign", "ts": 52.0}],
+                "m0": [{"ev": "start", "ts": 1.0}, {"ev": "recs", "ts": 30.0}]}
+    waiting = run._waiting_members(journals)
+    assert waiting["m2"] == [(10.0, 39.0)]
+    assert not waiting.get("m2.1") and not waiting.get("m0")
+
+
 @pytest.mark.parametrize("heal_first", [False, True], ids=["kill-restart-first", "clock-heal-first"])
 def test_a_clock_fault_and_a_kill_of_one_member_leave_one_incarnation_whichever_ends_first(heal_first):
     """Seed 36 run again: a Spark member restarted under a false clock (``clock_member_offset``) was
