@@ -215,3 +215,49 @@ def test_standing_again_on_the_same_session_starts_a_new_term(pair):
         await eb.stop()
 
     asyncio.run(main())
+
+
+def test_an_election_started_while_zookeeper_is_out_of_reach_leaves_the_event_loop_free(zk_connect):
+    """Seen from outside (the Burrow test of a topic a leader learns late, its broker's ZooKeeper link
+    held): the broker answered no request while the link was held, its event loop stuck in the
+    elector's start, where the election node's DataWatch read ZooKeeper on the loop. The link is cut
+    right after the elector's first writes, for 3 s (less than the session): the loop sees the cut at
+    once, and the election completes once the link is back."""
+    import threading
+
+    hosts, chroot = zkclient.split_chroot(zk_connect)
+    proxy = CuttableProxy.to(hosts)
+    client = zkclient.connect(f"{proxy.address}{chroot}", session_timeout_ms=SESSION_MS, connection_timeout_ms=10000)
+    ensure_path = client.ensure_path
+    restore = threading.Timer(3.0, proxy.restore)
+    cut_at: list[float] = []
+
+    def ensure_then_cut(path):
+        out = ensure_path(path)
+        if path == paths.CONSUMERS:  # the elector's last write before its watch
+            proxy.cut()
+            cut_at.append(time.monotonic())
+            restore.start()
+        return out
+
+    client.ensure_path = ensure_then_cut
+
+    async def scenario() -> tuple[float, bool]:
+        loop = asyncio.get_running_loop()
+        elector = CoordinatorElector(client, 1, loop, lambda e: None, lambda: None)
+        started = asyncio.create_task(elector.start())
+        await _wait_for(lambda: cut_at, 30, "the link cut")
+        seen = time.monotonic() - cut_at[0]  # how long the loop was held after the cut
+        await asyncio.wait_for(started, 30)
+        elected = elector.is_coordinator
+        await elector.stop()
+        return seen, elected
+
+    try:
+        seen, elected = asyncio.run(scenario())
+    finally:
+        restore.cancel()
+        zkclient.close(client)
+        proxy.close()
+    assert seen < 1.5, f"the event loop was held {seen:.2f} s after the link was cut, until it came back"
+    assert elected
