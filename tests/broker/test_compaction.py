@@ -20,10 +20,10 @@ import uuid
 
 import pytest
 
+from compaction_support import offsets, read_all, registration_session, wait_registered_again
 from helpers import local_cluster, wait_until
-from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
+from spark_coord.client.admin import AdminClient
 from spark_coord.client.connection import BrokerConnection
-from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.errors import ErrorCode
@@ -31,9 +31,7 @@ from spark_coord.log import LogConfig, PartitionLog
 from spark_coord.log.checkpoint import read_offset
 from spark_coord.log.swap import CLEANER_CHECKPOINT
 from spark_coord.records.builder import BatchBuilder
-from spark_coord.records.reader import iter_batches, iter_records
 from spark_coord.wire.registry import ApiKey
-from spark_coord.zk import client as zk_client, paths
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 KEYS, ROUNDS, TOMBSTONED = 1000, 100, 100
@@ -50,40 +48,6 @@ def cluster(zookeeper, tmp_path_factory):
 
 def partition_dir(cluster, topic: str):
     return cluster.data_dir / "broker-0" / f"{topic}-0"
-
-
-def offsets(cluster, topic: str) -> tuple[int, int]:
-    with ClusterClient(cluster.bootstrap) as c:
-        c.topic(topic, wait=15)  # a restarted broker leads its partitions once it is registered again
-        admin = AdminClient(c)
-        return admin.list_offsets(topic, [0], EARLIEST)[0], admin.list_offsets(topic, [0], LATEST)[0]
-
-
-def read_all(cluster, topic: str) -> list:
-    """Every record of partition 0 from the log start, with our fetcher, moving on after each batch."""
-    out = []
-    with ClusterClient(cluster.bootstrap) as c:
-        c.topic(topic, wait=15)
-        start, end = offsets(cluster, topic)
-        pos = start
-        while pos < end:
-            data = fetch(c.connection(c.leader(topic, 0)), {(topic, 0): pos}, max_wait_ms=100)[0]
-            records = data.records if hasattr(data, "records") else data
-            batches = [h for h, _ in iter_batches(records)]
-            assert batches, f"no batch at offset {pos}"
-            out.extend(iter_records(records, pos))
-            pos = batches[-1].next_offset
-    return out
-
-
-def registration_session(cluster) -> int | None:
-    """The ZooKeeper session that holds broker 0's registration (None: not registered)."""
-    zk = zk_client.connect(cluster.zk_connect)
-    try:
-        stat = zk.exists(paths.broker(0))
-        return stat.ephemeralOwner if stat is not None else None
-    finally:
-        zk_client.close(zk)
 
 
 def produce(cluster, topic: str, records, compression: str = "none", batch_size: int = 16384) -> None:
@@ -184,10 +148,7 @@ def test_a_compacted_topic_survives_a_sigkill_mid_pass_and_reads_back_its_live_k
     finally:
         recovered.close()
     cluster.start_broker(0)
-    # it replaces the registration its killed process left at the same address (start_broker may return
-    # before): the partition has no leader meanwhile
-    wait_until(lambda: registration_session(cluster) not in (None, session), timeout=15,
-               message="the restarted broker to register again")
+    wait_registered_again(cluster, session)
     assert offsets(cluster, topic) == (0, KEYS * ROUNDS + 1)
 
     # lift the throttle for every broker (a dynamic broker config), and let the cleaner finish
