@@ -131,6 +131,8 @@ class CoordinatorElector:
         # constructor reads the node, waiting as long as ZooKeeper is out of reach: not on the loop.
         await self._run(self.client.DataWatch, self.node,
                         lambda data, stat: False if not self._running else on_node(data, stat))
+        if self.check is None:  # an attempt that failed on the way (ZooKeeper out of reach) is made again
+            await self.elect()
 
     async def stop(self) -> None:
         """Resign and give the role up (delete our election node, waiting at most ``STOP_TIMEOUT_S``:
