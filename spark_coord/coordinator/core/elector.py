@@ -125,14 +125,9 @@ class CoordinatorElector:
         self._remove_hooks = zkclient.add_state_hooks(self.client, self.loop, on_suspended=self._suspended,
                                                       on_lost=self._lost, on_connected=self._connected)
         on_node = zkclient.to_loop(self.loop, self._on_node)
+        # A stopped elector's watch ends at its next event (returning False cancels a DataWatch).
+        self.client.DataWatch(self.node, lambda data, stat: False if not self._running else on_node(data, stat))
         await self.elect()
-        # Then the watch, whose first call sees the node as it is now (gone: elect again). A stopped
-        # elector's watch ends at its next event (returning False cancels a DataWatch). Its
-        # constructor reads the node, waiting as long as ZooKeeper is out of reach: not on the loop.
-        await self._run(self.client.DataWatch, self.node,
-                        lambda data, stat: False if not self._running else on_node(data, stat))
-        if self.check is None:  # an attempt that failed on the way (ZooKeeper out of reach) is made again
-            await self.elect()
 
     async def stop(self) -> None:
         """Resign and give the role up (delete our election node, waiting at most ``STOP_TIMEOUT_S``:
