@@ -107,9 +107,17 @@ async function main() {
     summary.grown = await admin.createPartitions({ topicPartitions: [{ topic, count: args.grownTo }] })
     emit('step', { step, result: summary.grown === undefined ? null : summary.grown })
 
+    // Metadata is eventually consistent across brokers, as in Kafka: createPartitions returns
+    // once the broker that took it has the new partitions, and fetchTopicMetadata may ask the
+    // other broker, which learns them from ZooKeeper a moment later.  So ask again (deadline 15 s).
     step = 'fetchTopicMetadata'
-    const metadata = await admin.fetchTopicMetadata({ topics: [topic] })
-    const [meta] = metadata.topics
+    let meta
+    const deadline = Date.now() + 15000
+    for (summary.metadataAttempts = 1; ; summary.metadataAttempts++) {
+      ;[meta] = (await admin.fetchTopicMetadata({ topics: [topic] })).topics
+      if (meta.partitions.length >= args.grownTo || Date.now() > deadline) break
+      await new Promise(resolve => setTimeout(resolve, 100))
+    }
     summary.partitions = meta.partitions
       .map(p => ({ partition: p.partitionId, leader: p.leader, errorCode: p.partitionErrorCode }))
       .sort((a, b) => a.partition - b.partition)
