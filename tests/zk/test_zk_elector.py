@@ -217,8 +217,6 @@ def test_standing_again_on_the_same_session_starts_a_new_term(pair):
     asyncio.run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="open: the election node's DataWatch reads ZooKeeper on the event loop; "
-                   "moving it off the loop made a broker's stop without ZooKeeper hang (test_registration)")
 def test_an_election_started_while_zookeeper_is_out_of_reach_leaves_the_event_loop_free(zk_connect):
     """Seen from outside (the Burrow test of a topic a leader learns late, its broker's ZooKeeper link
     held): the broker answered no request while the link was held, its event loop stuck in the

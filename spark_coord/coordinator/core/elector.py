@@ -6,8 +6,9 @@ of ``/consumers``: that version is this election's fencing token
 (``zk_store.EpochCheck``), and the election node's czxid is the *epoch*
 stamped on every coordinator request (monotonic across elections).
 
-Losers keep one ``DataWatch`` on the election node (one node: no herd of
-watchers on children) and try again when it is deleted.
+Losers keep one watch on the election node (one node: no herd of watchers on
+children) and try again when it is deleted.  The watch is set asynchronously
+(``exists_async``): the event loop never waits on ZooKeeper.
 
 Connection states (``zk.client``).  The role is fenced -- every store write is a
 multi that checks the election node and the ``/consumers`` version -- so a lost
@@ -124,9 +125,7 @@ class CoordinatorElector:
             await self._run(self.client.ensure_path, self.fence)
         self._remove_hooks = zkclient.add_state_hooks(self.client, self.loop, on_suspended=self._suspended,
                                                       on_lost=self._lost, on_connected=self._connected)
-        on_node = zkclient.to_loop(self.loop, self._on_node)
-        # A stopped elector's watch ends at its next event (returning False cancels a DataWatch).
-        self.client.DataWatch(self.node, lambda data, stat: False if not self._running else on_node(data, stat))
+        self._watch_node()
         await self.elect()
 
     async def stop(self) -> None:
@@ -157,7 +156,33 @@ class CoordinatorElector:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _on_node(self, data: bytes | None, stat: ZnodeStat | None) -> None:
+    def _watch_node(self) -> None:
+        """Ask for the election node's stat with a watch set: the answer reaches ``_on_node`` on the
+        loop, and the watch's event asks again.  Asynchronous, through kazoo's queue: nothing waits
+        while ZooKeeper is out of reach (kazoo's ``DataWatch`` reads at once, in the caller's thread,
+        and held the event loop for as long as the link was cut).  An answer that fails (connection
+        lost) is asked again by ``_connected``; kazoo keeps one watcher per function and node, so
+        asking twice never doubles the events."""
+        if not self._running:
+            return
+        try:
+            answer = self.client.exists_async(self.node, watch=self._node_changed)
+        except ZookeeperError as e:  # session lost or client closed: _connected asks again
+            log.debug("broker %d cannot watch %s yet: %s", self.broker_id, self.node, e.__class__.__name__)
+            return
+        answer.rawlink(self._node_answered)
+
+    def _node_changed(self, event: Any) -> None:  # kazoo's event thread
+        zkclient.to_loop(self.loop, self._watch_node)()
+
+    def _node_answered(self, answer: Any) -> None:  # kazoo's thread
+        if not answer.successful():
+            log.debug("broker %d: watching %s failed (%s); asked again once connected", self.broker_id, self.node,
+                      answer.exception.__class__.__name__)
+            return
+        zkclient.to_loop(self.loop, self._on_node)(answer.value)
+
+    def _on_node(self, stat: ZnodeStat | None) -> None:
         if not self._running:
             return
         if stat is None:
@@ -194,6 +219,7 @@ class CoordinatorElector:
     def _connected(self, new_session: bool) -> None:
         self.suspended = False
         self._cancel_expiry()
+        self._watch_node()  # a watch asked for while disconnected may have failed; a new session has none
         if new_session:
             self._resign("ZooKeeper session replaced")
         elif self.check is not None:
