@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 
 from typing import TYPE_CHECKING
 
+from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.common import EARLIEST, LATEST
-from spark_coord.errors import ErrorCode, KafkaError
+from spark_coord.errors import ErrorCode, KafkaError, is_retriable
 from spark_coord.wire.registry import ApiKey
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -17,13 +19,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+#: How long ``list_offsets`` asks again after retriable answers, and how long it waits between asks.
+RETRY_TIMEOUT_S = 15.0
+RETRY_BACKOFF_S = 0.2
+
 
 class AdminClient:
     """CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords, Metadata, ListOffsets and the ACL APIs, as
     a script would use them."""
 
-    def __init__(self, cluster: ClusterClient):
+    def __init__(self, cluster: ClusterClient, retry_timeout_s: float = RETRY_TIMEOUT_S):
+        """``retry_timeout_s``: how long look-ups that Kafka answers with a retriable error (a leader
+        that moved or has no offset yet, a broker gone) are asked again, with fresh metadata."""
         self.cluster = cluster
+        self.retry_timeout_s = retry_timeout_s
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      if_not_exists: bool = False, timeout_ms: int = 30000, configs: dict[str, str] | None = None) -> int:
@@ -85,27 +94,62 @@ class AdminClient:
         else:
             wanted = sorted(info.partitions) if partitions is None else partitions
             stamps = dict.fromkeys(wanted, timestamp)
+        out: dict[int, int] = {}
+        pending = list(wanted)
+        deadline = time.monotonic() + self.retry_timeout_s
+        while True:
+            again, failure = self._list_offsets_once(topic, pending, stamps, out)
+            if not again:
+                return out
+            if time.monotonic() >= deadline:
+                raise failure
+            log.info("offsets of %s: %s; asking again with fresh metadata", topic, failure)
+            time.sleep(RETRY_BACKOFF_S)
+            self.cluster.topics.pop(topic, None)  # leaders from fresh metadata
+            pending = again
+
+    def _list_offsets_once(self, topic: str, wanted: list[int], stamps: dict[int, int],
+                           out: dict[int, int]) -> tuple[list[int], Exception | None]:
+        """One ListOffsets per leader of ``wanted`` into ``out``; the partitions to ask again (their
+        leader moved, is gone, or has no offset yet: Kafka's retriable answers), with the last failure."""
+        again: list[int] = []
+        failure: Exception | None = None
         by_leader: dict[int, list[int]] = defaultdict(list)
         for p in wanted:
-            by_leader[self.cluster.leader(topic, p)].append(p)
-        out: dict[int, int] = {}
+            try:
+                by_leader[self.cluster.leader(topic, p)].append(p)
+            except KafkaError as e:
+                if not is_retriable(e.code):
+                    raise
+                again.append(p)
+                failure = e
         for leader, parts in by_leader.items():
             body = {"replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": topic, "partitions": [
                         {"partition_index": p, "current_leader_epoch": -1, "timestamp": stamps[p], "max_num_offsets": 1}
                         for p in parts]}]}
-            conn = self.cluster.connection(leader)
-            resp = conn.request(ApiKey.LIST_OFFSETS, body)
+            try:
+                conn = self.cluster.connection(leader)
+                resp = conn.request(ApiKey.LIST_OFFSETS, body)
+            except BrokerConnectionError as e:
+                again.extend(parts)
+                failure = e
+                continue
             for t in resp["topics"]:
                 for p in t["partitions"]:
                     if p["error_code"]:
-                        raise KafkaError(p["error_code"], f"{topic}-{p['partition_index']}")
+                        error = KafkaError(p["error_code"], f"{topic}-{p['partition_index']}")
+                        if not is_retriable(p["error_code"]):
+                            raise error
+                        again.append(p["partition_index"])
+                        failure = error
+                        continue
                     offset = p["offset"]
                     if conn.version_for(ApiKey.LIST_OFFSETS) == 0:
                         olds = p.get("old_style_offsets") or [-1]
                         offset = olds[0]
                     out[p["partition_index"]] = offset
-        return out
+        return again, failure
 
     def describe(self, topics: list[str] | None = None) -> list[dict]:
         """One row per partition: topic, partition, leader, replicas, earliest and latest offset."""

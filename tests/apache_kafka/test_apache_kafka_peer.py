@@ -19,19 +19,8 @@ def _read_all(cluster, topic: str) -> dict[int, list[bytes]]:
     from spark_coord.client.fetcher import fetch
     from spark_coord.records.reader import iter_records
 
-    from spark_coord.errors import KafkaError, is_retriable
-
-    def log_ends():
-        try:
-            return AdminClient(cluster).list_offsets(topic, None, -1)
-        except KafkaError as e:  # a new leader answers OFFSET_NOT_AVAILABLE until its high watermark is known
-            if not is_retriable(e.code):
-                raise
-            cluster.refresh([topic])
-            return None
-
     info = cluster.topic(topic, refresh=True, wait=10.0)
-    ends = wait_until(log_ends, timeout=30, message=f"the log ends of {topic}")
+    ends = AdminClient(cluster).list_offsets(topic, None, -1)
     values: dict[int, list[bytes]] = {p: [] for p in info.partitions}
     for p in info.partitions:
         position = 0
@@ -147,6 +136,10 @@ def test_three_nodes_survive_one_killed(apache_kafka_3):
 
         victim = info.partitions[0].leader
         apache_kafka_3.kill(victim)
+        # asked at once, the dead leader still in the cached metadata: the look-up follows the new
+        # leaders (a refused connection, then OFFSET_NOT_AVAILABLE from a new leader until its high
+        # watermark is known: it raised that once, seen in this test)
+        assert sum(AdminClient(cluster).list_offsets(topic, None, -1).values()) == len(before)
         after = [f"after-{i}".encode() for i in range(100)]
         producer.send_many(topic, after)  # acks=all: two in-sync replicas are enough
         wait_until(lambda: all(p.leader not in (victim, -1)
