@@ -11,7 +11,7 @@ import pytest
 from helpers import fresh_chroot
 
 #: the suite's spread over pytest-xdist's workers, and --durations-file (tests/scheduling.py)
-pytest_plugins = ["scheduling"]
+pytest_plugins = ["scheduling", "apache_kafka_fixtures"]
 
 #: Session timeout for test clients: short, so expiry tests are fast, but above the
 #: server's minSessionTimeout (1000 ms) and comfortably above GC/CI hiccups.

@@ -163,13 +163,18 @@ def java_binary() -> str:
     return java
 
 
+def kafka_tool_command(jars: Path, main_class: str, *args: str) -> list[str]:
+    """The command line that runs a Kafka command-line tool by its main class (for a tool that
+    runs until stopped, such as the console consumer, under ``subprocess.Popen``)."""
+    return [java_binary(), *TOOL_HEAP, *JVM_FLAGS, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
+            "-cp", f"{jars}/*", main_class, *args]
+
+
 def kafka_tool(jars: Path, main_class: str, *args: str, timeout: float = 120.0, input: str | None = None,
                check: bool = False) -> subprocess.CompletedProcess:
     """Run a Kafka command-line tool by its main class with the resolved jars; its completed
     process (text output).  ``check``: AssertionError with its output if it exits non-zero."""
-    command = [java_binary(), *TOOL_HEAP, *JVM_FLAGS, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
-               "-cp", f"{jars}/*", main_class, *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, input=input,
+    done = subprocess.run(kafka_tool_command(jars, main_class, *args), capture_output=True, text=True, timeout=timeout, input=input,
                           stdin=None if input is not None else subprocess.DEVNULL)
     if check and done.returncode != 0:
         raise AssertionError(f"{main_class} {' '.join(args)} exited with {done.returncode}:\n"
@@ -510,6 +515,27 @@ class ApacheKafkaCluster:
                            "sasl.password": password if password is not None else self.users[name],
                            "ssl.ca.location": str(self.ca_path)})
         return config
+
+
+    def java_client_config(self, username: str | None = None, password: str | None = None) -> dict[str, str]:
+        """The Java clients' settings for the CLIENT listener (a ``--command-config`` /
+        ``--consumer.config`` file's keys): SCRAM through ``sasl.jaas.config``, the CA as a PEM truststore."""
+        config = {"bootstrap.servers": self.bootstrap}
+        if self.security == "SASL_SSL":
+            name = username or next(iter(self.users))
+            secret = password if password is not None else self.users[name]
+            config.update({"security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM,
+                           "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                               f'username="{name}" password="{secret}";',
+                           "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_path)})
+        return config
+
+    def write_java_client_config(self, path: Path, username: str | None = None, password: str | None = None) -> Path:
+        """``java_client_config`` as a properties file (without bootstrap.servers), for the tools."""
+        config = self.java_client_config(username, password)
+        config.pop("bootstrap.servers")
+        path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+        return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
-"""Apache Kafka 4.2 as a peer (tests/peers/apache_kafka.py): its jars resolved with mvn into a
-cache outside the repository on first use, and clusters of real brokers run from them with
-java, each shared by a test module.  Skipped, with the reason, where Maven or Java 17
-cannot be had."""
+"""Fixtures of Apache Kafka 4.2 as a peer (tests/peers/apache_kafka.py), for every test folder
+(a plugin of tests/conftest.py): its jars resolved with mvn into a cache outside the repository
+on first use, and clusters of real brokers run from them with java, each shared by a test
+module.  Skipped, with the reason, where Maven or Java 17 cannot be had."""
 
 from __future__ import annotations
 
@@ -73,5 +73,14 @@ def apache_kafka_sasl(kafka_jars, pki, tmp_path_factory):
     """One Apache Kafka node whose client listener is SASL_SSL with SCRAM-SHA-512 (users of
     ``peers.apache_kafka.DEFAULT_USERS``; the session's test CA signs its certificate)."""
     with _cluster(kafka_jars, tmp_path_factory.mktemp("apache-kafka-sasl"), security="SASL_SSL",
+                  pki=pki) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def apache_kafka_3_sasl(kafka_jars, pki, tmp_path_factory):
+    """Three Apache Kafka nodes (replication factor 3, min.insync.replicas 2) whose client
+    listener is SASL_SSL with SCRAM-SHA-512, as ``apache_kafka_sasl``."""
+    with _cluster(kafka_jars, tmp_path_factory.mktemp("apache-kafka-3-sasl"), nodes=3, security="SASL_SSL",
                   pki=pki) as cluster:
         yield cluster
