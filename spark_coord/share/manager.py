@@ -8,8 +8,9 @@
   after now minus the duration).  A partition whose log start moved past its start offset
   (retention) moves along.
 * **Share sessions**, keyed by (group, member), as Kafka's ShareSessionCache: epoch 0 opens one
-  (replacing any old one, whose records go back), each later request must carry the session's
-  next epoch (else INVALID_SHARE_SESSION_EPOCH and the session is dropped; no session:
+  (replacing any old one; records are held by the member, not the session, so it keeps them and
+  may acknowledge them in the new one), each later request must carry the session's next epoch
+  (else INVALID_SHARE_SESSION_EPOCH and the session stays as it was; no session:
   SHARE_SESSION_NOT_FOUND), -1 closes it, and the records its member still holds go back.  A
   session is not tied to a connection (librdkafka may send a session's requests over another
   connection than the one that opened it, and closes its bootstrap connections early): a member
@@ -275,17 +276,16 @@ class SharePartitionManager:
         key = (group, member_id)
         session = self.sessions.get(key)
         if epoch == OPEN_EPOCH:
-            if session is not None:
-                n = self._close(session)
-                log.info("share session %s/%s opened again; the old one's %d record(s) go back", group, member_id, n)
+            if session is not None:  # as Kafka: the old session goes, the member keeps what it holds
+                log.info("share session %s/%s opened again; the member keeps the records it holds (acknowledged "
+                         "in the new session, or back when their locks run out)", group, member_id)
             session = self.sessions[key] = ShareSession(group, member_id)
         elif session is None:
             return None, ErrorCode.SHARE_SESSION_NOT_FOUND
         elif epoch != FINAL_EPOCH:
-            if epoch != session.epoch:
-                log.info("share session %s/%s: epoch %d, expected %d; dropped", group, member_id, epoch,
+            if epoch != session.epoch:  # as Kafka: refused, and the session stays as it was
+                log.info("share session %s/%s: epoch %d, expected %d; refused", group, member_id, epoch,
                          session.epoch)
-                self._close(session)
                 return None, ErrorCode.INVALID_SHARE_SESSION_EPOCH
             session.epoch += 1
         session.used_ms = self.clock()

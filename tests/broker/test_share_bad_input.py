@@ -80,12 +80,26 @@ def test_session_epochs_out_of_order_and_unknown(conn):
     assert _ack(conn, "m1", 0, [])["error_code"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
     out = _fetch(conn, "m1", 0)
     assert out["error_code"] == 0 and _acquired(out) == [(0, 9, 1)]
-    # the next epoch is 1: 5 is out of order, and drops the session (its records go back)
+    # the next epoch is 1: 5 is out of order, refused, and the session stays as it was (as Kafka)
     assert _fetch(conn, "m1", 5)["error_code"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
-    assert _fetch(conn, "m1", 1)["error_code"] == ErrorCode.SHARE_SESSION_NOT_FOUND
-    out = _fetch(conn, "m2", 0)  # released at once: another member gets them, counted twice
-    assert _acquired(out) == [(0, 9, 2)]
+    assert _fetch(conn, "m2", 0)["error_code"] == 0 and _acquired(_fetch(conn, "m2", 1)) == []  # m1 holds them
+    out = _fetch(conn, "m1", 1, acks=[{"first_offset": 0, "last_offset": 9, "acknowledge_types": [1]}])
+    assert out["error_code"] == 0 and _part(out)["acknowledge_error_code"] == 0
     assert _fetch(conn, "m2", -2)["error_code"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+
+
+def test_a_session_opened_again_keeps_its_members_records(conn):
+    """Records are held by the member, not its session (Kafka's ShareSessionCache drops the old
+    session and releases nothing): a member that opens its session again -- as a client does after
+    a request failed on its side -- can still accept what it acquired, and nobody else gets it
+    meanwhile.  Seen from outside: a Spark query's batch went to a ShareConsumer too, its records
+    released when the query's share session started again."""
+    assert _acquired(_fetch(conn, "m1", 0)) == [(0, 9, 1)]
+    assert _fetch(conn, "m1", 0)["error_code"] == 0  # opened again: nothing new to acquire
+    assert _acquired(_fetch(conn, "m2", 0)) == []     # still m1's
+    out = _fetch(conn, "m1", 1, acks=[{"first_offset": 0, "last_offset": 9, "acknowledge_types": [1]}])
+    assert out["error_code"] == 0 and _part(out)["acknowledge_error_code"] == 0
+    assert _acquired(_fetch(conn, "m2", 1)) == []     # accepted for good
 
 
 def test_acknowledgements_that_break_the_rules_change_nothing(conn):

@@ -150,6 +150,48 @@ def test_query_beside_two_share_consumers_every_record_once_eight_tasks_per_batc
     assert all(sink.tasks[b] == 8 for b in sizes if sizes[b] >= 8), {b: (sizes[b], sink.tasks[b]) for b in sizes}
 
 
+def test_a_batch_longer_than_its_locks_keeps_them_renewed_and_is_accepted_once(spark, share_cluster, tmp_path):
+    """A batch running for several lock durations (its foreachBatch sleeps) keeps its records: the
+    query renews their locks (ShareAcknowledge v2, Renew) until the batch commits, a ShareConsumer
+    beside it never gets them, and the batch's acceptance is taken (seen from outside: records of a
+    batch that ran 23 s came to a ShareConsumer again while the query also committed them)."""
+    cluster = share_cluster
+    group, topic = "sg-renew", new_topic(cluster, 2, prefix="share")
+    lock_ms = 2000
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms=str(lock_ms), share_session_timeout_ms="30000")
+    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(400)], batch=50)
+    slept: list[int] = []
+
+    def slow_first(df, batch_id):
+        if not slept:
+            slept.append(batch_id)
+            time.sleep(3.5 * lock_ms / 1000)  # several lock durations: renewed about every lock / 3
+
+    sink = Sink(before=slow_first)
+    peer = ShareReader("c0", cluster.bootstrap, group, [topic])
+    df = share_stream(spark, cluster, topic, group)
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: slept, timeout=90, message="the query's first batch")
+        peer.start()  # joins while the first batch sleeps on its records
+        wait_until(lambda: len(sink.batches) >= 1, timeout=60, message="the first batch to finish")
+        first = {(p, o) for p, o, _, _ in sink.batches[slept[0]]}
+        produce(cluster.bootstrap, topic, [(i % 2, f"m{i}".encode(), b"v") for i in range(100)], batch=50)
+        every = {(i % 2, i // 2) for i in range(500)}
+        wait_until(lambda: sink.seen() | peer.seen() >= every, timeout=90,
+                   message=lambda: f"every record read: {len(sink.seen() | peer.seen())} of 500")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        peer.stop()
+    assert first, "the slow batch held records"
+    again = sorted(k for k in first if k in peer.seen())
+    assert not again, f"records of the slow batch went to the ShareConsumer too: {again[:10]}"
+    assert all(dc == 1 for _, _, _, dc in sink.batches[slept[0]])
+
+
 def test_a_record_that_fails_every_time_is_archived_at_the_delivery_limit_and_the_query_goes_on(
         spark, share_cluster, tmp_path):
     from spark_coord.spark.share_acks import foreach_record
