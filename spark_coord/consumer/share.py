@@ -217,11 +217,13 @@ class ShareConsumer:
             log.info("share fetch from broker %d failed (%s); its session starts again", leader, e)
             self._sessions.pop(leader, None)
             self.cluster.drop_connection(leader)
+            self._put_back(acks)
             return []
         if answer["error_code"]:
             log.info("share fetch from broker %d: %s; its session starts again", leader,
                      ErrorCode.name_of(answer["error_code"]))
             self._sessions.pop(leader, None)
+            self._put_back(acks)
             return []
         self._sessions[leader] = (epoch + 1, set(fetching))
         self.lock_timeout_ms = answer.get("acquisition_lock_timeout_ms") or self.lock_timeout_ms
@@ -247,6 +249,13 @@ class ShareConsumer:
         """Remember what a poll handed out until it is acknowledged."""
         for r in records:
             self._unacked[(r.topic, r.partition, r.offset)] = r
+
+    def _put_back(self, acks: dict[tuple[str, int], list[dict]]) -> None:
+        """Acknowledgements a failed request carried, queued again for the next one (the member
+        still holds those records in a new session: the broker keeps them with the member).  If the
+        broker had taken them after all, sending them again is answered INVALID_RECORD_STATE."""
+        for tp, batches in acks.items():
+            self._pending_ranges.setdefault(tp, []).extend(batches)
 
     def _take_pending(self, parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[dict]]:
         """The acknowledgements waiting for ``parts``, as AcknowledgementBatches, taken off the queue."""

@@ -102,3 +102,35 @@ def test_implicit_poll_accepts_the_last_one_and_an_explicit_close_hands_back_wha
     assert {r.offset for r in held} <= {r.offset for r in rest}
     assert all(r.delivery_count == (2 if r.offset in {h.offset for h in held} else 1) for r in rest)
     assert sorted(accepted | {r.offset for r in rest}) == list(range(20))
+
+
+def test_acknowledgements_of_a_share_fetch_that_failed_are_sent_with_the_next_one(bootstrap):
+    """A ShareFetch carrying acknowledgements fails on the client's side (its connection cut):
+    they are sent again in the member's new session and taken, so nothing comes back when the
+    member closes (they were dropped before, and the records went to the next member)."""
+    c = ShareConsumer(bootstrap, GROUP, [TOPIC], acknowledgement_mode="explicit", max_poll_records=50)
+    got = _poll_until(c, 20, ack="accept")
+    assert sorted(r.offset for r in got) == list(range(20))
+    conn = c.cluster.connection(0)
+    real = conn.request
+    failed = []
+
+    def cut_once(api, body, *args, **kwargs):
+        if api == ApiKey.SHARE_FETCH and not failed and any(
+                p["acknowledgement_batches"] for t in body["topics"] for p in t["partitions"]):
+            failed.append(body)
+            conn.close()
+            raise ConnectionError("connection cut by the test")
+        return real(api, body, *args, **kwargs)
+
+    conn.request = cut_once
+    try:
+        assert c.poll(0.3) == [] and failed  # the fetch with the acknowledgements failed
+    finally:
+        conn.request = real
+    _poll_until(c, 1, timeout=2)  # the new session, then the acknowledgements ride again
+    assert set(c.commit().values()) <= {0}
+    c.close()  # explicit mode: anything unacknowledged would go back now
+    with ShareConsumer(bootstrap, GROUP, [TOPIC], max_poll_records=50) as b:
+        assert _poll_until(b, 1, timeout=3) == []
+
