@@ -24,7 +24,6 @@ first use) and kcat (``apt-get install kcat``; its rows are left out without it)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -38,11 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from spark_coord.cluster import LocalCluster  # noqa: E402
 
 RECORD_SIZE = 100
-RESULTS = ROOT / "bench" / "results" / "vs_kafka_broker.json"
 
 
 def producer_perf(jars: Path, bootstrap: str, topic: str, n: int) -> dict:
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                         samples[name].setdefault(key, []).append(value)
     rows = []
     print()
-    print(f"| client, op | Apache Kafka records/s | ours records/s | ratio | Kafka p50 / p99 ms | ours p50 / p99 ms |")
+    print("| client, op | Apache Kafka records/s | ours records/s | ratio | Kafka p50 / p99 ms | ours p50 / p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for key in samples["kafka"]:
         k = statistics.median(s["records_s"] for s in samples["kafka"][key])
@@ -182,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         latency = [f"{lat[n][0]:.0f} / {lat[n][1]:.0f}" if n in lat else "" for n in ("kafka", "ours")]
         print(f"| {key} | {k:,.0f} | {o:,.0f} | {o / k:.2f} | {latency[0]} | {latency[1]} |")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"records": args.records, "runs": args.runs, "record_size": RECORD_SIZE,
-                                   "when": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
-    print(f"\nwritten {RESULTS.relative_to(ROOT)}")
+    import figures
+
+    figures.write("vs_kafka_broker", {"records": args.records, "runs": args.runs, "record_size": RECORD_SIZE,
+                                      "rows": rows})
     return 0
 
 
