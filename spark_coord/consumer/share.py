@@ -179,9 +179,13 @@ class ShareConsumer:
             if out or time.monotonic() >= deadline:
                 return out
 
-    def _fetch_round(self, wait_ms: int) -> list[ShareRecord]:
+    def _assigned(self) -> set[tuple[str, int]]:
+        """The partitions a fetch round asks for; the others leave the share session."""
         with self._lock:
-            assigned = set(self.assignment)
+            return set(self.assignment)
+
+    def _fetch_round(self, wait_ms: int) -> list[ShareRecord]:
+        assigned = self._assigned()
         by_leader: dict[int, set[tuple[str, int]]] = {}
         for t, p in assigned | set(self._pending) | set(self._pending_ranges):
             try:

@@ -268,10 +268,18 @@ class _DriverMember:
             def _hold(self, records) -> None:
                 pass
 
+            def _assigned(self) -> set:
+                # one acquisition asks for the partitions assigned when it began, in every round: a
+                # partition that left the assignment meanwhile (another member joined) would leave
+                # the share session in the next round, and the broker would release what the
+                # earlier rounds of this very batch acquired there
+                return set(self.pinned) if self.pinned is not None else super()._assigned()
+
         self.opts = opts
         self.consumer = RangeConsumer(opts.bootstrap, opts.share_group_id, opts.subscribe,
                                       acknowledgement_mode="explicit", max_wait_ms=opts.fetch_max_wait_ms,
                                       client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000)
+        self.consumer.pinned = None
         self.member_id = self.consumer.member_id
         self._io = threading.Lock()
         #: batches acquired and not yet acknowledged: number -> (ranges, last acquired or renewed)
@@ -282,24 +290,29 @@ class _DriverMember:
 
     def acquire(self, cap: int | None, wait_ms: int) -> Ranges:
         """Acquire records until ``cap`` (or what one round of fetches brings, ``CHUNK_RECORDS`` at a
-        time): the first round waits up to ``wait_ms`` for records, later ones not at all."""
+        time): the first round waits up to ``wait_ms`` for records, later ones not at all.  Every
+        round asks for the partitions assigned when the first began (``RangeConsumer._assigned``)."""
         ranges: Ranges = {}
         got = 0
         with self._io:
             c = self.consumer
             if not c._joined.wait(wait_ms / 1000):
                 return {}
-            for round_ in range(MAX_ROUNDS):
-                want = CHUNK_RECORDS if cap is None else min(CHUNK_RECORDS, cap - got)
-                if want <= 0:
-                    break
-                c.max_poll_records = want
-                out = c._fetch_round(wait_ms if round_ == 0 else 0)
-                for t, p, a, b, dc in out:
-                    ranges.setdefault((t, p), []).append((a, b, dc))
-                    got += b - a + 1
-                if not out:
-                    break
+            c.pinned = c._assigned()
+            try:
+                for round_ in range(MAX_ROUNDS):
+                    want = CHUNK_RECORDS if cap is None else min(CHUNK_RECORDS, cap - got)
+                    if want <= 0:
+                        break
+                    c.max_poll_records = want
+                    out = c._fetch_round(wait_ms if round_ == 0 else 0)
+                    for t, p, a, b, dc in out:
+                        ranges.setdefault((t, p), []).append((a, b, dc))
+                        got += b - a + 1
+                    if not out:
+                        break
+            finally:
+                c.pinned = None
         return merged(ranges)
 
     def holding(self, batch: int, ranges: Ranges) -> None:

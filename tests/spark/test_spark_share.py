@@ -150,6 +150,52 @@ def test_query_beside_two_share_consumers_every_record_once_eight_tasks_per_batc
     assert all(sink.tasks[b] == 8 for b in sizes if sizes[b] >= 8), {b: (sizes[b], sink.tasks[b]) for b in sizes}
 
 
+def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acquired(share_cluster):
+    """The query's member acquires a batch in several ShareFetch rounds.  Seen from outside (CI,
+    twice): a ShareConsumer joined while the query planned a batch, the query's member lost a
+    partition between two rounds, the next round left that partition out of its share session, and
+    the broker released what the first round had acquired there for this very batch: a
+    ShareConsumer got those records too (delivery count 2) and the query's acceptance was refused
+    with INVALID_RECORD_STATE.  Every round of one acquisition asks for the partitions assigned
+    when it began."""
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.share import _DriverMember
+
+    cluster = share_cluster
+    group, topic = "sg-rounds", new_topic(cluster, 2, prefix="share")
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms="30000", share_session_timeout_ms="30000")
+    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(400)], batch=50)
+    opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                                 "kafka.share.group.id": group}, streaming=True)
+    member = _DriverMember(opts)
+    try:
+        c = member.consumer
+        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
+        real, rounds = c._fetch_round, []
+
+        def fetch_round(wait_ms):
+            out = real(wait_ms)
+            rounds.append(out)
+            if len(rounds) == 1:  # between the rounds, partition 1 goes to a member that joined
+                with c._lock:
+                    c.assignment = {tp for tp in c.assignment if tp[1] != 1}
+            return out
+
+        c._fetch_round = fetch_round
+        ranges = member.acquire(None, 2000)
+        c._fetch_round = real
+        assert len(rounds) >= 2 and any(p == 1 for (_, p) in ranges), (rounds, ranges)
+        for tp, rs in ranges.items():
+            for a, b, _ in rs:
+                member.acknowledge(tp, a, b, "accept")
+        with member._io:
+            results = c.commit()
+        assert results and set(results.values()) == {0}, results
+    finally:
+        member.close()
+
+
 def test_a_batch_longer_than_its_locks_keeps_them_renewed_and_is_accepted_once(spark, share_cluster, tmp_path):
     """A batch running for several lock durations (its foreachBatch sleeps) keeps its records: the
     query renews their locks (ShareAcknowledge v2, Renew) until the batch commits, a ShareConsumer
