@@ -188,7 +188,9 @@ class CoordinatorElector:
         if stat is None:
             log.info("coordinator election node is gone; broker %d tries to take over", self.broker_id)
             self._spawn(self.elect())
-        elif self.check is not None and stat.czxid != self.check.epoch:
+        elif self.check is not None and stat.czxid > self.check.epoch:
+            # a later election's node (an answer about an older node can arrive after our election:
+            # watch answers come through kazoo's callback thread, our election's through the executor)
             self._resign(f"election node now belongs to epoch {stat.czxid}")
 
     def _suspended(self) -> None:
