@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_vs_kafka_broker import create_topic  # noqa: E402
 from spark_coord.cluster import LocalCluster  # noqa: E402
 
 PROGRAM = ROOT / "bench" / "java" / "GroupTimes.java"
@@ -48,17 +48,8 @@ RECORDS_PER_PARTITION = 20
 
 def fill(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        f.result(timeout=60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=10).topics[topic]
-        if len(meta.partitions) == partitions and all(p.leader >= 0 for p in meta.partitions.values()):
-            break
-        time.sleep(0.2)
+    create_topic(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for p in range(partitions):
         for i in range(RECORDS_PER_PARTITION):

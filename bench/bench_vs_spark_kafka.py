@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_spark_source as bss  # noqa: E402
+from bench_vs_kafka_broker import create_topic  # noqa: E402
 
 log = logging.getLogger("bench.vs_spark_kafka")
 PARTITIONS = 4
@@ -76,28 +77,13 @@ def reader(spark, source: str, bootstrap: str, topic: str, shape, batch: bool):
     return r.load()
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        f.result(timeout=60)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=10).topics[topic]
-        if len(meta.partitions) == PARTITIONS and all(p.leader >= 0 for p in meta.partitions.values()):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{topic} not led everywhere on {bootstrap}")
-
-
 def run_target(spark, target: str, bootstrap: str, shapes: str, args) -> list[dict]:
     rows = []
     for letter in shapes:
         shape = bss.SHAPES[letter]
         records = args.records if letter == "a" else args.records_json
         topic = f"vs-{target}-{letter}-{int(time.time())}"
-        create_topic(bootstrap, topic)
+        create_topic(bootstrap, topic, PARTITIONS)
         seconds = bss.produce(bootstrap, topic, shape, records, args.size)
         print(f"{target} {letter}: {records:,} records produced in {seconds:.1f} s", flush=True)
         for mode in ("stream", "batch"):

@@ -22,7 +22,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import free_port, fresh_chroot, group_offsets, wait_until
+from helpers import free_port, fresh_chroot, group_offsets, group_owners, wait_until
 
 from spark_coord.testing.coordinator_process import CoordinatorProcess
 
@@ -97,7 +97,6 @@ def test_query_and_cli_member_beside_kafkas_own_groups_survive_a_sigkilled_leade
 
     from peers.apache_kafka import CONSOLE_CONSUMER, kafka_tool_command
     from spark_coord.security.credentials import UserStore
-    from spark_coord.zk import paths
     from spark_coord.zk.client import close, connect
 
     cluster = apache_kafka_3_sasl
@@ -157,13 +156,7 @@ def test_query_and_cli_member_beside_kafkas_own_groups_survive_a_sigkilled_leade
                  .trigger(processingTime="200 milliseconds").start())
 
         def owners() -> dict[int, str]:
-            zk = connect(coordinator_zk)
-            try:
-                base = paths.topic_owners(group, topic)
-                return {int(p): zk.get(f"{base}/{p}")[0].decode() for p in zk.get_children(base)} \
-                    if zk.exists(base) else {}
-            finally:
-                close(zk)
+            return group_owners(coordinator_zk, group, topic)
 
         wait_until(lambda: len(owners()) == PARTITIONS and len({o.rsplit("-", 1)[0] for o in owners().values()}) == 2,
                    timeout=180, message=lambda: f"the query and the CLI member owning the partitions: {owners()}")
