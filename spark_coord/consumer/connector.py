@@ -526,13 +526,15 @@ class ConsumerCoordinatorConnector(threading.Thread):
                 threads[tp] = owned["consumer_thread_id"]
         brokers = {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]}
         log.info("StartFetcher generation %d: %d partitions", body["generation_id"], len(assignment))
+        # the generation first: an application thread may commit the moment the assignment shows
+        before, self.generation_id = self.generation_id, body["generation_id"]
         try:
             self.member.start_fetchers(body["generation_id"], assignment, threads, brokers)
         except Exception:
             log.exception("starting fetchers failed")
+            self.generation_id = before
             return ErrorCode.UNKNOWN_SERVER_ERROR
         self._threads = threads
-        self.generation_id = body["generation_id"]
         self._suspended = False
         return ErrorCode.NONE
 

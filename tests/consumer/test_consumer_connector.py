@@ -258,6 +258,33 @@ def test_commit_is_answered_on_the_member_connection(fake, make_connector):
     assert result == {("t", 0): 0, ("t", 1): 0}
 
 
+class SeesGenerationOnStart(RecordingMember):
+    """A member that notes the connector's generation the moment its assignment becomes visible
+    (an application thread that sees ``assignment()`` and commits at once stamps that generation)."""
+
+    def __init__(self, offsets):
+        super().__init__(offsets)
+        self.connector = None
+        self.seen: list[int] = []
+
+    def start_fetchers(self, generation_id, assignment, threads, brokers) -> None:
+        super().start_fetchers(generation_id, assignment, threads, brokers)
+        self.seen.append(self.connector.generation_id)
+
+
+def test_a_commit_made_as_soon_as_the_assignment_shows_carries_its_generation(fake, make_connector):
+    """A clean-clone run committed right after ``assignment()`` showed its partitions and was refused
+    STALE_GENERATION: the assignment became visible before the connector took its generation, so the
+    commit went out stamped -1."""
+    member = SeesGenerationOnStart(OFFSETS)
+    conn = make_connector(member)
+    member.connector = conn
+    session = fake.next_session()
+    assert session.start_fetcher(7, 4, {("t", 0): 10})["error_code"] == 0
+    session.start_fetcher(7, 6, {("t", 0): 10, ("t", 1): 3})
+    assert member.seen == [4, 6]
+
+
 def test_commit_without_a_coordinator_fails_at_once(make_connector):
     dead = socket.create_server(("127.0.0.1", 0))
     port = dead.getsockname()[1]
