@@ -20,6 +20,7 @@ import signal
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -236,6 +237,9 @@ def test_a_burrow_that_crashes_on_a_bug_of_its_own_is_restarted_and_asked_again(
         # connection, then crashes; the connection is reset and the request asked again
         second = b.proc.pid
         os.kill(second, signal.SIGSTOP)
+        # the stop reaches every thread a moment after kill() returns: a loaded CI run sent the
+        # request in that moment and had it answered
+        wait_until(lambda: _all_threads_stopped(second), timeout=10, message=f"Burrow ({second}) stopped")
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(b.get, b._cluster_path("topic"))
             wait_until(lambda: _established_to(b.port), timeout=10,
@@ -256,6 +260,17 @@ def test_a_burrow_that_crashes_on_a_bug_of_its_own_is_restarted_and_asked_again(
         assert b.restarts == 2 < MAX_RESTARTS
     finally:
         b.stop()
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (``T`` in /proc/<pid>/task/*/stat)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, IndexError):
+            continue
+    return bool(states) and all(s == "T" for s in states)
 
 
 def _connections(port: int) -> list[tuple[str, str, str]]:
