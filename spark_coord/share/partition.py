@@ -36,8 +36,8 @@ lookups bisect on ``first`` and every operation costs O(log n + ranges touched),
 work only for per-offset acknowledgement types.
 
 ``snapshot()`` / ``restore()`` are what the persister writes and reads: an acquisition does not
-survive a crash (the record is AVAILABLE again, its delivery count kept), an acceptance or a
-rejection does.
+survive a crash (the record is AVAILABLE again, its delivery count kept, or ARCHIVED when that
+count reached the limit, as a lock running out would leave it), an acceptance or a rejection does.
 """
 
 from __future__ import annotations
@@ -175,7 +175,9 @@ class SharePartition:
 
     @property
     def version(self) -> int:
-        """Goes up with every change that alters ``snapshot()`` (and only then)."""
+        """Goes up with every change that alters ``snapshot()`` (and otherwise only when a record
+        acquired at the delivery-count limit is released or its lock runs out: written ARCHIVED
+        already, it leaves the snapshot as it was)."""
         return self._version
 
     @property
@@ -554,12 +556,14 @@ class SharePartition:
     def snapshot(self) -> dict:
         """JSON-able: ``{"version": 1, "start": SPSO, "ranges": [[first, last, state, delivery_count],
         ...]}`` for the offsets in the window other than AVAILABLE with delivery count 0, merged;
-        ACQUIRED is written as AVAILABLE (the acquisition does not survive a crash, the count does)."""
+        ACQUIRED is written as its lock running out would leave it (an acquisition does not survive
+        a crash, its count does): AVAILABLE, or ARCHIVED once the count reached the limit -- so a
+        record handed out ``delivery_count_limit`` times is never handed out again after a crash."""
         out: list[list[int]] = []
         for r in self._ranges:
             state, count = r[2], r[3]
             if state == _ACQUIRED:
-                state = _AVAILABLE
+                state = _ARCHIVED if count >= self._limit else _AVAILABLE
             elif state == _AVAILABLE and count == 0:
                 continue
             if out:
@@ -611,6 +615,8 @@ class SharePartition:
                 raise ValueError(f"share partition snapshot: ranges[{k}] state {state}: {what}")
             if first > prev + 1:
                 pieces.append((prev + 1, first - 1, _AVAILABLE, 0, None, None))
+            if state == _AVAILABLE and count >= sp._limit:  # written under a higher limit
+                state = _ARCHIVED
             pieces.append((first, last, state, count, None, None))
             prev = last
         sp._end = prev + 1

@@ -383,3 +383,38 @@ def test_repr_and_limits():
     sp = SharePartition(3, delivery_count_limit=7, max_in_flight=11)
     assert (sp.delivery_count_limit, sp.max_in_flight) == (7, 11)
     assert "start=3" in repr(sp)
+
+
+def test_a_record_acquired_at_the_delivery_limit_is_archived_by_a_crash_not_handed_out_again():
+    """Seen from outside: with a limit of 2, records released on their first delivery and held on
+    their second came back after a leader SIGKILL with delivery count 3.  A crash loses the lock as
+    its running out would: at the limit, the record is ARCHIVED."""
+    sp = SharePartition(0, delivery_count_limit=2)
+    sp.acquire("a", [(0, 19)], max_records=20, lock_deadline=10)
+    assert sp.acknowledge("a", 0, 19, [RELEASE]) == ErrorCode.NONE
+    assert sp.acquire("b", [(0, 19)], max_records=20, lock_deadline=10) == [Acquired(0, 19, 2)]
+    snap = sp.snapshot()
+    assert snap == {"version": 1, "start": 0, "ranges": [[0, 19, RecordState.ARCHIVED, 2]]}
+    again = SharePartition.restore(json.loads(json.dumps(snap)), delivery_count_limit=2)
+    assert again.start_offset == 20  # all 20 final: the start moves past them
+    assert again.acquire("c", [(0, 19)], max_records=20, lock_deadline=10) == []
+    # one record still below the limit stays AVAILABLE beside them, with its count
+    sp = SharePartition(0, delivery_count_limit=2)
+    sp.acquire("a", [(0, 2)], max_records=3, lock_deadline=10)
+    assert sp.acknowledge("a", 0, 1, [RELEASE]) == ErrorCode.NONE
+    sp.acquire("b", [(0, 1)], max_records=1, lock_deadline=10)  # offset 0 at its second delivery
+    again = SharePartition.restore(json.loads(json.dumps(sp.snapshot())), delivery_count_limit=2)
+    assert again.start_offset == 1
+    assert again.acquire("c", [(1, 2)], max_records=5, lock_deadline=10) == [Acquired(1, 2, 2)]
+    check_ranges(again)
+
+
+def test_a_snapshot_written_under_a_higher_limit_restores_records_at_the_lower_one_archived():
+    sp = SharePartition(0, delivery_count_limit=5)
+    for _ in range(3):
+        sp.acquire("a", [(0, 3)], max_records=4, lock_deadline=10)
+        assert sp.acknowledge("a", 0, 3, [RELEASE]) == ErrorCode.NONE
+    assert sp.snapshot()["ranges"] == [[0, 3, 0, 3]]
+    again = SharePartition.restore(sp.snapshot(), delivery_count_limit=3)
+    assert again.acquire("b", [(0, 3)], max_records=4, lock_deadline=10) == []
+    assert again.start_offset == 4
