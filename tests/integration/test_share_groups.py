@@ -250,6 +250,68 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
     assert len(again) < len(everything) // 3, len(again)
 
 
+def test_records_held_at_their_last_delivery_when_the_leader_is_sigkilled_are_never_handed_out_again(
+        cluster, create, czk):
+    """Seen from outside: a ShareConsumer releases records until their last allowed delivery and
+    holds them then; the partition's leader is SIGKILLed and started again: the next consumer was
+    handed all of them once more, with a delivery count beyond the limit.  The crash ends their
+    locks as running out would: they are ARCHIVED, and the next consumer gets only what came after."""
+    import json
+
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from support import leaders
+
+    group, topic, n = "sg-limit-crash", "share-limit-crash", 20
+    lock_s = SHARE_OVERRIDES["group.share.record.lock.duration.ms"] / 1000
+    create(topic, 1)
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    produce(cluster.bootstrap, topic, [(0, f"k{i}".encode(), b"v") for i in range(n)], batch=n)
+    holder = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "client.id": "holder",
+                            "share.acknowledgement.mode": "explicit"})
+    holder.subscribe([topic])
+    held: dict[int, float] = {}
+
+    def hold_at_the_limit() -> bool:
+        released = False
+        for m in holder.poll(0.2):
+            assert m.error() is None, m.error()
+            assert m.delivery_count() <= LIMIT, (m.offset(), m.delivery_count())
+            if m.delivery_count() < LIMIT:
+                holder.acknowledge(m, AcknowledgeType.RELEASE)
+                released = True
+            else:
+                held.setdefault(m.offset(), time.monotonic())
+        if released:
+            holder.commit_sync(10)
+        return len(held) == n
+
+    def written() -> list:
+        data, _ = czk.get(f"/share-groups/{group}/{topic}/0")
+        return json.loads(data)["ranges"]
+
+    next_reader = None
+    try:
+        wait_until(hold_at_the_limit, timeout=60, message=lambda: f"{n} records held at delivery {LIMIT}; "
+                                                                  f"have {len(held)}")
+        # the acquisitions are written behind: the state of all n at count LIMIT is in ZooKeeper
+        wait_until(lambda: [r[:2] + r[3:] for r in written()] == [[0, n - 1, LIMIT]], timeout=10,
+                   message=lambda: f"the held records' state written: {written()}")
+        leader = leaders(cluster.bootstrap, topic)[0]
+        cluster.kill_broker(leader)
+        assert time.monotonic() - min(held.values()) < lock_s, "the locks ran out before the kill: no verdict"
+        cluster.start_broker(leader)
+        produce(cluster.bootstrap, topic, [(0, b"after", b"v")])
+        next_reader = ShareReader("next", cluster.bootstrap, group, [topic])
+        next_reader.start()
+        wait_until(lambda: (0, n) in next_reader.seen(), timeout=60, message="the record produced after the crash")
+        got = sorted((d.offset, d.count) for d in next_reader.deliveries)
+        assert got == [(n, 1)], f"handed out again after the crash (offset, delivery count): {got}"
+    finally:
+        if next_reader is not None:
+            next_reader.stop()
+        holder.close()
+
+
 def _member_ids(cluster, group: str) -> list[str]:
     return [m.member_id for m in describe_share_group(cluster.bootstrap, group).members]
 
