@@ -56,7 +56,11 @@ def test_join_and_kill_rebalance_and_invariants(cluster, czk, members, producer_
     ends = log_end(cluster.bootstrap, topic)
     wait_caught_up(czk, group, ends)
     samples = history.stop()
-    assert len(samples) > 20, "the ZooKeeper history is too thin to mean anything"
+    # the history means something when it saw every generation with its owners written (a count of
+    # samples does not: a loaded clean-clone run took 16 where 20 were asked, all generations in them)
+    seen = {s.generation for s in samples if s.owners}
+    assert {gen1, gen2, gen3} <= seen, f"the ZooKeeper history missed generations: saw {sorted(seen)}, " \
+                                       f"want {gen1}, {gen2}, {gen3} ({len(samples)} samples)"
     violations = invariants.check_all(_journals(ms), samples, ends)
     assert not violations, "\n".join(violations)
     # ZooKeeper owners (thread ids <consumer>-<i>) match the members' final assignment
