@@ -16,7 +16,8 @@
   connection than the one that opened it, and closes its bootstrap connections early): a member
   that dies leaves its records to their locks, and its session is dropped once idle for
   ``SESSION_IDLE_MS``.
-* **Locks**: a sweep releases records whose acquisition lock ran out.
+* **Locks**: a sweep releases records whose acquisition lock ran out (lock deadlines and idle
+  sessions are on the monotonic clock: a step of the wall clock frees no lock early, keeps none late).
 * **Persistence** (``ShareStateStore``): an acknowledgement is answered only once a write that
   covers it is in ZooKeeper, so an accepted or rejected record never comes back, even after a
   SIGKILL.  Acquisitions and lock expiries are written behind, within ``flush_interval_ms``: an
@@ -126,12 +127,17 @@ class SharePartitionManager:
 
     def __init__(self, ctx: Any, store: ShareStateStore | None = None, *,
                  settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
-                 clock: Callable[[], float] = lambda: time.time() * 1000):
+                 clock: Callable[[], float] = lambda: time.monotonic() * 1000,
+                 wall_clock: Callable[[], float] = lambda: time.time() * 1000):
         self.ctx = ctx
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
         self.flush_interval_ms = flush_interval_ms
+        #: Lock deadlines and idle sessions (ms): monotonic, as Kafka's timers, so a step of the wall
+        #: clock frees no lock early and keeps none late.
         self.clock = clock
+        #: The wall clock (ms), for what is about record timestamps (``by_duration`` resets).
+        self.wall_clock = wall_clock
         self.held: dict[Key, _Held] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[Key, asyncio.Future] = {}
@@ -231,7 +237,7 @@ class SharePartitionManager:
             return plog.log_start_offset
         if reset.startswith("by_duration:"):
             try:
-                since = self.clock() - parse_by_duration(reset)
+                since = self.wall_clock() - parse_by_duration(reset)
             except ValueError:
                 return plog.log_end_offset
             found = plog.offset_for_timestamp(int(since))
