@@ -164,16 +164,20 @@ class Broker:
 
     def _share_settings(self, group: str) -> ShareSettings:
         """What ``group``'s share partitions follow: the broker's group.share.* settings, and the
-        group's own configs where it has them (share.record.lock.duration.ms, share.auto.offset.reset)."""
+        group's own configs where it has them (share.record.lock.duration.ms, share.delivery.count.limit,
+        share.partition.max.record.locks, share.auto.offset.reset); a change applies from the next
+        acquisition, acknowledgement or lock expiry on."""
         cfg = self.config
         configs = getattr(self.ctx, "group_configs", None)
         own = configs.get(group) if configs is not None else None
-        return ShareSettings(
-            lock_duration_ms=own.share_record_lock_duration_ms if own is not None
-            else cfg["group.share.record.lock.duration.ms"],
-            delivery_count_limit=cfg["group.share.delivery.count.limit"],
-            max_in_flight=cfg["group.share.partition.max.record.locks"],
-            auto_offset_reset=own.share_auto_offset_reset if own is not None else "latest")
+        if own is None:
+            return ShareSettings(lock_duration_ms=cfg["group.share.record.lock.duration.ms"],
+                                 delivery_count_limit=cfg["group.share.delivery.count.limit"],
+                                 max_in_flight=cfg["group.share.partition.max.record.locks"])
+        return ShareSettings(lock_duration_ms=own.share_record_lock_duration_ms,
+                             delivery_count_limit=own.share_delivery_count_limit,
+                             max_in_flight=own.share_partition_max_record_locks,
+                             auto_offset_reset=own.share_auto_offset_reset)
 
     def _configs_changed(self, kind: str, name: str) -> None:
         """A topic's configs or the dynamic broker configs changed (on the loop): give the logs their new

@@ -338,7 +338,7 @@ class SharePartitionManager:
         batches = _batch_bounds(region, start_offset if start_offset is not None else 0, max_records)
         if not batches:
             return [], None
-        s = self.settings(held.key[0])
+        s = self._settings(held)
         acquired = held.sp.acquire(member_id, [(b[0], b[1]) for b in batches], max_records=max_records,
                                    lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized)
         self._mark(held)  # acquired, or gaps archived
@@ -352,10 +352,17 @@ class SharePartitionManager:
                 last_byte = end
         return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)
 
+    def _settings(self, held: _Held) -> ShareSettings:
+        """The group's settings now, its limits given to the share partition (a group's configs
+        may have changed since it loaded)."""
+        s = self.settings(held.key[0])
+        held.sp.set_limits(delivery_count_limit=s.delivery_count_limit, max_in_flight=s.max_in_flight)
+        return s
+
     def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *, renew: bool) -> tuple[ErrorCode, int]:
         """Apply a partition's AcknowledgementBatches; (first error, version to wait for)."""
         code = ErrorCode.NONE
-        s = self.settings(held.key[0])
+        s = self._settings(held)
         deadline = self.clock() + s.lock_duration_ms
         for b in batches:
             types = list(b.get("acknowledge_types") or [])
@@ -496,6 +503,7 @@ class SharePartitionManager:
             for held in list(self.held.values()):
                 deadline = held.sp.next_lock_deadline()
                 if deadline is not None and deadline <= now:
+                    self._settings(held)
                     if held.sp.expire_locks(now):
                         self._mark(held)
                         self.ctx.appends.notify((held.key[1], held.key[2]))

@@ -22,7 +22,9 @@ every change of state goes through ``SharePartition._move``, which checks it::
                                                count reached delivery_count_limit
     ACQUIRED      renew                        ACQUIRED      (new lock deadline)
     AVAILABLE     skip (offset beyond the      ARCHIVED      (count 0: a gap of a compacted
-                  window with no record)                      log, never handed out)
+                  window with no record; or     log, never handed out; or a
+                  reached by an acquisition     record delivered as often as
+                  at a lowered limit)           a lowered limit allows)
 
 ACKNOWLEDGED and ARCHIVED are final.  The SPSO moves up over the lowest offsets while they are
 final (they leave the window), never past ``end_offset``; ``move_start`` moves it by decree
@@ -188,6 +190,14 @@ class SharePartition:
     def max_in_flight(self) -> int:
         return self._max_in_flight
 
+    def set_limits(self, *, delivery_count_limit: int, max_in_flight: int) -> None:
+        """New limits (a group's configs changed): they apply from the next acquisition, release or
+        lock expiry on.  A record AVAILABLE with a count at or past a lowered delivery limit is
+        ARCHIVED when an acquisition reaches it; a window beyond a lowered ``max_in_flight`` shrinks
+        as its records finish (nothing in it is dropped)."""
+        self._limit = _check_count("delivery_count_limit", delivery_count_limit, 1)
+        self._max_in_flight = _check_count("max_in_flight", max_in_flight, 1)
+
     @property
     def archived_total(self) -> int:
         """Offsets made ARCHIVED since creation (rejected, gaps, released at the limit, skipped)."""
@@ -343,6 +353,7 @@ class SharePartition:
             prev = bl
         got_list: list[list[int]] = []
         remaining = max_records
+        archived_before = self._archived_total
         changed = False
         total = 0
         for bf, bl in batches:
@@ -389,7 +400,7 @@ class SharePartition:
         if total:
             self._deliveries_total += total
             changed = True
-        if changed:
+        if changed or self._archived_total != archived_before:
             self._advance()
             self._version += 1
         return [Acquired(f, l, c) for f, l, c in got_list]
@@ -406,7 +417,15 @@ class SharePartition:
             r = rs[j]
             if r[0] > b:
                 break
-            if r[2] == _AVAILABLE:
+            if r[2] == _AVAILABLE and r[3] >= self._limit:  # handed out as often as a lowered limit allows
+                s, e = (a if a > r[0] else r[0]), min(r[1], b)
+                pieces = [(r[0], s - 1) + r[2:]] if s > r[0] else []
+                pieces.append(self._move((s, e) + r[2:], _SKIP))
+                if e < r[1]:
+                    pieces.append((e + 1, r[1]) + r[2:])
+                edits.append((j, pieces))
+                self._archived_total += e - s + 1
+            elif r[2] == _AVAILABLE:
                 s = a if a > r[0] else r[0]
                 e = min(r[1], b, s + (budget - got) - 1)
                 pieces = [(r[0], s - 1) + r[2:]] if s > r[0] else []

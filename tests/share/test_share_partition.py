@@ -418,3 +418,28 @@ def test_a_snapshot_written_under_a_higher_limit_restores_records_at_the_lower_o
     again = SharePartition.restore(sp.snapshot(), delivery_count_limit=3)
     assert again.acquire("b", [(0, 3)], max_records=4, lock_deadline=10) == []
     assert again.start_offset == 4
+
+
+def test_limits_changed_on_a_live_partition_apply_from_the_next_move_on():
+    """A group's share.delivery.count.limit and share.partition.max.record.locks changed while its
+    partitions are loaded: records already delivered as often as the new limit allows are ARCHIVED
+    when an acquisition reaches them, and the window grows no further than the new bound."""
+    sp = SharePartition(0, delivery_count_limit=5, max_in_flight=100)
+    for _ in range(2):
+        sp.acquire("a", [(0, 9)], max_records=10, lock_deadline=10)
+        assert sp.acknowledge("a", 0, 9, [RELEASE]) == ErrorCode.NONE
+    sp.acquire("a", [(0, 9)], max_records=10, lock_deadline=10)
+    assert sp.acknowledge("a", 0, 4, [RELEASE]) == ErrorCode.NONE  # 0-4 AVAILABLE at count 3, 5-9 held
+    version = sp.version
+    sp.set_limits(delivery_count_limit=3, max_in_flight=12)
+    assert sp.version == version  # the snapshot did not change
+    assert sp.acquire("b", [(0, 9), (10, 19)], max_records=20, lock_deadline=10) == [Acquired(10, 11, 1)]
+    assert sp.start_offset == 5  # 0-4 ARCHIVED: the start moved over them
+    assert sp.archived_total == 5
+    assert sp.version > version
+    # the held ones reach the limit on release: ARCHIVED too; the start moves over them
+    assert sp.acknowledge("a", 5, 9, [RELEASE]) == ErrorCode.NONE
+    assert sp.start_offset == 10 and sp.end_offset == 12
+    check_ranges(sp)
+    with pytest.raises(ValueError, match="delivery_count_limit"):
+        sp.set_limits(delivery_count_limit=0, max_in_flight=12)
