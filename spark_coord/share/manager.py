@@ -44,7 +44,7 @@ from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "Key"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "Key"]
 
 Key = tuple[str, str, int]  # (group, topic, partition)
 
@@ -57,6 +57,13 @@ SESSION_IDLE_MS = 120_000
 RETRY_S = 0.5
 #: Earlier writes of a share partition whose answer was lost, remembered until one write succeeds.
 UNSURE_KEPT = 8
+#: How long a request waits for a new share partition's initial state to be written.
+INIT_WAIT_S = 5.0
+
+
+class ShareStateUnavailable(Exception):
+    """A share partition's state could not be read or written in ZooKeeper in time: it is not
+    served now (its fetches and acknowledgements get an error for it), and is tried again."""
 
 
 def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int, int, int, int]]:
@@ -120,6 +127,8 @@ class _Held:
     gone: bool = False
     #: What was sent in writes since ``zversion`` whose answer never came (``Write.unsure``).
     unsure: tuple[bytes, ...] = ()
+    #: Its state is in ZooKeeper (False for a new one until its first write lands: not served yet).
+    ready: bool = True
 
 
 class SharePartitionManager:
@@ -128,8 +137,9 @@ class SharePartitionManager:
     def __init__(self, ctx: Any, store: ShareStateStore | None = None, *,
                  settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
                  clock: Callable[[], float] = lambda: time.monotonic() * 1000,
-                 wall_clock: Callable[[], float] = lambda: time.time() * 1000):
+                 wall_clock: Callable[[], float] = lambda: time.time() * 1000, init_wait_s: float = INIT_WAIT_S):
         self.ctx = ctx
+        self.init_wait_s = init_wait_s
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
         self.flush_interval_ms = flush_interval_ms
@@ -183,6 +193,8 @@ class SharePartitionManager:
         topic_id = self.ctx.view.topic_id(topic)
         held = self.held.get(key)
         if held is not None and not held.gone and held.topic_id == topic_id:
+            if not held.ready:
+                await self._initialized(held)
             self._follow_log_start(held)
             return held
         pending = self._loading.get(key)
@@ -220,17 +232,29 @@ class SharePartitionManager:
         fresh = sp is None
         if sp is None:
             sp = SharePartition(self._initial_offset(plog, s.auto_offset_reset), **limits)
-        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh else sp.version)
+        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh else sp.version, ready=not fresh)
         self.held[key] = held
         self._follow_log_start(held)
         if fresh:
             log.info("share partition %s/%s-%d starts at offset %d (share.auto.offset.reset=%s)", *key,
                      sp.start_offset, s.auto_offset_reset)
-            self._mark(held)
+            await self._initialized(held)
         else:
             log.info("share partition %s/%s-%d restored at offset %d (%d in flight)", *key, sp.start_offset,
                      sp.end_offset - sp.start_offset)
         return held
+
+    async def _initialized(self, held: _Held) -> None:
+        """Wait until a new share partition's state (its start offset) is in ZooKeeper, as Kafka
+        initializes share-group state before serving it: written behind, a crash in between would
+        pick a new start on restart and the records produced meanwhile would never reach the group.
+        Raises ``ShareStateUnavailable`` after ``init_wait_s`` (the write goes on; the next request
+        waits for it again, and the start stays the one chosen first)."""
+        code = await self.durable(held, held.sp.version, timeout=self.init_wait_s)
+        if code != ErrorCode.NONE:
+            raise ShareStateUnavailable("share partition %s/%s-%d: its initial state is not in ZooKeeper (%s)"
+                                        % (*held.key, ErrorCode(code).name))
+        held.ready = True
 
     def _initial_offset(self, plog: Any, reset: str) -> int:
         if reset == "earliest":
