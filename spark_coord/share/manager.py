@@ -66,6 +66,15 @@ class ShareStateUnavailable(Exception):
     served now (its fetches and acknowledgements get an error for it), and is tried again."""
 
 
+def _clipped(snap: dict, end: int) -> dict:
+    """``snap`` (a ``SharePartition.snapshot()``) without what lies at or past ``end``, the log end:
+    a saved start past it (a truncated or replaced log) would stall the partition, and states of
+    offsets past it would be taken for the records written there next."""
+    ranges = [[first, min(last, end - 1), state, count] for first, last, state, count in snap["ranges"]
+              if first < end]
+    return {**snap, "start": min(snap["start"], end), "ranges": ranges}
+
+
 def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int, int, int, int]]:
     """(first offset, last offset, start byte, end byte) of the data batches of ``region`` (whole
     batches from one segment file), reading only their headers, up to the batch that brings the
@@ -230,11 +239,21 @@ class SharePartitionManager:
             except ValueError as e:
                 log.error("share partition %s/%s-%d: stored state unreadable (%s); starting afresh", *key, e)
         fresh = sp is None
+        clipped = False
         if sp is None:
             sp = SharePartition(self._initial_offset(plog, s.auto_offset_reset), **limits)
-        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh else sp.version, ready=not fresh)
+        elif sp.end_offset > plog.log_end_offset:
+            log.warning("share partition %s/%s-%d: its state reaches offset %d but the log ends at %d (truncated "
+                        "or replaced): the state past the log end is dropped, records written there are new",
+                        *key, sp.end_offset - 1, plog.log_end_offset)
+            sp = SharePartition.restore(_clipped(sp.snapshot(), plog.log_end_offset), **limits)
+            clipped = True
+        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh or clipped else sp.version,
+                     ready=not fresh)
         self.held[key] = held
         self._follow_log_start(held)
+        if clipped:
+            self._mark(held)
         if fresh:
             log.info("share partition %s/%s-%d starts at offset %d (share.auto.offset.reset=%s)", *key,
                      sp.start_offset, s.auto_offset_reset)

@@ -89,3 +89,35 @@ def test_a_share_partition_whose_start_cannot_be_written_is_refused_and_keeps_th
             await manager.stop()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("saved,log_end,start,counts", [
+    # the whole saved state past a shorter log: it starts at the log end
+    ({"start": 50, "ranges": [[50, 54, 2, 1], [55, 59, 0, 1]]}, 20, 20, {"acknowledged": 0, "available": 0}),
+    # the window reaches past the log end: what lies below it is kept, the rest dropped
+    ({"start": 10, "ranges": [[10, 14, 0, 1], [15, 30, 2, 1]]}, 20, 10, {"acknowledged": 5, "available": 5}),
+], ids=["start-past-the-log-end", "window-past-the-log-end"])
+def test_a_saved_state_past_a_truncated_log_is_clipped_to_the_log_end(zk, saved, log_end, start, counts):
+    """A broker restarted on a truncated or replaced log: a saved start past the log end stalled the
+    partition, and records later written at the reused offsets were skipped as already done."""
+    from spark_coord.share.store import encode
+
+    zk.create(paths.share_partition("g", "t", 0), encode({"version": 1, **saved}, None), makepath=True)
+    plog = SimpleNamespace(log_start_offset=0, log_end_offset=log_end)
+    store = GatedStore(zk)
+    store.gate.set()
+
+    async def run():
+        manager = SharePartitionManager(_ctx(zk, plog), store)
+        manager.start()
+        try:
+            held = await asyncio.wait_for(manager.partition("g", "t", 0), 10)
+            assert held.sp.start_offset == start and held.sp.end_offset == log_end
+            assert {k: held.sp.counts()[k] for k in counts} == counts
+            assert held.sp.fetch_offset() == (10 if start == 10 else log_end)
+            await manager.flush()
+            assert _stored_start(zk) == start
+        finally:
+            await manager.stop()
+
+    asyncio.run(run())
