@@ -59,6 +59,7 @@ class Key:
     minimum: int | None = None
     #: Other names of this setting (the Java client's or librdkafka's, where they differ).
     aliases: tuple[str, ...] = ()
+    maximum: int | None = None
 
     def parse(self, raw: str) -> Any:
         if self.type == "password":
@@ -69,6 +70,8 @@ class Key:
             raise ConfigError(f"{self.name}: {e}") from None
         if self.minimum is not None and value < self.minimum:
             raise ConfigError(f"{self.name}: {value} is below the minimum {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(f"{self.name}: {value} is above the maximum {self.maximum}")
         return value
 
     def render_default(self) -> str:
@@ -530,7 +533,8 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("group.share.partition.max.record.locks", "int", 2000,
         "The most records of one partition a share group has in flight (acquired, or delivered and waiting\n"
         "for the records before them to be acknowledged): a ShareFetch acquires nothing beyond it until the\n"
-        "oldest in-flight records are acknowledged. Kafka's range: 100 to 10000.", minimum=100),
+        "oldest in-flight records are acknowledged. Kafka's range: 100 to 10000 (its maximum bounds a\n"
+        "partition's state written to ZooKeeper at about 200 KB).", minimum=100, maximum=10000),
     Key("group.share.max.size", "int", 200,
         "The most members a share group may have: a member joining a full group is refused\n"
         "GROUP_MAX_SIZE_REACHED.", minimum=1),

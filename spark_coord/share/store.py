@@ -29,8 +29,26 @@ __all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE"]
 #: The version of a share partition that has no znode yet.
 NO_NODE = -1
 
-#: Operations of one ZooKeeper multi at most (ZooKeeper's jute.maxbuffer bounds a multi at 1 MB).
+#: Operations of one ZooKeeper multi at most.
 MAX_OPS = 100
+#: Bytes of data in one multi at most: ZooKeeper refuses a request over its jute.maxbuffer (1 MB by
+#: default) by dropping the connection.  A share partition's state is at most about 200 KB (a window
+#: of 10,000 locks -- group.share.partition.max.record.locks' maximum -- split into one range per offset).
+MAX_MULTI_BYTES = 512 * 1024
+
+
+def _batches(writes: list["Write"]) -> list[list["Write"]]:
+    """``writes`` cut into multis of at most ``MAX_OPS`` operations and ``MAX_MULTI_BYTES`` of data
+    (a single write larger than that goes alone)."""
+    out: list[list[Write]] = []
+    size = 0
+    for w in writes:
+        if not out or len(out[-1]) >= MAX_OPS or (out[-1] and size + len(w.data) > MAX_MULTI_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(w)
+        size += len(w.data)
+    return out
 
 
 class StateFenced(Exception):
@@ -97,19 +115,19 @@ class ShareStateStore:
         return await self.zk_call(read)
 
     async def write(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
-        """Write every entry (in multis of ``MAX_OPS``); per share partition its new znode version, or
+        """Write every entry (in multis of ``MAX_OPS`` and ``MAX_MULTI_BYTES``); per share partition its new znode version, or
         ``StateFenced`` when its version check failed.  Connection errors raise (nothing is known
         written; the caller retries)."""
         out: dict[tuple[str, str, int], int | StateFenced] = {}
-        for i in range(0, len(writes), MAX_OPS):
-            out.update(await self.zk_call(self._multi, writes[i:i + MAX_OPS]))
+        for batch in _batches(writes):
+            out.update(await self.zk_call(self._multi, batch))
         return out
 
     def write_blocking(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
         """``write`` on the calling thread (a worker thread: it blocks on ZooKeeper)."""
         out: dict[tuple[str, str, int], int | StateFenced] = {}
-        for i in range(0, len(writes), MAX_OPS):
-            out.update(self._multi(writes[i:i + MAX_OPS]))
+        for batch in _batches(writes):
+            out.update(self._multi(batch))
         return out
 
     def _multi(self, batch: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:

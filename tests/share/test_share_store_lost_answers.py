@@ -117,3 +117,25 @@ def test_the_manager_remembers_what_it_sent_when_the_answer_never_came():
         assert held.unsure == (b"sent",) and held.zversion == 4 and _key(0) in mgr._dirty
     finally:
         loop.close()
+
+
+def test_many_large_share_states_are_written_in_multis_that_fit_zookeepers_request_limit(zk):
+    """Seen from outside: fragmented windows snapshot to about 160 KB each at 10,000 locks, and seven
+    of them in one multi passed ZooKeeper's 1 MB request limit (jute.maxbuffer): ZooKeeper dropped
+    the connection, the writer took it for an outage and sent the same multi every 0.5 s, and every
+    acknowledgement on the broker stalled.  Multis are bounded in bytes as well as in operations."""
+    from spark_coord.share.partition import SharePartition
+    from spark_coord.share.store import MAX_MULTI_BYTES, encode
+
+    sp = SharePartition(0, delivery_count_limit=5, max_in_flight=10_000)
+    sp.acquire("h", [(0, 9_999)], max_records=1, lock_deadline=1)  # the first record held: the window stays
+    sp.acquire("a", [(0, 9_999)], max_records=10_000, lock_deadline=1)
+    for o in range(1, 10_000):  # accept and reject alternately: one range per offset
+        assert sp.acknowledge("a", o, o, [1 if o % 2 else 3]) == 0
+    data = encode(sp.snapshot(), bytes(16))
+    assert 100_000 < len(data) < MAX_MULTI_BYTES
+    store = _store(zk)
+    writes = [Write(G, T, p, data, NO_NODE) for p in range(16)]
+    assert store.write_blocking(writes) == {_key(p): 0 for p in range(16)}
+    assert store.multis >= -(-16 * len(data) // MAX_MULTI_BYTES)
+    assert all(_znode(zk, p) == (data, 0) for p in range(16))
