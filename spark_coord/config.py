@@ -535,6 +535,10 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "for the records before them to be acknowledged): a ShareFetch acquires nothing beyond it until the\n"
         "oldest in-flight records are acknowledged. Kafka's range: 100 to 10000 (its maximum bounds a\n"
         "partition's state written to ZooKeeper at about 200 KB).", minimum=100, maximum=10000),
+    Key("group.share.max.share.sessions", "int", 2000,
+        "The most share sessions this broker keeps (one per share-group member fetching from it): a member\n"
+        "opening a new one beyond it is refused SHARE_SESSION_LIMIT_REACHED until one closes or idles out.",
+        minimum=1),
     Key("group.share.max.size", "int", 200,
         "The most members a share group may have: a member joining a full group is refused\n"
         "GROUP_MAX_SIZE_REACHED.", minimum=1),

@@ -116,7 +116,8 @@ class Broker:
                                        cfg["connections.max.idle.ms"] / 1000,
                                        connection_auth=self.security.connection_auth, metrics=counters)
             self.ctx.server = self.server
-            self.ctx.share = SharePartitionManager(self.ctx, settings=self._share_settings)
+            self.ctx.share = SharePartitionManager(self.ctx, settings=self._share_settings,
+                                                   max_sessions=cfg["group.share.max.share.sessions"])
             self.coordination = CoordinationService(self)
             for handler in data_handlers() + self.coordination.handlers():
                 self.server.add_handler(handler)

@@ -48,8 +48,8 @@ __all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareState
 
 Key = tuple[str, str, int]  # (group, topic, partition)
 
-#: Epochs of a share session (ShareFetch / ShareAcknowledge).
-OPEN_EPOCH, FINAL_EPOCH = 0, -1
+#: Epochs of a share session (ShareFetch / ShareAcknowledge); after MAX_EPOCH comes 1, as in Kafka.
+OPEN_EPOCH, FINAL_EPOCH, MAX_EPOCH = 0, -1, 2**31 - 1
 #: A share session that saw no request for this long is dropped (its member is gone; what it held
 #: went back when the locks ran out).
 SESSION_IDLE_MS = 120_000
@@ -146,8 +146,11 @@ class SharePartitionManager:
     def __init__(self, ctx: Any, store: ShareStateStore | None = None, *,
                  settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
                  clock: Callable[[], float] = lambda: time.monotonic() * 1000,
-                 wall_clock: Callable[[], float] = lambda: time.time() * 1000, init_wait_s: float = INIT_WAIT_S):
+                 wall_clock: Callable[[], float] = lambda: time.time() * 1000, init_wait_s: float = INIT_WAIT_S,
+                 max_sessions: int = 2000):
         self.ctx = ctx
+        #: Share sessions kept at most (group.share.max.share.sessions).
+        self.max_sessions = max_sessions
         self.init_wait_s = init_wait_s
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
@@ -328,6 +331,10 @@ class SharePartitionManager:
             if session is not None:  # as Kafka: the old session goes, the member keeps what it holds
                 log.info("share session %s/%s opened again; the member keeps the records it holds (acknowledged "
                          "in the new session, or back when their locks run out)", group, member_id)
+            elif len(self.sessions) >= self.max_sessions:
+                log.warning("share session %s/%s refused: this broker keeps %d share sessions already "
+                            "(group.share.max.share.sessions)", group, member_id, len(self.sessions))
+                return None, ErrorCode.SHARE_SESSION_LIMIT_REACHED
             session = self.sessions[key] = ShareSession(group, member_id)
         elif session is None:
             return None, ErrorCode.SHARE_SESSION_NOT_FOUND
@@ -336,7 +343,7 @@ class SharePartitionManager:
                 log.info("share session %s/%s: epoch %d, expected %d; refused", group, member_id, epoch,
                          session.epoch)
                 return None, ErrorCode.INVALID_SHARE_SESSION_EPOCH
-            session.epoch += 1
+            session.epoch = 1 if session.epoch >= MAX_EPOCH else session.epoch + 1
         session.used_ms = self.clock()
         return session, ErrorCode.NONE
 

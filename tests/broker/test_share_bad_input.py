@@ -26,19 +26,24 @@ def _batch(first: int, n: int) -> bytes:
 @pytest.fixture
 def conn(broker):
     with BrokerConnection(*broker.address, timeout=10) as c:
-        out = c.request(ApiKey.CREATE_TOPICS, {"topics": [{"name": TOPIC, "num_partitions": 1,
-                                                          "replication_factor": 1}], "timeout_ms": 10000})
-        assert out["topics"][0]["error_code"] == 0
-        for first in (0, 5):
-            r = c.request(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topic_data": [
-                {"name": TOPIC, "partition_data": [{"index": 0, "records": _batch(first, 5)}]}]})
-            assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
-        out = c.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
-            {"resource_type": 32, "resource_name": GROUP, "configs": [
-                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
-            "validate_only": False}, version=1)
-        assert out["responses"][0]["error_code"] == 0, out
+        _set_up(c)
         yield c
+
+
+def _set_up(c) -> None:
+    """The topic (one partition, records 0-9 in two batches) and the group reading it from the start."""
+    out = c.request(ApiKey.CREATE_TOPICS, {"topics": [{"name": TOPIC, "num_partitions": 1,
+                                                      "replication_factor": 1}], "timeout_ms": 10000})
+    assert out["topics"][0]["error_code"] == 0
+    for first in (0, 5):
+        r = c.request(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+            {"name": TOPIC, "partition_data": [{"index": 0, "records": _batch(first, 5)}]}]})
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+    out = c.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+        {"resource_type": 32, "resource_name": GROUP, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+        "validate_only": False}, version=1)
+    assert out["responses"][0]["error_code"] == 0, out
 
 
 def _topic_id(conn) -> bytes:
@@ -159,3 +164,47 @@ def test_other_clients_are_served_throughout(conn, broker):
     with BrokerConnection(*broker.address, timeout=10) as other:
         out = _fetch(other, "good", 0)
         assert out["error_code"] == 0 and _acquired(out) == [(0, 9, 1)]
+
+
+def test_a_session_epoch_wraps_from_the_largest_int32_to_one(conn, broker):
+    """As Kafka's share (and fetch) sessions: after 2**31 - 1 the next epoch is 1, not a number the
+    request's INT32 cannot carry."""
+    assert _fetch(conn, "wrap", 0)["error_code"] == 0
+    broker.call(_set_epoch(broker, "wrap", 2**31 - 1))
+    assert _fetch(conn, "wrap", 2**31 - 1)["error_code"] == 0
+    out = _fetch(conn, "wrap", 1, acks=[{"first_offset": 0, "last_offset": 9, "acknowledge_types": [1]}])
+    assert out["error_code"] == 0 and _part(out)["acknowledge_error_code"] == 0
+    assert _fetch(conn, "wrap", 2)["error_code"] == 0
+
+
+async def _set_epoch(broker, member: str, epoch: int) -> None:
+    broker.broker.ctx.share.sessions[(GROUP, member)].epoch = epoch
+
+
+def test_a_partition_that_fails_its_checks_is_answered_and_kept_out_of_the_session(conn):
+    """A partition that does not exist, named when a session opens, gets its error once and does not
+    join the session: kept there, it made every later fetch of the session answer at once."""
+    out = _fetch(conn, "badpart", 0, partitions=(0, 7))
+    codes = {p["partition_index"]: p["error_code"] for p in out["responses"][0]["partitions"]}
+    assert codes == {0: 0, 7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert _acquired(out) == [(0, 9, 1)]
+    out = _fetch(conn, "badpart", 1, acks=[{"first_offset": 0, "last_offset": 9, "acknowledge_types": [1]}])
+    assert [p["partition_index"] for p in out["responses"][0]["partitions"]] == [0]
+    assert _part(out)["acknowledge_error_code"] == 0
+
+
+def test_share_sessions_beyond_the_brokers_limit_are_refused(broker_factory):
+    """group.share.max.share.sessions (Kafka's name and default, 2000): a new session beyond it is
+    refused SHARE_SESSION_LIMIT_REACHED; a member's own session opened again, and every session
+    already open, go on; a closed session frees its place."""
+    b = broker_factory(1, **{"group.share.max.share.sessions": 2})
+    with BrokerConnection(*b.address, timeout=10) as c:
+        _set_up(c)
+        assert _fetch(c, "s1", 0, max_records=1, batch_size=1)["error_code"] == 0
+        assert _fetch(c, "s2", 0, max_records=1, batch_size=1)["error_code"] == 0
+        assert _fetch(c, "s3", 0)["error_code"] == ErrorCode.SHARE_SESSION_LIMIT_REACHED
+        assert _fetch(c, "s1", 0, max_records=1, batch_size=1)["error_code"] == 0  # its own, opened again
+        assert _fetch(c, "s2", 1)["error_code"] == 0
+        assert _fetch(c, "s2", -1)["error_code"] == 0  # closed: its place is free
+        out = _fetch(c, "s3", 0)
+        assert out["error_code"] == 0 and _acquired(out)

@@ -191,7 +191,13 @@ async def handle(ctx, conn, header, body: dict) -> dict:
             if topic is None:
                 parts.setdefault((tid, index), _partition(index, ErrorCode.UNKNOWN_TOPIC_ID))
             elif (topic, index) not in session.partitions:
-                session.partitions.append((topic, index))
+                # checked before it joins: answered with its error once, and kept out of the session
+                # (kept in, it would make every later fetch of the session answer at once)
+                code = partition_error(ctx, conn, topic, index, allowed)
+                if code:
+                    parts.setdefault((tid, index), _partition(index, code, leader=_leader(ctx, topic, index)))
+                else:
+                    session.partitions.append((topic, index))
 
     max_records = body.get("max_records") or 500
     if max_records <= 0:
