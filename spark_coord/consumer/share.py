@@ -320,6 +320,11 @@ class ShareConsumer:
         self._pending_ranges.setdefault((topic, partition), []).append(
             {"first_offset": first, "last_offset": last, "acknowledge_types": [ACK_TYPES[kind]]})
 
+    def acknowledgements_unsent(self) -> bool:
+        """Whether acknowledgements wait to be sent (with the next poll or ``commit()``)."""
+        with self._lock:
+            return bool(self._pending or self._pending_ranges)
+
     def commit(self) -> dict[tuple[str, int], int]:
         """Send every pending acknowledgement now (a ShareAcknowledge per leader) and wait for the
         answers: ``{(topic, partition): error code}`` (0: written at the leader, for good)."""

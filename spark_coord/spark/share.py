@@ -284,6 +284,10 @@ class _DriverMember:
         self._io = threading.Lock()
         #: batches acquired and not yet acknowledged: number -> (ranges, last acquired or renewed)
         self._held: dict[int, tuple[Ranges, float]] = {}
+        #: the newest batch whose acknowledgements are queued (its locks renewed until they are sent)
+        self._settling = 0
+        #: renewal rounds sent (each renews every batch then due)
+        self.renewals = 0
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew_loop, name="coordkafka-share-renew", daemon=True)
         self._renewer.start()
@@ -313,6 +317,7 @@ class _DriverMember:
                         break
             finally:
                 c.pinned = None
+            self._settle_sent()  # the first round carried the queued acknowledgements
         return merged(ranges)
 
     def holding(self, batch: int, ranges: Ranges) -> None:
@@ -320,8 +325,16 @@ class _DriverMember:
             self._held[batch] = (ranges, time.monotonic())
 
     def settled(self, batch: int) -> None:
+        """The acknowledgements of batches up to ``batch`` are queued: their locks are renewed until
+        those are sent (with the next fetch or ``flush``), never left to run out before."""
         with self._io:
-            for b in [b for b in self._held if b <= batch]:
+            self._settling = max(self._settling, batch)
+            self._settle_sent()
+
+    def _settle_sent(self) -> None:
+        """(under ``_io``) Stop renewing the settled batches once nothing waits to be sent."""
+        if self._settling and not self.consumer.acknowledgements_unsent():
+            for b in [b for b in self._held if b <= self._settling]:
                 del self._held[b]
 
     def acknowledge(self, tp: TopicPartition, first: int, last: int, kind: str) -> None:
@@ -332,6 +345,7 @@ class _DriverMember:
         """Send the waiting acknowledgements now and wait for the answers."""
         with self._io:
             results = self.consumer.commit()
+            self._settle_sent()
         failed = {tp: code for tp, code in results.items() if code}
         if failed:
             from spark_coord.errors import ErrorCode
@@ -368,6 +382,7 @@ class _DriverMember:
                                 bad)
             for b in due:
                 self._held[b] = (self._held[b][0], now)
+            self.renewals += 1
             log.info("share group %s: renewed the locks of batch(es) %s", self.opts.share_group_id, sorted(due))
 
     def close(self) -> None:

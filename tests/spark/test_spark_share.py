@@ -196,6 +196,43 @@ def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acq
         member.close()
 
 
+def test_a_batch_whose_acceptance_is_queued_keeps_its_locks_until_it_is_sent(share_cluster):
+    """Found in review: the reader took a committed batch as settled the moment it queued the
+    batch's acceptance, which goes out with the next fetch; its locks were no longer renewed, so a
+    late trigger or a failed fetch let them run out first: the records went back to the group (a
+    ShareConsumer could take them) and the acceptance was refused.  Now they are renewed until
+    the acceptance is sent, and it is taken after several lock durations."""
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.share import _DriverMember
+
+    cluster = share_cluster
+    lock_ms = 2000
+    group, topic = "sg-queued", new_topic(cluster, 2, prefix="share")
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms=str(lock_ms), share_session_timeout_ms="30000")
+    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(100)], batch=50)
+    opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                                 "kafka.share.group.id": group}, streaming=True)
+    member = _DriverMember(opts)
+    try:
+        c = member.consumer
+        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
+        ranges = wait_until(lambda: member.acquire(None, 2000), timeout=30, message="a batch acquired")
+        member.holding(1, ranges)
+        for tp, rs in ranges.items():  # batch 1 committed: its acceptance queued for the next fetch ...
+            for a, b, _ in rs:
+                member.acknowledge(tp, a, b, "accept")
+        member.settled(1)
+        before = member.renewals  # ... which comes late: more than a lock duration passes
+        wait_until(lambda: member.renewals >= before + 4, timeout=4 * lock_ms / 1000 + 15,
+                   message="the queued batch's locks renewed while its acceptance waits")
+        with member._io:
+            results = c.commit()
+        assert results and set(results.values()) == {0}, results
+    finally:
+        member.close()
+
+
 def test_a_batch_longer_than_its_locks_keeps_them_renewed_and_is_accepted_once(spark, share_cluster, tmp_path):
     """A batch running for several lock durations (its foreachBatch sleeps) keeps its records: the
     query renews their locks (ShareAcknowledge v2, Renew) until the batch commits, a ShareConsumer
