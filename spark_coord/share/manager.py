@@ -32,6 +32,7 @@ import asyncio
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -151,6 +152,8 @@ class SharePartitionManager:
         self.ctx = ctx
         #: Share sessions kept at most (group.share.max.share.sessions).
         self.max_sessions = max_sessions
+        #: Who writes this manager's state: the broker and this incarnation of it (in every znode it writes).
+        self.writer = f"{getattr(ctx, 'broker_id', '?')}-{uuid.uuid4().hex[:12]}"
         self.init_wait_s = init_wait_s
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
@@ -492,7 +495,8 @@ class SharePartitionManager:
             held = self.held.get(key)
             if held is None or held.gone or held.sp.version == held.written:
                 continue
-            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id), held.zversion, held.unsure))
+            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer), held.zversion,
+                                held.unsure))
             taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return

@@ -68,10 +68,15 @@ class Write:
     unsure: tuple[bytes, ...] = ()
 
 
-def encode(snapshot: dict, topic_id: bytes | None) -> bytes:
+def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None) -> bytes:
+    """A znode's bytes: the snapshot, the topic's id, and who wrote it (``writer``: the broker and
+    its incarnation), so that a writer never takes another's identical state for its own earlier
+    write (``Write.unsure``)."""
     doc = dict(snapshot)
     if topic_id is not None:
         doc["topic_id"] = topic_id.hex()
+    if writer is not None:
+        doc["writer"] = writer
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -84,6 +89,7 @@ def decode(data: bytes) -> tuple[dict, bytes | None]:
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     tid = doc.pop("topic_id", None)
+    doc.pop("writer", None)
     try:
         topic_id = bytes.fromhex(tid) if isinstance(tid, str) else None
     except ValueError:

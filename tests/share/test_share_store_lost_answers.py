@@ -139,3 +139,24 @@ def test_many_large_share_states_are_written_in_multis_that_fit_zookeepers_reque
     assert store.write_blocking(writes) == {_key(p): 0 for p in range(16)}
     assert store.multis >= -(-16 * len(data) // MAX_MULTI_BYTES)
     assert all(_znode(zk, p) == (data, 0) for p in range(16))
+
+
+def test_another_writers_identical_state_is_not_taken_for_this_writers_own(zk):
+    """Found in review: a writer recognised its own earlier write by content alone, so another
+    broker's write of the same state (the same records acknowledged the same way) passed for its
+    own lost-answer write, and two writers went on.  Each znode now names its writer (the broker
+    and its incarnation)."""
+    from spark_coord.share.partition import SharePartition
+    from spark_coord.share.store import decode, encode
+
+    snap = SharePartition(7).snapshot()
+    mine, theirs = encode(snap, None, writer="2-aaaa"), encode(snap, None, writer="1-bbbb")
+    assert mine != theirs and decode(mine) == decode(theirs) == (snap, None)
+    store = _store(zk)
+    assert store.write_blocking([Write(G, T, 0, b"first", NO_NODE)]) == {_key(0): 0}
+    # this writer sent ``mine`` at version 0 and lost the answer; another wrote the same state meanwhile
+    zk.set(paths.share_partition(G, T, 0), theirs, version=0)
+    out = store.write_blocking([Write(G, T, 0, encode(SharePartition(8).snapshot(), None, writer="2-aaaa"), 0,
+                                      unsure=(mine,))])
+    assert isinstance(out[_key(0)], StateFenced)
+    assert _znode(zk, 0) == (theirs, 1)

@@ -150,6 +150,29 @@ def test_query_beside_two_share_consumers_every_record_once_eight_tasks_per_batc
     assert all(sink.tasks[b] == 8 for b in sizes if sizes[b] >= 8), {b: (sizes[b], sink.tasks[b]) for b in sizes}
 
 
+def _driver_member(cluster, group: str, lock_ms: int, records: int):
+    """The query's share-group member (as the reader's driver side hosts it) on a fresh 2-partition
+    topic of ``records`` records, read from the start with ``lock_ms`` locks; once it holds both
+    partitions."""
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.share import _DriverMember
+
+    topic = new_topic(cluster, 2, prefix="share")
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms=str(lock_ms), share_session_timeout_ms="30000")
+    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(records)], batch=50)
+    opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                                 "kafka.share.group.id": group}, streaming=True)
+    member = _DriverMember(opts)
+    c = member.consumer
+    try:
+        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
+    except BaseException:
+        member.close()
+        raise
+    return member
+
+
 def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acquired(share_cluster):
     """The query's member acquires a batch in several ShareFetch rounds.  Seen from outside (CI,
     twice): a ShareConsumer joined while the query planned a batch, the query's member lost a
@@ -158,20 +181,9 @@ def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acq
     ShareConsumer got those records too (delivery count 2) and the query's acceptance was refused
     with INVALID_RECORD_STATE.  Every round of one acquisition asks for the partitions assigned
     when it began."""
-    from spark_coord.spark.options import parse_source_options
-    from spark_coord.spark.share import _DriverMember
-
-    cluster = share_cluster
-    group, topic = "sg-rounds", new_topic(cluster, 2, prefix="share")
-    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
-                     share_record_lock_duration_ms="30000", share_session_timeout_ms="30000")
-    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(400)], batch=50)
-    opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
-                                 "kafka.share.group.id": group}, streaming=True)
-    member = _DriverMember(opts)
+    member = _driver_member(share_cluster, "sg-rounds", lock_ms=30000, records=400)
     try:
         c = member.consumer
-        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
         real, rounds = c._fetch_round, []
 
         def fetch_round(wait_ms):
@@ -202,21 +214,10 @@ def test_a_batch_whose_acceptance_is_queued_keeps_its_locks_until_it_is_sent(sha
     late trigger or a failed fetch let them run out first: the records went back to the group (a
     ShareConsumer could take them) and the acceptance was refused.  Now they are renewed until
     the acceptance is sent, and it is taken after several lock durations."""
-    from spark_coord.spark.options import parse_source_options
-    from spark_coord.spark.share import _DriverMember
-
-    cluster = share_cluster
     lock_ms = 2000
-    group, topic = "sg-queued", new_topic(cluster, 2, prefix="share")
-    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
-                     share_record_lock_duration_ms=str(lock_ms), share_session_timeout_ms="30000")
-    produce(cluster.bootstrap, topic, [(i % 2, f"k{i}".encode(), b"v") for i in range(100)], batch=50)
-    opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
-                                 "kafka.share.group.id": group}, streaming=True)
-    member = _DriverMember(opts)
+    member = _driver_member(share_cluster, "sg-queued", lock_ms=lock_ms, records=100)
     try:
         c = member.consumer
-        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
         ranges = wait_until(lambda: member.acquire(None, 2000), timeout=30, message="a batch acquired")
         member.holding(1, ranges)
         for tp, rs in ranges.items():  # batch 1 committed: its acceptance queued for the next fetch ...
