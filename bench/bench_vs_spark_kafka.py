@@ -45,14 +45,14 @@ log = logging.getLogger("bench.vs_spark_kafka")
 PARTITIONS = 4
 
 
-def session(jars: list[str], workdir: Path):
+def session(jars: list[str], workdir: Path, master: str = "local[2]"):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + paths)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-vs-spark-kafka")
+    spark = (SparkSession.builder.master(master).appName("bench-vs-spark-kafka")
              .config("spark.jars", ",".join(jars))
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
