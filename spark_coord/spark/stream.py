@@ -76,6 +76,8 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._applied: dict[TopicPartition, int] = {}
         self._target: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] = {}
+        #: the starting offsets resolved by policy (earliest, latest, a timestamp) for initialOffset
+        self._initial: dict[TopicPartition, int] = {}
         self._last_batch_at = time.monotonic()
 
     def __getstate__(self) -> dict:
@@ -109,10 +111,14 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # here; only a batch ``latestOffset`` plans carries a handed-out offset on (``$from``).
         offsets = {tp: off for tp, off in assigned.items() if off is not None}
         rest = [tp for tp, off in assigned.items() if off is None]
-        if rest:
+        unresolved = [tp for tp in rest if tp not in self._initial]
+        if unresolved:
             # 'group' without a committed offset falls back to latest, as a Kafka consumer's default reset does
             policy = "latest" if self.opts.starting == "group" else self.opts.starting
-            offsets.update(self._resolver.starting(rest, policy))
+            self._initial.update(self._resolver.starting(unresolved, policy))
+        # resolved once: Spark asks again when it plans batch 0, and "latest" moves on a topic being
+        # written -- a second answer would start the batch past the end the first one led to
+        offsets.update({tp: self._initial[tp] for tp in rest})
         log.info("initial offsets %s", offsets)
         return to_json(offsets)
 

@@ -384,3 +384,43 @@ def test_a_lease_that_runs_out_while_the_plan_waits_for_the_log_ends_keeps_the_p
     reader._resolver.cut = False
     member.renew_lease(time.monotonic() + 10.0)
     assert from_json(reader.latestOffset(start, ReadAllAvailable())) == {("t", 0): 5250, ("t", 1): 5250}
+
+
+class _GrowingLog(_Handing):
+    """No group (``assigned`` all None): the starting offsets come from the resolver, over a log that
+    grows by 100 records between any two questions (a producer writing all along)."""
+
+    def __init__(self, tps) -> None:
+        super().__init__({tp: None for tp in tps}, {tp: 1000 for tp in tps})
+
+    def latest(self, tps) -> dict:
+        for tp in self._latest:
+            self._latest[tp] += 100
+        return super().latest(tps)
+
+    def starting(self, tps, policy: str) -> dict:
+        assert policy == "latest"
+        return self.latest(tps)
+
+
+def test_the_initial_offsets_resolved_from_latest_are_the_same_each_time_spark_asks():
+    """Seen in the latency benchmark: queries from ``latest`` on a topic being written logged "planned
+    start N is after end M; skipped" for their first batch.  Spark asks ``initialOffset()`` again when
+    it plans batch 0, and each answer resolved "latest" anew: the batch started past the end the
+    first answer had led to, and skipped the partitions."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_coord.spark.offsets import from_json
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    tps = [("t", 0), ("t", 1)]
+    reader = CoordKafkaStreamReader(parse_source_options(
+        {"bootstrap.brokers": "127.0.0.1:9", "subscribe": "t", "startingOffsets": "latest"}, streaming=True))
+    reader._source = reader._resolver = _GrowingLog(tps)
+    first = reader.initialOffset()
+    end = reader.latestOffset(first, ReadAllAvailable())
+    again = reader.initialOffset()  # Spark asks again when it plans batch 0
+    assert again == first
+    planned = {(p.topic, p.partition): (p.from_offset, p.until_offset) for p in reader.partitions(again, end)}
+    assert planned == {tp: (from_json(first)[tp], from_json(end)[tp]) for tp in tps}
