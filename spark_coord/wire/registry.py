@@ -68,6 +68,7 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -127,6 +128,7 @@ MODULES: dict[int, str] = {
     ApiKey.DESCRIBE_LOG_DIRS: "describe_log_dirs", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
     ApiKey.CREATE_PARTITIONS: "create_partitions", ApiKey.DELETE_GROUPS: "delete_groups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs", ApiKey.OFFSET_DELETE: "offset_delete",
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "scram_credentials",
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "scram_credentials", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer_group_heartbeat",

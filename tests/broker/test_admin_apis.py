@@ -517,3 +517,23 @@ def test_one_admin_script_runs_with_either_client(cluster, client):
         assert dirs is None or topic in dirs
     finally:
         c.close()
+
+
+def test_describe_client_quotas_finds_none_and_refuses_a_malformed_filter(broker):
+    """No quotas are kept: any valid filter matches nothing (Kafka's answer on a cluster without
+    quotas); a filter Kafka refuses gets INVALID_REQUEST naming the problem, at both versions."""
+    with BrokerConnection(*broker.address, timeout=10) as c:
+        for version in (0, 1):
+            ok = c.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": [
+                {"entity_type": "user", "match_type": 0, "match": "alice"},
+                {"entity_type": "client-id", "match_type": 2, "match": None}], "strict": False}, version=version)
+            assert (ok["error_code"], ok["entries"]) == (0, []), ok
+            for components, words in (
+                    ([{"entity_type": "group", "match_type": 2, "match": None}], "entity type 'group'"),
+                    ([{"entity_type": "user", "match_type": 0, "match": None}], "null match"),
+                    ([{"entity_type": "user", "match_type": 2, "match": None}] * 2, "Duplicate user"),
+                    ([{"entity_type": "user", "match_type": 7, "match": None}], "match type 7")):
+                bad = c.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": components, "strict": True},
+                                version=version)
+                assert bad["error_code"] == ErrorCode.INVALID_REQUEST and words in bad["error_message"], bad
+        assert c.request(ApiKey.METADATA, {"topics": None}, version=1)["brokers"]  # still served

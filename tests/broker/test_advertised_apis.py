@@ -25,9 +25,10 @@ GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR
 #: The config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 CONFIG_APIS = {ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS}
 #: The admin surface of issue 30: CreatePartitions, DeleteRecords, DescribeLogDirs, the SCRAM user APIs and
-#: DescribeProducers (OffsetDelete is a group API).
+#: DescribeProducers (OffsetDelete is a group API), and DescribeClientQuotas (kafka-configs asks it first).
 ADMIN_APIS = {ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_LOG_DIRS,
-              ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_PRODUCERS}
+              ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_PRODUCERS,
+              ApiKey.DESCRIBE_CLIENT_QUOTAS}
 #: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the config APIs, the group APIs, share fetches and
 #: acknowledgements (KIP-932), and the coordinator protocol's requests to it (ClusterMetadata, RegisterConsumer,
 #: DescribeGroups, CommitOffsets).

@@ -32,8 +32,8 @@ def test_every_kafka_api_is_served_at_the_documented_versions():
                      # the config APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
                      32: (0, 4), 33: (0, 2), 44: (0, 1),
                      # the admin surface (issue 30): CreatePartitions, DeleteRecords, OffsetDelete,
-                     # DescribeLogDirs, Describe/AlterUserScramCredentials, DescribeProducers
-                     37: (0, 3), 21: (0, 2), 47: (0, 0), 35: (0, 4), 50: (0, 0), 51: (0, 0), 61: (0, 0),
+                     # DescribeLogDirs, Describe/AlterUserScramCredentials, DescribeProducers, DescribeClientQuotas
+                     37: (0, 3), 21: (0, 2), 47: (0, 0), 35: (0, 4), 50: (0, 0), 51: (0, 0), 61: (0, 0), 48: (0, 1),
                      **{key: {1000: (0, 1), 1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0))
                         for key in range(1000, 1007)}}
     assert protocol.served_versions(1) == (4, 17)

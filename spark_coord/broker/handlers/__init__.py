@@ -28,8 +28,8 @@ def data_handlers() -> "list[Handler]":
                                              describe_configs, fetch, incremental_alter_configs,
                                              init_producer_id, list_offsets, metadata, produce, sasl_authenticate,
                                              sasl_handshake, share_acknowledge, share_fetch)
-    from spark_coord.broker.handlers import (create_partitions, delete_records, describe_log_dirs, describe_producers,
-                                             scram_credentials)
+    from spark_coord.broker.handlers import (create_partitions, delete_records, describe_client_quotas,
+                                             describe_log_dirs, describe_producers, scram_credentials)
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
             create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER, sasl_handshake.HANDLER,
@@ -37,4 +37,4 @@ def data_handlers() -> "list[Handler]":
             describe_configs.HANDLER, alter_configs.HANDLER, incremental_alter_configs.HANDLER, share_fetch.HANDLER,
             share_acknowledge.HANDLER, create_partitions.HANDLER, delete_records.HANDLER,
             describe_log_dirs.HANDLER, describe_producers.HANDLER, scram_credentials.DESCRIBE,
-            scram_credentials.ALTER]
+            scram_credentials.ALTER, describe_client_quotas.HANDLER]
