@@ -557,7 +557,7 @@ class SharePartitionManager:
             for held in list(self.held.values()):
                 deadline = held.sp.next_lock_deadline()
                 if deadline is not None and deadline <= now:
-                    self._settings(held)
+                    self._settings(held)  # the group's limit decides which expiring records are archived
                     if held.sp.expire_locks(now):
                         self._mark(held)
                         self.ctx.appends.notify((held.key[1], held.key[2]))

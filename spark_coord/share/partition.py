@@ -417,25 +417,22 @@ class SharePartition:
             r = rs[j]
             if r[0] > b:
                 break
-            if r[2] == _AVAILABLE and r[3] >= self._limit:  # handed out as often as a lowered limit allows
-                s, e = (a if a > r[0] else r[0]), min(r[1], b)
-                pieces = [(r[0], s - 1) + r[2:]] if s > r[0] else []
-                pieces.append(self._move((s, e) + r[2:], _SKIP))
-                if e < r[1]:
-                    pieces.append((e + 1, r[1]) + r[2:])
-                edits.append((j, pieces))
-                self._archived_total += e - s + 1
-            elif r[2] == _AVAILABLE:
+            if r[2] == _AVAILABLE:
+                spent = r[3] >= self._limit  # handed out as often as a lowered limit allows: archived
                 s = a if a > r[0] else r[0]
-                e = min(r[1], b, s + (budget - got) - 1)
+                e = min(r[1], b) if spent else min(r[1], b, s + (budget - got) - 1)
                 pieces = [(r[0], s - 1) + r[2:]] if s > r[0] else []
-                m = self._move((s, e) + r[2:], _ACQUIRE, member_id, deadline)
+                m = self._move((s, e) + r[2:], _SKIP) if spent else \
+                    self._move((s, e) + r[2:], _ACQUIRE, member_id, deadline)
                 pieces.append(m)
                 if e < r[1]:
                     pieces.append((e + 1, r[1]) + r[2:])
                 edits.append((j, pieces))
-                _add_acquired(got_list, s, e, m[3])
-                got += e - s + 1
+                if spent:
+                    self._archived_total += e - s + 1
+                else:
+                    _add_acquired(got_list, s, e, m[3])
+                    got += e - s + 1
             j += 1
         # From the right, so the indices to the left hold; a range just acquired never equals
         # the AVAILABLE range on its left, so no merge reaches one not yet replaced.
