@@ -46,6 +46,26 @@ async def test_commit_offsets_checks_like_ping_offsets():
 
 
 @async_test
+async def test_a_commit_that_overtakes_the_first_start_fetcher_answer_is_taken():
+    """A member commits as soon as it started fetching: its CommitOffsets may reach the coordinator
+    before its answer to the StartFetcher that gave it the partitions (two connections, or the
+    answer still being written).  The epoch that StartFetcher carried is one the member can have."""
+    h = await Harness({"t": 2}, offsets_commit_interval_ms=60_000).start()
+    m, _ = h.register("c1", auto=False)
+    await h.settle()
+    start = m.channel.last(START)
+    epoch = start["generation_id"]
+    assert h.group().members["c1"].epoch is None  # its answer has not come
+    assert (await m.commit({("t", 0): 4}, generation=epoch + 1))["error_code"] == ErrorCode.STALE_GENERATION
+    answer = await m.commit({("t", 0): 4, ("t", 1): 2}, generation=epoch)
+    assert answer["error_code"] == 0 and set(_codes(answer).values()) == {0}
+    assert h.store.groups["g"].offsets == {("t", 0): 4, ("t", 1): 2}
+    m.answer(START)
+    await h.settle()
+    assert h.group().members["c1"].epoch == epoch and h.group().state == GroupState.STABLE
+
+
+@async_test
 async def test_commit_offsets_that_cannot_be_written_say_so():
     h = await Harness({"t": 2}).start()
     m, _ = h.register("c1")

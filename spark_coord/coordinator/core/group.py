@@ -247,9 +247,11 @@ class ConsumerRegistry:
             self.acquired.pop(tp, None)
 
     def accepts_epoch(self, epoch: object) -> bool:
-        """May a report stamped ``epoch`` come from this member at all?"""
-        return isinstance(epoch, int) and not isinstance(epoch, bool) and self.epoch is not None \
-            and 0 <= epoch <= max(self.sent_epoch, self.epoch)
+        """May a report stamped ``epoch`` come from this member at all?  Any epoch sent to it, even one
+        whose request it has not answered yet: a member commits as soon as it starts fetching, and that
+        commit may overtake its answer to the first StartFetcher."""
+        newest = max(self.sent_epoch, self.epoch if self.epoch is not None else -1)
+        return isinstance(epoch, int) and not isinstance(epoch, bool) and 0 <= epoch <= newest
 
     @property
     def connected(self) -> bool:
