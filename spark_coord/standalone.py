@@ -1,5 +1,5 @@
 """``spark-coord coordinator``: the coordinator as its own process, beside any Kafka-protocol cluster
-(DESIGN section 11, "Beside an existing cluster").
+(docs/deploying/beside-kafka.md).
 
 The process is the broker's coordinator without the data plane: the same
 ``CoordinationService`` (coordinator shards elected in ``/coordinators/shards/<n>`` with

@@ -1,4 +1,6 @@
-"""The thin consumer (DESIGN 7): a group member driven by the broker-side coordinator.
+"""The thin consumer: a group member driven by the broker-side coordinator.
+
+It is the member behind the seeds' door of DESIGN.md "One registry, several doors".
 
 ``Consumer`` is the public API; ``ConsumerCoordinatorConnector`` owns the channel to
 the coordinator; ``FetcherManager`` fetches the assigned partitions from their

@@ -19,14 +19,14 @@ and 003 sections 7, 8 and 11, with the consumer states of seeds 004:
    everything; then answer with the offsets), StartFetcher (the complete
    assignment and the new epoch: start what is new, answer).
    A request stamped with a coordinator epoch older than the newest one seen is
-   refused with STALE_COORDINATOR_EPOCH (a deposed coordinator, DESIGN 6).
+   refused with STALE_COORDINATOR_EPOCH (a deposed coordinator, DESIGN.md "Coordinator shards").
    ``commit()`` (any thread) sends CommitOffsets on the same channel; its answer
    arrives between the coordinator's requests.
 4. Lost connection, a protocol violation, or silence: go back to 1 *without
    stopping* (seeds 004, "re-discover co-ord": the member does not stop
    consumption).
 
-The lease (DESIGN 9, invariant 1): a member may fetch its assignment only until
+The lease (DESIGN.md "One holder at a time (invariant 1)"): a member may fetch its assignment only until
 its session timeout has passed since it last heard a request from a coordinator
 (``Member.renew_lease`` tells the fetchers and the delivery, which check it
 themselves).  A watchdog thread calls ``Member.connection_lost`` when the lease

@@ -1,4 +1,4 @@
-"""``Consumer``: the thin consumer's public API (DESIGN 7; seeds 001, 003 sections 7 and 11).
+"""``Consumer``: the thin consumer's public API (seeds 001, 003 sections 7 and 11).
 
 A member of a coordinator-managed group.  The coordinator decides which
 partitions it reads; the consumer only fetches them and reports how far the
@@ -19,7 +19,8 @@ changes, buffered data of the old assignment is dropped.
 
 When the coordinator goes away the consumer keeps fetching while it finds the
 next one, for up to its session timeout; a coordinator that takes it back into
-its generation (its claim matches) lets it go on without a stop.
+its generation (its claim matches) lets it go on without a stop.  The member's door into
+the coordinator: DESIGN.md "One registry, several doors".
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ RecordBatch (``records.arrow.decode_to_arrow``) and puts it into the
   first retry comes at once, for a stale pooled connection) and logs one warning
   per outage, not one per attempt.
 
-No partition is ever dropped on the way (DESIGN 9, invariant 8): the finder takes
+No partition is ever dropped on the way (the chaos runs check that no owned partition is
+left unfetched): the finder takes
 its orphans out of the shared table before placing them and puts back only those
 it could not place, so a fetcher that fails at once and hands a partition back
 while the finder is still placing cannot lose it; and an audit every

@@ -1,4 +1,4 @@
-"""The consumer-group coordinator (seeds 003 sections 2-13, DESIGN sections 6, 9 and 11).
+"""The consumer-group coordinator (seeds 003 sections 2-13).
 
 One broker at a time is elected (``elector.CoordinatorElector``); the elected one
 runs a ``coordinator.Coordinator``, made of the seeds' parts:
@@ -21,4 +21,8 @@ The core is built from injected parts -- a clock, a timer, a group store and
 member channels -- so it runs in unit tests with a hand-advanced clock and in
 production on the broker's event loop with the real ZooKeeper
 (``broker.coordination`` is the glue).
+
+The design: election and fencing in DESIGN.md "Coordinator shards", one holder per
+partition in DESIGN.md "One holder at a time (invariant 1)", Kafka's members in
+DESIGN.md "One registry, several doors".
 """

@@ -14,7 +14,8 @@ holds exactly), ``minOffsetsPerTrigger`` skips a trigger until enough records
 wait or ``maxTriggerDelay`` passed, and ``Trigger.AvailableNow`` pins the end at
 the offsets present when the query started.
 
-Committed offsets with ``group.id`` (DESIGN 9, invariant 6).  What PySpark 4
+Committed offsets with ``group.id`` (what they mean to the group: docs/spark/index.md,
+"How the group mapping works").  What PySpark 4
 does, seen in ``pyspark/sql/streaming/python_streaming_source_runner.py`` and
 in runs: it calls ``commit(end)`` lazily (for batch N when it plans N+2, or
 never), but it calls ``latestOffset(start, limit)`` only after the batch ending

@@ -320,7 +320,7 @@ def owner(g: str, t: str, partition: int) -> str:
 # ZooKeeper-mode Kafka never had share groups, so there is no Kafka layout to follow.  Ours sits
 # beside /consumers (not under it, where lag tools and our own group restore would take a share
 # group for a consumer group): one znode per share partition, written by the partition's leader
-# with a version check (DESIGN section 13).
+# with a version check (DESIGN.md "Share groups (KIP-932)").
 SHARE_GROUPS = "/share-groups"
 
 

@@ -1,5 +1,5 @@
 """The fetchers and their leader finder against a scripted cluster: no partition is ever left
-unfetched (DESIGN 9, invariant 8), a dead leader is retried with backoff, and nothing is
+unfetched, a dead leader is retried with backoff, and nothing is
 fetched or delivered after the member's lease ran out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kafka's own group consumers and admin tools in coordkafka groups (DESIGN section 11).
+"""Kafka's own group consumers and admin tools in coordkafka groups (DESIGN.md "One registry, several doors").
 
 confluent-kafka (librdkafka 2.x) and kafka-python consumers ``subscribe()`` against a
 3-broker cluster of ours: they find the coordinator, join, read everything, commit, and

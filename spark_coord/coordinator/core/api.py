@@ -1,7 +1,7 @@
 """The coordinator protocol's api keys, as the coordinator core names them.
 
 The keys and their message schemas are declared once, in ``spark_coord.wire.coordinator``
-(DESIGN section 4: keys no Kafka version uses).  After RegisterConsumer the channel is
+(keys no Kafka version uses: the coordinator APIs of docs/reference/protocol.md).  After RegisterConsumer the channel is
 driven by the coordinator: it sends Ping, StopFetcher and StartFetcher requests and the
 member answers each one.
 """

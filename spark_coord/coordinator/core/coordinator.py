@@ -1,4 +1,4 @@
-"""The consumer-group coordinator (seeds 003 sections 5-11; fencing from DESIGN section 6).
+"""The consumer-group coordinator (seeds 003 sections 5-11; fencing from DESIGN.md "Coordinator shards").
 
 The ``Coordinator`` holds the groups and ties the seeds' parts together: the
 ``PingScheduler`` (failure detection), the ``OffsetCommitter`` (offsets in,
@@ -15,8 +15,8 @@ resumes from a pause renews nobody's lease.  Timer callbacks only *post* coordin
 methods (``post``).  A store write that raises ``Fenced`` means another broker
 is coordinator now: the coordinator drops everything (``deactivate``).
 
-One owner per partition (DESIGN 9, invariant 1) across lost connections and
-failovers.  A member keeps fetching while it rediscovers a lost coordinator,
+One owner per partition (DESIGN.md "One holder at a time (invariant 1)") across lost
+connections and failovers.  A member keeps fetching while it rediscovers a lost coordinator,
 but only until its own session timeout has passed since it last heard from a
 coordinator; then it stops (its fetch loop and its delivery check that lease
 themselves, so a paused member that resumes does not deliver first).  The

@@ -6,7 +6,7 @@ or by the group's own rebalance task; timer callbacks post work instead of
 changing it.  A group has at most one rebalance task at a time
 (``GroupRegistry.rebalance_task``), so it is never rebalanced twice at once.
 
-Members and their leases (DESIGN 9, invariant 1).  A member holds an assignment
+Members and their leases (DESIGN.md "One holder at a time (invariant 1)").  A member holds an assignment
 (``ConsumerRegistry.assignment``) from the StartFetcher it answered until it
 answers StopFetcher, leaves, or the coordinator has provably outlived its lease.
 A connected member's lease is renewed by every request the coordinator sends it;
@@ -140,7 +140,7 @@ SPARK_MEMBER_PREFIX = "coordkafka-"
 class ConsumerRegistry:
     """One member: what it registered with, its channel, and the coordinator's bookkeeping.
 
-    Epochs (DESIGN 12): ``epoch`` is the member's own, from the group's counter
+    Epochs (DESIGN.md "Epochs"): ``epoch`` is the member's own, from the group's counter
     (``GroupRegistry.generation_id``); a member gets a new one with each StopFetcher v1
     and StartFetcher it answers, and keeps it while others are rebalanced.  ``acquired``
     says in which epoch the member was given each partition it holds: offsets for a

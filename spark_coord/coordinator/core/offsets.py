@@ -4,7 +4,7 @@ Offsets reach the coordinator three ways, all checked the same (``accept``):
 
 - in Ping and StopFetcher answers (the seeds' way), and in a re-registering
   member's accepted claim;
-- in a member's own CommitOffsets request (DESIGN 11, "active commit"), answered
+- in a member's own CommitOffsets request (an "active commit"; DESIGN.md "Epochs"), answered
   only once the offsets are in ZooKeeper (``handle_commit``).
 
 The checks: the epoch stamped on the report must be one the member can have (at

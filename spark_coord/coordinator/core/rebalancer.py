@@ -1,5 +1,5 @@
 """The ``Rebalancer``: one task per group that needs a new assignment (seeds 003 sections 9 and 12.7,
-made incremental: DESIGN section 12).
+made incremental: DESIGN.md "A rebalance").
 
 A group has at most one rebalance task (``GroupRegistry.rebalance_task``), so it is
 never rebalanced twice at once; ``coordinator.rebalance.threads`` bounds how many
@@ -36,8 +36,8 @@ One attempt:
 7. when every member holds its target the group is STABLE; otherwise (a member
    did not answer, a partition was still held) the attempt failed and is retried.
 
-So a partition has one holder at a time (DESIGN 9, invariant 1): it goes to a new
-holder only after the old one answered that it stopped it, left, or can no longer
+So a partition has one holder at a time (DESIGN.md "One holder at a time (invariant 1)"): it goes
+to a new holder only after the old one answered that it stopped it, left, or can no longer
 be fetching (its lease ran out and it was removed).
 
 A change while an attempt runs (a member joined or left, topics changed) does not

@@ -8,7 +8,7 @@ Layout (paths from ``zk.paths``)::
     /consumers/<g>/offsets/<t>/<p>            next offset to consume, decimal
     /consumers/<g>/owners/<t>/<p>             owning consumer thread id
 
-Fencing (DESIGN section 6): every write is one ZooKeeper multi-op that starts
+Fencing (DESIGN.md "Coordinator shards"): every write is one ZooKeeper multi-op that starts
 with two ``check`` operations from the coordinator's ``EpochCheck``:
 
 * ``/consumers/coordinator`` at the version this coordinator created it with --
