@@ -3,10 +3,9 @@
 Served: v0 (flexible).  Sent to the group's coordinator: a share-partition start offset
 per partition (topics by name).  The group must have no member (NON_EMPTY_GROUP); the
 answer has a top-level error and one per partition, topics by name and id.
-- v0 (Kafka 4.1; Kafka 4.2 adds no version).
-The copy of ``AlterShareGroupOffsetsResponse.json`` in the stored index is of a commit
-before the top-level ErrorCode and ErrorMessage were added; Kafka 4.1.0's has them, after
-ThrottleTimeMs (as code generated from it, and franz-go's definitions, have it).
+- v0 (Kafka 4.1; Kafka 4.2 adds no version): the response's top-level ErrorCode and
+  ErrorMessage come after ThrottleTimeMs.
+Where the layout was checked: docs/reference/protocol.md, "AlterShareGroupOffsets (key 91)".
 
 Clients: the Java admin client (Kafka 4.1+, ``Admin.alterShareGroupOffsets``,
 ``kafka-share-groups.sh --reset-offsets``).  librdkafka 2.15/2.16 sends none.

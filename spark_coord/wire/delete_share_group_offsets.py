@@ -3,10 +3,9 @@
 Served: v0 (flexible).  Sent to the group's coordinator with topic names; the group must
 have no member (NON_EMPTY_GROUP).  The answer has a top-level error and one per topic
 (UNKNOWN_TOPIC_OR_PARTITION...), topics by name and id.
-- v0 (Kafka 4.1; Kafka 4.2 adds no version).
-The copy of ``DeleteShareGroupOffsetsResponse.json`` in the stored index is of a commit
-whose topics still had a Partitions array; Kafka 4.1.0's has a topic-level ErrorCode and
-ErrorMessage instead (as code generated from it, and franz-go's definitions, have it).
+- v0 (Kafka 4.1; Kafka 4.2 adds no version): each topic of the response has an ErrorCode
+  and ErrorMessage, no Partitions array.
+Where the layout was checked: docs/reference/protocol.md, "DeleteShareGroupOffsets (key 92)".
 
 Clients: the Java admin client (Kafka 4.1+, ``Admin.deleteShareGroupOffsets``,
 ``kafka-share-groups.sh --delete-offsets``).  librdkafka 2.15/2.16 sends none.

@@ -7,8 +7,7 @@ for.  Errors per group (GROUP_ID_NOT_FOUND...) and per partition.
 - v0 (Kafka 4.1).
 - v1 (Kafka 4.2, KIP-1226): response Lag per partition (the records the group has still
   to deliver; -1 when not known).  The request is v0's.
-The stored copy of Kafka's JSON is v0; v1's Lag (int64, default -1, after LeaderEpoch)
-is as franz-go's definitions and other clients written against Kafka 4.2.0 have it.
+Where the layout was checked: docs/reference/protocol.md, "DescribeShareGroupOffsets (key 90)".
 
 Clients: the Java admin client (Kafka 4.1+, ``Admin.listShareGroupOffsets``,
 ``kafka-share-groups.sh --describe --offsets``).  librdkafka 2.15/2.16 sends none.
