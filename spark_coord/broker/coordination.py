@@ -107,6 +107,9 @@ class BrokerMemberChannel:
         if not self.conn.closed:
             asyncio.get_running_loop().create_task(self.conn.close())
 
+    def describe(self) -> None:
+        return None  # a member of our own protocol: its registry entry describes it
+
     def __repr__(self) -> str:
         return f"MemberChannel({self.peer})"
 

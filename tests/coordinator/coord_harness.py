@@ -49,6 +49,9 @@ class FakeChannel:
     def close(self) -> None:
         self.closed = True
 
+    def describe(self) -> None:
+        return None
+
     def requests(self, api: int) -> list[dict]:
         return [b for a, b, _ in self.sent if a == api]
 

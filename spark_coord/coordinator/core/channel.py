@@ -10,6 +10,7 @@ with it, so an answer can never be taken for the answer to another request
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 #: Called on the loop thread with the decoded answer body; never called when the
@@ -19,6 +20,25 @@ OnAnswer = Callable[[Mapping[str, Any]], None]
 
 class ChannelClosed(ConnectionError):
     """The member's connection is closed; nothing was sent."""
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A Kafka member as Kafka's describe APIs show it (DescribeGroups, ConsumerGroupDescribe): who
+    it is in the protocol it came in by."""
+
+    #: The protocol of the door it came in by: ``classic`` or ``consumer``.
+    protocol: str
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rack_id: str | None = None
+    #: A classic member: the assignment protocol it is answered in, its subscription as it sent it in
+    #: that protocol (empty: not known), and the assignment it synced last, by topic.
+    assignment_protocol: str | None = None
+    subscription: bytes = b""
+    assignment: Mapping[str, list[int]] | None = None
 
 
 @runtime_checkable
@@ -45,4 +65,9 @@ class MemberChannel(Protocol):
 
     def close(self) -> None:
         """Close the connection (idempotent).  The member rediscovers the coordinator."""
+        ...
+
+    def describe(self) -> MemberDescription | None:
+        """Who the member is in Kafka's terms; None for a member of our own protocol (its registry
+        entry describes it)."""
         ...

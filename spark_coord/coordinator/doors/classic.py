@@ -75,7 +75,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from spark_coord.coordinator.core.api import CoordinatorApi
-from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.core.channel import ChannelClosed, MemberDescription, OnAnswer
 from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
@@ -364,6 +364,11 @@ class ClassicMember(HeartbeatLease):
             if n == self.protocol:
                 return meta
         return b""
+
+    def describe(self) -> MemberDescription:
+        return MemberDescription(self.PROTOCOL, self.member_id, self.group_instance_id, self.client_id,
+                                 self.client_host, assignment_protocol=self.protocol, subscription=self.metadata(),
+                                 assignment=self.partitions)
 
 
 def offsets_answer(group_id: str, offsets: Mapping[tuple[str, int], int],
@@ -1040,28 +1045,23 @@ class ClassicGroups:
                 continue
             members, protocols = [], []
             for cid, m in sorted(group.members.items()):
-                km = m.channel if isinstance(m.channel, ClassicMember) else None
-                if km is not None:
-                    protocols.append(km.protocol)
-                    members.append({"member_id": km.member_id, "group_instance_id": km.group_instance_id,
-                                    "client_id": km.client_id, "client_host": km.client_host,
-                                    "member_metadata": km.metadata()
-                                    or encode_subscription({"topics": m.topic_count.static_topics()}, 0),
-                                    "member_assignment": _encode(km.partitions)})
-                elif hasattr(m.channel, "member_id") and hasattr(m.channel, "client_id"):  # Kafka 4's consumers
-                    members.append({"member_id": m.channel.member_id, "group_instance_id": m.channel.instance_id,
-                                    "client_id": m.channel.client_id, "client_host": m.channel.client_host,
-                                    "member_metadata": encode_subscription(
-                                        {"topics": m.topic_count.topics_in(self.c.topics)
-                                         if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0),
-                                    "member_assignment": _assignment_bytes(m)})
+                who = m.channel.describe() if m.channel is not None else None
+                if who is not None and who.protocol == "classic":
+                    protocols.append(who.assignment_protocol)
+                    metadata = who.subscription or encode_subscription({"topics": m.topic_count.static_topics()}, 0)
+                    assignment = _encode(who.assignment or {})
                 else:
+                    metadata = encode_subscription({"topics": m.topic_count.topics_in(self.c.topics)
+                                                    if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0)
+                    assignment = _assignment_bytes(m)
+                if who is None:
                     members.append({"member_id": cid, "group_instance_id": None, "client_id": "coordkafka",
-                                    "client_host": m.peer,
-                                    "member_metadata": encode_subscription(
-                                        {"topics": m.topic_count.topics_in(self.c.topics)
-                                         if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0),
-                                    "member_assignment": _assignment_bytes(m)})
+                                    "client_host": m.peer, "member_metadata": metadata,
+                                    "member_assignment": assignment})
+                else:
+                    members.append({"member_id": who.member_id, "group_instance_id": who.instance_id,
+                                    "client_id": who.client_id, "client_host": who.client_host,
+                                    "member_metadata": metadata, "member_assignment": assignment})
             protocol = next((p for p in protocols if p), None) or self.c.config.assignment_strategy
             out.append({"error_code": 0, "group_id": gid, "group_state": kafka_state(group.state),
                         "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": protocol, "members": members})

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from spark_coord.coordinator.core.api import CoordinatorApi
 from spark_coord.coordinator.core.assignors import SERVER_ASSIGNORS
-from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.core.channel import ChannelClosed, MemberDescription, OnAnswer
 from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
@@ -170,6 +170,10 @@ class ConsumerGroupMember(HeartbeatLease):
         if join is not None and not join.is_completed:
             join.gone = True
             self.door.purgatory.check_and_complete(MemberKey(self.group_id, self.member_id))
+
+    def describe(self) -> MemberDescription:
+        return MemberDescription(self.PROTOCOL, self.member_id, self.instance_id, self.client_id, self.client_host,
+                                 rack_id=self.rack_id)
 
     # ------------------------------------------------------------ heartbeats
     def _wake_join(self) -> None:
@@ -546,8 +550,8 @@ class ConsumerGroups:
     def _describe_member(self, m: ConsumerRegistry, target: Mapping[tuple[str, int], str]) -> dict:
         from spark_coord.coordinator.core.assignors import thread_owner
 
-        ch = m.channel
-        classic = getattr(ch, "PROTOCOL", None) == "classic"  # a classic member (doors.classic), by its label
+        who = m.channel.describe() if m.channel is not None else None
+        protocol = who.protocol if who is not None else m.kind
         mine = [tp for tp, th in target.items() if thread_owner(th) == m.consumer_id]
         out = {"member_id": m.external_id or client_name(m.consumer_id),
                "instance_id": client_name(m.consumer_id) if m.external_id else None,
@@ -556,13 +560,10 @@ class ConsumerGroups:
                m.topic_count.topics_in(self.c.topics), "subscribed_topic_regex": m.topic_count.pattern,
                "assignment": self._assignment(m.owned()), "target_assignment": self._assignment(mine),
                "member_type": -1}
-        if isinstance(ch, ConsumerGroupMember):
-            out.update(member_id=ch.member_id, instance_id=ch.instance_id, rack_id=ch.rack_id, client_id=ch.client_id,
-                       client_host=ch.client_host, member_type=1)
-        elif classic or m.kind == "classic":
-            out.update(member_type=0)
-            if classic:
-                out.update(client_id=ch.client_id, client_host=ch.client_host, instance_id=ch.group_instance_id)
-        elif m.kind == "consumer":
-            out.update(member_type=1)
+        if protocol in ("classic", "consumer"):
+            out.update(member_type=0 if protocol == "classic" else 1)
+        if who is not None and who.protocol == "consumer":
+            out.update(member_id=who.member_id, rack_id=who.rack_id)
+        if who is not None:
+            out.update(client_id=who.client_id, client_host=who.client_host, instance_id=who.instance_id)
         return out
