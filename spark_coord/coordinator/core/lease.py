@@ -10,10 +10,49 @@ a timer that re-arms itself when the member spoke since it was set.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from spark_coord.coordinator.core.channel import OnAnswer
+from spark_coord.coordinator.core.channel import MemberChannel, OnAnswer
 from spark_coord.errors import ErrorCode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from spark_coord.coordinator.core.clock import TimerHandle
+    from spark_coord.coordinator.core.interface import GroupCoordinator
+
+
+class _LeaseDoor(Protocol):
+    """What the lease uses of the door its member came in by."""
+
+    @property
+    def c(self) -> GroupCoordinator: ...
+
+    def session_expired(self, member: Any) -> None:  # each door takes its own member class
+        ...
+
+
+class _Leased(MemberChannel, Protocol):
+    """A member mixing ``HeartbeatLease`` in, as the lease's methods see it: what its class sets,
+    and the lease's own state.  (A self type, not attributes of the mixin: a door's ``door`` keeps
+    its own type in its class.)"""
+
+    @property
+    def door(self) -> _LeaseDoor: ...
+
+    group_id: str
+    key: str
+    session_timeout_ms: int
+    closed: bool
+    last_contact_ms: int
+    _held_ping: tuple[dict, OnAnswer] | None
+    _expiry: TimerHandle | None
+
+    def _waiting_here(self) -> bool: ...
+
+    def _answer(self, body: Mapping[str, Any]) -> dict: ...
+
+    def _arm(self, delay_ms: int | None = None) -> None: ...
+
+    def _check_expiry(self) -> None: ...
 
 
 class HeartbeatLease:
@@ -22,10 +61,15 @@ class HeartbeatLease:
     then calls ``_start_lease``."""
 
     renews_lease = False
+    #: None unless the member's door sets the server-side assignor it names.
+    assignor: str | None = None
+    last_contact_ms: int
+    _held_ping: tuple[dict, OnAnswer] | None
+    _expiry: TimerHandle | None
 
-    def _start_lease(self) -> None:
+    def _start_lease(self: _Leased) -> None:
         self.last_contact_ms = self.door.c.clock.now_ms()
-        self._held_ping: tuple[dict, OnAnswer] | None = None
+        self._held_ping = None
         self._expiry = None
         self._arm()
 
@@ -39,12 +83,12 @@ class HeartbeatLease:
         """Is one of its requests waiting here (it is alive, whatever its last contact)?"""
         return False
 
-    def _answer(self, body: Mapping[str, Any]) -> dict:
+    def _answer(self: _Leased, body: Mapping[str, Any]) -> dict:
         """A ping's or StopFetcher's answer: no offsets (a Kafka member commits them itself)."""
         return {"error_code": ErrorCode.NONE, "consumer_id": self.key,
                 "generation_id": body.get("generation_id", -1), "offsets": []}
 
-    def _ping(self, body: dict, on_answer: OnAnswer) -> None:
+    def _ping(self: _Leased, body: dict, on_answer: OnAnswer) -> None:
         now = self.door.c.clock.now_ms()
         if self._waiting_here() or now - self.last_contact_ms <= max(1, self.session_timeout_ms // 3):
             on_answer(self._answer(body))
@@ -53,14 +97,14 @@ class HeartbeatLease:
         else:
             self._held_ping = (body, on_answer)
 
-    def _arm(self, delay_ms: int | None = None) -> None:
+    def _arm(self: _Leased, delay_ms: int | None = None) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
         c = self.door.c
         self._expiry = None if self.closed else c.timer.call_later(
             self.session_timeout_ms if delay_ms is None else delay_ms, lambda: c.post(self._check_expiry))
 
-    def _check_expiry(self) -> None:
+    def _check_expiry(self: _Leased) -> None:
         self._expiry = None
         if self.closed:
             return
@@ -73,7 +117,7 @@ class HeartbeatLease:
         else:
             self.door.session_expired(self)
 
-    def contact(self) -> None:
+    def contact(self: _Leased) -> None:
         """The member sent a request: it is alive (answers a held ping), and may fetch for its
         session timeout from now."""
         self.last_contact_ms = self.door.c.clock.now_ms()
