@@ -79,8 +79,8 @@ from spark_coord.coordinator.core.channel import ChannelClosed, MemberDescriptio
 from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
-from spark_coord.coordinator.core.purgatory import GroupKey, MemberKey, Purgatory
-from spark_coord.coordinator.doors.initial_join import InitialJoin, InitialJoinPeriod, Waiter
+from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.doors.initial_join import InitialDelays
 from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_subscription, encode_assignment,
@@ -403,7 +403,7 @@ class ClassicGroups:
         #: requests are answered FENCED_INSTANCE_ID (bounded: the oldest are forgotten).
         self._fenced: dict[tuple[str, str], str] = {}
         #: Empty groups whose first JoinGroups wait for the initial rebalance delay.
-        self._initial: dict[str, InitialJoin] = {}
+        self.initial = InitialDelays(coordinator, self.purgatory, self._fence)
 
     def _hand_out(self, group_id: str, member_id: str) -> None:
         """Remember a member id given to a client for its next JoinGroup, for a while (bounded)."""
@@ -422,8 +422,7 @@ class ClassicGroups:
         self._pending_ids.clear()
         self._static.clear()
         self._fenced.clear()
-        for initial in list(self._initial.values()):
-            self._end_initial(initial, ErrorCode.NOT_COORDINATOR)
+        self.initial.reset()
         self.purgatory.cancel_all()
 
     def session_expired(self, km: ClassicMember) -> None:
@@ -449,6 +448,13 @@ class ClassicGroups:
             if member is not None:
                 self._static[(group_id, member_id)] = member.consumer_id
         return group, member
+
+    def _fence(self, group_id: str, member_id: str, instance: str) -> None:
+        """A newer incarnation of static member ``instance`` replaced ``member_id``: its requests are
+        answered FENCED_INSTANCE_ID from now on (the oldest fenced ids are forgotten past a bound)."""
+        self._fenced[(group_id, member_id)] = instance
+        while len(self._fenced) > MAX_PENDING_MEMBER_IDS:
+            del self._fenced[next(iter(self._fenced))]
 
     def _unknown(self, group_id: str, member_id: str) -> ErrorCode:
         """UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a static member a newer incarnation replaced."""
@@ -558,7 +564,7 @@ class ClassicGroups:
             self._hand_out(group_id, member_id)  # it joins again as new
             km = None
         if km is None:
-            held = await self._initial_delay(group_id, member_id, instance, rebalance, gone)
+            held = await self.initial.hold(group_id, member_id, instance, rebalance, gone)
             if held is not None:
                 return answer(held)
             group, member = self._registry(group_id, member_id)
@@ -603,99 +609,6 @@ class ClassicGroups:
         else:  # nothing changed for it: the same assignment again, at once
             km._offer(km.generation if km.generation != NO_GENERATION else max(0, member.epoch or 0),
                       dict(km.partitions), None)
-
-    # ------------------------------------------------------------ initial rebalance delay
-    def initial_delay_ms(self) -> int:
-        """``group.initial.rebalance.delay.ms`` (0: off)."""
-        return int(getattr(self.c.config, "initial_rebalance_delay_ms", 0) or 0)
-
-    async def _initial_delay(self, group_id: str, member_id: str, instance: str | None, rebalance_timeout_ms: int,
-                             gone: "asyncio.Future[Any] | None") -> ErrorCode | None:
-        """Hold the JoinGroup of a new member of an empty group (or of one whose initial delay runs)
-        until the delay is over (Kafka's InitialDelayedJoin).  None: register the member now (at
-        once when nothing is delayed); else the error to answer the JoinGroup with."""
-        initial = self._initial.get(group_id)
-        if initial is None:
-            delay = self.initial_delay_ms()
-            group = self.c.groups.get(group_id)
-            if delay <= 0 or (group is not None and (group.members or group.state == GroupState.RESTORING)):
-                return None
-            initial = self._initial[group_id] = InitialJoin(group_id, delay, self.c.clock.now_ms())
-            self._start_period(initial, delay)
-            log.info("group %s is empty: its first rebalance waits %d ms for more members "
-                     "(group.initial.rebalance.delay.ms)", group_id, delay)
-        key = registry_key(instance) if instance else member_id
-        future: asyncio.Future[ErrorCode | None] = asyncio.get_running_loop().create_future()
-        earlier = initial.add(key, Waiter(member_id, rebalance_timeout_ms, future))
-        if earlier is not None and not earlier.future.done():
-            if earlier.member_id != member_id and instance:  # a newer incarnation of a static member (KIP-345)
-                self._fenced[(group_id, earlier.member_id)] = instance
-                while len(self._fenced) > MAX_PENDING_MEMBER_IDS:
-                    del self._fenced[next(iter(self._fenced))]
-                earlier.future.set_result(ErrorCode.FENCED_INSTANCE_ID)
-            else:  # the same member joined again: its earlier JoinGroup is superseded
-                earlier.future.set_result(ErrorCode.REBALANCE_IN_PROGRESS)
-        if gone is not None:
-            gone.add_done_callback(lambda _f: self._leave_initial(group_id, key, future))
-        code = await future
-        if code is None and gone is not None and gone.done():
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if code is None and not self.c.active:
-            return ErrorCode.NOT_COORDINATOR
-        return code
-
-    def _start_period(self, initial: InitialJoin, delay_ms: int) -> None:
-        period = initial.period = InitialJoinPeriod(
-            initial.group_id, delay_ms, lambda op: self.c.post(self._period_over, initial, op))
-        self.purgatory.try_complete_else_watch(period, [GroupKey(initial.group_id)])
-
-    def _period_over(self, initial: InitialJoin, period: InitialJoinPeriod) -> None:
-        """A period of ``initial`` ended: another one if someone joined during it, else the end."""
-        if self._initial.get(initial.group_id) is not initial or initial.period is not period:
-            return
-        now = self.c.clock.now_ms()
-        following = initial.next_period_ms(now)
-        if following is not None:
-            log.info("group %s: more members joined during its initial rebalance delay; waiting %d ms more",
-                     initial.group_id, following)
-            self._start_period(initial, following)
-            return
-        log.info("group %s: initial rebalance delay over after %d ms; %d member(s) join", initial.group_id,
-                 initial.waited_ms(now), len(initial.waiters))
-        self._end_initial(initial, None)
-
-    def _end_initial(self, initial: InitialJoin, code: ErrorCode | None) -> None:
-        """The wait is over: every held JoinGroup goes on (``code`` None: its member registers now,
-        all of them before the rebalance they ask for runs) or is answered ``code``."""
-        if self._initial.get(initial.group_id) is initial:
-            del self._initial[initial.group_id]
-        if initial.period is not None and initial.period.force_complete():
-            self.purgatory.check_and_complete(GroupKey(initial.group_id))  # forget it (its timer is cancelled)
-        for waiter in list(initial.waiters.values()):
-            if not waiter.future.done():
-                waiter.future.set_result(code)
-
-    def _leave_initial(self, group_id: str, key: str, future: "asyncio.Future[ErrorCode | None]") -> bool:
-        """A held JoinGroup's member left or its connection closed: no longer held (answered
-        UNKNOWN_MEMBER_ID); a group nobody waits for any more is empty again, with no delay running."""
-        initial = self._initial.get(group_id)
-        waiter = initial.remove(key, future) if initial is not None else None
-        if initial is None or waiter is None:
-            return False
-        if not future.done():
-            future.set_result(ErrorCode.UNKNOWN_MEMBER_ID)
-        if not initial.waiters:
-            self._end_initial(initial, None)
-        return True
-
-    def _held(self, group_id: str, member_id: str) -> tuple[str, Waiter] | None:
-        """The held JoinGroup of ``member_id`` in ``group_id``'s initial delay, with its key."""
-        initial = self._initial.get(group_id)
-        if initial is not None:
-            for key, waiter in initial.waiters.items():
-                if waiter.member_id == member_id:
-                    return key, waiter
-        return None
 
     async def _wait_join(self, km: ClassicMember, gone: "asyncio.Future[Any] | None") -> dict:
         """The JoinGroup answer once the member's offer is ready (a ``DelayedJoin``)."""
@@ -773,9 +686,7 @@ class ClassicGroups:
             self.c.on_channel_closed(old)  # absent: its partitions wait for the new incarnation
         if old_id:
             self._static.pop((group_id, old_id), None)
-            self._fenced[(group_id, old_id)] = instance
-            while len(self._fenced) > MAX_PENDING_MEMBER_IDS:
-                del self._fenced[next(iter(self._fenced))]
+            self._fence(group_id, old_id, instance)
         log.info("group %s: static member %s (instance %s) replaces %s", group_id, member_id, instance, old_id)
         if not same_topics or not existing.holds_assignment:
             return None  # it joins as the instance with a new subscription: an ordinary rebalance
@@ -886,8 +797,8 @@ class ClassicGroups:
             else:
                 km = self._live(group_id, member_id)
                 group, member = self._registry(group_id, member_id)
-            held = self._held(group_id, member_id) if km is None and member_id else None
-            if held is not None and self._leave_initial(group_id, held[0], held[1].future):
+            held = self.initial.held(group_id, member_id) if km is None and member_id else None
+            if held is not None and self.initial.leave(group_id, held[0], held[1].future):
                 log.info("group %s: Kafka member %s leaves during the initial rebalance delay", group_id, member_id)
                 results.append({"member_id": member_id, "group_instance_id": instance, "error_code": 0})
                 continue
@@ -1011,7 +922,7 @@ class ClassicGroups:
                 continue
             groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
                            "group_type": kind})
-        for gid in sorted(set(self._initial) - set(self.c.groups)):  # members held by the initial delay
+        for gid in sorted(self.initial.groups() - set(self.c.groups)):  # members held by the initial delay
             if (states and "preparingrebalance" not in states) or (types and "classic" not in types):
                 continue
             groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE,
@@ -1035,7 +946,7 @@ class ClassicGroups:
                 out.append({"error_code": int(ErrorCode.GROUP_ID_NOT_FOUND), "group_id": gid, "group_state": "",
                             "protocol_type": "", "protocol_data": "", "members": []})
                 continue
-            if group is None and gid in self._initial:  # its first members wait for the initial delay
+            if group is None and gid in self.initial:  # its first members wait for the initial delay
                 out.append({"error_code": 0, "group_id": gid, "group_state": "PreparingRebalance",
                             "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": "", "members": []})
                 continue
@@ -1078,7 +989,7 @@ class ClassicGroups:
             return refused
         if self.c.group_type(group_id) == "share":  # the front door deletes share groups (doors.share_admin)
             return ErrorCode.GROUP_ID_NOT_FOUND
-        if group_id in self._initial:  # members wait for its first rebalance
+        if group_id in self.initial:  # members wait for its first rebalance
             return ErrorCode.NON_EMPTY_GROUP
         try:
             return await self.c.delete_group(group_id)
