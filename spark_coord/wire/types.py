@@ -14,8 +14,9 @@ without ever reading the log into memory.
 
 from __future__ import annotations
 
+import builtins
 import struct
-from typing import Union
+from typing import Literal, Union, overload
 
 from spark_coord.records.region import FileRegion
 from spark_coord.records.varint import VarintError, encode_uvarint, read_uvarint
@@ -151,7 +152,14 @@ class Reader:
         return (raw >> 1) ^ -(raw & 1)
 
     # ------------------------------------------------------------------- lengths
-    def _length(self, compact: bool, nullable: bool, wide: bool, what: str) -> int | None:
+    @overload
+    def _length(self, compact: builtins.bool, nullable: Literal[False], wide: builtins.bool, what: str) -> int: ...
+
+    @overload
+    def _length(self, compact: builtins.bool, nullable: builtins.bool, wide: builtins.bool,
+                what: str) -> int | None: ...
+
+    def _length(self, compact: builtins.bool, nullable: builtins.bool, wide: builtins.bool, what: str) -> int | None:
         """A length prefix: int16/int32 (-1 = null) or compact uvarint (0 = null, else N+1).
 
         The length is checked against the bytes remaining; None means null.
@@ -203,7 +211,7 @@ class Reader:
         n = self._length(True, True, False, "bytes")
         return None if n is None else self.take(n)
 
-    def array_length(self, min_element_size: int, compact: bool, nullable: bool) -> int | None:
+    def array_length(self, min_element_size: int, compact: builtins.bool, nullable: builtins.bool) -> int | None:
         """An array's element count, refused unless ``count * min_element_size`` bytes remain.
 
         ``min_element_size`` is at least 1, so even arrays of empty structs cannot make
@@ -327,7 +335,7 @@ class Writer:
             first = self._parts[0]
             if isinstance(first, FileRegion) or len(first) < position + 4:
                 raise EncodeError("cannot patch a position that is not in the first bytes part")
-            self._parts[0] = first[:position] + _I32.pack(value) + first[position + 4:]
+            self._parts[0] = b"".join((first[:position], _I32.pack(value), first[position + 4:]))
         else:
             _I32.pack_into(self._buf, position, value)
 
@@ -379,7 +387,7 @@ class Writer:
         self._buf += _uvarint_bytes(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
     # ------------------------------------------------------------------- lengths
-    def length(self, n: int | None, compact: bool, wide: bool) -> None:
+    def length(self, n: int | None, compact: builtins.bool, wide: builtins.bool) -> None:
         """A length prefix for a string, bytes or array; None writes the null marker."""
         if compact:
             self.uvarint(0 if n is None else n + 1)
@@ -390,7 +398,7 @@ class Writer:
                 raise EncodeError(f"string of {n} bytes is too long for an int16 length")
             self.int16(-1 if n is None else n)
 
-    def string(self, s: str | None, compact: bool) -> None:
+    def string(self, s: str | None, compact: builtins.bool) -> None:
         if s is None:
             self.length(None, compact, False)
             return
@@ -398,7 +406,7 @@ class Writer:
         self.length(len(data), compact, False)
         self._buf += data
 
-    def bytes_(self, b, compact: bool) -> None:
+    def bytes_(self, b, compact: builtins.bool) -> None:
         if b is None:
             self.length(None, compact, True)
             return
