@@ -12,7 +12,9 @@ Contract (see ``protocol`` for the entry points):
   superset dict for every version.  Records fields accept None, bytes, bytearray,
   memoryview, a ``FileRegion``, or a list of such pieces (concatenated; regions are
   never read).  A value that cannot be encoded raises ``EncodeError`` (a ValueError)
-  naming the field's path.
+  naming the field's path.  A key that is a field of no version of its message or
+  struct (a typo) is ignored, or with ``SPARK_COORD_STRICT_WIRE=1`` (the test suite)
+  raises ``UnknownKeyError`` naming the message, the version and the key.
 - Decode: every field of the schema is present in the result; those absent in the
   version hold their defaults.  Records fields decode to a zero-copy memoryview of
   the frame (or None).  Malformed, truncated or inconsistent input raises

@@ -77,6 +77,8 @@ class ConsumerProtocolError(ProtocolError):
 def _encode(message: Message, body: dict, version: int) -> bytes:
     if not 0 <= version <= LATEST_VERSION:
         raise EncodeError(f"{message.name}: no version {version} (known: 0-{LATEST_VERSION})")
+    if "version" in body:  # a decoded body's version: the int16 before the struct, not a field of it
+        body = {k: v for k, v in body.items() if k != "version"}
     w = Writer()
     w.int16(version)
     message.encode(w, body, version)

@@ -17,13 +17,19 @@ version into a ``StructCodec`` (cached), whose ``decode(reader) -> dict`` and
 Encoding is forgiving by design, so that a handler can build one superset dict for
 every version: a missing key takes the field's default, keys of fields not in the
 version are ignored, and None for a field that is not nullable in that version is
-written as the empty value.  Decoding is strict: anything malformed raises
-``ProtocolError``, and every field of the schema is present in the result (fields
-absent from the version hold their defaults).
+written as the empty value.  A key that is a field of *no* version of its message (or
+struct) is a typo, which would otherwise go out as the field's default: in strict mode
+(``SPARK_COORD_STRICT_WIRE=1``, which the test suite sets, so the brokers it starts inherit
+it) encoding raises ``UnknownKeyError`` naming the message, the version, the key and
+where it is; otherwise the key is ignored, at no cost (the check is skipped).  Decoding is
+strict: anything malformed raises ``ProtocolError``, and every field of the schema is
+present in the result (fields absent from the version hold their defaults), so a
+decoded dict encodes again in strict mode.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass, field as dc_field
@@ -32,9 +38,31 @@ from typing import Any, Callable
 from spark_coord.records.region import FileRegion
 from spark_coord.wire.types import EncodeError, ProtocolError, Reader, Writer
 
-__all__ = ["Field", "Message", "StructCodec", "Versions", "snake_case"]
+__all__ = ["Field", "Message", "StructCodec", "UnknownKeyError", "Versions", "snake_case", "STRICT_ENV"]
 
 _MISSING: Any = object()
+
+#: The environment variable that turns strict encoding on (``1``); read at import, so a process
+#: started by one in strict mode is strict too.  ``STRICT`` may be set at run time (tests).
+STRICT_ENV = "SPARK_COORD_STRICT_WIRE"
+STRICT: bool = os.environ.get(STRICT_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class UnknownKeyError(EncodeError):
+    """Strict mode: a body has a key that no version of its message (or of the struct holding it) has."""
+
+    def __init__(self, message: str, version: int, key: str, path: str = ""):
+        self.message, self.version, self.key, self.path = message, version, key, path
+        where = f" in {path}" if path else ""
+        super().__init__(f"{message} v{version}: unknown key {key!r}{where} (a field of no version)")
+
+    def within(self, prefix: str) -> "UnknownKeyError":
+        """The same error one struct further out (``prefix``: the key or ``[index]`` holding it)."""
+        if not self.path:
+            path = prefix
+        else:
+            path = f"{prefix}{self.path}" if self.path.startswith("[") else f"{prefix}.{self.path}"
+        return UnknownKeyError(self.message, self.version, self.key, path)
 
 # type name -> (Reader method, Writer method, encoded size, default value)
 _FIXED: dict[str, tuple[str, str, int, Any]] = {
@@ -147,7 +175,7 @@ class Message:
         if codec is None:
             if version not in self.valid_versions:
                 raise ValueError(f"{self.name} has no version {version} (valid: {self.valid})")
-            codec = StructCodec(self.name, self.fields, version, self.is_flexible(version))
+            codec = StructCodec(self.name, self.fields, version, self.is_flexible(version), self.name)
             self._codecs[version] = codec
         return codec
 
@@ -169,6 +197,7 @@ class _ValueCodec:
     encode: Encoder
     min_size: int
     default: Callable[[], Any]
+    check: Callable[[Any], None] | None = None  # strict mode: the keys of a struct value, for fields not encoded
 
 
 def _records_size(value) -> int:
@@ -243,7 +272,7 @@ def _fixed_codec(type_name: str, default: Any) -> _ValueCodec:
 
 
 def _element_codec(type_name: str, fields: list[Field] | None, name: str, version: int,
-                   flexible: bool) -> _ValueCodec:
+                   flexible: bool, message: str) -> _ValueCodec:
     """The codec of one array element (never nullable)."""
     if type_name in _FIXED:
         return _fixed_codec(type_name, _FIXED[type_name][3])
@@ -253,12 +282,12 @@ def _element_codec(type_name: str, fields: list[Field] | None, name: str, versio
         return _bytes_codec(flexible, False, b"")
     if type_name == "records":
         return _records_codec(flexible, False, None)
-    nested = StructCodec(f"{name}[]", fields or [], version, flexible)
-    return _ValueCodec(nested.decode, nested.encode, nested.min_size, nested.default)
+    nested = StructCodec(f"{name}[]", fields or [], version, flexible, message)
+    return _ValueCodec(nested.decode, nested.encode, nested.min_size, nested.default, nested.check)
 
 
 def _array_codec(elem: _ValueCodec, compact: bool, nullable: bool, default: Any) -> _ValueCodec:
-    elem_decode, elem_encode, elem_size = elem.decode, elem.encode, elem.min_size
+    elem_decode, elem_encode, elem_size, elem_check = elem.decode, elem.encode, elem.min_size, elem.check
 
     def decode(r: Reader):
         n = r.array_length(elem_size, compact, nullable)
@@ -277,12 +306,19 @@ def _array_codec(elem: _ValueCodec, compact: bool, nullable: bool, default: Any)
             try:
                 elem_encode(w, item)
             except EncodeError as e:
-                raise EncodeError(_join(f"[{i}]", e)) from e
+                raise _within(f"[{i}]", e) from e
+    def check(value) -> None:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                try:
+                    elem_check(item)
+                except UnknownKeyError as e:
+                    raise e.within(f"[{i}]") from e
     if default is _MISSING:
         factory: Callable[[], Any] = list
     else:
         factory = (lambda: default)
-    return _ValueCodec(decode, encode, 1 if compact else 4, factory)
+    return _ValueCodec(decode, encode, 1 if compact else 4, factory, None if elem_check is None else check)
 
 
 def _struct_field_codec(nested: "StructCodec", nullable: bool, default: Any) -> _ValueCodec:
@@ -290,7 +326,7 @@ def _struct_field_codec(nested: "StructCodec", nullable: bool, default: Any) -> 
     if not nullable:
         def encode(w: Writer, value) -> None:
             nested.encode(w, {} if value is None else value)
-        return _ValueCodec(nested.decode, encode, nested.min_size, nested.default)
+        return _ValueCodec(nested.decode, encode, nested.min_size, nested.default, nested.check)
 
     def decode_nullable(r: Reader):
         marker = r.int8()
@@ -307,15 +343,15 @@ def _struct_field_codec(nested: "StructCodec", nullable: bool, default: Any) -> 
             w.int8(1)
             nested.encode(w, value)
     factory = (lambda: None) if default is _MISSING else (lambda: default)
-    return _ValueCodec(decode_nullable, encode_nullable, 1, factory)
+    return _ValueCodec(decode_nullable, encode_nullable, 1, factory, nested.check)
 
 
-def _field_codec(f: Field, version: int, flexible: bool) -> _ValueCodec:
+def _field_codec(f: Field, version: int, flexible: bool, message: str) -> _ValueCodec:
     nullable = f.nullable_in(version)
     has_nullable = f.nullable is not None and f.nullable != "none"
     default = f.default
     if f.type.startswith("[]"):
-        elem = _element_codec(f.type[2:], f.fields, f.name, version, flexible)
+        elem = _element_codec(f.type[2:], f.fields, f.name, version, flexible, message)
         if default is _MISSING and has_nullable:
             default = None
         return _array_codec(elem, flexible, nullable, default)
@@ -329,7 +365,7 @@ def _field_codec(f: Field, version: int, flexible: bool) -> _ValueCodec:
                 default = "" if f.type == "string" else b""
         maker = {"string": _string_codec, "bytes": _bytes_codec, "records": _records_codec}[f.type]
         return maker(flexible, nullable, default)
-    nested = StructCodec(f.name, f.fields or [], version, flexible)
+    nested = StructCodec(f.name, f.fields or [], version, flexible, message)
     return _struct_field_codec(nested, nullable, default)
 
 
@@ -339,24 +375,40 @@ def _join(prefix: str, error: EncodeError) -> str:
     return f"{prefix}{text}" if text.startswith("[") else f"{prefix}.{text}"
 
 
+def _within(prefix: str, error: EncodeError) -> EncodeError:
+    """``error`` raised inside the field or element ``prefix``, with the path grown by it."""
+    if isinstance(error, UnknownKeyError):
+        return error.within(prefix)
+    return EncodeError(_join(prefix, error))
+
+
 # ------------------------------------------------------------------------ structs
 class StructCodec:
-    """A message or nested struct compiled for one version."""
+    """A message or nested struct compiled for one version (``message``: the message it belongs to)."""
 
-    def __init__(self, name: str, fields: list[Field], version: int, flexible: bool):
+    def __init__(self, name: str, fields: list[Field], version: int, flexible: bool, message: str | None = None):
         self.name = name
+        self.message = message or name
         self.version = version
         self.flexible = flexible
+        # every key of every version: a field of another version is normal in a superset dict
+        self._known = frozenset(f.key for f in fields)
         self._plain: list[tuple[str, Decoder, Encoder, Callable[[], Any]]] = []
         self._absent: list[tuple[str, Callable[[], Any]]] = []
         self._tagged: dict[int, tuple[str, Decoder, Encoder, Callable[[], Any], bytes]] = {}
+        self._checks: list[tuple[str, Callable[[Any], None]]] = []  # struct-valued fields, for check()
+        self._unencoded_checks: list[tuple[str, Callable[[Any], None]]] = []  # those not in the version
         seen: set[str] = set()
         min_size = 1 if flexible else 0  # the tagged-field count
         for f in fields:
             if f.key in seen:
                 raise ValueError(f"{name}: duplicate field {f.key}")
             seen.add(f.key)
-            codec = _field_codec(f, version, flexible)
+            codec = _field_codec(f, version, flexible, self.message)
+            if codec.check is not None:
+                self._checks.append((f.key, codec.check))
+                if not f.in_version(version):
+                    self._unencoded_checks.append((f.key, codec.check))
             if not f.in_version(version):
                 self._absent.append((f.key, codec.default))
             elif f.tagged_in(version):
@@ -400,6 +452,10 @@ class StructCodec:
     def encode(self, w: Writer, body: dict) -> None:
         if not isinstance(body, dict):
             raise EncodeError(f"{self.name}: expected a dict, got {type(body).__name__}")
+        if STRICT:
+            if not self._known.issuperset(body):
+                raise self._unknown_key(body)
+            self._check_fields(body, self._unencoded_checks)
         get = body.get
         for key, _, encode, factory in self._plain:
             value = get(key, _MISSING)
@@ -408,11 +464,32 @@ class StructCodec:
             try:
                 encode(w, value)
             except EncodeError as e:
-                raise EncodeError(_join(key, e)) from e
+                raise _within(key, e) from e
             except (TypeError, ValueError, OverflowError, AttributeError, struct.error) as e:
                 raise EncodeError(f"{key}: {e}") from e
         if self.flexible:
             self._encode_tagged(w, get)
+
+    def check(self, body) -> None:
+        """Strict mode, for a value that is not encoded (its field is not in the version): raise
+        UnknownKeyError if it has a key of no version, here or in a struct below."""
+        if isinstance(body, dict):
+            if not self._known.issuperset(body):
+                raise self._unknown_key(body)
+            self._check_fields(body, self._checks)
+
+    @staticmethod
+    def _check_fields(body: dict, checks: list[tuple[str, Callable[[Any], None]]]) -> None:
+        for key, check in checks:
+            value = body.get(key)
+            if value is not None:
+                try:
+                    check(value)
+                except UnknownKeyError as e:
+                    raise e.within(key) from e
+
+    def _unknown_key(self, body: dict) -> UnknownKeyError:
+        return UnknownKeyError(self.message, self.version, min((k for k in body if k not in self._known), key=str))
 
     def _encode_tagged(self, w: Writer, get) -> None:
         chunks = []
@@ -425,7 +502,7 @@ class StructCodec:
             try:
                 encode(sub, value)
             except EncodeError as e:
-                raise EncodeError(_join(key, e)) from e
+                raise _within(key, e) from e
             except (TypeError, ValueError, OverflowError, AttributeError, struct.error) as e:
                 raise EncodeError(f"{key}: {e}") from e
             if sub.has_regions:
