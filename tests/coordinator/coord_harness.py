@@ -13,10 +13,16 @@ from spark_coord.coordinator.core.channel import ChannelClosed
 from spark_coord.coordinator.core.clock import ManualTimer
 from spark_coord.coordinator.core.config import CoordinatorConfig
 from spark_coord.coordinator.core.coordinator import Coordinator
+from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.storage.store import MemoryGroupStore
 
 PING, STOP, START = CoordinatorApi.PING, CoordinatorApi.STOP_FETCHER, CoordinatorApi.START_FETCHER
 EPOCH = 7
+
+
+def offsets_of(classic: Any) -> GroupOffsets:
+    """The offset APIs beside a classic door (``ClassicGroups``), as a broker's shard composes them."""
+    return GroupOffsets(classic.c, classic, classic.consumer)
 
 
 def async_test(fn: Callable[..., Any]) -> Callable[..., Any]:

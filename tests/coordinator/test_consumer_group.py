@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from coord_harness import Harness, async_test
+from coord_harness import Harness, async_test, offsets_of
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import JOIN_WAIT_MS, ConsumerGroups
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState, registry_key
@@ -256,7 +256,7 @@ async def test_offsets_of_consumer_members_go_through_offset_commit():
     async def commit(epoch: int, member_id: str | None = None) -> int:
         body = {"group_id": "g", "generation_id_or_member_epoch": epoch, "member_id": member_id or a.member_id,
                 "topics": [{"name": tp[0], "partitions": [{"partition_index": tp[1], "committed_offset": 17}]}]}
-        return (await classic.offset_commit(body, 9))["topics"][0]["partitions"][0]["error_code"]
+        return (await offsets_of(classic).offset_commit(body, 9))["topics"][0]["partitions"][0]["error_code"]
 
     assert await commit(a.epoch + 3) == ErrorCode.STALE_MEMBER_EPOCH
     assert await commit(a.epoch) == 0 and h.store.groups["g"].offsets[tp] == 17
@@ -436,6 +436,7 @@ async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_taken_
     mid = a.member_id
     key = registry_key(mid)
     door = ClassicGroups(h.coord, a.door)
+    offsets = offsets_of(door)
 
     def commit(epoch: int, partition: int, offset: int) -> dict:
         return {"group_id": "g", "member_id": mid, "generation_id_or_member_epoch": epoch,
@@ -444,10 +445,10 @@ async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_taken_
     def code(answer: dict) -> int:
         return answer["topics"][0]["partitions"][0]["error_code"]
 
-    assert code(await door.offset_commit(commit(7, 0, 5), 9)) == 0
+    assert code(await offsets.offset_commit(commit(7, 0, 5), 9)) == 0
     assert h.store.groups["g"].offsets[("t", 0)] == 5
-    assert code(await door.offset_commit(commit(8, 1, 5), 9)) == ErrorCode.STALE_MEMBER_EPOCH  # never sent it
-    assert code(await door.offset_commit(commit(7, 1, 3), 9)) == 0
+    assert code(await offsets.offset_commit(commit(8, 1, 5), 9)) == ErrorCode.STALE_MEMBER_EPOCH  # never sent it
+    assert code(await offsets.offset_commit(commit(7, 1, 3), 9)) == 0
     assert h.store.groups["g"].offsets[("t", 1)] == 3
     member = h.group().members[key]
     assert member.kind == "consumer" and member.channel is None  # still absent: a commit is not a heartbeat
@@ -460,7 +461,7 @@ async def test_a_restored_consumer_members_commit_before_its_heartbeat_is_taken_
     beat = await a.heartbeat()
     assert beat["error_code"] == 0 and beat["member_epoch"] == 7
     assert a.revoked == [] and h.group().members[key].channel is not None
-    assert code(await door.offset_commit(commit(7, 0, 9), 9)) == 0  # and as a live member
+    assert code(await offsets.offset_commit(commit(7, 0, 9), 9)) == 0  # and as a live member
     assert h.store.groups["g"].offsets[("t", 0)] == 9
 
 
@@ -475,6 +476,7 @@ async def test_a_late_commit_of_a_restored_member_does_not_move_its_stored_offse
     h.store.groups["g"].offsets = {("t", 0): 50, ("t", 1): 50}
     await h.coord.activate(h.coord.epoch + 1)  # restore again, with the offsets
     door = ClassicGroups(h.coord, a.door)
+    offsets = offsets_of(door)
     if taken_back:
         a.owned, a.epoch, a.changed = {("t", p) for p in range(4)}, 7, True
         assert (await a.heartbeat())["error_code"] == 0
@@ -483,10 +485,10 @@ async def test_a_late_commit_of_a_restored_member_does_not_move_its_stored_offse
         return {"group_id": "g", "member_id": a.member_id, "generation_id_or_member_epoch": 7,
                 "topics": [{"name": "t", "partitions": [{"partition_index": partition, "committed_offset": offset}]}]}
 
-    answer = await door.offset_commit(commit(0, 30), 9)
+    answer = await offsets.offset_commit(commit(0, 30), 9)
     assert answer["topics"][0]["partitions"][0]["error_code"] == 0  # Kafka clients are told it is done
     assert h.group().offsets[("t", 0)] == 50 and h.store.groups["g"].offsets[("t", 0)] == 50
-    assert (await door.offset_commit(commit(1, 60), 9))["topics"][0]["partitions"][0]["error_code"] == 0
+    assert (await offsets.offset_commit(commit(1, 60), 9))["topics"][0]["partitions"][0]["error_code"] == 0
     assert h.store.groups["g"].offsets[("t", 1)] == 60  # forward still moves
     assert h.group().offsets[("t", 0)] == 50
 
@@ -497,14 +499,15 @@ async def test_a_restored_consumer_member_absent_past_its_session_loses_its_comm
     runs out (a commit is not liveness, as in Kafka); its commits after that are refused."""
     h, a = await _restored_member(LIBRDKAFKA_MEMBER_ID)
     door = ClassicGroups(h.coord, a.door)
+    offsets = offsets_of(door)
     commit = {"group_id": "g", "member_id": a.member_id, "generation_id_or_member_epoch": 7,
               "topics": [{"name": "t", "partitions": [{"partition_index": 2, "committed_offset": 4}]}]}
-    assert (await door.offset_commit(commit, 9))["topics"][0]["partitions"][0]["error_code"] == 0
+    assert (await offsets.offset_commit(commit, 9))["topics"][0]["partitions"][0]["error_code"] == 0
     await h.advance(SESSION * 2)
     await h.settle()
     assert registry_key(a.member_id) not in h.group().members
     commit["topics"][0]["partitions"][0]["committed_offset"] = 6
-    answer = await door.offset_commit(commit, 9)
+    answer = await offsets.offset_commit(commit, 9)
     assert answer["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.store.groups["g"].offsets[("t", 2)] == 4
 

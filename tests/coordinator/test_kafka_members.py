@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coord_harness import PING, START, STOP, Harness, async_test
+from coord_harness import PING, START, STOP, Harness, async_test, offsets_of
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.coordinator.doors.classic import LEADER, ClassicGroups as KafkaGroups
 from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
@@ -107,7 +107,7 @@ class KafkaClient:
                 "member_id": self.member_id if member_id is None else member_id,
                 "topics": [{"name": t, "partitions": [{"partition_index": p, "committed_offset": o}]}
                            for (t, p), o in offsets.items()]}
-        answer = await self.kg.offset_commit(body, 8)
+        answer = await offsets_of(self.kg).offset_commit(body, 8)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
 
     def owned(self) -> set[tuple[str, int]]:
@@ -196,11 +196,11 @@ async def test_offset_commit_checks_generation_and_ownership_and_lands_in_the_st
     assert await a.commit({mine: 12}, generation=1) == {mine: ErrorCode.ILLEGAL_GENERATION}
     assert await a.commit({mine: 12}, member_id="nobody") == {mine: ErrorCode.UNKNOWN_MEMBER_ID}
     assert await a.commit({mine: 1}, generation=-1, member_id="") == {mine: ErrorCode.UNKNOWN_MEMBER_ID}
-    fetched = kg.offset_fetch({"group_id": "g", "topics": None}, 7)
+    fetched = offsets_of(kg).offset_fetch({"group_id": "g", "topics": None}, 7)
     assert fetched["error_code"] == 0
     assert {(t["name"], p["partition_index"]): p["committed_offset"] for t in fetched["topics"]
             for p in t["partitions"]} == {mine: 11}
-    multi = kg.offset_fetch({"groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [
+    multi = offsets_of(kg).offset_fetch({"groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [
         mine[1], other[1]]}]}, {"group_id": "unknown", "topics": None}]}, 8)["groups"]
     assert [(p["partition_index"], p["committed_offset"]) for p in multi[0]["topics"][0]["partitions"]] == \
         [(mine[1], 11), (other[1], -1)]
@@ -421,7 +421,7 @@ async def test_a_kafka_member_is_taken_back_after_a_failover_without_a_rebalance
     assert g.state == GroupState.STABLE and g.generation_id == 5  # confirmed, nobody stopped
     body = {"group_id": "g", "generation_id_or_member_epoch": 5, "member_id": "k1",
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 12}]}]}
-    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == 0
+    assert (await offsets_of(kg).offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == 0
     assert h.store.groups["g"].offsets[("t", 0)] == 12
 
 
@@ -435,7 +435,7 @@ async def test_a_commit_from_outside_the_group_is_refused_while_restored_members
     assert h.group().state == GroupState.RESTORING and not h.group().live_members()
     body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
-    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
+    assert (await offsets_of(kg).offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
         ErrorCode.UNKNOWN_MEMBER_ID
     assert h.store.groups["g"].offsets[("t", 0)] == 9 and h.group().offsets[("t", 0)] == 9
 
@@ -447,7 +447,7 @@ async def test_not_the_coordinator():
     a = KafkaClient(h, kg)
     assert (await kg.join_group(a.join_body(), JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.NOT_COORDINATOR
     assert a.heartbeat() == ErrorCode.NOT_COORDINATOR
-    assert kg.offset_fetch({"group_id": "g", "topics": None}, 5)["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert offsets_of(kg).offset_fetch({"group_id": "g", "topics": None}, 5)["error_code"] == ErrorCode.NOT_COORDINATOR
     assert kg.list_groups({})["error_code"] == ErrorCode.NOT_COORDINATOR
 
 
@@ -510,7 +510,7 @@ async def test_bad_group_requests_get_kafka_codes_and_change_nothing():
     assert answer["error_code"] == 0 and answer["assignment"] == a.sync()["assignment"]
     body = {"group_id": "g", "generation_id_or_member_epoch": a.generation + 5, "member_id": a.member_id,
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
-    assert (await kg.offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
+    assert (await offsets_of(kg).offset_commit(body, 8))["topics"][0]["partitions"][0]["error_code"] == \
         ErrorCode.ILLEGAL_GENERATION
     await h.settle()
     assert (g.generation_id, dict(g.owners), set(g.members), g.state) == before

@@ -126,5 +126,10 @@ class GroupCoordinator(_Common, Protocol):
     async def delete_group(self, group_id: str) -> "ErrorCode":
         """Kafka's DeleteGroups: forget an empty group, here and in the store."""
 
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) \
+            -> "ErrorCode | dict[tuple[str, int], ErrorCode]":
+        """Kafka's OffsetDelete: forget the group's committed offsets of ``partitions``, here and in
+        the store (raises Fenced, StoreError)."""
+
     def heard_from(self, group_id: str, consumer_id: str, channel: "MemberChannel", at_ms: int) -> None:
         """A member whose lease runs from its own requests sent one."""

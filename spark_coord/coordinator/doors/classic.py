@@ -72,7 +72,7 @@ import asyncio
 import logging
 import re
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from spark_coord.coordinator.core.api import CoordinatorApi
 from spark_coord.coordinator.core.channel import ChannelClosed, MemberDescription, OnAnswer
@@ -80,6 +80,7 @@ from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
 from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
+from spark_coord.coordinator.doors.common import ConsumerMembers, not_served, restored_consumer_member
 from spark_coord.coordinator.doors.initial_join import InitialDelays
 from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
@@ -90,17 +91,6 @@ from spark_coord.zk import paths
 if TYPE_CHECKING:
     from spark_coord.coordinator.core.interface import GroupCoordinator
 
-
-class ConsumerMembers(Protocol):
-    """What OffsetCommit needs of the KIP-848 door (``consumer_group.ConsumerGroups``, handed in by
-    whoever composes the doors: no door imports another): a live consumer-protocol member, and where
-    the registry keeps it."""
-
-    def live(self, group_id: str, member_id: str) -> Any:
-        """The member's live channel (it has ``contact()``), or None."""
-
-    def find(self, group_id: str, member_id: str) -> "tuple[GroupRegistry | None, ConsumerRegistry | None]":
-        """The member's group and registry entry (None, None when unknown)."""
 
 __all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
            "choose_protocol", "kafka_state"]
@@ -371,28 +361,12 @@ class ClassicMember(HeartbeatLease):
                                  assignment=self.partitions)
 
 
-def offsets_answer(group_id: str, offsets: Mapping[tuple[str, int], int],
-                   wanted: Iterable[Mapping[str, Any]] | None) -> dict:
-    """One group of an OffsetFetch v8+ answer: the ``wanted`` partitions (request topics; None: every
-    partition with an offset) with their committed offsets, -1 where the group has none."""
-    if wanted is None:
-        pairs = sorted(offsets)
-    else:
-        pairs = [(t.get("name"), p) for t in wanted for p in t.get("partition_indexes") or []]
-    topics: dict[str, list[dict]] = {}
-    for t, p in pairs:
-        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offsets.get((t, p), -1),
-                                         "committed_leader_epoch": -1, "metadata": "", "error_code": 0})
-    return {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-            "error_code": 0}
-
-
 class ClassicGroups:
     """Kafka's classic group APIs on one ``Coordinator`` (answers are version-agnostic response dicts)."""
 
-    def __init__(self, coordinator: "GroupCoordinator", consumer: "ConsumerMembers | None" = None):
+    def __init__(self, coordinator: "GroupCoordinator", consumer: ConsumerMembers | None = None):
         self.c = coordinator
-        #: Kafka 4's consumer group protocol door: its members commit and are described here too.
+        #: Kafka 4's consumer group protocol door: a restored member of it is told to heartbeat first.
         self.consumer = consumer
         self.purgatory = Purgatory(coordinator.timer, "join")
         #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (KIP-394), and when.
@@ -460,32 +434,12 @@ class ClassicGroups:
         """UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a static member a newer incarnation replaced."""
         return ErrorCode.FENCED_INSTANCE_ID if (group_id, member_id) in self._fenced else ErrorCode.UNKNOWN_MEMBER_ID
 
-    def _restored_consumer_member(self, group_id: str, member_id: str) -> bool:
-        """A member of Kafka's consumer protocol (KIP-848) the registry knows but has not heard from
-        since it was restored (no channel).  Looked up as that door keys its members (a client's
-        member id may hold a '/', which the registry's key escapes)."""
-        if self.consumer is None:
-            return False
-        _, member = self.consumer.find(group_id, member_id)
-        return member is not None and member.kind == "consumer" and member.channel is None
-
     def _live(self, group_id: str, member_id: str) -> ClassicMember | None:
         """The member's adapter, if it is a live classic member of the group."""
         _, member = self._registry(group_id, member_id)
         channel = member.channel if member is not None else None
         if isinstance(channel, ClassicMember) and not channel.closed:
             return channel
-        return None
-
-    def not_served(self, group_id: str) -> ErrorCode | None:
-        """NOT_COORDINATOR while this coordinator is not active, INVALID_GROUP_ID for a name no
-        znode can carry, else None."""
-        if not self.c.active:
-            return ErrorCode.NOT_COORDINATOR
-        try:
-            paths.validate_group(group_id)
-        except ValueError:
-            return ErrorCode.INVALID_GROUP_ID
         return None
 
     # ------------------------------------------------------------ JoinGroup
@@ -504,7 +458,7 @@ class ClassicGroups:
             out.update(fields)
             return out
 
-        if (refused := self.not_served(group_id)) is not None:
+        if (refused := not_served(self.c, group_id)) is not None:
             return answer(refused)
         if self.c.group_type(group_id) == "share":
             log.info("JoinGroup %s from %s: a share group's id", group_id, client_host)
@@ -718,7 +672,7 @@ class ClassicGroups:
     def _member_for(self, group_id: str, member_id: str, generation: int | None) -> ClassicMember | ErrorCode:
         if not self.c.active:
             return ErrorCode.NOT_COORDINATOR
-        if self._restored_consumer_member(group_id, member_id):
+        if restored_consumer_member(self.consumer, group_id, member_id):
             # a KIP-848 member restored after a failover or handover, heard from here before its
             # heartbeat: only the heartbeat takes it back, in its own protocol; this is retried
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -729,6 +683,18 @@ class ClassicGroups:
             return self._unknown(group_id, member_id)
         km.contact()
         return km
+
+    def validate_commit(self, group_id: str, member_id: str, generation: int) \
+            -> tuple[GroupRegistry | None, ConsumerRegistry | None, ErrorCode] | ErrorCode:
+        """OffsetCommit of a classic member in ``generation`` (``group_offsets.ClassicMembers``): it is
+        heard from now (taken back after a failover); its group and registry entry, and what a commit
+        out of its generation is answered (REBALANCE_IN_PROGRESS while it rebalances, else
+        ILLEGAL_GENERATION); or why it cannot commit."""
+        km = self._member_for(group_id, member_id, generation)
+        if isinstance(km, ErrorCode):
+            return km
+        group, member = self._registry(group_id, member_id)
+        return group, member, ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION
 
     def _take_back(self, group_id: str, member_id: str, generation: int) -> ClassicMember | None:
         """A member restored from ZooKeeper after a failover (or whose adapter is gone), heard from in
@@ -815,99 +781,6 @@ class ClassicGroups:
         top = results[0]["error_code"] if version < 3 and results else 0
         return {"throttle_time_ms": 0, "error_code": top, "members": results}
 
-    # ------------------------------------------------------------ offsets
-    async def offset_commit(self, body: Mapping[str, Any], version: int) -> dict:
-        group_id = body.get("group_id") or ""
-        member_id = body.get("member_id") or ""
-        generation = body.get("generation_id_or_member_epoch", NO_GENERATION) if version >= 1 else NO_GENERATION
-        wanted = [(t.get("name"), p.get("partition_index"), p.get("committed_offset"))
-                  for t in body.get("topics") or [] for p in t.get("partitions") or []]
-
-        def answer(codes: Mapping[tuple[str, int], int] | int) -> dict:
-            topics: dict[str, list[dict]] = {}
-            for t, p, _ in wanted:
-                code = codes if isinstance(codes, int) else codes.get((t, p), ErrorCode.NONE)
-                topics.setdefault(t, []).append({"partition_index": p, "error_code": int(code)})
-            return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-
-        if (refused := self.not_served(group_id)) is not None:
-            return answer(refused)
-        offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in wanted]
-        if generation == NO_GENERATION and not member_id:
-            return await self._standalone_commit(group_id, wanted, answer)
-        if self.consumer is not None and (modern := self.consumer.live(group_id, member_id)) is not None:
-            modern.contact()
-            group, member = self.consumer.find(group_id, member_id)
-            stale = ErrorCode.STALE_MEMBER_EPOCH  # KIP-848: the member refreshes its epoch and commits again
-        elif self.consumer is not None and self._restored_consumer_member(group_id, member_id):
-            # a KIP-848 member restored after a failover or handover, committing before its heartbeat
-            # took it back: its commit is taken in an epoch it can have, for the partitions it is
-            # counted for, as Kafka takes commits from the members it loaded; it stays absent (only
-            # its heartbeat takes it back, in its own protocol, and restarts its session)
-            group, member = self.consumer.find(group_id, member_id)
-            stale = ErrorCode.STALE_MEMBER_EPOCH
-        else:
-            km = self._member_for(group_id, member_id, generation)
-            if isinstance(km, ErrorCode):
-                return answer(km)
-            group, member = self._registry(group_id, member_id)
-            stale = ErrorCode.REBALANCE_IN_PROGRESS if km.rebalancing else ErrorCode.ILLEGAL_GENERATION
-        assert group is not None and member is not None
-        code, codes = self.c.offsets.accept(group, member, offsets, generation)
-        if code == ErrorCode.STALE_GENERATION:
-            return answer(stale)
-        if code != ErrorCode.NONE:
-            return answer(ErrorCode.INVALID_REQUEST)
-        not_now = ErrorCode.ILLEGAL_GENERATION if stale != ErrorCode.STALE_MEMBER_EPOCH else stale
-        kafka_codes = {tp: {ErrorCode.NONE: ErrorCode.NONE, ErrorCode.OFFSET_BACKWARDS: ErrorCode.NONE,
-                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.STALE_GENERATION: not_now,
-                            ErrorCode.PARTITION_NOT_OWNED: not_now}.get(e, ErrorCode.INVALID_REQUEST)
-                       for tp, e in codes.items()}
-        if any(e == ErrorCode.NONE for e in codes.values()):
-            failure = await self._write(group)
-            if failure is not None:
-                kafka_codes = {tp: (failure if e == ErrorCode.NONE else e) for tp, e in kafka_codes.items()}
-        return answer(kafka_codes)
-
-    async def _standalone_commit(self, group_id: str, wanted: list, answer) -> dict:
-        codes = self.c.offsets.set_outside_generation(group_id, wanted)
-        if isinstance(codes, ErrorCode):
-            return answer(codes)
-        if any(e == ErrorCode.NONE for e in codes.values()):
-            failure = await self._write(self.c.groups[group_id])
-            if failure is not None:
-                codes = {tp: (failure if e == ErrorCode.NONE else e) for tp, e in codes.items()}
-        log.info("group %s: %d offsets set from outside any generation", group_id,
-                 sum(1 for e in codes.values() if e == ErrorCode.NONE))
-        return answer(codes)
-
-    async def _write(self, group: GroupRegistry) -> ErrorCode | None:
-        try:
-            written = await self.c.offsets.commit_group(group)
-        except Fenced:
-            return ErrorCode.NOT_COORDINATOR
-        return None if written else ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-    def offset_fetch(self, body: Mapping[str, Any], version: int) -> dict:
-        if version >= 8:
-            groups = [self._fetch_group(g.get("group_id") or "", g.get("topics")) for g in body.get("groups") or []]
-            return {"throttle_time_ms": 0, "groups": groups}
-        one = self._fetch_group(body.get("group_id") or "", body.get("topics"))
-        code = one["error_code"]
-        topics = one["topics"]
-        if code != ErrorCode.NONE and version < 2:  # no group-level error code before v2
-            topics = [{"name": t.get("name"), "partitions": [
-                {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
-                for p in t.get("partition_indexes") or []]} for t in body.get("topics") or []]
-        return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
-
-    def _fetch_group(self, group_id: str, wanted: Iterable[Mapping[str, Any]] | None) -> dict:
-        if not self.c.active:
-            return {"group_id": group_id, "topics": [], "error_code": int(ErrorCode.NOT_COORDINATOR)}
-        group = self.c.groups.get(group_id)
-        return offsets_answer(group_id, dict(group.offsets) if group is not None else {}, wanted)
-
     # ------------------------------------------------------------ admin
     def list_groups(self, body: Mapping[str, Any]) -> dict:
         if not self.c.active:
@@ -985,7 +858,7 @@ class ClassicGroups:
         return {"throttle_time_ms": 0, "results": results}
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
-        if (refused := self.not_served(group_id)) is not None:
+        if (refused := not_served(self.c, group_id)) is not None:
             return refused
         if self.c.group_type(group_id) == "share":  # the front door deletes share groups (doors.share_admin)
             return ErrorCode.GROUP_ID_NOT_FOUND

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from spark_coord.coordinator.doors import share_admin
+from spark_coord.coordinator.doors.common import not_served
 from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
@@ -33,7 +34,7 @@ async def handle(door, ctx, conn, header, body) -> dict:
         if code:
             results.append({"group_id": g, "error_code": code})
             continue
-        share = None if role.classic.not_served(g) else await share_admin.delete_share_group(role.coordinator, g)
+        share = None if not_served(role.coordinator, g) else await share_admin.delete_share_group(role.coordinator, g)
         if share is None:
             results.extend((await role.classic.delete_groups({"groups_names": [g]}))["results"])
             continue

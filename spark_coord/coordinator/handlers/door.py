@@ -9,19 +9,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.coordinator.core.channel import MemberChannel
     from spark_coord.coordinator.doors.classic import ClassicGroups
     from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
+    from spark_coord.coordinator.doors.group_offsets import GroupOffsets
     from spark_coord.coordinator.core.coordinator import Coordinator
     from spark_coord.coordinator.doors.share_group import ShareGroups
     from spark_coord.errors import ErrorCode
 
 
 class ShardRole(Protocol):
-    """One coordinator shard this process serves: its coordinator and Kafka doors."""
+    """One coordinator shard this process serves: its coordinator, its Kafka doors, and the offset
+    APIs of every kind of group."""
 
     shard: int
     coordinator: "Coordinator"
     classic: "ClassicGroups"
     consumer: "ConsumerGroups"
     share: "ShareGroups"
+    offsets: "GroupOffsets"
 
 
 class FrontDoor(Protocol):

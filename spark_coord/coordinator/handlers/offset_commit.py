@@ -29,9 +29,9 @@ async def handle(door, ctx, conn, header, body) -> dict:
     codes = authz.topic_codes(ctx, conn, AclOperation.READ, body.get("group_id"), [t.get("name") for t in topics])
     refused = {t: c for t, c in codes.items() if c}
     if not refused:
-        return await role.classic.offset_commit(body, header.api_version)
+        return await role.offsets.offset_commit(body, header.api_version)
     allowed = [t for t in topics if t.get("name") not in refused]
-    answer = await role.classic.offset_commit(dict(body, topics=allowed), header.api_version) if allowed \
+    answer = await role.offsets.offset_commit(dict(body, topics=allowed), header.api_version) if allowed \
         else {"throttle_time_ms": 0, "topics": []}
     answer["topics"] = list(answer["topics"]) + error_response(
         {"topics": [t for t in topics if t.get("name") in refused]}, 0, refused)["topics"]

@@ -14,16 +14,12 @@ auto.offset.reset.
 
 from __future__ import annotations
 
-import logging
-
+from spark_coord.coordinator.doors.common import not_served
 from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
-from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.registry import ApiKey
-
-log = logging.getLogger(__name__)
 
 
 def error_response(body: dict, code: int, per_partition: dict | None = None) -> dict:
@@ -40,37 +36,15 @@ def error_response(body: dict, code: int, per_partition: dict | None = None) -> 
 async def handle(door, ctx, conn, header, body) -> dict:
     group_id = body.get("group_id")
     role, code = door.for_group(group_id)
-    code = code or role.classic.not_served(group_id) or authz.group_refused(ctx, conn, AclOperation.DELETE, group_id)
+    code = code or not_served(role.coordinator, group_id) or authz.group_refused(ctx, conn, AclOperation.DELETE,
+                                                                                  group_id)
     if code:
         return error_response(body, code)
-    coordinator = role.coordinator
-    if group_id not in coordinator.groups:
-        return error_response(body, ErrorCode.GROUP_ID_NOT_FOUND)
-    topics = body.get("topics") or []
-    topic_code = authz.topic_refusals(ctx, conn, AclOperation.READ)
-    codes: dict = {}
-    wanted = []
-    for t in topics:
-        name = t.get("name")
-        for p in t.get("partitions") or []:
-            tp = (name, p.get("partition_index"))
-            if topic_code(name):
-                codes[tp] = topic_code(name)
-            elif not isinstance(tp[1], int) or not 0 <= tp[1] < coordinator.topics.get(name, 0):
-                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                wanted.append(tp)
-    if wanted:
-        try:
-            result = await coordinator.delete_offsets(group_id, wanted)
-        except Fenced:
-            return error_response(body, ErrorCode.NOT_COORDINATOR)
-        except StoreError as e:
-            log.warning("group %s: deleting offsets failed: %s", group_id, e)
-            return error_response(body, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if isinstance(result, ErrorCode):
-            return error_response(body, result)
-        codes.update(result)
+    wanted = [(t.get("name"), p.get("partition_index")) for t in body.get("topics") or []
+              for p in t.get("partitions") or []]
+    codes = await role.offsets.offset_delete(group_id, wanted, authz.topic_refusals(ctx, conn, AclOperation.READ))
+    if isinstance(codes, ErrorCode):
+        return error_response(body, codes)
     return error_response(body, ErrorCode.NONE, codes)
 
 

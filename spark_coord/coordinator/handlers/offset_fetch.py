@@ -14,7 +14,7 @@ for.  Only when ZooKeeper cannot be read does the coordinator's error go back --
 
 from __future__ import annotations
 
-from spark_coord.coordinator.doors.classic import offsets_answer
+from spark_coord.coordinator.doors.group_offsets import offsets_answer
 from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.errors import ErrorCode
@@ -44,7 +44,7 @@ async def _group_answer(door, body: dict, g: dict) -> dict:
     gid = g.get("group_id") or ""
     role, code = door.for_group(gid)
     if code is None:
-        one = role.classic.offset_fetch(dict(body, groups=[g]), 8)["groups"][0]
+        one = role.offsets.offset_fetch(dict(body, groups=[g]), 8)["groups"][0]
         if one["error_code"] != ErrorCode.NOT_COORDINATOR:
             return one
         code = ErrorCode.NOT_COORDINATOR
