@@ -53,6 +53,7 @@ from spark_coord.broker.handlers.base import Handler
 from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
+from spark_coord.coordinator.doors.group_admin import GroupAdmin
 from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.doors.share_group import ShareGroups
 from spark_coord.coordinator.core.clock import LoopTimer, SystemClock
@@ -136,6 +137,7 @@ class ShardRole:
         self.consumer = ConsumerGroups(self.coordinator)
         self.classic = ClassicGroups(self.coordinator, self.consumer)
         self.offsets = GroupOffsets(self.coordinator, self.classic, self.consumer)
+        self.admin = GroupAdmin(self.coordinator, self.classic.initial)
         self.share = ShareGroups(self.coordinator, service.share_timeouts)
 
     @property

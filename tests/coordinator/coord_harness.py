@@ -13,6 +13,7 @@ from spark_coord.coordinator.core.channel import ChannelClosed
 from spark_coord.coordinator.core.clock import ManualTimer
 from spark_coord.coordinator.core.config import CoordinatorConfig
 from spark_coord.coordinator.core.coordinator import Coordinator
+from spark_coord.coordinator.doors.group_admin import GroupAdmin
 from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.storage.store import MemoryGroupStore
 
@@ -23,6 +24,11 @@ EPOCH = 7
 def offsets_of(classic: Any) -> GroupOffsets:
     """The offset APIs beside a classic door (``ClassicGroups``), as a broker's shard composes them."""
     return GroupOffsets(classic.c, classic, classic.consumer)
+
+
+def admin_of(classic: Any) -> GroupAdmin:
+    """The group admin APIs beside a classic door, as a broker's shard composes them."""
+    return GroupAdmin(classic.c, classic.initial)
 
 
 def async_test(fn: Callable[..., Any]) -> Callable[..., Any]:

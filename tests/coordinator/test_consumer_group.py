@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from coord_harness import Harness, async_test, offsets_of
+from coord_harness import Harness, admin_of, async_test, offsets_of
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import JOIN_WAIT_MS, ConsumerGroups
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState, registry_key
@@ -271,9 +271,9 @@ async def test_describe_and_list_a_mixed_group():
     a = Modern(h, door)
     await a.join()
     await _settle(h, a)
-    listed = classic.list_groups({"types_filter": ["consumer"]})["groups"]
+    listed = admin_of(classic).list_groups({"types_filter": ["consumer"]})["groups"]
     assert [g["group_id"] for g in listed] == ["g"] and listed[0]["group_type"] == "consumer"
-    assert classic.list_groups({"types_filter": ["classic"]})["groups"] == []
+    assert admin_of(classic).list_groups({"types_filter": ["classic"]})["groups"] == []
     d = door.describe(["g", "nope"])["groups"]
     assert d[1]["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
     members = {m["member_id"]: m for m in d[0]["members"]}
@@ -281,7 +281,7 @@ async def test_describe_and_list_a_mixed_group():
     assigned = {(tp["topic_name"], p) for m in members.values() for tp in m["assignment"]["topic_partitions"]
                 for p in tp["partitions"]}
     assert assigned == {("t", p) for p in range(6)}
-    classic_view = classic.describe_groups({"groups": ["g"]})["groups"][0]
+    classic_view = admin_of(classic).describe_groups({"groups": ["g"]})["groups"][0]
     assert {m["member_id"] for m in classic_view["members"]} == {"native", a.member_id}
 
 

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from coord_harness import Harness, async_test
+from coord_harness import Harness, admin_of, async_test
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.initial_join import InitialJoin, Waiter
@@ -129,10 +129,11 @@ async def test_a_waiting_group_is_listed_and_a_waiting_member_may_leave():
     a, b = KafkaClient(h, kg), KafkaClient(h, kg)
     a_join = await a.join()
     b_join = await b.join()
-    listed = kg.list_groups({})["groups"]
+    admin = admin_of(kg)
+    listed = admin.list_groups({})["groups"]
     assert [(g["group_id"], g["group_state"]) for g in listed] == [("g", "PreparingRebalance")]
-    assert kg.describe_groups({"groups": ["g"]})["groups"][0]["group_state"] == "PreparingRebalance"
-    assert (await kg.delete_groups({"groups_names": ["g"]}))["results"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
+    assert admin.describe_groups({"groups": ["g"]})["groups"][0]["group_state"] == "PreparingRebalance"
+    assert (await admin.delete_groups({"groups_names": ["g"]}))["results"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
     left = kg.leave_group({"group_id": "g", "member_id": b.member_id}, 0)
     assert left["error_code"] == 0
     assert (await asyncio.wait_for(b_join, 5))["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID

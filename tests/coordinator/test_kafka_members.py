@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coord_harness import PING, START, STOP, Harness, async_test, offsets_of
+from coord_harness import PING, START, STOP, Harness, admin_of, async_test, offsets_of
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.coordinator.doors.classic import LEADER, ClassicGroups as KafkaGroups
 from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
@@ -176,10 +176,10 @@ async def test_mixed_group_with_our_own_members_shares_partitions_disjointly():
     assert g.state == GroupState.STABLE
     theirs = set(native.positions)
     assert len(theirs) == 3 and len(k.owned()) == 3 and not theirs & k.owned()
-    described = kg.describe_groups({"groups": ["g"]})["groups"][0]
+    described = admin_of(kg).describe_groups({"groups": ["g"]})["groups"][0]
     assert described["group_state"] == "Stable" and {m["member_id"] for m in described["members"]} == \
         {"native", k.member_id}
-    listed = kg.list_groups({})["groups"]
+    listed = admin_of(kg).list_groups({})["groups"]
     assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"}]
 
 
@@ -388,14 +388,14 @@ async def test_delete_groups():
     a = KafkaClient(h, kg)
     await a.joined(await a.join())
     await a.commit({("t", 0): 4})
-    out = await kg.delete_groups({"groups_names": ["g", "nope"]})
+    out = await admin_of(kg).delete_groups({"groups_names": ["g", "nope"]})
     assert out["results"] == [{"group_id": "g", "error_code": ErrorCode.NON_EMPTY_GROUP},
                               {"group_id": "nope", "error_code": ErrorCode.GROUP_ID_NOT_FOUND}]
     kg.leave_group({"group_id": "g", "member_id": a.member_id}, 0)
     await h.settle()
-    assert (await kg.delete_groups({"groups_names": ["g"]}))["results"][0]["error_code"] == 0
+    assert (await admin_of(kg).delete_groups({"groups_names": ["g"]}))["results"][0]["error_code"] == 0
     assert "g" not in h.coord.groups and "g" not in h.store.groups
-    assert kg.list_groups({})["groups"] == []
+    assert admin_of(kg).list_groups({})["groups"] == []
 
 
 async def _restored_after_failover() -> tuple[Harness, KafkaGroups]:
@@ -448,7 +448,7 @@ async def test_not_the_coordinator():
     assert (await kg.join_group(a.join_body(), JOIN_VERSION, "c", "h"))["error_code"] == ErrorCode.NOT_COORDINATOR
     assert a.heartbeat() == ErrorCode.NOT_COORDINATOR
     assert offsets_of(kg).offset_fetch({"group_id": "g", "topics": None}, 5)["error_code"] == ErrorCode.NOT_COORDINATOR
-    assert kg.list_groups({})["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert admin_of(kg).list_groups({})["error_code"] == ErrorCode.NOT_COORDINATOR
 
 
 @async_test
@@ -623,7 +623,7 @@ async def test_a_static_member_restarted_within_its_session_takes_its_partitions
     assert set((await a.commit({("t", 0): 1})).values()) == {ErrorCode.FENCED_INSTANCE_ID}
     assert kg.sync_group({"group_id": "g", "generation_id": generation, "member_id": a.member_id,
                           "assignments": []})["error_code"] == ErrorCode.FENCED_INSTANCE_ID
-    described = kg.describe_groups({"groups": ["g"]})["groups"][0]["members"]
+    described = admin_of(kg).describe_groups({"groups": ["g"]})["groups"][0]["members"]
     assert {(m["member_id"], m["group_instance_id"]) for m in described} == {(a2.member_id, "host-a"),
                                                                               (b.member_id, None)}
     left = kg.leave_group({"group_id": "g", "members": [{"member_id": "", "group_instance_id": "host-a"}]}, 3)

@@ -77,30 +77,28 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from spark_coord.coordinator.core.api import CoordinatorApi
 from spark_coord.coordinator.core.channel import ChannelClosed, MemberDescription, OnAnswer
 from spark_coord.coordinator.core.delayed import DelayedJoin
-from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, GroupState, client_name, registry_key
+from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
 from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.doors.common import ConsumerMembers, not_served, restored_consumer_member
 from spark_coord.coordinator.doors.initial_join import InitialDelays
-from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_subscription, encode_assignment,
-                                                encode_subscription, partitions_by_topic, topic_partitions)
+                                                partitions_by_topic, topic_partitions)
+from spark_coord.wire.join_group import CONSUMER_PROTOCOL_TYPE
 from spark_coord.zk import paths
 
 if TYPE_CHECKING:
     from spark_coord.coordinator.core.interface import GroupCoordinator
 
-
 __all__ = ["ClassicGroups", "ClassicMember", "CONSUMER_PROTOCOL_TYPE", "COOPERATIVE_PROTOCOLS", "LEADER",
-           "choose_protocol", "kafka_state"]
+           "choose_protocol"]
 
 log = logging.getLogger(__name__)
 
-CONSUMER_PROTOCOL_TYPE = "consumer"
 #: Assignment protocols that hand partitions over incrementally (KIP-429).
 COOPERATIVE_PROTOCOLS = frozenset({"cooperative-sticky"})
-#: Generation of commits from outside any generation (tools, assign()-only consumers).
+#: The generation of a member that synced none yet, and of a JoinGroup answered with an error.
 NO_GENERATION = -1
 #: How long a JoinGroup waits for its assignment at most when it names no rebalance timeout.
 DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
@@ -110,22 +108,7 @@ PENDING_MEMBER_ID_MS = 300_000
 #: The leader every JoinGroup answer names: no member, so every client syncs as a follower.
 LEADER = "coordinator"
 
-_STATES = {GroupState.EMPTY: "Empty", GroupState.STABLE: "Stable", GroupState.RESTORING: "PreparingRebalance",
-           GroupState.PREPARING_REBALANCE: "PreparingRebalance", GroupState.STOPPING_FETCHERS: "PreparingRebalance",
-           GroupState.STARTING_FETCHERS: "CompletingRebalance", GroupState.DEAD: "Dead"}
-
 Partitions = dict[str, list[int]]
-
-
-def group_type(group: GroupRegistry) -> str:
-    """Kafka's group type (ListGroups v5): ``consumer`` once a member of Kafka 4's consumer group
-    protocol is in it, else ``classic``."""
-    return "consumer" if any(m.kind == "consumer" for m in group.members.values()) else "classic"
-
-
-def kafka_state(state: GroupState) -> str:
-    """Kafka's name of the group state closest to ours (for ListGroups/DescribeGroups)."""
-    return _STATES[state]
 
 
 def choose_protocol(offered: Iterable[str]) -> str | None:
@@ -780,102 +763,3 @@ class ClassicGroups:
             results.append({"member_id": member_id, "group_instance_id": instance, "error_code": 0})
         top = results[0]["error_code"] if version < 3 and results else 0
         return {"throttle_time_ms": 0, "error_code": top, "members": results}
-
-    # ------------------------------------------------------------ admin
-    def list_groups(self, body: Mapping[str, Any]) -> dict:
-        if not self.c.active:
-            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR), "groups": []}
-        states = {s.lower() for s in body.get("states_filter") or []}
-        types = {s.lower() for s in body.get("types_filter") or []}
-        groups = []
-        for gid, group in sorted(self.c.groups.items()):
-            state = kafka_state(group.state)
-            kind = group_type(group)
-            if (states and state.lower() not in states) or (types and kind not in types):
-                continue
-            groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
-                           "group_type": kind})
-        for gid in sorted(self.initial.groups() - set(self.c.groups)):  # members held by the initial delay
-            if (states and "preparingrebalance" not in states) or (types and "classic" not in types):
-                continue
-            groups.append({"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE,
-                           "group_state": "PreparingRebalance", "group_type": "classic"})
-        for gid, share in sorted(self.c.share_groups.items()):  # KIP-932: type "share", protocol type "share"
-            if (states and share.state.lower() not in states) or (types and "share" not in types):
-                continue
-            groups.append({"group_id": gid, "protocol_type": "share", "group_state": share.state,
-                           "group_type": "share"})
-        return {"throttle_time_ms": 0, "error_code": 0, "groups": groups}
-
-    def describe_groups(self, body: Mapping[str, Any]) -> dict:
-        out = []
-        for gid in body.get("groups") or []:
-            if not self.c.active:
-                out.append({"error_code": int(ErrorCode.NOT_COORDINATOR), "group_id": gid, "group_state": "",
-                            "protocol_type": "", "protocol_data": "", "members": []})
-                continue
-            group = self.c.groups.get(gid)
-            if group is None and gid in self.c.share_groups:  # as Kafka 4 answers it for a share group
-                out.append({"error_code": int(ErrorCode.GROUP_ID_NOT_FOUND), "group_id": gid, "group_state": "",
-                            "protocol_type": "", "protocol_data": "", "members": []})
-                continue
-            if group is None and gid in self.initial:  # its first members wait for the initial delay
-                out.append({"error_code": 0, "group_id": gid, "group_state": "PreparingRebalance",
-                            "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": "", "members": []})
-                continue
-            if group is None:
-                out.append({"error_code": 0, "group_id": gid, "group_state": "Dead", "protocol_type": "",
-                            "protocol_data": "", "members": []})
-                continue
-            members, protocols = [], []
-            for cid, m in sorted(group.members.items()):
-                who = m.channel.describe() if m.channel is not None else None
-                if who is not None and who.protocol == "classic":
-                    protocols.append(who.assignment_protocol)
-                    metadata = who.subscription or encode_subscription({"topics": m.topic_count.static_topics()}, 0)
-                    assignment = _encode(who.assignment or {})
-                else:
-                    metadata = encode_subscription({"topics": m.topic_count.topics_in(self.c.topics)
-                                                    if m.topic_count.is_wildcard else m.topic_count.static_topics()}, 0)
-                    assignment = _assignment_bytes(m)
-                if who is None:
-                    members.append({"member_id": cid, "group_instance_id": None, "client_id": "coordkafka",
-                                    "client_host": m.peer, "member_metadata": metadata,
-                                    "member_assignment": assignment})
-                else:
-                    members.append({"member_id": who.member_id, "group_instance_id": who.instance_id,
-                                    "client_id": who.client_id, "client_host": who.client_host,
-                                    "member_metadata": metadata, "member_assignment": assignment})
-            protocol = next((p for p in protocols if p), None) or self.c.config.assignment_strategy
-            out.append({"error_code": 0, "group_id": gid, "group_state": kafka_state(group.state),
-                        "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_data": protocol, "members": members})
-        return {"throttle_time_ms": 0, "groups": out}
-
-    async def delete_groups(self, body: Mapping[str, Any]) -> dict:
-        results = []
-        for gid in body.get("groups_names") or []:
-            results.append({"group_id": gid, "error_code": int(await self._delete_group(gid))})
-        return {"throttle_time_ms": 0, "results": results}
-
-    async def _delete_group(self, group_id: str) -> ErrorCode:
-        if (refused := not_served(self.c, group_id)) is not None:
-            return refused
-        if self.c.group_type(group_id) == "share":  # the front door deletes share groups (doors.share_admin)
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group_id in self.initial:  # members wait for its first rebalance
-            return ErrorCode.NON_EMPTY_GROUP
-        try:
-            return await self.c.delete_group(group_id)
-        except Fenced:
-            return ErrorCode.NOT_COORDINATOR
-        except StoreError as e:
-            log.warning("could not delete group %s: %s", group_id, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-def _assignment_bytes(member: ConsumerRegistry) -> bytes:
-    parts: dict[str, list[int]] = {}
-    for tps in (member.assignment or {}).values():
-        for t, p in tps:
-            parts.setdefault(t, []).append(p)
-    return _encode({t: sorted(ps) for t, ps in sorted(parts.items())})

@@ -36,7 +36,7 @@ async def handle(door, ctx, conn, header, body) -> dict:
             continue
         share = None if not_served(role.coordinator, g) else await share_admin.delete_share_group(role.coordinator, g)
         if share is None:
-            results.extend((await role.classic.delete_groups({"groups_names": [g]}))["results"])
+            results.extend((await role.admin.delete_groups({"groups_names": [g]}))["results"])
             continue
         if share == ErrorCode.NONE:
             await _delete_configs(ctx, g)

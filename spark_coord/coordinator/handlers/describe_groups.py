@@ -29,7 +29,7 @@ async def handle(door, ctx, conn, header, body) -> dict:
         if role is None:
             answer["groups"].append(_refused(gid, code))
         else:
-            answer["groups"].extend(role.classic.describe_groups(dict(body, groups=[gid]))["groups"])
+            answer["groups"].extend(role.admin.describe_groups(dict(body, groups=[gid]))["groups"])
     for g in answer["groups"]:
         refused = authz.group_refused(ctx, conn, AclOperation.DESCRIBE, g["group_id"])
         if refused:

@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.coordinator.core.channel import MemberChannel
     from spark_coord.coordinator.doors.classic import ClassicGroups
     from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
+    from spark_coord.coordinator.doors.group_admin import GroupAdmin
     from spark_coord.coordinator.doors.group_offsets import GroupOffsets
     from spark_coord.coordinator.core.coordinator import Coordinator
     from spark_coord.coordinator.doors.share_group import ShareGroups
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class ShardRole(Protocol):
     """One coordinator shard this process serves: its coordinator, its Kafka doors, and the offset
-    APIs of every kind of group."""
+    and admin APIs of every kind of group."""
 
     shard: int
     coordinator: "Coordinator"
@@ -25,6 +26,7 @@ class ShardRole(Protocol):
     consumer: "ConsumerGroups"
     share: "ShareGroups"
     offsets: "GroupOffsets"
+    admin: "GroupAdmin"
 
 
 class FrontDoor(Protocol):

@@ -19,7 +19,7 @@ def error_response(body: dict, code: int) -> dict:
 async def handle(door, ctx, conn, header, body) -> dict:
     answer = {"throttle_time_ms": 0, "error_code": 0, "groups": []}
     for role in door.active_roles():
-        one = role.classic.list_groups(body)
+        one = role.admin.list_groups(body)
         if one.get("error_code"):
             continue
         answer["groups"].extend(one["groups"])
