@@ -93,7 +93,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
             topics.append(await _by_name(ctx, conn, name, auto))
     brokers = _brokers(ctx, conn.auth.listener_name)
     return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": ctx.cluster_id or None,
-            "controller_id": ctx.view.controller_id, "topics": topics, "error_code": ErrorCode.NONE}
+            "controller_id": ctx.view.controller_id, "topics": topics}
 
 
 def _by_id(ctx, conn, topic_id: bytes) -> dict:
@@ -129,8 +129,7 @@ async def _by_name(ctx, conn, name: str, auto: bool) -> dict:
 
 def error_response(body: dict, code: int) -> dict:
     topics = [_error_entry(code, t.get("name"), t.get("topic_id") or ZERO_TOPIC_ID) for t in (body.get("topics") or [])]
-    return {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1, "topics": topics,
-            "error_code": code}
+    return {"throttle_time_ms": 0, "brokers": [], "cluster_id": None, "controller_id": -1, "topics": topics}
 
 
 HANDLER = Handler(API_KEY, "Metadata", handle, error_response)
