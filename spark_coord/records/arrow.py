@@ -289,6 +289,7 @@ def _decode_scanned(buf, topic: str, partition: int, start_offset: int, end_offs
     that does not decompress): the caller's walk decodes it or says what is wrong."""
     import numpy as np
 
+    assert arrow_jit is not None  # loaded: the caller checked
     if not len(buf):
         return None
     d = np.frombuffer(buf, np.uint8)
@@ -445,6 +446,7 @@ def _decode_compressed(chosen: list[tuple[BatchHeader, memoryview, int]], filter
     what is wrong or decodes it in Python."""
     import numpy as np
 
+    assert arrow_jit is not None  # loaded: ``_kernel`` said yes
     if scratch is None:
         scratch = compression.Scratch()
     lo, hi = _bounds(filter_)
@@ -500,6 +502,7 @@ def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: b
     """The kernel's RecordBatch, or None when the Python decoder has to look at the input."""
     import numpy as np
 
+    assert arrow_jit is not None  # loaded: ``_kernel`` said yes
     spans = np.empty((len(plan.spans), arrow_jit.SPAN_FIELDS), np.int64)
     if plan.compressed:
         arena = np.frombuffer(_joined(plan), np.uint8)
@@ -629,11 +632,13 @@ def _with_nulls(arr: pa.Array, nulls: list[int]) -> pa.Array:
 
 
 def _headers_column(arena, cols: _Columns) -> pa.Array:
-    total = len(cols.hbounds) >> 2
+    hbounds = cols.hbounds
+    assert hbounds is not None  # columns decoded with their headers
+    total = len(hbounds) >> 2
     if total == 0:
         items = pa.nulls(0, _HEADER_TYPE)
     else:
-        hkeys, hvalues = _gather_pairs(arena, cols.hbounds, total, [], cols.hvalue_nulls)
+        hkeys, hvalues = _gather_pairs(arena, hbounds, total, [], cols.hvalue_nulls)
         names = pa.Array.from_buffers(pa.string(), total, hkeys.buffers(), null_count=0)
         names.validate(full=True)  # ArrowInvalid for a key that is not UTF-8
         items = pa.StructArray.from_arrays([names, hvalues], fields=list(_HEADER_TYPE))

@@ -527,7 +527,7 @@ def decode(arena, spans, lo: int, hi: int, include_headers: bool, topic: str, pa
     header_cap = 4 * rows if include_headers else 0
     while True:
         out = _Outputs(rows, data_cap, header_cap, include_headers)
-        _decode(arena, spans, lo, hi, include_headers, *out.arrays(), out.stats)
+        _decode(arena, spans, lo, hi, include_headers, *out.arrays())
         status = out.stats[_STATUS]
         if status == OK:
             return out.record_batch(pa, topic, partition, schema, header_type)
@@ -580,7 +580,7 @@ def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: i
         out.rows_left -= records
         before = stats.copy() if include_headers else None
         while True:
-            _decode(arena, span, lo, hi, include_headers, *out.arrays(), stats)
+            _decode(arena, span, lo, hi, include_headers, *out.arrays())
             status = stats[_STATUS]
             if status == OK:
                 break
@@ -668,8 +668,9 @@ class _Outputs:
         self.hvvalid = valid
 
     def arrays(self) -> tuple:
+        """The kernel's output arguments, in its order (``stats`` last)."""
         return (self.koff, self.kdata, self.kvalid, self.voff, self.vdata, self.vvalid, self.offs, self.ts,
-                self.tstype, self.hloff, self.hkoff, self.hkdata, self.hvoff, self.hvdata, self.hvvalid)
+                self.tstype, self.hloff, self.hkoff, self.hkdata, self.hvoff, self.hvdata, self.hvvalid, self.stats)
 
     def record_batch(self, pa, topic: str, partition: int, schema, header_type):
         from spark_coord.records.pa_arrays import constant  # built without pandas (see there)

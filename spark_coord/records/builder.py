@@ -40,7 +40,7 @@ _INT32_MAX = 2**31 - 1
 _NULL = encode_varint(-1)
 
 
-def _as_bytes(what: str, data) -> bytes | memoryview | None:
+def _as_bytes(what: str, data) -> bytes | bytearray | memoryview | None:
     if data is None or isinstance(data, (bytes, bytearray, memoryview)):
         return data
     raise TypeError(f"record {what} must be bytes-like or None, not {type(data).__name__}")
@@ -49,7 +49,8 @@ def _as_bytes(what: str, data) -> bytes | memoryview | None:
 def encode_record(offset_delta: int, timestamp_delta: int, key, value,
                   headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
     """One encoded record, its length prefix included."""
-    parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    parts: list[bytes | bytearray | memoryview] = [b"\x00", encode_varint(timestamp_delta),
+                                                   encode_varint(offset_delta)]
     for data in (key, value):
         if data is None:
             parts.append(_NULL)
@@ -59,17 +60,19 @@ def encode_record(offset_delta: int, timestamp_delta: int, key, value,
     parts.append(encode_varint(len(headers)))
     for hkey, hvalue in headers:
         if isinstance(hkey, str):
-            hkey = hkey.encode("utf-8")
-        elif not isinstance(hkey, (bytes, bytearray, memoryview)):
+            raw_key: bytes | bytearray | memoryview = hkey.encode("utf-8")
+        elif isinstance(hkey, (bytes, bytearray, memoryview)):
+            raw_key = hkey
+        else:
             raise TypeError(f"header key must be str, not {type(hkey).__name__}")
-        parts.append(encode_varint(len(hkey)))
-        parts.append(hkey)
-        hvalue = _as_bytes("header value", hvalue)
-        if hvalue is None:
+        parts.append(encode_varint(len(raw_key)))
+        parts.append(raw_key)
+        raw_value = _as_bytes("header value", hvalue)
+        if raw_value is None:
             parts.append(_NULL)
         else:
-            parts.append(encode_varint(len(hvalue)))
-            parts.append(hvalue)
+            parts.append(encode_varint(len(raw_value)))
+            parts.append(raw_value)
     body = b"".join(parts)
     return encode_varint(len(body)) + body
 
@@ -131,9 +134,10 @@ class BatchBuilder:
 
     def build(self, base_offset: int = 0) -> bytes:
         """The complete batch: header, (compressed) records, CRC-32C."""
-        if not self._records:
+        base_timestamp = self._base_timestamp  # set by the first append
+        if not self._records or base_timestamp is None:
             raise ValueError("cannot build an empty record batch")
-        return assemble_batch(b"".join(self._records), len(self._records), self.codec, self._base_timestamp,
+        return assemble_batch(b"".join(self._records), len(self._records), self.codec, base_timestamp,
                               self._max_timestamp, base_offset=base_offset, producer_id=self.producer_id,
                               producer_epoch=self.producer_epoch, base_sequence=self.base_sequence,
                               is_transactional=self.is_transactional,
@@ -273,8 +277,8 @@ def _binary_parts(arr):
 
 def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
                   compression_level: int | None = None, arena: "BatchArena | None" = None
-                  ) -> list[tuple[bytes, int]]:
-    """Record batches (bytes, record count) holding ``rows`` (row indices, in order) of ``cols``, each
+                  ) -> list[tuple[bytes | memoryview, int]]:
+    """Record batches (bytes-like, record count) holding ``rows`` (row indices, in order) of ``cols``, each
     at most ``batch_bytes`` before compression (or one record), all stamped ``timestamp_ms``.
 
     Compiled (numba) where available: no Python runs per record.  Otherwise the records
@@ -291,7 +295,8 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
 def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int, codec: int, batch_bytes: int,
                                timestamp_ms: int, compression_level: int | None = None,
                                arena: "BatchArena | None" = None, producer: tuple[int, int] | None = None,
-                               sequences: dict[int, int] | None = None) -> dict[int, list[tuple[bytes, int]]]:
+                               sequences: dict[int, int] | None = None
+                               ) -> dict[int, list[tuple[bytes | memoryview, int]]]:
     """``arrow_batches`` of the rows of each partition at once: row ``rows[i]`` goes to partition
     ``parts[i]`` (``0 <= parts[i] < partitions``); each partition's rows keep their order in ``rows``.
     Partitions without rows are absent from the answer.
@@ -340,12 +345,14 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
     chunk_ends = np.empty(len(rows), np.int64)
     inputs = [rows, parts, cols.koff, cols.kdata, cols.kvalid, cols.voff, cols.vdata, cols.vvalid, cols.hloff,
               cols.hlvalid, cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata, cols.hvvalid]
-    chunks = arrow_jit._encode(*map(_readonly, inputs), batch_bytes, HEADER_SIZE, out, _readonly(starts), chunk_parts,
-                               chunk_rows, chunk_ends)
-    batches: dict[int, list[tuple[bytes, int]]] = {}
+    args = [*map(_readonly, inputs), batch_bytes, HEADER_SIZE, out, _readonly(starts), chunk_parts, chunk_rows,
+            chunk_ends]
+    chunks = arrow_jit._encode(*args)
+    batches: dict[int, list[tuple[bytes | memoryview, int]]] = {}
     previous = starts.tolist()  # where each partition's next batch starts
     view = memoryview(out)
     pid, epoch = producer if producer is not None else (-1, -1)
+    batch: bytes | memoryview  # compressed: a new bytes; otherwise the batch built in place
     for q, count, end in zip(chunk_parts[:chunks].tolist(), chunk_rows[:chunks].tolist(),
                              chunk_ends[:chunks].tolist()):
         start, previous[q] = previous[q], end
@@ -473,7 +480,8 @@ def _encoded_bounds(cols: ArrowColumns, rows):
 
 def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
                           compression_level: int | None, producer: tuple[int, int] | None = None,
-                          sequences: dict[int, int] | None = None, partition: int = 0) -> list[tuple[bytes, int]]:
+                          sequences: dict[int, int] | None = None, partition: int = 0
+                          ) -> list[tuple[bytes | memoryview, int]]:
     def field(off, data, valid, i):
         if not len(valid) or not valid[i]:
             return None
@@ -485,7 +493,7 @@ def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int
             builder.base_sequence = _take_sequence(sequences, partition, len(builder))
         return builder.build(), len(builder)
 
-    batches = []
+    batches: list[tuple[bytes | memoryview, int]] = []
     builder = BatchBuilder(codec, compression_level=compression_level)
     for r in rows.tolist():
         headers = []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import Sequence
 
 import cramjam
 
@@ -142,8 +143,8 @@ class Scratch:
             self._buf = buf
 
 
-def decompress_all(items: list[tuple[int, object]], max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-                   scratch: Scratch | None = None):
+def decompress_all(items: Sequence[tuple[int, bytes | bytearray | memoryview]],
+                   max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES, scratch: Scratch | None = None):
     """Every ``(codec, data)`` of ``items`` decompressed one after the other into one buffer:
     ``(buffer, [(start, end), ...])`` (``data`` of codec NONE is copied in).  The records of a
     fetched record set's batches end up side by side without joining separately decompressed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 from spark_coord.records import compression, varint
 from spark_coord.records.header import (
@@ -123,6 +123,14 @@ def read_varint(d, p: int) -> tuple[int, int]:
     """Zigzag (signed) varint at ``d[p]`` -> (value, next position)."""
     v, p = read_uvarint(d, p)
     return (v >> 1) ^ -(v & 1), p
+
+
+@overload
+def _bytes_field(d, p: int, limit: int, what: str, nullable: Literal[False]) -> tuple[bytes, int]: ...
+
+
+@overload
+def _bytes_field(d, p: int, limit: int, what: str, nullable: bool = True) -> tuple[bytes | None, int]: ...
 
 
 def _bytes_field(d, p: int, limit: int, what: str, nullable: bool = True) -> tuple[bytes | None, int]:

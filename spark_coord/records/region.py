@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class FileRegion:
     alive while a descriptor is open).
     """
 
-    fileobj: object
+    fileobj: BinaryIO
     offset: int
     length: int
 
