@@ -1,5 +1,5 @@
 """Kafka's classic group protocol, eager and cooperative, as a door into the coordinator
-(DESIGN sections 11 and 12).
+(DESIGN.md "One registry, several doors"): JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
 
 A Kafka consumer (librdkafka, kafka-python, kafkajs, the Java client) joins one of
 our groups with JoinGroup/SyncGroup/Heartbeat.  ``ClassicMember`` is its
@@ -44,18 +44,13 @@ its connection closes, or its rebalance timeout passes (REBALANCE_IN_PROGRESS:
 the client joins again).  SyncGroup never waits: a JoinGroup is answered only
 once the member's assignment is known.
 
-OffsetCommit goes through the coordinator's checks (the member's epoch -- the
-generation it synced --, what it holds, never backwards) into the same ZooKeeper
-znodes as pings' offsets; OffsetFetch, ListGroups, DescribeGroups and
-DeleteGroups read and change the same registry, so Kafka tools see every group,
-Spark queries' groups included.
+The offset and admin APIs serve every kind of group, so they are not this door's:
+``group_offsets`` (OffsetCommit, OffsetFetch, OffsetDelete; a classic member's commit is
+validated here, in the generation it synced: ``validate_commit``) and ``group_admin``
+(ListGroups, DescribeGroups, DeleteGroups; a member shows as its channel describes it).
 
 Choices where Kafka and the seeds differ:
 
-* an offset below the one already committed by the same holding is answered NONE
-  but not taken (DESIGN invariant 3); commits with generation -1 and no member id
-  (tools resetting a group) are taken only while the group has no live member, as
-  Kafka does, and may move offsets anywhere;
 * ``group.instance.id`` (static membership, KIP-345): the registry knows a static
   member by its instance id; a new incarnation's JoinGroup (a restart within the
   session timeout, or a second process with the same instance id) takes over what
@@ -80,11 +75,11 @@ from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
 from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.doors.common import ConsumerMembers, not_served, restored_consumer_member
+from spark_coord.coordinator.doors.common import (ConsumerMembers, Partitions, by_topic, encode_partitions, not_served,
+                                                  restored_consumer_member, sent_claim)
 from spark_coord.coordinator.doors.initial_join import InitialDelays
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.consumer_protocol import (ConsumerProtocolError, decode_subscription, encode_assignment,
-                                                partitions_by_topic, topic_partitions)
+from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription, partitions_by_topic
 from spark_coord.wire.join_group import CONSUMER_PROTOCOL_TYPE
 from spark_coord.zk import paths
 
@@ -108,8 +103,6 @@ PENDING_MEMBER_ID_MS = 300_000
 #: The leader every JoinGroup answer names: no member, so every client syncs as a follower.
 LEADER = "coordinator"
 
-Partitions = dict[str, list[int]]
-
 
 def choose_protocol(offered: Iterable[str]) -> str | None:
     """The protocol a member is answered in: a cooperative one if it offers one (nothing it holds
@@ -126,17 +119,10 @@ def _member_id_prefix(client_id: str | None) -> str:
     return cleaned or "consumer"
 
 
-def _encode(partitions: Partitions) -> bytes:
-    return encode_assignment({"assigned_partitions": topic_partitions(partitions), "user_data": None}, 0)
-
-
 def _ownership(body: Mapping[str, Any]) -> Partitions:
     """A StartFetcher's partitions by topic."""
-    out: dict[str, set[int]] = {}
-    for thread in body.get("ownership") or []:
-        for p in thread.get("partitions") or []:
-            out.setdefault(p["topic"], set()).add(p["partition"])
-    return {t: sorted(ps) for t, ps in sorted(out.items())}
+    return by_topic({(p["topic"], p["partition"]) for thread in body.get("ownership") or []
+                     for p in thread.get("partitions") or []})
 
 
 def _minus(held: Partitions, gone: Iterable[dict]) -> Partitions:
@@ -248,6 +234,20 @@ class ClassicMember(HeartbeatLease):
         """Must the member (re)join: a stop or start waits for it, or it has not synced a JoinGroup answer?"""
         return self._stop is not None or self._start is not None or self._offered is not None
 
+    @property
+    def offered_generation(self) -> int | None:
+        """The generation of the JoinGroup answer it has not synced yet, if any."""
+        return self._offered[0] if self._offered is not None else None
+
+    def resume(self, generation: int, held: Iterable[tuple[str, int]]) -> None:
+        """Taken back after a failover, or over by a static member's new incarnation: it synced
+        ``generation`` with ``held``, the partitions the registry counts for it."""
+        self.generation, self.partitions = generation, by_topic(held)
+
+    def check_session_in(self, delay_ms: int) -> None:
+        """Look at its session again in ``delay_ms`` instead of failing it now."""
+        self._arm(delay_ms)
+
     # ------------------------------------------------------------ joining
     def _hand_reduced(self) -> None:
         """Cooperative: answer its JoinGroup with its assignment without the partitions to stop."""
@@ -261,6 +261,11 @@ class ClassicMember(HeartbeatLease):
         assert self._start is not None
         body, on_answer = self._start
         self._offer(body["generation_id"], _ownership(body), on_answer)
+
+    def offer(self, generation: int, partitions: Partitions) -> None:
+        """Answer its JoinGroup with ``partitions`` in ``generation``, no StartFetcher waiting on its
+        SyncGroup (it keeps what it has, or takes over what it is counted for)."""
+        self._offer(generation, partitions, None)
 
     def _offer(self, generation: int, partitions: Partitions, on_answer: OnAnswer | None) -> None:
         self._offered = (generation, partitions, on_answer)
@@ -314,9 +319,9 @@ class ClassicMember(HeartbeatLease):
             if on_answer is not None and self._start is not None and self._start[1] is on_answer:
                 self._start = None
                 on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.key, "generation_id": generation})
-            return _encode(partitions)
+            return encode_partitions(partitions)
         if offered is None and generation == self.generation and not self.rebalancing:
-            return _encode(self.partitions)
+            return encode_partitions(self.partitions)
         return None
 
     def heartbeat_code(self, generation: Any) -> ErrorCode:
@@ -388,7 +393,7 @@ class ClassicGroups:
         if km.closed or group is None or member is None or member.channel is not km:
             return
         if not self.c.leadership.fresh():  # maybe deposed while paused: look again once confirmed
-            km._arm(self.c.leadership.recheck_ms())
+            km.check_session_in(self.c.leadership.recheck_ms())
             return
         km.close()
         self.c.handle_consumer_failure(group, member, f"no heartbeat within its session timeout "
@@ -544,8 +549,8 @@ class ClassicGroups:
             self.c.released(group, member, held - owned, f"Kafka member {km.member_id} no longer owns "
                                                           f"{len(held - owned)} partition(s)")
         else:  # nothing changed for it: the same assignment again, at once
-            km._offer(km.generation if km.generation != NO_GENERATION else max(0, member.epoch or 0),
-                      dict(km.partitions), None)
+            km.offer(km.generation if km.generation != NO_GENERATION else max(0, member.epoch or 0),
+                     dict(km.partitions))
 
     async def _wait_join(self, km: ClassicMember, gone: "asyncio.Future[Any] | None") -> dict:
         """The JoinGroup answer once the member's offer is ready (a ``DelayedJoin``)."""
@@ -554,8 +559,8 @@ class ClassicGroups:
             km.join.force_complete()  # a JoinGroup it gave up on (a new one came): answered as superseded
         join = km.join = DelayedJoin(km.group_id, km.member_id, km.rebalance_timeout_ms, future,
                                      on_done=lambda: setattr(km, "last_contact_ms", self.c.clock.now_ms()))
-        if km._offered is not None:
-            join.generation = km._offered[0]
+        if km.offered_generation is not None:
+            join.generation = km.offered_generation
         if gone is not None:
             gone.add_done_callback(lambda _f: self._gone(km, join))
         self.purgatory.try_complete_else_watch(join, [MemberKey(km.group_id, km.member_id)])
@@ -579,13 +584,18 @@ class ClassicGroups:
             join.gone = True
             self.purgatory.check_and_complete(MemberKey(km.group_id, km.member_id))
 
+    def _registration(self, km: ClassicMember, topics: Iterable[str], external_id: str | None,
+                      pattern: str | None = None, claim: Mapping[str, Any] | None = None) -> dict:
+        """Register ``km`` with the coordinator (``claim``: ``sent_claim`` of the registry entry it
+        takes back or over); the coordinator's answer."""
+        return self.c.register(km, {"group_id": km.group_id, "consumer_id": km.key,
+                                    "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": pattern,
+                                    "auto_commit": False, "session_timeout_ms": km.session_timeout_ms, **(claim or {})},
+                               incremental=km.cooperative, kind="classic", external_id=external_id)
+
     def _register(self, km: ClassicMember, topics: list[str],
                   topic_filter: "Callable[[str], bool] | None" = None) -> ErrorCode:
-        answer = self.c.register(km, {"group_id": km.group_id, "consumer_id": km.key,
-                                      "topics": [{"topic": t, "streams": 1} for t in topics], "pattern": None,
-                                      "auto_commit": False, "session_timeout_ms": km.session_timeout_ms},
-                                 incremental=km.cooperative, kind="classic",
-                                 external_id=km.member_id if km.key != km.member_id else None)
+        answer = self._registration(km, topics, km.member_id if km.key != km.member_id else None)
         code = answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
         if code != ErrorCode.NONE:
             km.close()
@@ -617,9 +627,7 @@ class ClassicGroups:
             return None  # the same incarnation joining again
         same_topics = sorted(existing.topic_count.static_topics()) == topics
         if old is not None and not old.closed:
-            if old.join is not None and not old.join.is_completed:
-                old._wake_join(None)
-            old.close()
+            old.close()  # a JoinGroup of it waiting here is answered: it is gone
             self.c.on_channel_closed(old)  # absent: its partitions wait for the new incarnation
         if old_id:
             self._static.pop((group_id, old_id), None)
@@ -628,25 +636,19 @@ class ClassicGroups:
         if not same_topics or not existing.holds_assignment:
             return None  # it joins as the instance with a new subscription: an ordinary rebalance
         generation = existing.sent_epoch
-        owned = [{"consumer_thread_id": th, "partitions": [{"topic": t, "partition": p, "offset": -1} for t, p in tps]}
-                 for th, tps in sorted((existing.assignment or {}).items())]
         km = ClassicMember(self, group_id, member_id, client_id=client_id, client_host=client_host,
                            session_timeout_ms=session if isinstance(session, int) and session > 0
                            else existing.session_timeout_ms, rebalance_timeout_ms=rebalance, protocols=protocols,
                            group_instance_id=instance, key=key)
-        answer = self.c.register(km, {"group_id": group_id, "consumer_id": key, "topics": [
-            {"topic": t, "streams": 1} for t in topics], "pattern": None, "auto_commit": False,
-            "session_timeout_ms": km.session_timeout_ms, "generation_id": generation, "owned": owned},
-            incremental=km.cooperative, kind="classic", external_id=member_id)
+        answer = self._registration(km, topics, member_id, claim=sent_claim(existing))
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
             km.close()
             return None
         self._static[(group_id, member_id)] = key
         self.c.set_topic_filter(group_id, key, topic_filter)
         held = self.c.groups[group_id].members[key].owned()
-        km.generation = generation
-        km.partitions = {t: sorted(p for tt, p in held if tt == t) for t in sorted({t for t, _ in held})}
-        km._offer(generation, dict(km.partitions), None)
+        km.resume(generation, held)
+        km.offer(generation, dict(km.partitions))
         log.info("group %s: static member %s (instance %s) took over %d partition(s) in generation %d", group_id,
                  member_id, instance, len(held), generation)
         return await self._wait_join(km, gone)
@@ -686,25 +688,17 @@ class ClassicGroups:
         if group is None or member is None or member.channel is not None or not member.holds_assignment \
                 or not isinstance(generation, int) or generation != member.sent_epoch:
             return None
-        owned = [{"consumer_thread_id": thread, "partitions": [{"topic": t, "partition": p, "offset": -1}
-                                                               for t, p in tps]}
-                 for thread, tps in sorted((member.assignment or {}).items())]
         km = ClassicMember(self, group_id, member_id, client_id="", client_host="(taken back)",
                            session_timeout_ms=member.session_timeout_ms,
                            rebalance_timeout_ms=member.session_timeout_ms, protocols=None,
                            cooperative=member.incremental, key=member.consumer_id,
                            group_instance_id=client_name(member.consumer_id) if member.external_id else None)
-        answer = self.c.register(km, {"group_id": group_id, "consumer_id": member.consumer_id,
-                                      "topics": [{"topic": t, "streams": 1} for t in member.topic_count.static_topics()],
-                                      "pattern": member.topic_count.pattern, "auto_commit": False,
-                                      "session_timeout_ms": member.session_timeout_ms,
-                                      "generation_id": generation, "owned": owned}, incremental=member.incremental,
-                                 kind="classic", external_id=member.external_id)
+        answer = self._registration(km, member.topic_count.static_topics(), member.external_id,
+                                    member.topic_count.pattern, sent_claim(member))
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != generation:
             km.close()
             return None
-        km.generation = generation
-        km.partitions = {t: sorted(p for tt, p in member.owned() if tt == t) for t in sorted({t for t, _ in member.owned()})}
+        km.resume(generation, member.owned())
         log.info("group %s: Kafka member %s taken back in generation %d", group_id, member_id, generation)
         return km
 

@@ -1,7 +1,7 @@
-"""What the Kafka group modules of this package share (none of them is a door another imports):
-the check every group request starts with, partitions by topic as the consumer protocol carries
-them, the claim that takes a member back with what the registry counts for it, and what the
-classic door and OffsetCommit need of the KIP-848 door's members.
+"""What the Kafka group modules of this package share, so that none imports a door: the check
+every group request starts with, partitions by topic as the consumer protocol carries them, the
+claim that takes a member back with what the registry counts for it, and what the classic door
+and OffsetCommit need of the KIP-848 door's members.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, 
 from spark_coord.coordinator.core.lease import HeartbeatLease
 from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.doors.common import sent_claim
 from spark_coord.errors import ErrorCode
 from spark_coord.zk import paths
 
@@ -401,9 +402,7 @@ class ConsumerGroups:
         claim: dict[str, Any] = {}
         if instance and existing is not None and existing.channel is None and existing.holds_assignment:
             # a static member's new incarnation: it takes over what the instance held, in its epoch
-            claim = {"generation_id": existing.sent_epoch, "owned": [
-                {"consumer_thread_id": th, "partitions": [{"topic": t, "partition": p, "offset": -1} for t, p in tps]}
-                for th, tps in sorted((existing.assignment or {}).items())]}
+            claim = sent_claim(existing)
         answer = self.c.register(m, {"group_id": group_id, "consumer_id": key, "topics": [
             {"topic": t, "streams": 1} for t in sub.static_topics()], "pattern": sub.pattern,
             "pattern_streams": 1, "auto_commit": False, "session_timeout_ms": m.session_timeout_ms, **claim},

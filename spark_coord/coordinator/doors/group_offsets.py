@@ -10,7 +10,7 @@ queries' groups included.
   ``validateOffsetCommit``): a classic member in the generation it synced (``ClassicMembers``), a
   KIP-848 member in its member epoch (``common.ConsumerMembers``; STALE_MEMBER_EPOCH makes it
   refresh its epoch and commit again).  An offset below the one already committed by the same
-  holding is answered NONE but not taken (DESIGN invariant 3).  Commits with generation -1 and no
+  holding is answered NONE but not taken (DESIGN.md "Epochs").  Commits with generation -1 and no
   member id (tools resetting a group) are taken only while the group has no live member, as Kafka
   does, and may move offsets anywhere.  Answered once the offsets are in ZooKeeper.
 * **OffsetFetch**: the committed offsets, -1 where the group has none; v8+ ask for several groups.

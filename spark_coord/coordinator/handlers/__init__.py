@@ -8,10 +8,11 @@ process that serves them (a broker, or a standalone coordinator) implements
 ``FrontDoor`` and turns these into its request handlers (``broker.coordination``).
 
 The seeds' own APIs: ClusterMetadata, RegisterConsumer, CommitOffsets and the
-coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
-DescribeGroups and DeleteGroups, served through ``classic.ClassicGroups``; and Kafka
-4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+coordinator's DescribeGroups.  Kafka's group APIs: FindCoordinator; JoinGroup,
+SyncGroup, Heartbeat and LeaveGroup, served through ``classic.ClassicGroups``; OffsetCommit,
+OffsetFetch and OffsetDelete through ``group_offsets.GroupOffsets``, ListGroups,
+DescribeGroups and DeleteGroups through ``group_admin.GroupAdmin``, for every kind of group;
+and Kafka 4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupDescribe,
 through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHeartbeat and
 ShareGroupDescribe, through ``share_group.ShareGroups``, and their offsets' admin APIs,
 DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, through
