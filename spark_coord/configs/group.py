@@ -276,6 +276,7 @@ class GroupConfigModel:
             if wanted is not None and name not in wanted:
                 continue
             d = key.definition
+            value: str | None  # a default may be null
             if name in overrides:
                 value, source = overrides[name], ConfigSource.GROUP_CONFIG
             else:
