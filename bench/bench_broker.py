@@ -219,7 +219,7 @@ def main() -> int:
         tls_opts: list[str] = []
         if args.tls and use_kcat:
             from spark_coord.net import free_port
-            from spark_coord.testing.tls import TestPki
+            from testkit.tls import TestPki
 
             pki = TestPki(Path(tmp) / "pki")
             base_port, ssl_port = free_port(), free_port()

@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_coord.cluster import LocalCluster  # noqa: E402
-from spark_coord.testing.zk_history import read_shard_holders  # noqa: E402
 from spark_coord.zk import client as zkclient  # noqa: E402
 from spark_coord.zk.embedded import EmbeddedZooKeeper  # noqa: E402
+from testkit.zk_history import read_shard_holders  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

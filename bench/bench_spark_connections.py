@@ -43,7 +43,7 @@ def start_cluster(tmp: Path):
     """A one-broker LocalCluster with PLAINTEXT and SASL_SSL listeners; (cluster, plaintext, sasl_ssl, ca)."""
     from spark_coord.cluster import LocalCluster
     from spark_coord.net import free_port
-    from spark_coord.testing.tls import TestPki
+    from testkit.tls import TestPki
 
     pki = TestPki(tmp / "pki")
     plain, secure = free_port(), free_port()

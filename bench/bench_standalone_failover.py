@@ -36,10 +36,10 @@ from spark_coord.client.metadata import ClusterClient  # noqa: E402
 from spark_coord.client.producer import Producer  # noqa: E402
 from spark_coord.cluster import LocalCluster  # noqa: E402
 from spark_coord.consumer import Consumer  # noqa: E402
-from spark_coord.testing.coordinator_process import CoordinatorProcess  # noqa: E402
-from spark_coord.testing.zk_history import read_coordinator  # noqa: E402
 from spark_coord.zk import client as zkclient  # noqa: E402
 from spark_coord.zk.embedded import EmbeddedZooKeeper  # noqa: E402
+from testkit.coordinator_process import CoordinatorProcess  # noqa: E402
+from testkit.zk_history import read_coordinator  # noqa: E402
 
 PARTITIONS = 4
 

@@ -14,7 +14,7 @@ producer (acks=1) and 4 journaling thin-consumer members (6 s sessions) that com
 actively after every batch.  Faults at random moments: SIGKILL and SIGSTOP of
 members, SIGKILL of the coordinator's broker and of other brokers (restarted), and
 ZooKeeper session expiry of the coordinator (its broker paused past its session).
-See ``spark_coord/testing/chaos.py`` for the checks and the stall measure.
+See ``testkit/chaos.py`` for the checks and the stall measure.
 
 ``--kinds`` mixes member kinds, one per member: ``thin`` (our consumer), ``eager``
 (confluent-kafka, librdkafka's default assignors), ``cooperative`` (confluent-kafka
@@ -22,7 +22,7 @@ with ``partition.assignment.strategy=cooperative-sticky``) and ``kip848``
 (confluent-kafka with ``group.protocol=consumer``; its session is the brokers'
 ``group.consumer.session.timeout.ms``, set to ``--kafka-session-ms`` or ``--session-ms``)
 each commit synchronously after every batch; ``spark`` is a Spark structured-streaming
-query (local[1], 512 MB driver; ``spark_coord/testing/spark_member.py``) whose source
+query (local[1], 512 MB driver; ``testkit/spark_member.py``) whose source
 commits the group's offsets as Spark confirms batches.  A killed Spark member restarts on
 its checkpoint (a cold JVM: about 15 s) and replays the batch it had not confirmed; the
 run waits for every Spark member's first assignment before its warm-up.  The report adds, per member, the records delivered to it again
@@ -60,7 +60,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_coord.testing.chaos import ChaosRun, ChaosSettings, parse_kinds, write_report  # noqa: E402
+from testkit.chaos import ChaosRun, ChaosSettings, parse_kinds, write_report  # noqa: E402
 
 
 def _write_figures(report, settings) -> None:
@@ -68,7 +68,7 @@ def _write_figures(report, settings) -> None:
     import statistics
 
     import figures
-    from spark_coord.testing.chaos import KINDS
+    from testkit.chaos import KINDS
 
     stalls, base = report.coordinator_kill_stalls, report.baseline_stalls
     kinds = ",".join(settings.member_kinds())
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("spark_coord.testing.chaos").setLevel(logging.INFO)
+    logging.getLogger("testkit.chaos").setLevel(logging.INFO)
     try:
         kinds = parse_kinds(args.kinds) if args.kinds else ()
     except ValueError as e:

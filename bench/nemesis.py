@@ -11,13 +11,13 @@ Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need l
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
 embedded ZooKeeper, 3 brokers, a 12-partition topic, the acknowledging producer and
 members -- by default two thin consumers, a confluent-kafka eager and a cooperative one
--- each in a namespace of its own on one bridge (``spark_coord/testing/nemesis.py``).
+-- each in a namespace of its own on one bridge (``testkit/nemesis.py``).
 Seeded random faults of every kind of ``nemesis.ALL_KINDS`` (cuts by blackhole routes,
 a bridge, flapping cuts, clocks offset or running fast, pauses and kills), alone or two
 at once (``--combine``).
 
-Prints the chaos report (``testing.chaos``), the anomalies of Jepsen's Kafka workload
-(``testing.jepsen_checks``) and a table per fault kind: how often it was injected, the
+Prints the chaos report (``testkit.chaos``), the anomalies of Jepsen's Kafka workload
+(``testkit.jepsen_checks``) and a table per fault kind: how often it was injected, the
 longest wait of a record on the partitions it did not touch, and the anomalies in its
 window; writes everything as JSON (``--report``); exits 1 on a violation.
 """
@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_coord.testing import nemesis  # noqa: E402
-from spark_coord.testing.chaos import MEMBER_KINDS  # noqa: E402
+from testkit import nemesis  # noqa: E402
+from testkit.chaos import MEMBER_KINDS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("spark_coord.testing.chaos").setLevel(logging.INFO)
-    logging.getLogger("spark_coord.testing.nemesis").setLevel(logging.INFO)
+    logging.getLogger("testkit.chaos").setLevel(logging.INFO)
+    logging.getLogger("testkit.nemesis").setLevel(logging.INFO)
     if args.aggregate:
         return 0 if _print_aggregate([json.loads(Path(f).read_text()) for f in args.aggregate], args.summary) else 1
     if args.cleanup:

@@ -37,4 +37,4 @@ fi
 # The checkout's modules compiled (quick when they are up to date): Python caches them itself on
 # first import unless PYTHONDONTWRITEBYTECODE says not to, and Spark starts a fresh Python process
 # for every streaming query's reader, which would compile them all again each time.
-"$venv/bin/python" -m compileall -q "$root/spark_coord" "$root/pyspark_coordkafka" >/dev/null 2>&1 || true
+"$venv/bin/python" -m compileall -q "$root/spark_coord" "$root/pyspark_coordkafka" "$root/testkit" >/dev/null 2>&1 || true

@@ -1,17 +1,20 @@
-"""The package graph of spark_coord: which package imports which, checked against its layers.
+"""The package graph of spark_coord (and of testkit, the chaos harness above it): which package
+imports which, checked against its layers.
 
     python scripts/import-graph.py            # edges between packages, and any violation
     python scripts/import-graph.py --dot      # Graphviz: ... --dot | dot -Tsvg > packages.svg
     python scripts/import-graph.py --modules  # every import that crosses packages, file:line
 
-Every ``import`` of a ``spark_coord`` module counts, wherever it stands: at module
-level, inside a function (a lazy import is still a dependency) or under
+Every ``import`` of a ``spark_coord`` or ``testkit`` module counts, wherever it stands:
+at module level, inside a function (a lazy import is still a dependency) or under
 ``TYPE_CHECKING``.  A package is a subpackage of ``spark_coord`` (``client``,
-``records``, ...) or a top-level module (``config``, ``cluster``, ...).  ``LAYERS``
-lists them from the bottom up; a package may import its own layer and the layers
-below, never one above, packages must not import each other in a circle, and the
-modules of one package must not either (type-only imports count: a module that needs
-another's types depends on it).  The exit status is 1 when any of this happens
+``records``, ...), a top-level module (``config``, ``cluster``, ...), or a top-level
+package of the checkout (``pyspark_coordkafka``, ``testkit``).  ``LAYERS`` lists them
+from the bottom up; a package may import its own layer and the layers below, never one
+above, packages must not import each other in a circle, and the modules of one package
+must not either (type-only imports count: a module that needs another's types depends
+on it).  ``testkit``, the chaos harness, is the top layer alone: it is not installed, so
+nothing of the package may import it.  The exit status is 1 when any of this happens
 (``tests/test_import_graph.py`` runs this).
 
 Standard library only.
@@ -47,8 +50,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("broker",),            # the broker server, its handlers and security
     ("spark",),             # the coordkafka data source
     # processes and tools: the CLI, local clusters, the standalone coordinator's process
-    ("cli", "cluster", "demo", "standalone", "testing", "pyspark_coordkafka"),
+    ("cli", "cluster", "demo", "standalone", "pyspark_coordkafka"),
+    # the chaos harness, beside the package and not installed (tests/ and bench/ use it)
+    ("testkit",),
 ]
+#: The checkout's packages whose modules' imports are read.
+PACKAGES = ("spark_coord", "pyspark_coordkafka", "testkit")
+#: Imports of these count (a third-party import is none of the graph's business).
+TARGETS = ("spark_coord", "testkit")
 
 
 @dataclass(frozen=True)
@@ -92,8 +101,8 @@ def _is_module(dotted: str, root: Path) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def imports(root: Path = ROOT, packages: tuple[str, ...] = ("spark_coord", "pyspark_coordkafka")) -> list[Import]:
-    """Every import of a spark_coord module by a module of ``packages`` under ``root``."""
+def imports(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[Import]:
+    """Every import of a spark_coord or testkit module by a module of ``packages`` under ``root``."""
     out = []
     for top in packages:
         for path in sorted((root / top).rglob("*.py")):
@@ -110,7 +119,7 @@ def imports(root: Path = ROOT, packages: tuple[str, ...] = ("spark_coord", "pysp
                 else:
                     continue
                 for target in dict.fromkeys(targets):
-                    if target.split(".")[0] == "spark_coord":
+                    if target.split(".")[0] in TARGETS:
                         out.append(Import(source, target, path.relative_to(root), node.lineno))
     return out
 

@@ -28,7 +28,7 @@ ZOOKEEPER_TEST_SETTINGS = {
 def pki(tmp_path_factory):
     """A throw-away CA made at run time, with a broker certificate (127.0.0.1, ::1, localhost) and
     client certificates, as PEM files."""
-    from spark_coord.testing.tls import TestPki
+    from testkit.tls import TestPki
 
     return TestPki(tmp_path_factory.mktemp("pki"))
 

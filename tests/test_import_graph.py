@@ -93,3 +93,14 @@ def test_the_checker_finds_circles_inside_a_package_type_only_imports_included(g
     assert problems == ["import circle inside core: spark_coord.core.a, spark_coord.core.b: "
                         "spark_coord.core.a->spark_coord.core.b (spark_coord/core/a.py:1); "
                         "spark_coord.core.b->spark_coord.core.a (spark_coord/core/b.py:3)"], problems
+
+
+def test_the_checker_refuses_an_import_of_the_harness_from_the_package(graph, tmp_path):
+    """testkit is not installed: a module of the package that imports it would fail in a wheel."""
+    _write(tmp_path, {"spark_coord/__init__.py": "", "spark_coord/cli.py": "def f():\n    from testkit import chaos\n",
+                      "testkit/__init__.py": "", "testkit/chaos.py": "from spark_coord import cli\n"})
+    found = graph.imports(tmp_path, ("spark_coord", "testkit"))
+    problems = graph.violations(found, [("cli",), ("testkit",)])
+    assert any("upward import: spark_coord/cli.py:2 spark_coord.cli imports testkit.chaos" in p for p in problems), \
+        problems
+    assert any("import circle between cli, testkit" in p for p in problems), problems

@@ -42,12 +42,12 @@ The mapping (DESIGN.md section 8):
 
 Testing hook: when the environment variable ``SPARK_COORD_MEMBER_JOURNAL`` names a
 file, the members append to it, as JSON lines in the journal format of
-``spark_coord.testing.member``, what the coordinator made them do -- ``assign``
+``testkit.member``, what the coordinator made them do -- ``assign``
 (StartFetcher, the complete assignment), ``stop`` (once partitions were given up;
 ``parts`` when only some were), ``lost`` (the lease ran out: ``lease_end``),
 ``resume`` (taken back) -- and each active commit's outcome (``commit`` /
 ``commit_failed``), each line naming its ``member``.  The chaos harness's Spark
-member (``spark_coord.testing.spark_member``) sets it, so its checks see the
+member (``testkit.spark_member``) sets it, so its checks see the
 query's ownership; unset, nothing is written.
 """
 

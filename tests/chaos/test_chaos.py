@@ -2,7 +2,7 @@
 broker SIGKILL and coordinator ZooKeeper session expiry (a pause past its session) on a
 3-broker cluster with 4 journaling members and a live producer.
 
-Every invariant is asserted (``testing.chaos`` / ``testing.invariants``): nothing
+Every invariant is asserted (``testkit.chaos`` / ``testkit.invariants``): nothing
 acknowledged lost, every record consumed, committed offsets never backwards, one owner
 per partition at a time, no delivery outside ownership, no owned partition with records
 waiting left unfetched for the liveness bound, final offsets at the log end after the
@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from spark_coord.testing.chaos import ChaosRun, ChaosSettings, write_report
+from testkit.chaos import ChaosRun, ChaosSettings, write_report
 
 
 @pytest.mark.slow

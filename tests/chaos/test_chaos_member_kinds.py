@@ -1,6 +1,6 @@
 """A chaos run with a thin consumer, a KIP-848 confluent-kafka consumer and a Spark query in one group.
 
-The run (``testing.chaos``, loopback, one broker) SIGKILLs the KIP-848 member and the
+The run (``testkit.chaos``, loopback, one broker) SIGKILLs the KIP-848 member and the
 Spark member (its driver, JVM and Python workers) once each; both are restarted, the
 Spark one on its checkpoint.  Every invariant is asserted -- nothing acknowledged lost,
 every record consumed, one owner per partition at a time, no delivery outside
@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from spark_coord.testing.chaos import ChaosRun, ChaosSettings, write_report
+from testkit.chaos import ChaosRun, ChaosSettings, write_report
 
 #: Only member SIGKILLs; with this seed the first hits the Spark member (slot 2), the second the
 #: KIP-848 member (slot 1) -- asserted below, so a change of the draw fails loudly.

@@ -1,11 +1,11 @@
-"""A short network-fault run in the suite (``testing.nemesis``): every process in a network namespace
+"""A short network-fault run in the suite (``testkit.nemesis``): every process in a network namespace
 of its own on one bridge, and real cuts (blackhole routes on both sides).
 
 Four faults on a 3-broker cluster with a thin consumer, a confluent-kafka eager and a cooperative
 member and the acknowledging producer: the group's coordinator cut from ZooKeeper past its session
 (its members still reach it), a member cut from its coordinator (it still reaches the other brokers),
 an isolated broker, and -- with libfaketime -- a member restarted with its clock a minute ahead.  The
-Jepsen-named checks (``testing.jepsen_checks``) find no lost write and no inconsistent offset, and the
+Jepsen-named checks (``testkit.jepsen_checks``) find no lost write and no inconsistent offset, and the
 run's invariants hold: no two owners of a partition at once, committed offsets never backwards, every
 record consumed.  Skipped, with the reason, where network namespaces cannot be made (not root, no ``ip``).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_coord.testing import nemesis
+from testkit import nemesis
 
 REASON = nemesis.unavailable_reason()
 

@@ -1,5 +1,5 @@
-"""A short run of the link faults (``testing.nemesis`` ``PROXY_KINDS``): every client connection to a
-broker goes through a ``testing.linkproxy`` in the broker's namespace, which is made to stall, to
+"""A short run of the link faults (``testkit.nemesis`` ``PROXY_KINDS``): every client connection to a
+broker goes through a ``testkit.linkproxy`` in the broker's namespace, which is made to stall, to
 delay and to throttle.
 
 Four faults on a 3-broker cluster with a thin consumer, a confluent-kafka eager member and the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_coord.testing import nemesis
+from testkit import nemesis
 
 REASON = nemesis.unavailable_reason()
 

@@ -1,5 +1,5 @@
 """A nemesis run on a three-server ZooKeeper ensemble (real quorum, one namespace per server), with
-the ensemble split under the coordinator and the brokers' membership changed (``testing.nemesis_zk``).
+the ensemble split under the coordinator and the brokers' membership changed (``testkit.nemesis_zk``).
 
 The scheduled run: ``zk_split`` with the group's coordinator on the minority side (its ZooKeeper
 server stops serving, its session expires, a broker of the majority is elected), then
@@ -17,8 +17,8 @@ import random
 
 import pytest
 
-from spark_coord.testing import nemesis, nemesis_zk
 from spark_coord.zk.embedded import EmbeddedEnsemble
+from testkit import nemesis, nemesis_zk
 
 REASON = nemesis.unavailable_reason()
 

@@ -52,7 +52,7 @@ def czk(cluster):
 def members(tmp_path, cluster):
     """``spawn(name, group, topics=..., pattern=...)`` -> a started ``MemberProcess``; all are
     stopped (SIGTERM, clean close) at the end if still running."""
-    from spark_coord.testing.member import MemberProcess
+    from testkit.member import MemberProcess
 
     started: list[MemberProcess] = []
     workdir = tmp_path / "members"

@@ -136,7 +136,7 @@ def wait_balanced(members, partitions, above: int = -1, timeout: float = 30.0):
 
 
 def committed(zk, group: str) -> dict[tuple[str, int], int]:
-    from spark_coord.testing.zk_history import read_partitions
+    from testkit.zk_history import read_partitions
 
     return read_partitions(zk, group, "offsets")  # type: ignore[return-value]
 

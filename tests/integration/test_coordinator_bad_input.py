@@ -12,9 +12,9 @@ from support import committed
 
 from spark_coord.consumer.channel import CoordinatorChannel
 from spark_coord.errors import ErrorCode
-from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.wire import coordinator as api
 from spark_coord.wire import protocol
+from testkit.zk_history import read_coordinator
 
 GROUP, TOPIC = "g-raw", "raw"
 

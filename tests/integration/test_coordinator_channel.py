@@ -8,8 +8,8 @@ from helpers import wait_until
 
 from spark_coord.consumer.channel import CoordinatorChannel
 from spark_coord.errors import ErrorCode
-from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.wire import coordinator as api
+from testkit.zk_history import read_coordinator
 
 GROUP, TOPIC = "g-channel", "channel"
 

@@ -29,9 +29,9 @@ from support import (balanced, broker_log_has, consumed_up_to, leaders, log_end,
 
 from spark_coord.consumer.channel import CoordinatorChannel
 from spark_coord.errors import ErrorCode
-from spark_coord.testing import invariants
-from spark_coord.testing.zk_history import ZkHistory, read_coordinator
 from spark_coord.wire import coordinator as api
+from testkit import invariants
+from testkit.zk_history import ZkHistory, read_coordinator
 
 N_PARTITIONS = 12
 #: failure seen (ZK session) + members notice (session) + restore wait (session) + rebalance + margin

@@ -19,7 +19,7 @@ from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, con
 
 from spark_coord.consumer.cli import describe_groups
 from spark_coord.coordinator.core.shards import place, shard_of
-from spark_coord.testing.zk_history import read_shard_count, read_shard_holders
+from testkit.zk_history import read_shard_count, read_shard_holders
 
 SHARDS = 50
 SHARDED = dict(BROKER_OVERRIDES, **{"coordinator.shards": SHARDS})
@@ -244,8 +244,8 @@ def test_kafka_members_ride_a_planned_handover(cluster, czk, members, create, pr
     from confluent_kafka.admin import AdminClient
     from peers.group_peers import KafkaPeer
 
-    from spark_coord.testing import invariants
-    from spark_coord.testing.kafka_member import KafkaMemberProcess
+    from testkit import invariants
+    from testkit.kafka_member import KafkaMemberProcess
 
     before = wait_settled(czk, {0, 1, 2})
     topic = "handover-kafka"

@@ -1,4 +1,4 @@
-"""The chaos harness's confluent-kafka member (``testing.kafka_member``) journals in the thin
+"""The chaos harness's confluent-kafka member (``testkit.kafka_member``) journals in the thin
 member's format, so one set of invariant checks covers a mixed group.
 
 A thin consumer and an eager confluent-kafka member share a 6-partition topic under a live
@@ -13,8 +13,8 @@ from __future__ import annotations
 from support import log_end, topic_partitions, wait_caught_up
 
 from helpers import wait_until
-from spark_coord.testing import invariants
-from spark_coord.testing.kafka_member import KafkaMemberProcess
+from testkit import invariants
+from testkit.kafka_member import KafkaMemberProcess
 
 PARTITIONS = 6
 SESSION_MS = 6000

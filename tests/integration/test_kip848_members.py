@@ -24,7 +24,7 @@ from helpers import wait_until
 from peers.group_peers import KafkaPeer
 from spark_coord.coordinator.core.assignors import thread_owner
 from spark_coord.coordinator.core.group import registry_key
-from spark_coord.testing.zk_history import read_coordinator, read_partitions
+from testkit.zk_history import read_coordinator, read_partitions
 
 PARTITIONS = 12
 

@@ -13,8 +13,8 @@ import time
 from support import MEMBER_SESSION_MS
 from support import log_end, topic_partitions, wait_balanced, wait_caught_up, committed
 
-from spark_coord.testing import invariants
-from spark_coord.testing.zk_history import ZkHistory
+from testkit import invariants
+from testkit.zk_history import ZkHistory
 
 log = logging.getLogger(__name__)
 

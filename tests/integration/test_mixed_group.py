@@ -16,7 +16,7 @@ from support import log_end, topic_partitions, wait_caught_up
 
 from helpers import wait_until
 from spark_coord.coordinator.core.assignors import thread_owner
-from spark_coord.testing.zk_history import read_partitions
+from testkit.zk_history import read_partitions
 
 KAFKA_SESSION_MS = 6000
 PARTITIONS = 12
@@ -96,9 +96,9 @@ def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer
     reading, and the group's offsets reach the log end once the broker is back."""
     from support import leaders
 
-    from spark_coord.testing.zk_history import read_coordinator
     from spark_coord.zk import paths
     from spark_coord.coordinator.storage.zk_store import parse_state
+    from testkit.zk_history import read_coordinator
 
     group, topic = "g-kafka-failover", "kfail"
     create(topic, PARTITIONS)

@@ -23,10 +23,10 @@ from helpers import wait_until
 from support import balanced, create_topic, leaders, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from spark_coord.coordinator.core.group import GroupState
-from spark_coord.testing.member import MemberProcess
-from spark_coord.testing.zk_history import read_coordinator
 from spark_coord.zk import paths
 from spark_coord.zk.testing import CuttableProxy, expire_session
+from testkit.member import MemberProcess
+from testkit.zk_history import read_coordinator
 
 
 _NOT_STANDING = SimpleNamespace(active=False, epoch=None, groups={}, suspended=False, check=None)

@@ -23,9 +23,9 @@ from spark_coord.coordinator.core.shards import shard_of
 from spark_coord.coordinator.storage.store import Fenced, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
-from spark_coord.testing.zk_history import read_partitions, read_shard_holders
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import close, connect
+from testkit.zk_history import read_partitions, read_shard_holders
 
 SHARDS = 50
 GROUP, TOPIC = "legacy-orders", "legacy"

@@ -200,7 +200,7 @@ def test_a_broker_sigkilled_while_share_consumers_acknowledge(cluster, create, c
     and no record the broker confirmed as accepted is ever delivered again."""
     from support import broker_log_has, leaders
 
-    from spark_coord.testing.zk_history import read_coordinator
+    from testkit.zk_history import read_coordinator
 
     group, topic, n = f"sg-kill-{victim}", f"share-kill-{victim}", 600
     create(topic, 3)

@@ -20,8 +20,8 @@ import pytest
 from helpers import wait_until
 from support import BROKER_ZK_SESSION_MS, committed, leaders, topic_partitions
 
-from spark_coord.testing.kafka_member import KafkaMemberProcess
-from spark_coord.testing.zk_history import read_coordinator
+from testkit.kafka_member import KafkaMemberProcess
+from testkit.zk_history import read_coordinator
 
 N_PARTITIONS = 6
 #: Members' sessions: one that outlasts the brokers' ZooKeeper session plus an election (nobody's

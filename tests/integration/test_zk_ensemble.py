@@ -17,8 +17,8 @@ import pytest
 from support import BROKER_OVERRIDES, consumed_up_to, create_topic, topic_partitions, wait_balanced
 from helpers import fresh_chroot, wait_until
 
-from spark_coord.testing.member import MemberProcess
 from spark_coord.zk import paths
+from testkit.member import MemberProcess
 
 TOPIC, PARTITIONS = "ens", 4
 #: Brokers' sessions: the new leader restarts every session's clock, so this only has to

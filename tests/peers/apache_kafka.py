@@ -253,7 +253,7 @@ class ApacheKafkaCluster:
         min.insync.replicas=2, internal topics replicated 3 times)
     security : the CLIENT listener's protocol, "PLAINTEXT" or "SASL_SSL" (SCRAM-SHA-512)
     jars : the folder of Kafka's jars (default: ``kafka_jars()``)
-    pki : a ``spark_coord.testing.tls.TestPki`` for the SASL_SSL keystore (default: one in workdir)
+    pki : a ``testkit.tls.TestPki`` for the SASL_SSL keystore (default: one in workdir)
     users : SCRAM users (name -> password) created at format time, for SASL_SSL
     overrides : broker settings over the defaults of ``properties()``
     """
@@ -359,7 +359,7 @@ class ApacheKafkaCluster:
         if self.security != "SASL_SSL" or self.keystore is not None:
             return
         if self.pki is None:
-            from spark_coord.testing.tls import TestPki
+            from testkit.tls import TestPki
 
             self.pki = TestPki(self.workdir / "pki")
         self.keystore = self.pki.server("apache-kafka").keystore

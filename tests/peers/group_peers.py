@@ -132,8 +132,8 @@ class CliConsumer:
 
 def topic_index(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
     """value -> (partition, offset) of every record of ``topic`` (a topic never trimmed, whose values
-    are unique: ``spark_coord.testing.producer.AckingProducer``'s)."""
-    from spark_coord.testing.producer import read_values
+    are unique: ``testkit.producer.AckingProducer``'s)."""
+    from testkit.producer import read_values
 
     return {value.decode(): (p, offset) for p, values in read_values(bootstrap, topic).items()
             for offset, value in enumerate(values)}

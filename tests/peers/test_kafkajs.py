@@ -137,7 +137,7 @@ def test_kafkajs_librdkafka_and_our_consumer_share_a_group_and_kill9_hands_over(
 
     from helpers import group_owners, owners_by_member, wait_until
     from peers.group_peers import CliConsumer, KafkaPeer, topic_index
-    from spark_coord.testing.producer import AckingProducer
+    from testkit.producer import AckingProducer
 
     topic, group, parts = _name("mixjs"), _name("mixjs"), 6
     with ClusterClient(ours.bootstrap) as cluster:

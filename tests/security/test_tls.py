@@ -99,7 +99,7 @@ def test_client_checks_the_brokers_certificate_and_host_name(broker_factory, pki
     with BrokerConnection("127.0.0.1", port, timeout=10, security=ssl_client(pki, check_hostname=False)) as conn:
         assert conn.version_for(ApiKey.METADATA) is not None
     # ... so a CA we do not trust fails either way
-    from spark_coord.testing.tls import TestPki
+    from testkit.tls import TestPki
     stranger = TestPki(tmp_path / "stranger")
     with pytest.raises(BrokerConnectionError, match="certificate verify failed"):
         BrokerConnection("127.0.0.1", port, timeout=10,

@@ -34,7 +34,7 @@ def _kind(member_id: str) -> str:
 def test_cooperative_eager_cli_and_a_query_share_one_group(spark, cluster, tmp_path):
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
-    from spark_coord.testing.producer import AckingProducer
+    from testkit.producer import AckingProducer
 
     group, topic = "every-kind", "every-kind"
     with ClusterClient(cluster.bootstrap) as cc:

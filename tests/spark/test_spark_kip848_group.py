@@ -45,7 +45,7 @@ def test_consumer_protocol_members_share_a_group_with_every_other_kind(spark, cl
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.consumer.cli import describe_groups
-    from spark_coord.testing.producer import AckingProducer
+    from testkit.producer import AckingProducer
 
     group, topic = "kip848", "kip848"
     with ClusterClient(cluster.bootstrap) as cc:

@@ -64,8 +64,8 @@ def test_prometheus_sees_a_groups_members_and_lag_across_three_brokers(spark, zo
     from spark_coord.client.producer import Producer
     from spark_coord.cluster import LocalCluster
     from spark_coord.coordinator.core.assignors import thread_owner
-    from spark_coord.testing.zk_history import read_partitions
     from spark_coord.zk.client import close, connect
+    from testkit.zk_history import read_partitions
 
     overrides = {"zookeeper.session.timeout.ms": 6000, "coordinator.offsets.commit.interval.ms": 200,
                  "metrics.lag.sample.ms": 1000}

@@ -24,7 +24,7 @@ import pytest
 
 from helpers import free_port, fresh_chroot, group_offsets, group_owners, wait_until
 
-from spark_coord.testing.coordinator_process import CoordinatorProcess
+from testkit.coordinator_process import CoordinatorProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

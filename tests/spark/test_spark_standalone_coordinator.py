@@ -12,7 +12,7 @@ import uuid
 
 from helpers import group_offsets, wait_until
 
-from spark_coord.testing.coordinator_process import CoordinatorProcess
+from testkit.coordinator_process import CoordinatorProcess
 
 PARTITIONS = 4
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import group_offsets, local_cluster, wait_until
 
 from spark_coord.consumer import Consumer
-from spark_coord.testing.coordinator_process import CoordinatorProcess
+from testkit.coordinator_process import CoordinatorProcess
 
 PARTITIONS = 4
 
@@ -113,8 +113,8 @@ def test_members_read_through_a_standalone_coordinator_and_offsets_are_mirrored(
 
 
 def test_killing_the_active_coordinator_hands_the_group_to_the_other(data_cluster, zk_connect, tmp_path):
-    from spark_coord.testing.zk_history import read_coordinator
     from spark_coord.zk.client import close, connect
+    from testkit.zk_history import read_coordinator
 
     group = f"sa-fail-{uuid.uuid4().hex[:6]}"
     topic = _create_and_produce(data_cluster.bootstrap, 40)

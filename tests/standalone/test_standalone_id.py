@@ -14,9 +14,9 @@ from helpers import local_cluster, wait_until
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.consumer import Consumer
-from spark_coord.testing.coordinator_process import CoordinatorProcess
 from spark_coord.zk import paths
 from spark_coord.zk.client import close, connect
+from testkit.coordinator_process import CoordinatorProcess
 
 
 def test_a_standalone_coordinator_refuses_an_id_a_live_broker_holds(zookeeper, tmp_path):

@@ -25,7 +25,7 @@ import pytest
 from helpers import fresh_chroot, group_offsets, wait_until
 
 from spark_coord.consumer import Consumer
-from spark_coord.testing.coordinator_process import CoordinatorProcess
+from testkit.coordinator_process import CoordinatorProcess
 
 PARTITIONS = 4
 USER, PASSWORD = "alice", "alice-s3cret-pw"
@@ -240,7 +240,7 @@ def test_a_refused_password_is_logged_and_the_coordinator_serves_once_it_is_righ
 
 def test_an_untrusted_certificate_is_logged_and_the_coordinator_keeps_trying(
         broker_factory, zk_connect, zookeeper, pki, server_cert, tmp_path):
-    from spark_coord.testing.tls import TestPki
+    from testkit.tls import TestPki
 
     other_ca = TestPki(tmp_path / "other-pki")
     cluster = DataCluster(broker_factory, zk_connect, "SSL", None, server_cert)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spark_coord.testing.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds, share_overrides
+from testkit.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds, share_overrides
 
 
 def test_member_kinds_parse_and_default_to_thin_consumers():
@@ -72,8 +72,8 @@ def test_a_paused_spark_members_batch_in_flight_is_told_apart_from_deliveries_ou
     batches after it, and any batch of a member whose pause stayed within its session, still count."""
     from types import SimpleNamespace
 
-    from spark_coord.testing import invariants
-    from spark_coord.testing.chaos import ChaosRun, Fault
+    from testkit import invariants
+    from testkit.chaos import ChaosRun, Fault
 
     run = ChaosRun(ChaosSettings(kinds=("thin", "spark"), member_session_ms=10000), tmp_path, "127.0.0.1:1/x")
     run.members = {"m0": SimpleNamespace(kind="thin"), "m1": SimpleNamespace(kind="spark")}

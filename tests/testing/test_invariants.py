@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_coord.testing import invariants
+from testkit import invariants
 
 T = "t"
 

@@ -1,9 +1,9 @@
-"""Jepsen's Kafka anomalies (``testing.jepsen_checks``) on hand-made histories: each one found, a clean
+"""Jepsen's Kafka anomalies (``testkit.jepsen_checks``) on hand-made histories: each one found, a clean
 history passes."""
 
 from __future__ import annotations
 
-from spark_coord.testing import jepsen_checks as jc
+from testkit import jepsen_checks as jc
 
 TP = ("t", 0)
 
@@ -100,7 +100,7 @@ def test_a_replayed_spark_batch_is_not_a_poll_of_the_assignment_that_follows_it(
 def test_a_member_under_a_false_clock_has_its_journal_mapped_back_to_real_time(tmp_path):
     """``NemesisRun._journals``: a member started at real time S under ``FAKETIME`` with offset O and rate R
     journals fake times S + O + (t - S) * R; the checks read real times."""
-    from spark_coord.testing.nemesis import NemesisRun, NemesisSettings
+    from testkit.nemesis import NemesisRun, NemesisSettings
 
     class Fake:
         kind = "thin"

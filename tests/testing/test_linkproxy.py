@@ -1,4 +1,4 @@
-"""The link proxy (``testing.linkproxy``) as a real process between real sockets and an echo server:
+"""The link proxy (``testkit.linkproxy``) as a real process between real sockets and an echo server:
 bytes pass both ways; a delay holds each chunk at least its latency, in order; a bandwidth cap makes
 a transfer take at least its size over the cap; a stall passes nothing while keeping every connection
 open and accepting new ones, and passes what it held once healed; bad control lines get an error and
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from spark_coord.testing.linkproxy import LinkProxy, LinkProxyClient, parse_mode
+from testkit.linkproxy import LinkProxy, LinkProxyClient, parse_mode
 
 
 class EchoServer:

@@ -1,5 +1,5 @@
 """The nemesis's schedule (every kind drawn once per run, then by weight) and the aggregation of many
-runs into the per-kind table and the bar of ten runs (``testing.nemesis``), on hand-made reports."""
+runs into the per-kind table and the bar of ten runs (``testkit.nemesis``), on hand-made reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from spark_coord.testing import nemesis
+from testkit import nemesis
 
 
 def _settings(**kw) -> nemesis.NemesisSettings:
@@ -139,7 +139,7 @@ def test_every_member_waits_out_a_stuck_link_and_kafka_members_a_coordinator_fau
     was exempt.  A stuck link is waited out by every member; a coordinator fault by Kafka members."""
     from types import SimpleNamespace
 
-    from spark_coord.testing.chaos import Fault
+    from testkit.chaos import Fault
 
     run = nemesis.NemesisRun.__new__(nemesis.NemesisRun)
     run.member_paused = {"m0": [(1.0, 2.0)]}
@@ -180,7 +180,7 @@ def test_a_clock_fault_and_a_kill_of_one_member_leave_one_incarnation_whichever_
     import random
     from types import SimpleNamespace
 
-    from spark_coord.testing.chaos import ChaosRun
+    from testkit.chaos import ChaosRun
 
     class Incarnation:
         def __init__(self, name):

@@ -4,13 +4,13 @@ Jepsen's ``jepsen.tests.kafka`` checker names what can go wrong in a queue: thes
 functions find the same anomalies in a chaos run's history, so that a report reads in
 the words of an analysis of Kafka itself.  A history here is
 
-- ``acked``: partition -> values the producer had acknowledged (``testing.producer``:
+- ``acked``: partition -> values the producer had acknowledged (``testkit.producer``:
   value ``<partition>:<seq>``);
 - ``log``: partition -> {offset: value}, the log read back at the end;
 - ``seen``: partition -> [(offset, value)] read from the log during the run (a tailing
   reader, ``nemesis.LogTail``), in the order read -- what was at an offset earlier;
-- ``journals``: member incarnation -> its journal (``testing.member`` /
-  ``testing.kafka_member``): ``recs`` lines (``t``, ``p``, ``offs``) are its polls, and
+- ``journals``: member incarnation -> its journal (``testkit.member`` /
+  ``testkit.kafka_member``): ``recs`` lines (``t``, ``p``, ``offs``) are its polls, and
   ``assign`` / ``resume`` / ``revoke`` / ``lost`` / ``stop`` / ``closed`` lines bound
   one assignment of a partition;
 - ``log_ends``: partition -> [(ts, end)] sampled during the run (``LogEndSampler``).

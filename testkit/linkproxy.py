@@ -2,10 +2,10 @@
 
 This machine's kernel has no netem, so latency, a bandwidth cap and a connection that stops
 passing bytes without closing can only come from a process in the path.  The nemesis
-(``testing.nemesis``) puts one in front of each broker: the broker listens on loopback in its
+(``testkit.nemesis``) puts one in front of each broker: the broker listens on loopback in its
 namespace and advertises the proxy's address, so every client connection goes through it.
 
-    python -m spark_coord.testing.linkproxy --listen 10.77.0.4:9092 --target 127.0.0.1:9092 \\
+    python -m testkit.linkproxy --listen 10.77.0.4:9092 --target 127.0.0.1:9092 \\
         --control proxy-b0.sock
 
 Every accepted connection gets a connection to ``--target``; bytes are forwarded both ways.  The
@@ -63,6 +63,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testkit import child_env
 
 log = logging.getLogger(__name__)
 
@@ -508,7 +510,7 @@ class LinkProxyClient:
 
 
 class LinkProxy:
-    """A proxy process: ``start()`` runs ``python -m spark_coord.testing.linkproxy`` (in the caller's
+    """A proxy process: ``start()`` runs ``python -m testkit.linkproxy`` (in the caller's
     network namespace) and waits until its control socket answers; ``stop()`` ends it."""
 
     def __init__(self, listen: tuple[str, int], target: tuple[str, int], control: str | Path,
@@ -519,12 +521,12 @@ class LinkProxy:
         self.client = LinkProxyClient(self.control)
 
     def start(self, timeout: float = 15.0) -> "LinkProxy":
-        argv = [sys.executable, "-m", "spark_coord.testing.linkproxy", "--listen", "%s:%d" % self.listen,
+        argv = [sys.executable, "-m", "testkit.linkproxy", "--listen", "%s:%d" % self.listen,
                 "--target", "%s:%d" % self.target, "--control", self.control]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         env=child_env(), start_new_session=True)
         finally:
             if self.log_path:
                 out.close()

@@ -18,7 +18,7 @@ held), so a test can assert on it and print every violation at once.
 8. ``liveness``: while records wait on a partition a member owns, that member
    delivers some of them within a bound (leader outages and member pauses excepted).
 
-Share groups (KIP-932) have checks of their own over the journals of ``testing.share_member``
+Share groups (KIP-932) have checks of their own over the journals of ``testkit.share_member``
 (``recs`` lines carry each record's delivery ``counts``; ``ack`` lines what ``commit_sync``
 answered per partition, ``code`` 0 = the broker confirmed the acceptance):
 
@@ -47,7 +47,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from spark_coord.common import TopicPartition
-from spark_coord.testing.zk_history import Sample
+from testkit.zk_history import Sample
 
 Journal = Sequence[Mapping[str, Any]]
 
@@ -177,7 +177,7 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
     its death (``deaths``: member -> time of its SIGKILL).  An ``assign`` is the member's
     complete assignment: a partition it already owned goes on being owned.
 
-    Kafka-protocol members (``testing.kafka_member``) journal what their rebalance callbacks
+    Kafka-protocol members (``testkit.kafka_member``) journal what their rebalance callbacks
     received: an ``assign`` marked ``incremental`` (cooperative protocol) adds partitions to
     those held, a ``revoke`` or a ``lost`` naming ``parts`` ends the ownership of those only."""
     out: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
@@ -532,7 +532,7 @@ Record = tuple[str, int, int]   #: (topic, partition, offset)
 
 
 class ShareDelivery(NamedTuple):
-    """One delivery of one record to a share member (a ``recs`` line of ``testing.share_member``)."""
+    """One delivery of one record to a share member (a ``recs`` line of ``testkit.share_member``)."""
 
     ts: float       #: when the member journaled it (the broker acquired it before)
     lo: float       #: the earliest the broker may have acquired it: the member's previous poll, less slack

@@ -21,9 +21,9 @@ process classes (``MemberProcess``, ``KafkaMemberProcess``, the brokers of
 ``LocalCluster``, ``EmbeddedZooKeeper``) start there unchanged: ``Net.call(node, fn)``.
 ``Net.exec_argv(node, argv)`` gives the ``ip netns exec`` form for a shell.
 
-``NemesisRun`` is a ``ChaosRun`` (``testing.chaos``: its members, journals, producer and
+``NemesisRun`` is a ``ChaosRun`` (``testkit.chaos``: its members, journals, producer and
 checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KINDS`` and
-``PROXY_KINDS`` to the process faults, and the Jepsen-named checks of ``testing.jepsen_checks``:
+``PROXY_KINDS`` to the process faults, and the Jepsen-named checks of ``testkit.jepsen_checks``:
 
 - ``isolate_broker``: a broker (the coordinator's, half the time) cut from everyone;
 - ``coordinator_zk_cut``: the group's coordinator broker cut from ZooKeeper only (its
@@ -41,7 +41,7 @@ checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KIND
   namespaces ``zk0``..; 1 runs one standalone server in ``zk``) split into a majority and a
   minority of one server, the coordinator's broker with the minority (or, mirrored, with the
   majority and another broker with the minority); only ZooKeeper-to-ZooKeeper and
-  broker-to-ZooKeeper links are cut (``testing.nemesis_zk``);
+  broker-to-ZooKeeper links are cut (``testkit.nemesis_zk``);
 - ``broker_add`` / ``broker_remove`` (``MEMBERSHIP_KINDS``): a broker with a new id started in
   a new namespace; a broker that leads none of the topic's partitions (one replica each, so
   only an added or a spare one) stopped for good -- the coordinator when it is one of those;
@@ -51,7 +51,7 @@ checks) on such a network, adding the fault kinds of ``NET_KINDS``, ``CLOCK_KIND
   ``clock_coordinator_offset`` / ``clock_coordinator_fast`` restart the coordinator's
   broker so; each lasts a while, then the process is restarted with the real clock;
 - link faults (``PROXY_KINDS``, in a run with ``proxied``: each broker listens on loopback in
-  its namespace and advertises ``<its address>:9092``, where a ``testing.linkproxy`` process
+  its namespace and advertises ``<its address>:9092``, where a ``testkit.linkproxy`` process
   of its namespace forwards every client connection -- the producer's, the members', the
   thin members' channel to the coordinator): ``slow_broker`` delays every chunk on a
   broker's links by 100-800 ms plus up to half that again of jitter, ``throttle_broker``
@@ -88,8 +88,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from spark_coord.testing import invariants, jepsen_checks, nemesis_zk
-from spark_coord.testing.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault
+from testkit import invariants, jepsen_checks, nemesis_zk
+from testkit.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,9 @@ NET_KINDS = ("isolate_broker", "coordinator_zk_cut", "member_coordinator_cut", "
              "flap", "isolate_member", "zk_split")
 CLOCK_KINDS = ("clock_member_offset", "clock_member_fast", "clock_coordinator_offset", "clock_coordinator_fast")
 PROCESS_KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill", "coordinator_expiry")
-#: A broker joins for good, a broker leaves for good (``testing.nemesis_zk``).
+#: A broker joins for good, a broker leaves for good (``testkit.nemesis_zk``).
 MEMBERSHIP_KINDS = ("broker_add", "broker_remove")
-#: A broker's client links made slow, narrow or stuck by its proxy (``testing.linkproxy``; ``proxied`` runs).
+#: A broker's client links made slow, narrow or stuck by its proxy (``testkit.linkproxy``; ``proxied`` runs).
 PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker", "stuck_links")
 ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS
 #: Fault kinds that take a broker (at most one at a time, as in ``ChaosRun``).
@@ -394,10 +394,10 @@ def _net_cluster(net: Net, n_brokers: int, data_dir: Path, zk_connect: str, over
     """A ``LocalCluster`` whose broker i runs in namespace ``b<i>`` at its own address, port 9092.
 
     ``proxied``: broker i listens on 127.0.0.1:9092 of its namespace instead, and advertises
-    ``<its address>:9092``, where a ``testing.linkproxy`` process of the same namespace forwards to
+    ``<its address>:9092``, where a ``testkit.linkproxy`` process of the same namespace forwards to
     it (``proxies[i]``, started with the broker's first start and kept across its restarts)."""
     from spark_coord.cluster import STOP_TIMEOUT, ClusterError, LocalCluster, _tail
-    from spark_coord.testing.linkproxy import LinkProxy
+    from testkit.linkproxy import LinkProxy
 
     class NetCluster(LocalCluster):
         #: broker id -> clock for its next start (``FAKETIME`` value), set by the clock faults.
@@ -521,7 +521,7 @@ class NemesisSettings(ChaosSettings):
         "member_kill": 1, "member_stop": 1, "coordinator_kill": 1, "broker_kill": 0, "coordinator_expiry": 1,
         "zk_split": 2, "broker_add": 1, "broker_remove": 1, "slow_broker": 2, "throttle_broker": 1, "stall_broker": 2,
         "stuck_links": 2})
-    #: Clients reach each broker through a ``testing.linkproxy`` in its namespace, which the link faults
+    #: Clients reach each broker through a ``testkit.linkproxy`` in its namespace, which the link faults
     #: (``PROXY_KINDS``) need; off, those kinds are skipped with a note.  Off by default: a run that
     #: injects none of them has no use for the extra hop and processes.
     proxied: bool = False
@@ -1067,7 +1067,7 @@ class NemesisRun(ChaosRun):
             self.details[id(fault)] = note
         hold = rng.uniform(*s.cut_s)
         if kind == "stuck_links":  # long enough that clients give the stuck links up and connect again
-            from spark_coord.testing.kafka_member import SOCKET_TIMEOUT_MS
+            from testkit.kafka_member import SOCKET_TIMEOUT_MS
             hold += SOCKET_TIMEOUT_MS / 1000
         self._later(hold, self._end, fault, heal, True, [victim] if kind == "stall_broker" else [])
         return fault
@@ -1185,7 +1185,7 @@ class NemesisRun(ChaosRun):
 
     # ------------------------------------------------------------------ checks
     def _nemesis(self, chaos: ChaosReport) -> NemesisReport:
-        from spark_coord.testing.chaos import _first_deliveries, _log_offsets
+        from testkit.chaos import _first_deliveries, _log_offsets
 
         journals = self._journals()
         seen = self.tail.stop()

@@ -1,4 +1,4 @@
-"""The ZooKeeper ensemble and the membership faults of a nemesis run (``testing.nemesis``).
+"""The ZooKeeper ensemble and the membership faults of a nemesis run (``testkit.nemesis``).
 
 ``start_zookeeper`` starts the run's ZooKeeper: one standalone server in namespace ``zk``
 (``zk_nodes=1``), or a real quorum of ``zk_nodes`` servers (``QuorumPeerMain``) in namespaces
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_coord.testing.chaos import Fault
+from testkit.chaos import Fault
 
-#: What the functions here are given: ``testing.nemesis``'s ``Net`` and ``NemesisRun`` (not imported:
+#: What the functions here are given: ``testkit.nemesis``'s ``Net`` and ``NemesisRun`` (not imported:
 #: that module imports this one).
 Net = NemesisRun = Any
 

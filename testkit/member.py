@@ -1,6 +1,6 @@
 """A group member as its own process, journaling what it consumes and what it is assigned.
 
-Run as ``python -m spark_coord.testing.member --bootstrap H:P --group G --topics a,b
+Run as ``python -m testkit.member --bootstrap H:P --group G --topics a,b
 --journal FILE`` (or ``--pattern REGEX``).  It consumes until SIGTERM (or SIGINT),
 then closes cleanly -- the final offsets reach the coordinator -- and exits 0.
 
@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from spark_coord.consumer.consumer import CommitFailed, Consumer
+from testkit import child_env
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def journal_state(consumer: "JournalingConsumer", journal: Journal, every: float
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m spark_coord.testing.member", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m testkit.member", description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--topics", help="comma-separated topics")
@@ -246,7 +247,7 @@ class MemberProcess:
         self.journal_path = workdir / f"{name}.jsonl"
         self.log_path = workdir / f"{name}.log"
         self.consumer_id = consumer_id or name
-        cmd = [sys.executable, "-m", "spark_coord.testing.member", "--bootstrap", bootstrap, "--group", group,
+        cmd = [sys.executable, "-m", "testkit.member", "--bootstrap", bootstrap, "--group", group,
                "--journal", str(self.journal_path), "--consumer-id", self.consumer_id,
                "--session-timeout-ms", str(session_timeout_ms), "--reset", reset]
         if topics:
@@ -258,7 +259,7 @@ class MemberProcess:
         if state_every > 0:
             cmd += ["--state-every", str(state_every)]
         self._log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = child_env(PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
 

@@ -1,6 +1,6 @@
-"""A confluent-kafka (librdkafka) group member as its own process, journaling like ``testing.member``.
+"""A confluent-kafka (librdkafka) group member as its own process, journaling like ``testkit.member``.
 
-Run as ``python -m spark_coord.testing.kafka_member --bootstrap H:P --group G --topics a
+Run as ``python -m testkit.kafka_member --bootstrap H:P --group G --topics a
 --journal FILE [--strategy eager|cooperative|kip848]``.  It subscribes through one of
 Kafka's group protocols, reads with ``consume()``, journals what it took and commits
 it synchronously after every batch, until SIGTERM (then ``close()``: revocation,
@@ -21,8 +21,8 @@ Every kind runs with ``socket.timeout.ms`` = ``SOCKET_TIMEOUT_MS`` (10 s, librdk
 is 60 s): a connection a network partition leaves open but silent (a blackhole sends no
 reset) is given up after that long, as an operator expecting partitions would set it.
 
-The journal has the JSON-lines format of ``testing.member`` (``ts``, ``ev``), so the
-checks of ``testing.invariants`` read both kinds alike:
+The journal has the JSON-lines format of ``testkit.member`` (``ts``, ``ev``), so the
+checks of ``testkit.invariants`` read both kinds alike:
 
 - ``start``: ``id`` (client id), ``pid``, ``kind`` (``eager`` / ``cooperative`` / ``kip848``);
 - ``assign``: the partitions ``on_assign`` received, ``parts`` = ``[[topic, partition,
@@ -59,7 +59,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from spark_coord.testing.member import Journal, MemberProcess
+from testkit import child_env
+from testkit.member import Journal, MemberProcess
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ CLASSIC = ("eager", "cooperative")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m spark_coord.testing.kafka_member",
+    p = argparse.ArgumentParser(prog="python -m testkit.kafka_member",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
@@ -199,11 +200,11 @@ class KafkaMemberProcess(MemberProcess):
         self.journal_path = workdir / f"{name}.jsonl"
         self.log_path = workdir / f"{name}.log"
         self.consumer_id = consumer_id or name
-        cmd = [sys.executable, "-m", "spark_coord.testing.kafka_member", "--bootstrap", bootstrap, "--group", group,
+        cmd = [sys.executable, "-m", "testkit.kafka_member", "--bootstrap", bootstrap, "--group", group,
                "--topics", ",".join(topics), "--journal", str(self.journal_path), "--client-id", self.consumer_id,
                "--strategy", strategy, "--session-timeout-ms", str(session_timeout_ms), "--reset", reset]
         self._log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = child_env(PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
 

@@ -1,6 +1,6 @@
-"""A Spark structured-streaming query as a group member process, journaling like ``testing.member``.
+"""A Spark structured-streaming query as a group member process, journaling like ``testkit.member``.
 
-Run as ``python -m spark_coord.testing.spark_member --bootstrap H:P --group G --topics a
+Run as ``python -m testkit.spark_member --bootstrap H:P --group G --topics a
 --journal FILE --member-journal FILE --checkpoint DIR``.  It starts a local Spark session
 (``local[1]``, a 512 MB driver) whose query reads ``spark.readStream.format("coordkafka")``
 with ``group.id`` (the coordinator assigns partitions to the query's executor-member,
@@ -15,7 +15,7 @@ confirmed) and the session, and exits 0: a clean close leaves the group's offset
 its deliveries ended, as the other kinds' do.  A query that fails is started again on
 the same checkpoint.
 
-Two journals, both JSON lines with ``ts`` and ``ev`` in the format of ``testing.member``,
+Two journals, both JSON lines with ``ts`` and ``ev`` in the format of ``testkit.member``,
 read together (by time) by ``SparkMemberProcess.events``:
 
 - ``--journal``, written by this process: ``start`` (``id``, ``pid``, ``kind`` ``spark``);
@@ -32,7 +32,7 @@ read together (by time) by ``SparkMemberProcess.events``:
   up, all or ``parts``), ``lost`` (lease over, ``lease_end``), ``resume``, and
   ``commit`` / ``commit_failed`` (the source's active commits), each naming its ``member``.
 
-So the checks of ``testing.invariants`` read a Spark member like a thin one: it owns a
+So the checks of ``testkit.invariants`` read a Spark member like a thin one: it owns a
 partition from an ``assign`` until a ``stop``, ``lost`` or ``closed`` (or its death).
 A Spark member killed and restarted on the same checkpoint is a new incarnation (a new
 process, a new group member); the batch the killed one had planned but not confirmed is
@@ -54,7 +54,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from spark_coord.testing.member import Journal, MemberProcess, read_journal
+from testkit import child_env
+from testkit.member import Journal, MemberProcess, read_journal
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,10 @@ __all__ = ["SparkMemberProcess", "held", "main", "unconfirmed_batches", "unconfi
 
 #: On SIGTERM, how long to wait for the last batch's offsets to reach the group before stopping.
 DRAIN_S = 15.0
-#: The checkout (or installed package's parent): Spark's Python workers need it on PYTHONPATH to
-#: import spark_coord and find the ``pyspark_coordkafka`` data source, as ./spark-submit.sh sets.
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m spark_coord.testing.spark_member",
+    p = argparse.ArgumentParser(prog="python -m testkit.spark_member",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
@@ -232,16 +230,15 @@ class SparkMemberProcess(MemberProcess):
         self.member_journal_path = workdir / f"{name}.members.jsonl"
         self.log_path = workdir / f"{name}.log"
         self.consumer_id = consumer_id or name
-        cmd = [sys.executable, "-m", "spark_coord.testing.spark_member", "--bootstrap", bootstrap, "--group", group,
+        cmd = [sys.executable, "-m", "testkit.spark_member", "--bootstrap", bootstrap, "--group", group,
                "--topics", ",".join(topics), "--journal", str(self.journal_path),
                "--member-journal", str(self.member_journal_path), "--checkpoint", str(checkpoint),
                "--client-id", self.consumer_id, "--session-timeout-ms", str(session_timeout_ms),
                "--trigger-ms", str(trigger_ms)]
         self._log = open(self.log_path, "ab")
-        # what ./spark-submit.sh sets: driver and workers run this Python, with this checkout importable
-        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join([str(ROOT), *paths]))
+        # what ./spark-submit.sh sets: driver and workers run this Python, with this checkout importable (Spark's
+        # Python workers import spark_coord and find the ``pyspark_coordkafka`` data source there)
+        env = child_env(PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=env, cwd=str(workdir), start_new_session=True)
 

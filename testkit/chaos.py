@@ -2,7 +2,7 @@
 
 ``ChaosRun(settings, workdir, zk_connect).run()`` starts a cluster of broker
 processes on a ZooKeeper, a topic, an ``AckingProducer`` and journaling member
-processes (``testing.member``), then injects faults at random moments:
+processes (``testkit.member``), then injects faults at random moments:
 
 - ``member_kill``: SIGKILL of a member, restarted (same consumer id) after a delay;
 - ``member_stop``: SIGSTOP of a member for a while (sometimes past its session), SIGCONT;
@@ -13,7 +13,7 @@ processes (``testing.member``), then injects faults at random moments:
 
 At most one broker is down or paused at a time.  At the end everything is healed,
 the producer stops, the members catch up and close cleanly, and the report
-(``ChaosReport``) carries the checks of ``testing.invariants`` -- nothing
+(``ChaosReport``) carries the checks of ``testkit.invariants`` -- nothing
 acknowledged lost, committed offsets never backwards, one owner per partition at
 a time, no delivery outside ownership, no owned partition left unfetched, final
 offsets at the log end -- plus duplicates and, for every coordinator SIGKILL, how
@@ -21,12 +21,12 @@ long consumption of the live partitions stalled (against the same measure taken
 at quiet moments of the same run).
 
 Members may be of several kinds (``ChaosSettings.kinds``), each its own process
-journaling in one format: ``thin`` (our consumer, ``testing.member``), ``eager``
+journaling in one format: ``thin`` (our consumer, ``testkit.member``), ``eager``
 (confluent-kafka with librdkafka's default assignors), ``cooperative``
 (confluent-kafka with ``partition.assignment.strategy=cooperative-sticky``) and
 ``kip848`` (confluent-kafka with ``group.protocol=consumer``), see
-``testing.kafka_member``; every one of them commits synchronously after every batch.
-``spark`` is a Spark structured-streaming query (``testing.spark_member``: local Spark,
+``testkit.kafka_member``; every one of them commits synchronously after every batch.
+``spark`` is a Spark structured-streaming query (``testkit.spark_member``: local Spark,
 a ``coordkafka`` source with the group's id, a ``foreachBatch`` journaling the records)
 whose source commits the group's offsets as Spark confirms its batches; a killed one
 is restarted on the same checkpoint and first replays the batch it had planned and not
@@ -41,7 +41,7 @@ broker-side) is the run's Kafka session, ``kafka_session_ms`` or ``member_sessio
 ``share`` members are not in the consumer group: they are confluent-kafka
 ``ShareConsumer``s of one share group (KIP-932, ``ChaosRun.share_group``, an id on the
 same coordinator shard as the consumer group, so coordinator faults hit both) reading the
-same topic, each its own process (``testing.share_member``): explicit acknowledgement,
+same topic, each its own process (``testkit.share_member``): explicit acknowledgement,
 every record journaled with its delivery count, accepted, ``commit_sync``, and the
 broker's answer per partition journaled.  The brokers then run with short share-group
 timeouts (record lock ``share_lock_ms``, heartbeat 500 ms, session ``member_session_ms``)
@@ -85,12 +85,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from spark_coord.testing import invariants
-from spark_coord.testing.kafka_member import KafkaMemberProcess
-from spark_coord.testing.member import MemberProcess
-from spark_coord.testing.producer import AckingProducer, LogEndSampler, read_values
-from spark_coord.testing.share_member import ShareMemberProcess, set_share_group_config
-from spark_coord.testing.spark_member import SparkMemberProcess
+from testkit import invariants
+from testkit.kafka_member import KafkaMemberProcess
+from testkit.member import MemberProcess
+from testkit.producer import AckingProducer, LogEndSampler, read_values
+from testkit.share_member import ShareMemberProcess, set_share_group_config
+from testkit.spark_member import SparkMemberProcess
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ BROKER_KINDS = ("coordinator_kill", "broker_kill", "coordinator_expiry")
 MEMBER_KINDS = ("thin", "eager", "cooperative", "kip848", "spark", "share")
 #: The kinds that are members of the consumer group.
 GROUP_KINDS = ("thin", "eager", "cooperative", "kip848", "spark")
-#: Member kinds that are librdkafka consumers (testing.kafka_member).
+#: Member kinds that are librdkafka consumers (testkit.kafka_member).
 KAFKA_KINDS = ("eager", "cooperative", "kip848")
 #: How long a Spark member may take to start (its JVM, then its query's first assignment or batch).
 SPARK_START_S = 180.0
@@ -425,7 +425,7 @@ class ChaosRun:
         """A share group id on the consumer group's coordinator shard (so the coordinator faults,
         drawn on the consumer group's coordinator, hit the share group's too)."""
         from spark_coord.coordinator.core.shards import shard_of
-        from spark_coord.testing.zk_history import read_shard_count
+        from testkit.zk_history import read_shard_count
 
         deadline = time.monotonic() + 30
         count = None
@@ -443,7 +443,7 @@ class ChaosRun:
                     if shard_of(g, count) == target)
 
     def _coordinator(self) -> int | None:
-        from spark_coord.testing.zk_history import read_coordinator
+        from testkit.zk_history import read_coordinator
 
         try:
             return read_coordinator(self.zk, self.group)
@@ -539,7 +539,7 @@ class ChaosRun:
 
     # ---------------------------------------------------------------- run
     def run(self) -> ChaosReport:
-        from spark_coord.testing.zk_history import ZkHistory
+        from testkit.zk_history import ZkHistory
 
         s = self.s
         started = time.monotonic()
@@ -598,7 +598,7 @@ class ChaosRun:
         self._await_spark_members()  # a Spark member restarted late is still starting its JVM
 
     def _finish(self, started: float) -> ChaosReport:
-        from spark_coord.testing.zk_history import read_partitions
+        from testkit.zk_history import read_partitions
 
         s = self.s
         self._heal()

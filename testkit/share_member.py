@@ -1,16 +1,16 @@
 """A confluent-kafka ``ShareConsumer`` (KIP-932 share group member) as its own process, journaling.
 
-Run as ``python -m spark_coord.testing.share_member --bootstrap H:P --group G --topics a
+Run as ``python -m testkit.share_member --bootstrap H:P --group G --topics a
 --journal FILE --client-id ID``.  It subscribes to the share group ``G`` (explicit
 acknowledgement mode), and in a loop polls, journals every record it was handed, accepts
 each one (``acknowledge(m, ACCEPT)``) and commits the acknowledgements synchronously
 (``commit_sync``), journaling what the broker answered per partition -- until SIGTERM
 (then ``close()``: pending acknowledgements, leaving the group) and exits 0.
 ``KafkaMemberProcess``'s counterpart is ``ShareMemberProcess`` (start, signal, kill, stop,
-read the journal), used by ``testing.chaos`` for the member kind ``share``.
+read the journal), used by ``testkit.chaos`` for the member kind ``share``.
 
-The journal has the JSON-lines format of ``testing.member`` (``ts``, ``ev``), with the share
-group's own events (``testing.invariants``' ``share_*`` checks read them):
+The journal has the JSON-lines format of ``testkit.member`` (``ts``, ``ev``), with the share
+group's own events (``testkit.invariants``' ``share_*`` checks read them):
 
 - ``start``: ``id`` (client id), ``pid``, ``kind`` (``share``), ``group``;
 - ``recs``: records handed out by one ``poll()``, one line per partition: ``t``, ``p``, ``offs``
@@ -51,8 +51,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from spark_coord.testing.kafka_member import SOCKET_TIMEOUT_MS
-from spark_coord.testing.member import Journal, MemberProcess
+from testkit import child_env
+from testkit.kafka_member import SOCKET_TIMEOUT_MS
+from testkit.member import Journal, MemberProcess
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ COMMIT_TIMEOUT_S = 5.0
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m spark_coord.testing.share_member",
+    p = argparse.ArgumentParser(prog="python -m testkit.share_member",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True, help="the share group")
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.client_id,
             "share.acknowledgement.mode": "explicit", "error_cb": on_error, "logger": logging.getLogger("librdkafka"),
-            "socket.timeout.ms": SOCKET_TIMEOUT_MS}   # as the group members (testing.kafka_member)
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS}   # as the group members (testkit.kafka_member)
     if args.max_poll_records > 0:
         conf["max.poll.records"] = args.max_poll_records
     sc = ShareConsumer(conf)
@@ -220,11 +221,11 @@ class ShareMemberProcess(MemberProcess):
         self.journal_path = workdir / f"{name}.jsonl"
         self.log_path = workdir / f"{name}.log"
         self.consumer_id = consumer_id or name
-        cmd = [sys.executable, "-m", "spark_coord.testing.share_member", "--bootstrap", bootstrap, "--group", group,
+        cmd = [sys.executable, "-m", "testkit.share_member", "--bootstrap", bootstrap, "--group", group,
                "--topics", ",".join(topics), "--journal", str(self.journal_path), "--client-id", self.consumer_id,
                "--max-poll-records", str(max_poll_records), "--hold", str(hold_s)]
         self._log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = child_env(PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
 
