@@ -1,6 +1,8 @@
 """The share partitions a broker leads, their share sessions and their persistence (KIP-932).
 
-``SharePartitionManager`` is what the ShareFetch and ShareAcknowledge handlers use:
+``SharePartitionManager`` is what the ShareFetch and ShareAcknowledge handlers use (``session``,
+``partition``, ``acknowledge``, ``readable_bytes``, ``acquire``, ``forget``, ``close_session``;
+a share partition it hands out is an opaque handle to them):
 
 * **Share partitions** (``SharePartition``, per group and partition) are made on first use: from
   their znode when they have one, else at the group's ``share.auto.offset.reset`` (``latest``:
@@ -29,6 +31,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import time
@@ -38,9 +41,10 @@ from typing import Any, Callable, Iterable
 
 from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
+from spark_coord.log import OffsetOutOfRange
 from spark_coord.records.header import HEADER_SIZE, parse_header
 from spark_coord.records.region import FileRegion
-from spark_coord.share.partition import Acquired, SharePartition
+from spark_coord.share.partition import Acquired, AckType, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,10 @@ RETRY_S = 0.5
 UNSURE_KEPT = 8
 #: How long a request waits for a new share partition's initial state to be written.
 INIT_WAIT_S = 5.0
+#: The most bytes read from one partition's log per acquisition.
+READ_BYTES = 1 << 20
+#: How long an acknowledgement waits for its write to ZooKeeper before it is answered REQUEST_TIMED_OUT.
+WRITE_WAIT_S = 30.0
 
 
 class ShareStateUnavailable(Exception):
@@ -96,6 +104,45 @@ def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int,
             break
     return out
 
+
+def _split(acquired: list[Acquired], firsts: list[int], batch_size: int) -> list[Acquired]:
+    """``acquired`` cut where Kafka's batch-optimized acquisition starts a new AcquiredRecords: at the
+    first record batch (``firsts``: their first offsets, ascending) that starts ``batch_size`` or
+    more records after the range's start, so a range holds whole batches and no more of them than it
+    takes to reach ``batch_size`` (matching Java's ``SharePartition.createBatches``; a BatchSize
+    below 1 counts as 1 -- Kafka answers an empty range there)."""
+    size = max(batch_size, 1)
+    out = []
+    for a in acquired:
+        first = a.first_offset
+        if a.last_offset - first + 1 > size:
+            for base in firsts[bisect.bisect_right(firsts, first):]:
+                if base > a.last_offset:
+                    break
+                if base - first >= size:
+                    out.append(Acquired(first, base - 1, a.delivery_count))
+                    first = base
+        out.append(Acquired(first, a.last_offset, a.delivery_count))
+    return out
+
+
+def _refused(batches: list[dict], renew: bool) -> bool:
+    """A partition's AcknowledgementBatches break Kafka's rules, checked before any is applied (a
+    refusal applies none; matching Java's ``KafkaApis.validateAcknowledgementBatches``): a range
+    inverted or starting before the previous one ends, no type, neither one type nor one per
+    offset, a type out of range -- Renew (4) only where ``renew`` (a v2 request with IsRenewAck)."""
+    top = AckType.RENEW if renew else AckType.REJECT
+    last = -1
+    for b in batches:
+        first, end = b.get("first_offset", -1), b.get("last_offset", -1)
+        types = b.get("acknowledge_types") or []
+        if first > end or first < last or not types or (len(types) > 1 and len(types) != end - first + 1) \
+                or min(types) < 0 or max(types) > top:
+            return True
+        last = end
+    return False
+
+
 @dataclass(frozen=True)
 class ShareSettings:
     """What a group's share partitions follow (broker config and group configs)."""
@@ -119,6 +166,24 @@ class ShareSession:
     start: int = 0
     #: When it last served a request (the manager's clock, ms).
     used_ms: float = 0.0
+
+    def __contains__(self, tp: tuple[str, int]) -> bool:
+        return tp in self.partitions
+
+    def add(self, topic: str, partition: int) -> None:
+        """A partition named in a request joins the session (the caller checked it first)."""
+        if (topic, partition) not in self.partitions:
+            self.partitions.append((topic, partition))
+
+    def in_turn(self) -> list[tuple[str, int]]:
+        """The session's partitions, starting one further than the last call did (each gets its
+        turn to be acquired from first)."""
+        n = len(self.partitions)
+        if n == 0:
+            return []
+        start = self.start % n
+        self.start = (start + 1) % n
+        return self.partitions[start:] + self.partitions[:start]
 
 
 @dataclass
@@ -354,6 +419,18 @@ class SharePartitionManager:
         """A final request (-1) was served: the session goes, its member's records go back."""
         self._close(session)
 
+    def is_open(self, session: ShareSession) -> bool:
+        """``session`` is still its member's session here (not closed, evicted or opened again)."""
+        return self.sessions.get((session.group, session.member_id)) is session
+
+    def forget(self, session: ShareSession, partitions: Iterable[tuple[str, int]]) -> None:
+        """ForgottenTopicsData: these partitions leave ``session``; its member's records there go back."""
+        gone = [tp for tp in partitions if tp in session]
+        for tp in gone:
+            session.partitions.remove(tp)
+        if gone:
+            self.release_member(session.group, session.member_id, gone)
+
     def _close(self, session: ShareSession) -> int:
         """Drop ``session``; the records its member holds go back.  How many did."""
         key = (session.group, session.member_id)
@@ -381,14 +458,44 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------ acquire / acknowledge
 
-    def acquire(self, held: _Held, member_id: str, region: Any, *, max_records: int,
-                batch_optimized: bool) -> tuple[list[Acquired], Any]:
-        """Acquire from the record batches of ``region`` (a ``FileRegion`` of whole batches the log read
-        at ``sp.fetch_offset()``): the acquired ranges, and the part of the region that holds them (a
-        ``FileRegion`` again: sent with sendfile, never copied through Python).  Only the batch headers
-        are read, and only as many batches as ``max_records`` needs."""
-        start_offset = held.sp.fetch_offset()
-        batches = _batch_bounds(region, start_offset if start_offset is not None else 0, max_records)
+    def readable_bytes(self, held: _Held, limit: int) -> int | None:
+        """The log's bytes from where ``held`` acquires next, counted up to ``limit`` (what a
+        ShareFetch's MinBytes weighs, as Kafka's ``DelayedShareFetch`` does); None when it can acquire
+        nothing now (its window is full).  A start on a segment older than the active one counts as
+        ``limit``, as Kafka answers such a fetch at once."""
+        offset = held.sp.fetch_offset()
+        if offset is None:
+            return None
+        if limit <= 0:
+            return 0
+        plog = self.ctx.logs.get_or_create(held.key[1], held.key[2])
+        bases = plog.segment_bases()
+        if len(bases) > 1 and offset < bases[-1]:
+            return limit
+        try:
+            region = plog.read(offset, 0x7FFFFFFF)  # to the end of its segment, here the log end
+        except OffsetOutOfRange:
+            self._follow_log_start(held)
+            return 0
+        return min(region.length, limit) if region is not None else 0
+
+    def acquire(self, held: _Held, member_id: str, *, max_records: int, max_bytes: int, batch_optimized: bool,
+                batch_size: int) -> tuple[list[Acquired], FileRegion | None]:
+        """Acquire for ``member_id`` at most ``max_records`` records (``batch_optimized``: the last
+        batch completes) from the log at ``held``'s fetch offset, reading at most ``max_bytes`` (and
+        ``READ_BYTES``): the acquired ranges -- in batch-optimized mode cut into ranges of about
+        ``batch_size`` records at batch boundaries (``_split``) -- and the part of the log that holds
+        them (a ``FileRegion``: sent with sendfile, never copied through Python).  Only the batch
+        headers are read, and only as many batches as ``max_records`` needs."""
+        offset = held.sp.fetch_offset()
+        if offset is None or max_records <= 0:
+            return [], None
+        try:
+            region = self.ctx.logs.get_or_create(held.key[1], held.key[2]).read(offset, min(READ_BYTES, max_bytes))
+        except OffsetOutOfRange:  # the log start passed it since the partition was handed out
+            self._follow_log_start(held)
+            return [], None
+        batches = _batch_bounds(region, offset, max_records) if region is not None else []
         if not batches:
             return [], None
         s = self._settings(held)
@@ -403,6 +510,8 @@ class SharePartitionManager:
             if any(a.first_offset <= last and a.last_offset >= first for a in acquired):
                 first_byte = start if first_byte is None else first_byte
                 last_byte = end
+        if batch_optimized:
+            acquired = _split(acquired, [b[0] for b in batches], batch_size)
         return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)
 
     def _settings(self, held: _Held) -> ShareSettings:
@@ -412,26 +521,30 @@ class SharePartitionManager:
         held.sp.set_limits(delivery_count_limit=s.delivery_count_limit, max_in_flight=s.max_in_flight)
         return s
 
-    def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *, renew: bool) -> tuple[ErrorCode, int]:
-        """Apply a partition's AcknowledgementBatches; (first error, version to wait for)."""
-        code = ErrorCode.NONE
-        s = self._settings(held)
-        deadline = self.clock() + s.lock_duration_ms
-        for b in batches:
-            types = list(b.get("acknowledge_types") or [])
-            if not renew and 4 in types:
-                c = ErrorCode.INVALID_REQUEST  # Renew is v2's
-            else:
-                c = held.sp.acknowledge(member_id, b.get("first_offset", -1), b.get("last_offset", -1), types,
-                                        lock_deadline=deadline)
-            if c == ErrorCode.NONE:
-                self.acknowledged_total += b.get("last_offset", 0) - b.get("first_offset", 0) + 1
-            elif code == ErrorCode.NONE:
-                code = c
-        self._mark(held)
-        topic, p = held.key[1], held.key[2]
-        self.ctx.appends.notify((topic, p))  # released records may be acquired by a waiting fetch
-        return code, held.sp.version
+    def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *,
+                    renew: bool) -> tuple[ErrorCode, "asyncio.Future[ErrorCode]"]:
+        """Apply a partition's AcknowledgementBatches (``renew``: Renew is allowed, a v2 request with
+        IsRenewAck): the first error, and a future done once what they changed is in ZooKeeper (NONE)
+        or cannot be (the error to answer; REQUEST_TIMED_OUT after ``WRITE_WAIT_S``).  The write starts
+        now, on a worker thread, so the caller's own work (a ShareFetch's acquisition) overlaps it.
+        Batches breaking Kafka's rules (``_refused``) get INVALID_REQUEST and none is applied."""
+        if _refused(batches, renew):
+            code = ErrorCode.INVALID_REQUEST
+        else:
+            code = ErrorCode.NONE
+            s = self._settings(held)
+            deadline = self.clock() + s.lock_duration_ms
+            for b in batches:
+                first, last = b["first_offset"], b["last_offset"]
+                c = held.sp.acknowledge(member_id, first, last, list(b["acknowledge_types"]), lock_deadline=deadline)
+                if c == ErrorCode.NONE:
+                    self.acknowledged_total += last - first + 1
+                elif code == ErrorCode.NONE:
+                    code = c
+            self._mark(held)
+            self.ctx.appends.notify((held.key[1], held.key[2]))  # released records may go to a waiting fetch
+        written = self.durable_soon(held, held.sp.version)
+        return code, asyncio.ensure_future(self.settle(written, held.key, WRITE_WAIT_S))
 
     # ------------------------------------------------------------ persistence
 

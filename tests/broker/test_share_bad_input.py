@@ -61,8 +61,9 @@ def _fetch(conn, member: str, epoch: int, acks=None, partitions=(0,), version: i
     return conn.request(ApiKey.SHARE_FETCH, body, version=version)
 
 
-def _ack(conn, member: str, epoch: int, acks, version: int = 1) -> dict:
+def _ack(conn, member: str, epoch: int, acks, version: int = 1, renew: bool = False) -> dict:
     return conn.request(ApiKey.SHARE_ACKNOWLEDGE, {"group_id": GROUP, "member_id": member, "share_session_epoch": epoch,
+                                                   "is_renew_ack": renew,
                                                    "topics": [{"topic_id": _topic_id(conn), "partitions": [
                                                        {"partition_index": 0, "acknowledgement_batches": acks}]}]},
                         version=version)
@@ -139,11 +140,16 @@ def test_acknowledgements_that_break_the_rules_change_nothing(conn):
 
 def test_release_reject_and_renew(conn):
     assert _acquired(_fetch(conn, "m1", 0)) == [(0, 9, 1)]
+    batches = [{"first_offset": 0, "last_offset": 4, "acknowledge_types": [2, 2, 3, 1, 1]},
+               {"first_offset": 5, "last_offset": 9, "acknowledge_types": [4]}]
+    # Renew only with v2's IsRenewAck (as Kafka): without it the partition is INVALID_REQUEST and
+    # none of its batches applies
+    assert _part(_ack(conn, "m1", 1, batches, version=2))["error_code"] == ErrorCode.INVALID_REQUEST
+    assert _acquired(_fetch(conn, "m2", 0)) == []  # nothing was released
     # per-offset types: 0-1 released, 2 rejected, 3-4 accepted, 5-9 renewed (v2)
-    out = _ack(conn, "m1", 1, [{"first_offset": 0, "last_offset": 4, "acknowledge_types": [2, 2, 3, 1, 1]},
-                               {"first_offset": 5, "last_offset": 9, "acknowledge_types": [4]}], version=2)
+    out = _ack(conn, "m1", 2, batches, version=2, renew=True)
     assert _part(out)["error_code"] == 0, out
-    assert _acquired(_fetch(conn, "m2", 0)) == [(0, 1, 2)]  # only the released come back, counted
+    assert _acquired(_fetch(conn, "m2", 1)) == [(0, 1, 2)]  # only the released come back, counted
 
 
 def test_a_lock_duration_out_of_bounds_is_refused(conn):

@@ -4,15 +4,16 @@ Along the member's share session like ShareFetch: the session's next epoch, or -
 member's last acknowledgements (the session then closes and what the member still holds goes
 back); epoch 0 never opens a session here (INVALID_SHARE_SESSION_EPOCH).  Each partition's
 first error is its ErrorCode (INVALID_RECORD_STATE: a record this member does not hold;
-INVALID_REQUEST: an empty or inverted range, a type out of range, Renew before v2).  The
-answer comes once the acknowledgements are written to ZooKeeper.
+INVALID_REQUEST: batches breaking Kafka's rules -- an empty, inverted or overlapping range, a
+type out of range, Renew without v2's IsRenewAck -- of which none is applied).  The answer
+comes once the acknowledgements are written to ZooKeeper.
 """
 
 from __future__ import annotations
 
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.broker.handlers.share_fetch import (apply_acks, await_durable, check_group, error_response,
-                                                     node_endpoints)
+from spark_coord.broker.handlers.share_common import (acknowledge_partitions, apply_acknowledgements,
+                                                      await_acknowledgements, check_group, error_response, response)
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
@@ -31,20 +32,12 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     if code:
         return error_response(body, code)
     parts: dict[tuple, dict] = {}
-    pending = await apply_acks(ctx, conn, group, member, body.get("topics") or [], parts, {},
-                               renew=header.api_version >= 2)
+    pending = await apply_acknowledgements(ctx, conn, group, member, body.get("topics") or [], parts, {},
+                                           renew=header.api_version >= 2 and bool(body.get("is_renew_ack")))
     if epoch == -1:
         share.close_session(session)
-    await await_durable(ctx, pending, parts)
-    topics: dict[bytes, list[dict]] = {}
-    for (tid, index), p in sorted(parts.items(), key=lambda kv: (kv[0][0] or b"", kv[0][1])):
-        ack = p["acknowledge_error_code"] or p["error_code"]
-        topics.setdefault(tid, []).append({"partition_index": index, "error_code": ack, "error_message": None,
-                                           "current_leader": p["current_leader"]})
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
-            "acquisition_lock_timeout_ms": share.settings(group).lock_duration_ms,
-            "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()],
-            "node_endpoints": node_endpoints(ctx, conn, parts)}
+    await await_acknowledgements(pending, parts)
+    return acknowledge_partitions(response(ctx, conn, parts, share.settings(group).lock_duration_ms))
 
 
 HANDLER = Handler(ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", handle, error_response)

@@ -4,20 +4,28 @@ Served by the partitions' leader, whatever coordinator the group has (as Kafka: 
 session is the leader's own, keyed by group and member; the leader does not ask the
 coordinator whether the member is in the group).  One request, in this order:
 
-1. the share session (``SharePartitionManager.session``): epoch 0 opens one (acknowledgements
+1. a v2 renewal (IsRenewAck) must set MaxBytes, MinBytes, MaxRecords and MaxWaitMs to 0, else the
+   request is INVALID_REQUEST (as Kafka; BatchSize is not checked);
+2. the share session (``SharePartitionManager.session``): epoch 0 opens one (acknowledgements
    with it are INVALID_REQUEST), a later one must carry the session's next epoch
    (INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_NOT_FOUND), -1 is the member's last request:
    its acknowledgements are applied, nothing is fetched and the session closes (what the member
    still holds goes back);
-2. the acknowledgements piggybacked per partition (Accept, Release, Reject, Gap; v2 Renew),
-   each partition's first error in AcknowledgeErrorCode; they are answered only once written to
-   ZooKeeper;
-3. ForgottenTopicsData leave the session (the member's records there go back); partitions named
+3. the acknowledgements piggybacked per partition (Accept, Release, Reject, Gap; Renew only in a
+   v2 request with IsRenewAck), each partition's first error in AcknowledgeErrorCode; a partition
+   whose batches break Kafka's rules gets INVALID_REQUEST and none of them applies; they are
+   answered only once written to ZooKeeper;
+4. ForgottenTopicsData leave the session (the member's records there go back); partitions named
    join it (a later epoch adds to the session, as Kafka's incremental share fetch);
-4. acquisition over the session's partitions, from the one after where the last request
-   started, at most ``MaxRecords`` records (v2 ``ShareAcquireMode`` 1: exactly; else whole batches
-   may complete, Kafka's batch-optimized default) and ``MaxBytes``; with nothing acquired the
-   request waits up to ``MaxWaitMs`` for new records or records released.
+5. a renewal ends here: it acquires nothing.  Else acquisition over the session's partitions,
+   from the one after where the last round started, at most ``MaxRecords`` records (none for 0;
+   v2 ``ShareAcquireMode`` 1: exactly; else whole batches may complete, Kafka's batch-optimized
+   default, each AcquiredRecords range cut at the first batch boundary ``BatchSize`` records or
+   more into it) and ``MaxBytes``.  It waits, up to ``MaxWaitMs``, until the log holds
+   ``MinBytes`` (at most ``MaxBytes``) from where the session's partitions acquire next, as Kafka's
+   ``DelayedShareFetch``; with a MinBytes of 1 (what clients send), until something is acquired.
+   When the wait runs out, what can be acquired then is.  A request carrying acknowledgements,
+   or meeting a partition error, is answered at once with what can be acquired then.
 
 Per partition: NOT_LEADER_OR_FOLLOWER (with CurrentLeader and NodeEndpoints),
 UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED.  Read on the group and on each topic is needed.
@@ -29,118 +37,49 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from spark_coord.broker.handlers.base import Handler
+from spark_coord.broker.handlers.share_common import (apply_acknowledgements, await_acknowledgements, check_group,
+                                                      error_response, failed, partition_error, response, result)
 from spark_coord.errors import ErrorCode
-from spark_coord.security.acl import AclOperation, Resource
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 
-#: The most bytes read from one partition's log per acquisition.
-READ_BYTES = 1 << 20
 #: ShareAcquireMode (v2): 1 is record-limit; 0 (and v1) batch-optimized.
 RECORD_LIMIT = 1
+#: The fields a renewal (IsRenewAck) must set to 0, as Kafka checks and names them.
+RENEWAL_ZEROS = (("max_bytes", "maxBytes"), ("min_bytes", "minBytes"), ("max_records", "maxRecords"),
+                 ("max_wait_ms", "maxWaitMs"))
 
 
-def _partition(index: int, code: int = 0, ack_code: int | None = None, records: bytes | None = None,
-               acquired=(), leader: int = -1) -> dict:
-    return {"partition_index": index, "error_code": int(code), "error_message": None,
-            "acknowledge_error_code": int(ack_code or 0), "acknowledge_error_message": None,
-            "current_leader": {"leader_id": leader, "leader_epoch": 0 if leader >= 0 else -1},
-            "records": records if records else b"",  # empty, never null: librdkafka refuses a null record set
-            "acquired_records": [{"first_offset": a.first_offset, "last_offset": a.last_offset,
-                                  "delivery_count": a.delivery_count} for a in acquired]}
+@dataclass(frozen=True)
+class _Ask:
+    """What the request asks of the acquisition."""
+
+    max_records: int
+    max_bytes: int
+    #: The bytes the log must hold before the fetch is answered (MinBytes, at most MaxBytes).
+    min_bytes: int
+    batch_optimized: bool
+    batch_size: int
+
+    @classmethod
+    def of(cls, version: int, body: dict) -> _Ask:
+        max_bytes = body.get("max_bytes") or 0x7FFFFFFF
+        if max_bytes <= 0:
+            max_bytes = 0x7FFFFFFF
+        return cls(max_records=max(body.get("max_records", 0), 0), max_bytes=max_bytes,
+                   min_bytes=min(max(body.get("min_bytes", 0), 0), max_bytes),
+                   batch_optimized=not (version >= 2 and body.get("share_acquire_mode") == RECORD_LIMIT),
+                   batch_size=body.get("batch_size", 0))
 
 
-def error_response(body: dict, code: int, message: str | None = None) -> dict:
-    return {"throttle_time_ms": 0, "error_code": int(code), "error_message": message,
-            "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []}
-
-
-def partition_error(ctx, conn, topic: str | None, index: int, allowed: dict[str, bool]) -> ErrorCode:
-    """Why this broker cannot serve the partition to ``conn`` (NONE when it can)."""
-    if topic is None:
-        return ErrorCode.UNKNOWN_TOPIC_ID
-    if topic not in allowed:
-        allowed[topic] = ctx.authorized(conn, AclOperation.READ, Resource.topic(topic))
-    if not allowed[topic]:
-        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    return ctx.leader_error(topic, index)
-
-
-def check_group(ctx, conn, body: dict) -> tuple[ErrorCode, str | None]:
-    group, member = body.get("group_id"), body.get("member_id")
-    if not isinstance(group, str) or not group:
-        return ErrorCode.INVALID_REQUEST, "GroupId must be given"
-    if not isinstance(member, str) or not member:
-        return ErrorCode.INVALID_REQUEST, "MemberId must be given"
-    if not ctx.authorized(conn, AclOperation.READ, Resource.group(group)):
-        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
-    return ErrorCode.NONE, None
-
-
-async def apply_acks(ctx, conn, group: str, member: str, topics: list[dict], parts: dict, allowed: dict,
-                     *, renew: bool) -> list[tuple]:
-    """Apply every partition's acknowledgements; record each partition's answer in ``parts``
-    (``{(topic id, index): partition dict}``); the (held, version) whose writes must land first."""
-    share = ctx.share
-    pending = []
-    for t in topics:
-        tid = t.get("topic_id")
-        topic = ctx.view.topic_name(tid) if tid else None
-        for p in t.get("partitions") or []:
-            index = p.get("partition_index", -1)
-            batches = p.get("acknowledgement_batches") or []
-            if not batches:
-                continue
-            code = partition_error(ctx, conn, topic, index, allowed)
-            if code:
-                parts[(tid, index)] = _partition(index, code, ack_code=code, leader=_leader(ctx, topic, index))
-                continue
-            try:
-                held = await share.partition(group, topic, index)
-            except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: this partition fails
-                log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
-                parts[(tid, index)] = _partition(index, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                 ack_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                continue
-            ack, version = share.acknowledge(held, member, batches, renew=renew)
-            parts[(tid, index)] = _partition(index, ack_code=ack)
-            # the write starts now and overlaps what the request does next (its acquisition)
-            pending.append((share.durable_soon(held, version), held.key, (tid, index)))
-    return pending
-
-
-async def await_durable(ctx, pending: list[tuple], parts: dict) -> None:
-    """Answer acknowledgements only once they are in ZooKeeper."""
-    for fut, key, where in pending:
-        code = await ctx.share.settle(fut, key)
-        if code and not parts[where]["acknowledge_error_code"]:
-            parts[where]["acknowledge_error_code"] = int(code)
-
-
-def _leader(ctx, topic: str | None, index: int) -> int:
-    leader = ctx.view.leader(topic, index) if topic is not None else None
-    return leader if leader is not None else -1
-
-
-def node_endpoints(ctx, conn, parts: dict) -> list[dict]:
-    out = []
-    for node in sorted({p["current_leader"]["leader_id"] for p in parts.values()
-                        if p["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER}):
-        b = ctx.view.brokers.get(node)
-        ep = b.endpoint_for(conn.auth.listener_name) if b is not None else None
-        if ep is not None:
-            out.append({"node_id": b.id, "host": ep.host, "port": ep.port, "rack": b.rack})
-    return out
-
-
-def group_by_topic(parts: dict) -> list[dict]:
-    topics: dict[bytes, list[dict]] = {}
-    for (tid, _), p in sorted(parts.items(), key=lambda kv: (kv[0][0] or b"", kv[0][1])):
-        topics.setdefault(tid, []).append(p)
-    return [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()]
+def _renewal_refused(body: dict) -> str | None:
+    """Why a renewal asks for more than it may (Kafka's message), None when it asks for nothing."""
+    wrong = [f"{name} must be set to 0, " for field, name in RENEWAL_ZEROS if body.get(field, 0) != 0]
+    return "".join(wrong) + "if isRenewAck is true." if wrong else None
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:
@@ -148,6 +87,11 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     code, message = check_group(ctx, conn, body)
     if code:
         return error_response(body, code, message)
+    renewal = header.api_version >= 2 and bool(body.get("is_renew_ack"))
+    if renewal:
+        message = _renewal_refused(body)
+        if message:
+            return error_response(body, ErrorCode.INVALID_REQUEST, message)
     group, member = body["group_id"], body["member_id"]
     epoch = body.get("share_session_epoch", 0)
     topics = body.get("topics") or []
@@ -161,118 +105,128 @@ async def handle(ctx, conn, header, body: dict) -> dict:
     session, code = share.session(group, member, epoch)
     if code:
         return error_response(body, code)
-    lock_ms = share.settings(group).lock_duration_ms
     allowed: dict[str, bool] = {}
     parts: dict[tuple, dict] = {}
-    pending = await apply_acks(ctx, conn, group, member, topics, parts, allowed, renew=header.api_version >= 2)
-
+    pending = await apply_acknowledgements(ctx, conn, group, member, topics, parts, allowed, renew=renewal)
     if epoch == -1:
         share.close_session(session)
-        await await_durable(ctx, pending, parts)
-        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
-                "acquisition_lock_timeout_ms": lock_ms, "responses": group_by_topic(parts),
-                "node_endpoints": node_endpoints(ctx, conn, parts)}
+    else:
+        _update_session(ctx, conn, session, body, topics, parts, allowed)
+        if not renewal:
+            await _fetch(ctx, conn, session, parts, allowed, _Ask.of(header.api_version, body),
+                         body.get("max_wait_ms", 0), answer_now=bool(pending))
+    await await_acknowledgements(pending, parts)
+    return response(ctx, conn, parts, share.settings(group).lock_duration_ms)
 
-    # the session's partitions: forgotten ones go (their records go back), named ones join
-    gone = []
+
+def _update_session(ctx, conn, session, body: dict, topics: list[dict], parts: dict, allowed: dict) -> None:
+    """Forgotten partitions leave the session (their records go back); named ones join it, each
+    checked first: one failing is answered with its error once and kept out of the session (kept in,
+    it would make every later fetch of the session answer at once)."""
+    forgotten = []
     for f in body.get("forgotten_topics_data") or []:
         topic = ctx.view.topic_name(f.get("topic_id")) if f.get("topic_id") else None
-        for index in f.get("partitions") or []:
-            if topic is not None and (topic, index) in session.partitions:
-                session.partitions.remove((topic, index))
-                gone.append((topic, index))
-    if gone:
-        share.release_member(group, member, gone)
+        if topic is not None:
+            forgotten.extend((topic, index) for index in f.get("partitions") or [])
+    ctx.share.forget(session, forgotten)
     for t in topics:
         tid = t.get("topic_id")
         topic = ctx.view.topic_name(tid) if tid else None
         for p in t.get("partitions") or []:
             index = p.get("partition_index", -1)
-            if topic is None:
-                parts.setdefault((tid, index), _partition(index, ErrorCode.UNKNOWN_TOPIC_ID))
-            elif (topic, index) not in session.partitions:
-                # checked before it joins: answered with its error once, and kept out of the session
-                # (kept in, it would make every later fetch of the session answer at once)
-                code = partition_error(ctx, conn, topic, index, allowed)
-                if code:
-                    parts.setdefault((tid, index), _partition(index, code, leader=_leader(ctx, topic, index)))
-                else:
-                    session.partitions.append((topic, index))
+            if topic is not None and (topic, index) in session:
+                continue
+            code = partition_error(ctx, conn, topic, index, allowed)
+            if code:
+                parts.setdefault((tid, index), failed(ctx, topic, index, code))
+            else:
+                session.add(topic, index)
 
-    max_records = body.get("max_records") or 500
-    if max_records <= 0:
-        max_records = 500
-    max_bytes = body.get("max_bytes") or 0x7FFFFFFF
-    if max_bytes <= 0:
-        max_bytes = 0x7FFFFFFF
-    batch_optimized = not (header.api_version >= 2 and body.get("share_acquire_mode") == RECORD_LIMIT)
+
+async def _fetch(ctx, conn, session, parts: dict, allowed: dict, ask: _Ask, max_wait_ms: int, *,
+                 answer_now: bool) -> None:
+    """Acquire for the session's member into ``parts``, waiting as ``ask`` says (module docstring, 5)."""
+    share = ctx.share
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(body.get("max_wait_ms", 0), 0) / 1000
+    deadline = loop.time() + max(max_wait_ms, 0) / 1000
     while True:
-        acquired_any = await _acquire_round(ctx, conn, session, group, member, parts, allowed, max_records,
-                                            max_bytes, batch_optimized)
+        served = await _servable(ctx, conn, session, parts, allowed)
+        if served is None:
+            return  # the session closed while a partition loaded
         remaining = deadline - loop.time()
         errors = any(p["error_code"] for p in parts.values())
-        if acquired_any or pending or errors or remaining <= 0 or not session.partitions or conn.closed \
-                or share.sessions.get((group, member)) is not session:
-            break
-        await ctx.appends.wait_any(list(session.partitions), remaining)
-    await await_durable(ctx, pending, parts)
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "acquisition_lock_timeout_ms": lock_ms,
-            "responses": group_by_topic(parts), "node_endpoints": node_endpoints(ctx, conn, parts)}
+        now = answer_now or errors or remaining <= 0 or not served or conn.closed
+        if ask.max_records > 0 and ask.min_bytes == 1 and not now:
+            if _acquire(ctx, session, served, parts, ask):
+                return  # acquiring is what reading MinBytes' one byte would find
+        elif now or _ready(share, served, ask.min_bytes):
+            _acquire(ctx, session, served, parts, ask)
+            return
+        await ctx.appends.wait_any([tp for tp, _, _ in served], remaining)
 
 
-async def _acquire_round(ctx, conn, session, group: str, member: str, parts: dict, allowed: dict,
-                         max_records: int, max_bytes: int, batch_optimized: bool) -> bool:
-    from spark_coord.log import OffsetOutOfRange
-
+async def _servable(ctx, conn, session, parts: dict, allowed: dict) -> list[tuple] | None:
+    """The session's partitions this broker serves now, each ``((topic, index), topic id, share
+    partition)`` in the session's order; the others' errors go to ``parts``.  None when the
+    session closed meanwhile."""
     share = ctx.share
-    n = len(session.partitions)
-    if n == 0:
-        return False
-    start = session.start % n
-    session.start = (start + 1) % n
-    records_left, bytes_left = max_records, max_bytes
-    any_acquired = False
-    for i in range(n):
-        if records_left <= 0 or bytes_left <= 0:
-            break
-        topic, index = session.partitions[(start + i) % n]
+    group = session.group
+    out = []
+    for topic, index in list(session.partitions):
         tid = ctx.view.topic_id(topic)
         code = partition_error(ctx, conn, topic, index, allowed)
         if code:
-            parts[(tid, index)] = _partition(index, code, leader=_leader(ctx, topic, index))
+            parts[(tid, index)] = failed(ctx, topic, index, code)
             continue
         try:
             held = await share.partition(group, topic, index)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: this partition fails
             log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
-            parts[(tid, index)] = _partition(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            parts[(tid, index)] = result(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             continue
-        if share.sessions.get((group, member)) is not session:
-            break  # the session closed while the partition loaded
-        acquired, data = [], None
-        offset = held.sp.fetch_offset()
-        if offset is not None:
-            plog = ctx.logs.get_or_create(topic, index)
-            try:
-                region = plog.read(offset, min(READ_BYTES, bytes_left))
-            except OffsetOutOfRange:
-                share._follow_log_start(held)
-                region = None
-            if region is not None:
-                acquired, data = share.acquire(held, member, region, max_records=records_left,
-                                               batch_optimized=batch_optimized)
-        if acquired:
-            any_acquired = True
-            records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
-            bytes_left -= data.length
-            entry = parts.get((tid, index))
-            if entry is None:
-                entry = parts[(tid, index)] = _partition(index)
-            entry["records"] = data
-            entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
-                                          "delivery_count": a.delivery_count} for a in acquired]
+        if not share.is_open(session):
+            return None
+        out.append(((topic, index), tid, held))
+    return out
+
+
+def _ready(share, served: list[tuple], min_bytes: int) -> bool:
+    """The log holds ``min_bytes`` from where ``served`` acquire next (any that can acquire, for 0)."""
+    found, acquirable = 0, False
+    for _, _, held in served:
+        n = share.readable_bytes(held, min_bytes - found)
+        if n is not None:
+            acquirable = True
+            found += n
+            if found >= min_bytes:
+                break
+    return acquirable and found >= min_bytes
+
+
+def _acquire(ctx, session, served: list[tuple], parts: dict, ask: _Ask) -> bool:
+    """One acquisition round over ``served``, from the partition after where the last round
+    started; the records and ranges acquired go to ``parts``.  Whether any were."""
+    share = ctx.share
+    held_of = {tp: (tid, held) for tp, tid, held in served}
+    records_left, bytes_left = ask.max_records, ask.max_bytes
+    any_acquired = False
+    for tp in session.in_turn():
+        if records_left <= 0 or bytes_left <= 0:
+            break
+        if tp not in held_of:
+            continue
+        tid, held = held_of[tp]
+        acquired, data = share.acquire(held, session.member_id, max_records=records_left, max_bytes=bytes_left,
+                                       batch_optimized=ask.batch_optimized, batch_size=ask.batch_size)
+        if not acquired:
+            continue
+        any_acquired = True
+        records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        bytes_left -= data.length
+        entry = parts.setdefault((tid, tp[1]), result(tp[1]))
+        entry["records"] = data
+        entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
+                                      "delivery_count": a.delivery_count} for a in acquired]
     return any_acquired
 
 
