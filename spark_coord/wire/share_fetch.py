@@ -14,19 +14,19 @@ acquired, with their delivery counts, for AcquisitionLockTimeoutMs.
   boundaries may exceed it) and BatchSize (the preferred size of acquired ranges).
 - v2 (Kafka 4.2, KIP-1206 and KIP-1222): ShareAcquireMode (0 batch-optimized, v1's only
   behaviour; 1 record-limit: at most MaxRecords records) and IsRenewAck (the
-  acknowledgements include type 4 Renew, which extends a record's acquisition lock
-  instead of ending its delivery; such a fetch sets MaxWaitMs, MinBytes, MaxBytes and
-  MaxRecords to 0 and fetches nothing).  The answer is v1's.
-  The copy of ``ShareFetchRequest.json`` in the stored index is of a commit before
-  IsRenewAck was added (it has ShareAcquireMode only); Kafka 4.2.0's has both, after
-  BatchSize in this order (franz-go's definitions and other clients written against
-  4.2.0 agree).
+  acknowledgements may include type 4 Renew, which extends a record's acquisition lock
+  instead of ending its delivery; such a fetch must set MaxWaitMs, MinBytes, MaxBytes and
+  MaxRecords to 0 and acquires nothing).  The answer is v1's.  The order of the fields is
+  that of Kafka 4.2's generated ``ShareFetchRequestData`` (IsRenewAck after
+  ShareAcquireMode); an earlier copy of the JSON lacks IsRenewAck.
 The request layout of v1 is librdkafka's (``rd_kafka_ShareFetchRequest``, and its mock
 broker's parser); it agrees with Kafka's JSON.  The response's Records may be FileRegion
-slices of segment files (sent with sendfile), as Fetch's.  Records is nullable here, as in
-Kafka 4.1's JSON (librdkafka reads a null as no records); one third-party generator
-reports Kafka 4.2's JSON as nullable in v0 only, which a Java client would hold a null
-against, so a broker should answer empty records (``b""``) rather than None.
+slices of segment files (sent with sendfile), as Fetch's.  A broker answers empty Records
+(``b""``), never null: Kafka 4.2's generated ``ShareFetchResponseData`` has Records
+non-nullable in v1-2 (a Java client refuses a null), and librdkafka takes a null for a
+malformed answer (``rd_kafka_share_fetch_reply_handle_partition``: "invalid MessageSetSize
+-1").  The schema keeps it nullable, as the early-access (v0) JSON had it, so that a null
+still decodes.
 
 Clients: librdkafka 2.15+ (confluent-kafka's ``ShareConsumer``, a preview) sends v1 only;
 the Java share consumer v1 (Kafka 4.1) or v2 (Kafka 4.2).
