@@ -242,10 +242,10 @@ class Door:
 
     def __init__(self, h: Harness, code: int | None = None, ends: dict | None = None):
         self.role = SimpleNamespace(coordinator=h.coord, share=ShareGroups(h.coord),
-                                    classic=SimpleNamespace(not_served=lambda g: None, delete_groups=self._classic))
+                                    admin=SimpleNamespace(delete_groups=self._admin_delete))
         self.code = code
         self.ends = ends or {}
-        self.classic_deleted: list[str] = []
+        self.admin_deleted: list[str] = []
 
     def for_group(self, group_id):
         return (None, self.code) if self.code is not None else (self.role, None)
@@ -253,8 +253,8 @@ class Door:
     async def log_ends(self, partitions):
         return {tp: self.ends[tp] for tp in partitions if tp in self.ends}
 
-    async def _classic(self, body):
-        self.classic_deleted.extend(body["groups_names"])
+    async def _admin_delete(self, body):
+        self.admin_deleted.extend(body["groups_names"])
         return {"results": [{"group_id": g, "error_code": ErrorCode.GROUP_ID_NOT_FOUND} for g in body["groups_names"]]}
 
 
@@ -333,7 +333,7 @@ async def test_delete_groups_of_a_share_group_deletes_its_state_and_configs():
     answer = await delete_groups.handle(door, ctx, conn, None, {"groups_names": ["sg", "cg"]})
     assert answer["results"] == [{"group_id": "sg", "error_code": 0},
                                  {"group_id": "cg", "error_code": ErrorCode.GROUP_ID_NOT_FOUND}]
-    assert deleted == ["sg"] and door.classic_deleted == ["cg"]
+    assert deleted == ["sg"] and door.admin_deleted == ["cg"]
     assert "sg" not in h.store.share_states
     # Delete on the group is needed
     ctx, conn = ctx_conn(Authorizer((AclOperation.DELETE, ResourceType.GROUP, "x")))
