@@ -166,7 +166,7 @@ def sticky_range_assign(members: Mapping[str, TopicCount], topics: Mapping[str, 
     owners: Assignment = {}
     for topic, threads in _threads_per_topic(members, topics).items():
         owned: dict[str, list[tuple[str, int]]] = {th: [] for th in threads}
-        free = []
+        free: list[tuple[str, int]] = []
         for p in range(topics[topic]):
             holder = previous.get((topic, p))
             (owned[holder] if holder in owned else free).append((topic, p))

@@ -519,7 +519,7 @@ class Coordinator:
         keeps what it holds until the next rebalance moves it; False if it is not a member."""
         group = self.groups.get(group_id)
         member = group.members.get(consumer_id) if group is not None else None
-        if member is None:
+        if group is None or member is None:
             return False
         if member.topic_count != topic_count:
             member.topic_count = topic_count

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -191,7 +192,12 @@ class Rebalancer:
         """Wait ``ms`` on the coordinator's timer, or until the group changes."""
         wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._backing_off[group.group_id] = wake
-        handle = self.c.timer.call_later(ms, lambda: wake.done() or wake.set_result(None))
+
+        def wake_up() -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        handle = self.c.timer.call_later(ms, wake_up)
         try:
             await wake
         finally:
@@ -448,8 +454,7 @@ class Rebalancer:
                     m.sent_epoch = max(m.sent_epoch, epoch)
                 log.info("group %s: StopFetcher to %s: %s", group.group_id, cid, "everything" if asked is None else
                          ", ".join(f"{e['topic']}-{p}" for e in asked for p in e["partitions"]))
-            if not c.send(group, m, api, body, lambda answer, m=m, asked=asked: self._answered(group, m, rnd, asked,
-                                                                                             answer),
+            if not c.send(group, m, api, body, functools.partial(self._answered, group, m, rnd, asked),
                           version=version):
                 rnd.drop(cid, f"connection closed while sending {kind.value}")
         self.purgatory.check_and_complete(GroupKey(group.group_id))

@@ -16,7 +16,7 @@ assignment, or the owners restored from ZooKeeper after a failover).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, TypeGuard
 
 from spark_coord.common import LARGEST, OFFSET_RESETS, TopicPartition
 from spark_coord.coordinator.core.subscription import TopicCount
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 Assignment = dict[str, list[TopicPartition]]
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -73,11 +73,12 @@ def parse_registration(body: Any, min_session_timeout_ms: int) -> Registration |
     if not isinstance(body, Mapping):
         return Refusal(ErrorCode.INVALID_REQUEST, "request body is not a struct")
     try:
-        group_id = paths.validate_group(body.get("group_id"))
+        # any wire value: the validator refuses one that is not a string too (zk.paths types it str)
+        group_id = paths.validate_group(body.get("group_id"))  # type: ignore[arg-type]
     except ValueError as e:
         return Refusal(ErrorCode.INVALID_GROUP_ID, str(e))
     try:
-        consumer_id = paths.validate_consumer_id(body.get("consumer_id"))
+        consumer_id = paths.validate_consumer_id(body.get("consumer_id"))  # type: ignore[arg-type]  # as above
     except ValueError as e:
         return Refusal(ErrorCode.INVALID_REQUEST, str(e))
     session = body.get("session_timeout_ms")

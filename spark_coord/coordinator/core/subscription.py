@@ -96,9 +96,11 @@ class TopicCount:
         return self.pattern is not None
 
     def regex(self) -> "re.Pattern[str]":
-        if self._regex is None:
-            object.__setattr__(self, "_regex", re.compile(self.pattern or ""))
-        return self._regex  # type: ignore[return-value]
+        regex = self._regex
+        if regex is None:
+            regex = re.compile(self.pattern or "")
+            object.__setattr__(self, "_regex", regex)
+        return regex
 
     def matches(self, topic: str) -> bool:
         """Does this subscription cover ``topic``?"""
