@@ -11,7 +11,7 @@ Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need l
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
 embedded ZooKeeper, 3 brokers, a 12-partition topic, the acknowledging producer and
 members -- by default two thin consumers, a confluent-kafka eager and a cooperative one
--- each in a namespace of its own on one bridge (``testkit/nemesis.py``).
+-- each in a namespace of its own on one bridge (``testkit/nemesis/``).
 Seeded random faults of every kind of ``nemesis.ALL_KINDS`` (cuts by blackhole routes,
 a bridge, flapping cuts, clocks offset or running fast, pauses and kills), alone or two
 at once (``--combine``).

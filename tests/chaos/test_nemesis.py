@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from testkit import nemesis
+from testkit.nemesis import netns
 
 REASON = nemesis.unavailable_reason()
 
@@ -40,9 +41,9 @@ def test_network_faults_lose_nothing_and_keep_one_owner(tmp_path):
     assert not chaos.overlaps, chaos.overlaps[:10]
     assert not report.violations, "\n".join(report.violations[:40])
     # nothing of the run's network is left
-    assert not [line for line in nemesis._ip("netns", "list").stdout.splitlines()
+    assert not [line for line in netns._ip("netns", "list").stdout.splitlines()
                 if line.startswith(report.prefix + "-")]
-    assert report.prefix not in nemesis._ip("-o", "link", "show").stdout
+    assert report.prefix not in netns._ip("-o", "link", "show").stdout
 
 
 def _connects(net: nemesis.Net, src: str, dst: str, port: int) -> bool:
@@ -85,8 +86,8 @@ def test_a_cut_is_a_blackhole_on_both_sides_and_cleanup_leaves_nothing():
         finally:
             server.close()
         prefix = net.prefix
-    assert not [line for line in nemesis._ip("netns", "list").stdout.splitlines() if line.startswith(prefix + "-")]
-    assert prefix not in nemesis._ip("-o", "link", "show").stdout
+    assert not [line for line in netns._ip("netns", "list").stdout.splitlines() if line.startswith(prefix + "-")]
+    assert prefix not in netns._ip("-o", "link", "show").stdout
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"no network namespaces here: {REASON}")
@@ -95,5 +96,5 @@ def test_cleanup_removes_what_a_dead_run_left():
     net.add("x")
     net._closed = True          # as if its process had died: nothing removed it
     assert nemesis.cleanup(net.prefix)
-    assert net.prefix not in nemesis._ip("-o", "link", "show").stdout
-    assert not [line for line in nemesis._ip("netns", "list").stdout.splitlines() if line.startswith(net.prefix)]
+    assert net.prefix not in netns._ip("-o", "link", "show").stdout
+    assert not [line for line in netns._ip("netns", "list").stdout.splitlines() if line.startswith(net.prefix)]

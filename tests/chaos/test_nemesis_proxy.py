@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from testkit import nemesis
+from testkit.nemesis import netns
 
 REASON = nemesis.unavailable_reason()
 
@@ -56,5 +57,5 @@ def test_stalled_slow_and_throttled_links_lose_nothing_and_keep_one_owner(tmp_pa
     assert not report.violations, "\n".join(report.violations[:40])
     # the proxies are gone with the run, and nothing of its network is left
     assert not any(p.alive() for p in run.cluster.proxies.values())
-    assert not [line for line in nemesis._ip("netns", "list").stdout.splitlines()
+    assert not [line for line in netns._ip("netns", "list").stdout.splitlines()
                 if line.startswith(report.prefix + "-")]

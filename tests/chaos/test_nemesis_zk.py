@@ -1,5 +1,5 @@
 """A nemesis run on a three-server ZooKeeper ensemble (real quorum, one namespace per server), with
-the ensemble split under the coordinator and the brokers' membership changed (``testkit.nemesis_zk``).
+the ensemble split under the coordinator and the brokers' membership changed (``testkit.nemesis.zk``).
 
 The scheduled run: ``zk_split`` with the group's coordinator on the minority side (its ZooKeeper
 server stops serving, its session expires, a broker of the majority is elected), then
@@ -18,7 +18,9 @@ import random
 import pytest
 
 from spark_coord.zk.embedded import EmbeddedEnsemble
-from testkit import nemesis, nemesis_zk
+from testkit import nemesis
+from testkit.nemesis import netns
+from testkit.nemesis import zk as nemesis_zk
 
 REASON = nemesis.unavailable_reason()
 
@@ -60,9 +62,9 @@ def test_zk_split_and_broker_membership_lose_nothing_and_move_the_coordinator(tm
     assert report.by_kind.keys() >= {"zk_split", "broker_add", "broker_remove"}, report.by_kind
 
     # nothing of the run's network is left
-    assert not [line for line in nemesis._ip("netns", "list").stdout.splitlines()
+    assert not [line for line in netns._ip("netns", "list").stdout.splitlines()
                 if line.startswith(report.prefix + "-")]
-    assert report.prefix not in nemesis._ip("-o", "link", "show").stdout
+    assert report.prefix not in netns._ip("-o", "link", "show").stdout
 
 
 # ---------------------------------------------------------------------- units

@@ -111,7 +111,7 @@ def test_a_false_clock_is_what_the_fault_says_and_maps_back_to_real_time(kind):
     offset, _, speed = clock.partition(" ")
     offset, rate = float(offset.rstrip("s")), float(speed[1:]) if speed else 1.0
     code = "import sys, time\nfor _ in sys.stdin:\n    print(time.time(), flush=True)\n"
-    with nemesis._spawn_env(clock):
+    with nemesis.spawn_env(clock):
         child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True)
     try:

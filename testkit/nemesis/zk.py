@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from testkit.chaos import Fault
+from testkit.nemesis.netns import Net
 
-#: What the functions here are given: ``testkit.nemesis``'s ``Net`` and ``NemesisRun`` (not imported:
-#: that module imports this one).
-Net = NemesisRun = Any
+#: What the functions here are given: ``faults.NemesisRun`` (not imported: that module imports this one).
+NemesisRun = Any
 
 #: Client, quorum and election ports of every ensemble server (each on its own address).
 ZK_PORTS = (2181, 2888, 3888)
