@@ -1,4 +1,5 @@
-"""Coordinator failover on real processes (DESIGN 6 failover and fencing, 9.4, 9.7).
+"""Coordinator failover on real processes (the failover and fencing of
+DESIGN.md "One holder at a time (invariant 1)", the take-back of DESIGN.md "Taken back after a failover").
 
 - SIGKILL of the coordinator's broker, members whose session outlasts the
   failover: consumption of the live partitions never stops; another broker is

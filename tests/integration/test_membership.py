@@ -1,7 +1,8 @@
 """Group membership on real processes: 3 brokers, member subprocesses, a live producer.
 
-Joins and a SIGKILLed member rebalance the group; the invariant checker (DESIGN 9,
-1-3) runs over the members' journals and a sampled ZooKeeper history; a run of
+Joins and a SIGKILLed member rebalance the group; the invariant checker (one holder at a time,
+DESIGN.md "One holder at a time (invariant 1)"; every record read; committed offsets never
+moving back) runs over the members' journals and a sampled ZooKeeper history; a run of
 clean joins and leaves ends with committed offsets equal to what was consumed.
 """
 

@@ -1,5 +1,5 @@
 """A thin consumer taken back after a coordinator failover, in a group it shares with a
-Kafka member (DESIGN 9.7; the take-back of DESIGN.md "Taken back after a failover").
+Kafka member (the take-back of DESIGN.md "Taken back after a failover").
 
 The consumer runs in this process and commits actively after every batch, as an
 application does.  SIGKILL of the coordinator's broker; once the successor takes the

@@ -1,4 +1,4 @@
-"""Every kind of member in one group, with incremental rebalancing (DESIGN section 12).
+"""Every kind of member in one group, with incremental rebalancing (DESIGN.md "A rebalance").
 
 confluent-kafka consumers with ``cooperative-sticky`` (KIP-429), a kafka-python
 cooperative consumer, an eager confluent-kafka consumer (librdkafka's default

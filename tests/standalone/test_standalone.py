@@ -1,4 +1,4 @@
-"""The coordinator beside a Kafka-protocol cluster (DESIGN section 11): ``spark-coord coordinator``
+"""The coordinator beside a Kafka-protocol cluster (docs/deploying/beside-kafka.md): ``spark-coord coordinator``
 processes over Tansu (a broker nobody here wrote) and over our brokers with coordinator.enable=false.
 
 Members (the thin consumer) bootstrap the coordinator separately from the data cluster and
