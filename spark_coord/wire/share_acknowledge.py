@@ -11,8 +11,7 @@ an offset range and one type per offset or one for the whole range (0 Gap, 1 Acc
 - v2 (Kafka 4.2, KIP-1222): request IsRenewAck (the batches include type 4 Renew, which
   extends the acquisition lock of a record instead of ending its delivery); response
   AcquisitionLockTimeoutMs (the lock a renewal gives).
-The v1 layout is librdkafka's (``rd_kafka_ShareAcknowledgeRequest`` and its reply
-parser, and its mock broker's handler); it agrees with Kafka's JSON.
+Where the layout was checked: docs/reference/protocol.md, "ShareAcknowledge (key 79)".
 
 Clients: librdkafka 2.15+ (confluent-kafka's ``ShareConsumer``, a preview: acknowledgements
 with nothing to fetch, and at close) sends v1 only; the Java share consumer v1 (Kafka 4.1)

@@ -16,17 +16,11 @@ acquired, with their delivery counts, for AcquisitionLockTimeoutMs.
   behaviour; 1 record-limit: at most MaxRecords records) and IsRenewAck (the
   acknowledgements may include type 4 Renew, which extends a record's acquisition lock
   instead of ending its delivery; such a fetch must set MaxWaitMs, MinBytes, MaxBytes and
-  MaxRecords to 0 and acquires nothing).  The answer is v1's.  The order of the fields is
-  that of Kafka 4.2's generated ``ShareFetchRequestData`` (IsRenewAck after
-  ShareAcquireMode); an earlier copy of the JSON lacks IsRenewAck.
-The request layout of v1 is librdkafka's (``rd_kafka_ShareFetchRequest``, and its mock
-broker's parser); it agrees with Kafka's JSON.  The response's Records may be FileRegion
-slices of segment files (sent with sendfile), as Fetch's.  A broker answers empty Records
-(``b""``), never null: Kafka 4.2's generated ``ShareFetchResponseData`` has Records
-non-nullable in v1-2 (a Java client refuses a null), and librdkafka takes a null for a
-malformed answer (``rd_kafka_share_fetch_reply_handle_partition``: "invalid MessageSetSize
--1").  The schema keeps it nullable, as the early-access (v0) JSON had it, so that a null
-still decodes.
+  MaxRecords to 0 and acquires nothing).  The answer is v1's.
+The response's Records may be FileRegion slices of segment files (sent with sendfile), as
+Fetch's.  A broker answers empty Records (``b""``), never null (Kafka's and librdkafka's
+clients refuse a null); the schema keeps it nullable so that a null still decodes.
+Where the layout was checked: docs/reference/protocol.md, "ShareFetch (key 78)".
 
 Clients: librdkafka 2.15+ (confluent-kafka's ``ShareConsumer``, a preview) sends v1 only;
 the Java share consumer v1 (Kafka 4.1) or v2 (Kafka 4.2).

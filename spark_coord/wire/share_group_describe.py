@@ -6,8 +6,8 @@ group); members carry their subscription and assignment (topics by id and by nam
 AuthorizedOperations is the bitfield of KIP-430 when asked for, else -2^31.
 - v0: Kafka 4.0's early access only (removed in Kafka 4.1, not served).  Same layout.
 - v1 (Kafka 4.1, the first stable version; Kafka 4.2 adds no version): the layout
-  below, as Kafka's ``ShareGroupDescribeRequest.json`` / ``ShareGroupDescribeResponse.json``
-  (``"validVersions": "1"``) have it.  Answers may be TOPIC_AUTHORIZATION_FAILED.
+  below.  Answers may be TOPIC_AUTHORIZATION_FAILED.  Where the layout was checked:
+  docs/reference/protocol.md, "ShareGroupDescribe (key 77)".
 
 Clients: the Java admin client (Kafka 4.1+, ``Admin.describeShareGroups``,
 ``kafka-share-groups.sh --describe``) sends v1.  librdkafka 2.15/2.16 has no share-group

@@ -6,17 +6,10 @@ leaves with -1.  RackId and SubscribedTopicNames are null when unchanged since i
 heartbeat.  The answer carries the member's epoch, the heartbeat interval the
 coordinator wants and, when it changed, the member's assignment (topics by id): a share
 group's partitions are shared, several members may be given the same one.
-- v0: Kafka 4.0's early access only (removed in Kafka 4.1, not served).  Its layouts
-  changed during that time: the copy of Kafka's JSON kept in the stored index still has
-  a request RebalanceTimeoutMs and an int8 Error in the answer's Assignment; neither is
-  in v1.
+- v0: Kafka 4.0's early access only (removed in Kafka 4.1, not served).
 - v1 (Kafka 4.1, the first stable version): the layout below.  The answer may be
   TOPIC_AUTHORIZATION_FAILED (a subscribed topic the member may not describe).
-  Transcribed as librdkafka writes and parses it (``rd_kafka_ShareGroupHeartbeatRequest``,
-  ``rd_kafka_cgrp_handle_ShareGroupHeartbeat`` and its mock broker's handler), which
-  agrees with the v1 of Kafka 4.1+ as franz-go's definitions record it (the assignment's
-  array is ``TopicPartitions``, Kafka 4.1's name; the early access called it
-  ``AssignedTopicPartitions``, same bytes).
+Where the layout was checked: docs/reference/protocol.md, "ShareGroupHeartbeat (key 76)".
 
 Clients: librdkafka 2.15+ (``rd_kafka_share_consumer_new``, confluent-kafka's
 ``ShareConsumer``, a preview) sends exactly v1 and refuses a coordinator without it; the
