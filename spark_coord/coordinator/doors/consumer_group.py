@@ -1,4 +1,5 @@
-"""Kafka 4's consumer group protocol (KIP-848) as a door into the coordinator (DESIGN section 12).
+"""Kafka 4's consumer group protocol (KIP-848) as a door into the coordinator
+(DESIGN.md "One registry, several doors").
 
 A consumer with ``group.protocol=consumer`` (librdkafka 2.12+, Kafka 4's Java client)
 sends only ConsumerGroupHeartbeat: it joins with epoch 0, heartbeats every

@@ -3,7 +3,7 @@ AlterShareGroupOffsets, DeleteShareGroupOffsets and the share-group part of Dele
 
 Where a share group stands on a partition is its share-partition start offset (SPSO), kept
 by the partition's leader in ``/share-groups/<group>/<topic>/<partition>`` (``share.store``;
-DESIGN section 13).  The coordinator reads those znodes to describe a group
+DESIGN.md "Share groups (KIP-932)").  The coordinator reads those znodes to describe a group
 (``GroupStore.read_share_states``); for a group with no member it overwrites them with a fresh
 state -- the new start offset, nothing in flight -- or deletes them, fenced by its election
 (``write_share_states``, ``delete_share_states``), and the leaders, told by a notification

@@ -1,4 +1,5 @@
-"""Share groups (KIP-932, "Queues for Kafka") as a door into the coordinator (DESIGN section 13).
+"""Share groups (KIP-932, "Queues for Kafka") as a door into the coordinator
+(DESIGN.md "Share groups (KIP-932)").
 
 A share consumer (confluent-kafka's ``ShareConsumer``, Kafka's ``KafkaShareConsumer``) sends
 ShareGroupHeartbeat to its group's coordinator: it joins with epoch 0 and its subscription,
