@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("testkit.chaos").setLevel(logging.INFO)
+    logging.getLogger("testkit.diagnostics").setLevel(logging.INFO)
     try:
         kinds = parse_kinds(args.kinds) if args.kinds else ()
     except ValueError as e:

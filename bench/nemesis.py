@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("testkit.chaos").setLevel(logging.INFO)
+    logging.getLogger("testkit.diagnostics").setLevel(logging.INFO)
     logging.getLogger("testkit.nemesis").setLevel(logging.INFO)
     if args.aggregate:
         return 0 if _print_aggregate([json.loads(Path(f).read_text()) for f in args.aggregate], args.summary) else 1

@@ -19,7 +19,8 @@ it starts (``python -m testkit.<module>``) get it on ``PYTHONPATH`` (``child_env
   time, at least once, offsets never backwards, liveness, final offsets at the log
   end) against those journals; ``jepsen_checks``: Jepsen's Kafka anomalies;
 - ``chaos``: a whole chaos run -- cluster, producer, members, random faults -- and
-  its report (``tests/chaos``, ``bench/chaos.py``);
+  its report (``tests/chaos``, ``bench/chaos.py``); ``analysis``: its checks over what
+  the run recorded; ``diagnostics``: stack dumps of a member whose commits keep failing;
 - ``nemesis``: a chaos run with every process in a network namespace of its own, and
   network, clock and link faults (``linkproxy``);
 - ``tls``: a throw-away CA and certificates for the tests.

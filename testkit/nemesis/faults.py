@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from testkit import invariants, jepsen_checks
-from testkit.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault
+from testkit.analysis import first_deliveries
+from testkit.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault, log_offsets
 from testkit.nemesis import zk as nemesis_zk
 from testkit.nemesis.cluster import (LogTail, clock_unavailable_reason, faketime_lib, net_cluster, process_start,
                                      real_time, spawn_env)
@@ -522,11 +523,9 @@ class NemesisRun(ChaosRun):
 
     # ------------------------------------------------------------------ checks
     def _nemesis(self, chaos: ChaosReport) -> NemesisReport:
-        from testkit.chaos import _first_deliveries, _log_offsets
-
         journals = self._journals()
         seen = self.tail.stop()
-        offsets = _log_offsets(self.cluster.bootstrap, self.topic)   # (partition, seq) -> offset
+        offsets = log_offsets(self.cluster.bootstrap, self.topic)   # (partition, seq) -> offset
         log_recs: dict[tuple[str, int], dict[int, bytes]] = {}
         for (p, n), off in offsets.items():
             log_recs.setdefault((self.topic, p), {})[off] = f"{p}:{n}".encode()
@@ -535,7 +534,7 @@ class NemesisRun(ChaosRun):
             acked.setdefault((self.topic, p), set()).add(f"{p}:{n}".encode())
         log_ends = self.sampler.samples
         result = jepsen_checks.check(acked, log_recs, journals, seen, log_ends, self._leader_away())
-        first = _first_deliveries(journals)
+        first = first_deliveries(journals)
         by_kind: dict[str, dict] = {}
         anomalies = result.violations + chaos.violations
         hit = self.fault_nodes + [(f, set()) for f in self.faults if f.kind in PROCESS_KINDS]

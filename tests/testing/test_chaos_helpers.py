@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from testkit.chaos import ChaosSettings, JournalTail, commit_failure_runs, parse_kinds, share_overrides
+from testkit.analysis import commit_failure_runs
+from testkit.chaos import ChaosSettings, parse_kinds, share_overrides
+from testkit.diagnostics import JournalTail
 
 
 def test_member_kinds_parse_and_default_to_thin_consumers():
