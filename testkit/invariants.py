@@ -1,4 +1,5 @@
-"""Checks of DESIGN section 9 over member journals and a ZooKeeper history.
+"""Checks of the invariants (one holder at a time: DESIGN.md "One holder at a time (invariant 1)";
+at least once, offsets never backwards, liveness) over member journals and a ZooKeeper history.
 
 Each check returns a list of human-readable violations (empty: the invariant
 held), so a test can assert on it and print every violation at once.

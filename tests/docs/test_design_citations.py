@@ -3,14 +3,12 @@
 Code, tests and benchmarks cite the design by a heading of DESIGN.md, quoted as written after
 its ``## ``: ``DESIGN.md`` followed by the heading in double quotes (whitespace inside the
 quotes may wrap).  The file has no numbered sections, so a citation by number ("DESIGN
-section 6", "DESIGN 9, invariant 1") says nothing to a reader: outside the places listed in
-``NOT_YET_REWRITTEN`` it fails the test; inside them it is reported as a warning.
+section 6", "DESIGN 9, invariant 1") says nothing to a reader and fails the test.
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,9 +17,6 @@ DESIGN = ROOT / "DESIGN.md"
 CODE_DIRS = ("spark_coord", "pyspark_coordkafka", "testkit", "tests", "bench", "scripts", "jobs")
 CITATION = re.compile(r'DESIGN\.md\s+"([^"]+)"')
 OLD_FORM = re.compile(r"\bDESIGN (?:sections? )?\d")
-#: Old numbered citations still to be rewritten in these places: reported, not failed.
-NOT_YET_REWRITTEN = ("spark_coord/coordinator/doors/", "testkit/", "spark_coord/share/",
-                     "spark_coord/broker/handlers/share_", "spark_coord/wire/share_")
 
 
 def headings() -> set[str]:
@@ -57,16 +52,11 @@ def test_every_cited_design_heading_exists():
 
 
 def test_no_design_citation_by_section_number():
-    failing, pending = [], []
+    failing = []
     for path in sources():
         text = path.read_text(errors="replace")
-        rel = path.relative_to(ROOT).as_posix()
         for m in OLD_FORM.finditer(text):
             line = text[text.rfind("\n", 0, m.start()) + 1:text.find("\n", m.start())].strip()
-            entry = f"{_where(path, text, m.start())}: {line}"
-            (pending if rel.startswith(NOT_YET_REWRITTEN) else failing).append(entry)
-    if pending:
-        warnings.warn("DESIGN citations by section number still to rewrite as DESIGN.md \"Heading\":\n"
-                      + "\n".join(pending), stacklevel=1)
+            failing.append(f"{_where(path, text, m.start())}: {line}")
     assert not failing, ("DESIGN.md has no numbered sections; cite its heading instead, as "
                          'DESIGN.md "One holder at a time (invariant 1)":\n' + "\n".join(failing))
