@@ -6,9 +6,16 @@ Keep this file light: heavy imports go inside the fixtures.
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from helpers import fresh_chroot
+# The strict wire, set before anything imports the codec: a body key that is a field of no version of
+# its message raises UnknownKeyError instead of going out as the field's default.  The brokers and
+# coordinators the tests start as subprocesses inherit it (spark_coord.wire.schema.STRICT_ENV).
+os.environ["SPARK_COORD_STRICT_WIRE"] = "1"
+
+import pytest  # noqa: E402
+
+from helpers import fresh_chroot  # noqa: E402
 
 #: the suite's spread over pytest-xdist's workers, and --durations-file (tests/scheduling.py)
 pytest_plugins = ["scheduling", "apache_kafka_fixtures"]

@@ -5,6 +5,9 @@ tagged field, is a normal part of the superset dict a handler builds for every v
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -64,6 +67,28 @@ def _with(body: dict, path: tuple, key: str, value=1) -> dict:
         node = node[step]
     node[key] = value
     return out
+
+
+_TYPO_IN_A_CHILD = """
+from spark_coord.wire import protocol
+from spark_coord.wire.protocol import RequestHeader
+try:
+    protocol.encode_response(RequestHeader(12, 4, 1, None), {"error_cod": 27})
+    print("ignored")
+except ValueError as e:
+    print(type(e).__name__)
+"""
+
+
+def test_the_suite_and_the_processes_it_starts_are_strict():
+    """tests/conftest.py sets the environment, so brokers and coordinators started by tests are strict too."""
+    assert schema.STRICT is True and os.environ[schema.STRICT_ENV] == "1"
+    child = subprocess.run([sys.executable, "-c", _TYPO_IN_A_CHILD], capture_output=True, text=True, timeout=60,
+                           check=True)
+    assert child.stdout.strip() == "UnknownKeyError"
+    lenient = subprocess.run([sys.executable, "-c", _TYPO_IN_A_CHILD], capture_output=True, text=True, timeout=60,
+                             check=True, env={**os.environ, schema.STRICT_ENV: "0"})
+    assert lenient.stdout.strip() == "ignored"
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
