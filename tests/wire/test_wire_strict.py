@@ -186,3 +186,29 @@ def test_a_decoded_consumer_protocol_body_encodes_again(strict):
         cp.encode_subscription({"topic": ["t"]}, 0)
     with pytest.raises(UnknownKeyError, match=r"ConsumerProtocolAssignment v0: .* in assigned_partitions\[0\]"):
         cp.encode_assignment({"assigned_partitions": [{"topic": "t", "partition": [0]}]})
+
+
+def _handlers():
+    from spark_coord.broker.handlers import data_handlers
+    from spark_coord.coordinator.handlers import group_apis
+
+    return [(h.name, h.api_key, h.error_response) for h in data_handlers()] + \
+           [(a.name, a.api_key, a.error_response) for a in group_apis()]
+
+
+@pytest.mark.parametrize("name,api_key,error_response", _handlers(), ids=[h[0] for h in _handlers()])
+def test_every_whole_request_error_answer_is_strict_at_every_served_version(strict, name, api_key, error_response):
+    """The answer a handler's failure gets (``error_response``) is built by code no other test runs at every
+    version: each encodes, for a request decoded from the wire (every key of every version)."""
+    from spark_coord.errors import ErrorCode
+    from wire_samples import sample_body
+
+    low, high = protocol.served_versions(api_key)
+    for version in range(low, high + 1):
+        for seed, with_nulls in ((1, True), (2, False)):
+            frame = protocol.encode_request(api_key, version, 1, "c", sample_body(api_key, version, "request", seed,
+                                                                                   with_nulls))
+            _, request = protocol.decode_request(memoryview(frame)[4:])
+            answer = error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+            if answer is not None:  # None: no answer (Produce with acks=0)
+                protocol.encode_response(RequestHeader(api_key, version, 1, None), answer)
