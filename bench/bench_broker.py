@@ -23,9 +23,9 @@ import asyncio
 import os
 import re
 import shutil
-import subprocess
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from spark_coord.client.admin import AdminClient  # noqa: E402
 from spark_coord.client.metadata import ClusterClient  # noqa: E402
 from spark_coord.cluster import LocalCluster  # noqa: E402
-
 
 RAW_BYTES = 256 << 20
 
@@ -290,8 +289,8 @@ def main() -> int:
             print(f"{size:>6}B {op:>8} {rps:>12,.0f} {mbs:>9.1f} {raw_mbs:>9.1f} {ratio:>6.0%} {busy:>10.0%}")
     tls_rows = {k: v for k, v in results.items() if isinstance(k, str)}
     if tls_rows:
-        print(f"\nover TLS (SSL listener of the same broker, kcat with ssl.ca.location), interleaved with the "
-              f"plaintext runs:\n")
+        print("\nover TLS (SSL listener of the same broker, kcat with ssl.ca.location), interleaved with the "
+              "plaintext runs:\n")
         print(f"{'record':>7} {'op':>8} {'records/s':>12} {'MB/s':>9} {'TLS/plain':>10} {'broker CPU':>11}")
         for key, runs in tls_rows.items():
             for op in ("produce", "fetch"):

@@ -83,7 +83,8 @@ from spark_coord.client.metadata import ClusterClient  # noqa: E402
 from spark_coord.cluster import LocalCluster  # noqa: E402
 from spark_coord.consumer.channel import CoordinatorChannel  # noqa: E402
 from spark_coord.wire import coordinator as api  # noqa: E402
-from spark_coord.zk import client as zk_client, paths  # noqa: E402
+from spark_coord.zk import client as zk_client  # noqa: E402
+from spark_coord.zk import paths
 from spark_coord.zk.embedded import four_letter_word  # noqa: E402
 
 log = logging.getLogger("bench_coordinator")

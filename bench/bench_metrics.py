@@ -50,8 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_broker import cpu_seconds, rss_mb  # noqa: E402
-from bench_coordinator import (BIG_GROUP, BIG_TOPIC, SMALL_TOPIC, Bench, BenchError, Simulator,  # noqa: E402
-                               admin_request)
+from bench_coordinator import BIG_GROUP, BIG_TOPIC, SMALL_TOPIC, Bench, BenchError, Simulator, admin_request  # noqa: E402
 
 from spark_coord.client.admin import AdminClient  # noqa: E402
 from spark_coord.client.metadata import ClusterClient  # noqa: E402

@@ -105,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from bench.bench_latency import start_producer
+    import pyspark
     from peers.apache_kafka import ApacheKafkaCluster, kafka_jars, spark_kafka_jars, spark_kafka_version
 
-    import pyspark
+    from bench.bench_latency import start_producer
 
     print(f"pyspark {pyspark.__version__}, Spark's Kafka connector {spark_kafka_version()}", flush=True)
     got: dict[str, list[dict]] = {m: [] for m in MODES}

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_vs_kafka_broker import create_topic  # noqa: E402
+
 from spark_coord.cluster import LocalCluster  # noqa: E402
 
 PROGRAM = ROOT / "bench" / "java" / "GroupTimes.java"

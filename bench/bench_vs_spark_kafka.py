@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from peers.apache_kafka import ApacheKafkaCluster, kafka_jars, spark_kafka_jars, spark_kafka_version
+
     from spark_coord.cluster import LocalCluster
 
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]

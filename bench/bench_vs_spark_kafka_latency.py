@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rates = [int(r) for r in args.rates.split(",") if r]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from peers.apache_kafka import ApacheKafkaCluster, kafka_jars, spark_kafka_jars, spark_kafka_version
+
     from spark_coord.cluster import LocalCluster
 
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]

@@ -68,6 +68,7 @@ def _write_figures(report, settings) -> None:
     import statistics
 
     import figures
+
     from testkit.chaos import KINDS
 
     stalls, base = report.coordinator_kill_stalls, report.baseline_stalls

@@ -16,7 +16,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 

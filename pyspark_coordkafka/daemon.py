@@ -38,8 +38,8 @@ _WARM_RECORDS = 1024
 def preload() -> None:
     """Import what a worker's read imports and load the compiled decoder (its machine code comes from
     numba's cache on disk), by decoding a small record set of each kind the read path decodes."""
-    import pyspark.worker  # noqa: F401
     import pyspark.sql.datasource  # noqa: F401
+    import pyspark.worker  # noqa: F401
 
     from spark_coord.client import pool  # noqa: F401
     from spark_coord.client.fetcher import send_fetch  # noqa: F401

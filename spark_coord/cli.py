@@ -78,8 +78,9 @@ def _actions(p: argparse.ArgumentParser, *shared: SharedOption) -> Callable[...,
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from spark_coord.client.security_cli import add_client_options
+    from spark_coord.client.security_cli import add_parsers as add_security_parsers
     from spark_coord.records.compression import CODEC_IDS
-    from spark_coord.client.security_cli import add_client_options, add_parsers as add_security_parsers
 
     parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected consumer-group coordinator, and tools to drive them.")
     _add_log_level(parser)

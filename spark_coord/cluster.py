@@ -144,7 +144,8 @@ class LocalCluster:
     def _wait_ready(self, broker_id: int, deadline: float) -> None:
         """Wait until the broker is registered in ZooKeeper at its port and answers ApiVersions."""
         from spark_coord.client.connection import BrokerConnection
-        from spark_coord.zk import client as zk_client, model, paths
+        from spark_coord.zk import client as zk_client
+        from spark_coord.zk import model, paths
 
         proc = self.procs[broker_id]
         zk = zk_client.connect(self.zk_connect, connection_timeout_ms=max(1000, int((deadline - time.monotonic()) * 1000)))

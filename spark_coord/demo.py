@@ -11,7 +11,6 @@ import json
 import logging
 import sys
 import tempfile
-import time
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.fetcher import fetch

@@ -48,6 +48,7 @@ from spark_coord import config as config_mod
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import api_versions, sasl_authenticate, sasl_handshake
 from spark_coord.broker.registration import BrokerIdTaken, BrokerRegistration
+from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
 from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
@@ -58,7 +59,6 @@ from spark_coord.errors import ErrorCode
 from spark_coord.gc_pauses import start_from_config
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
-from spark_coord.broker.security import BrokerSecurity
 from spark_coord.security.client import ClientSecurity
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import model, paths

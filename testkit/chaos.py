@@ -82,8 +82,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testkit import invariants
-from testkit.analysis import (GROUP_KINDS, MEMBER_KINDS, Fault, RunAnalysis, commit_failure_runs, first_deliveries,
-                              without_replays)
+from testkit.analysis import (
+    GROUP_KINDS,
+    MEMBER_KINDS,
+    Fault,
+    RunAnalysis,
+    commit_failure_runs,
+    first_deliveries,
+    without_replays,
+)
 from testkit.diagnostics import CommitWatcher
 from testkit.kafka_member import KafkaMemberProcess
 from testkit.member import MemberProcess

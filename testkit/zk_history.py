@@ -11,7 +11,6 @@ consecutive samples.
 from __future__ import annotations
 
 import json
-
 import logging
 import threading
 import time

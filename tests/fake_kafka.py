@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from helpers import read_exactly
+
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import RequestHeader, UnsupportedRequest
 from spark_coord.wire.registry import ApiKey

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import local_cluster, wait_until
 
 from spark_coord.records.partitioner import partition_for_key
-
-from helpers import local_cluster, wait_until
 
 PARTITIONS = 3
 CLI_TIMEOUT = 60

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from helpers import local_cluster
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,8 +26,6 @@ from kazoo.exceptions import NodeExistsError
 from spark_coord.broker.context import BrokerContext
 from spark_coord.broker.coordination import CoordinationService
 from spark_coord.broker.handlers import data_handlers
-from spark_coord.share.changes import ShareStateChanges
-from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.broker.registration import BrokerRegistration
 from spark_coord.broker.security import BrokerSecurity
 from spark_coord.broker.server import BrokerServer
@@ -38,6 +36,8 @@ from spark_coord.configs.store import GroupConfigs
 from spark_coord.log.cleaner import CleanerSettings, LogCleaner
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
+from spark_coord.share.changes import ShareStateChanges
+from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
 

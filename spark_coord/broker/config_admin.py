@@ -37,10 +37,9 @@ from collections import Counter
 from typing import Any
 
 from spark_coord.configs.broker import describe_broker
-from spark_coord.configs.topic import describe_topic
 from spark_coord.configs.dynamic import BROKERS, TOPICS
-from spark_coord.configs.topic import TOPIC_KEYS
 from spark_coord.configs.model import AlterConfigOp, ConfigResourceType, InvalidConfig
+from spark_coord.configs.topic import TOPIC_KEYS, describe_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import CLUSTER, AclOperation, Resource
 from spark_coord.zk import paths

@@ -43,10 +43,18 @@ from typing import Any, Awaitable, Callable
 from spark_coord.metrics.broker import NO_BROKER_METRICS, BrokerMetrics
 from spark_coord.records.region import FileRegion
 from spark_coord.security.principal import ConnectionAuth
-from spark_coord.wire.protocol import (ProtocolError, RequestHeader, UnsupportedRequest, decode_request,
-                                       decode_response, encode_api_versions_fallback, encode_request,
-                                       encode_response, peek_correlation_id)
 from spark_coord.wire.coordinator import correlation_id as nth_correlation_id
+from spark_coord.wire.protocol import (
+    ProtocolError,
+    RequestHeader,
+    UnsupportedRequest,
+    decode_request,
+    decode_response,
+    encode_api_versions_fallback,
+    encode_request,
+    encode_response,
+    peek_correlation_id,
+)
 from spark_coord.wire.registry import ApiKey, api_name
 
 log = logging.getLogger(__name__)

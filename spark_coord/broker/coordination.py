@@ -51,18 +51,18 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from spark_coord.broker.connection import DEFERRED, Connection
 from spark_coord.broker.handlers.base import Handler
 from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
+from spark_coord.coordinator.core.clock import LoopTimer, SystemClock
+from spark_coord.coordinator.core.config import CoordinatorConfig
+from spark_coord.coordinator.core.coordinator import Coordinator
+from spark_coord.coordinator.core.elector import CoordinatorElector
+from spark_coord.coordinator.core.metrics import NO_METRICS
+from spark_coord.coordinator.core.shards import place, shard_of
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
 from spark_coord.coordinator.doors.group_admin import GroupAdmin
 from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.doors.share_group import ShareGroups
-from spark_coord.coordinator.core.clock import LoopTimer, SystemClock
-from spark_coord.coordinator.core.config import CoordinatorConfig
-from spark_coord.coordinator.core.coordinator import Coordinator
-from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.handlers import group_apis
-from spark_coord.coordinator.core.metrics import NO_METRICS
-from spark_coord.coordinator.core.shards import place, shard_of
 from spark_coord.coordinator.storage.store import StoreError
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore, read_committed_offsets
 from spark_coord.errors import ErrorCode

@@ -17,9 +17,8 @@ from typing import Any
 
 from spark_coord.broker.server import ServedListener
 from spark_coord.config import ConfigError
-from spark_coord.security import jaas
+from spark_coord.security import jaas, tls
 from spark_coord.security import listeners as listeners_mod
-from spark_coord.security import tls
 from spark_coord.security.principal import ANONYMOUS, ConnectionAuth, KafkaPrincipal
 from spark_coord.security.sasl import PLAIN, SUPPORTED_MECHANISMS, SaslServer
 

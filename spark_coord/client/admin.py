@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-
 from typing import TYPE_CHECKING
 
 from spark_coord.client.connection import BrokerConnectionError

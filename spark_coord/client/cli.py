@@ -15,9 +15,9 @@ from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
+from spark_coord.client.security_cli import client_security
 from spark_coord.errors import KafkaError, is_retriable
 from spark_coord.records.reader import iter_records
-from spark_coord.client.security_cli import client_security
 from spark_coord.table import format_table
 from spark_coord.wire.types import ProtocolError
 

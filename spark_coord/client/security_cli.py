@@ -136,8 +136,16 @@ def _entries(args: argparse.Namespace, default_op):
 
 def _role_bindings(args: argparse.Namespace, pattern_type):
     """``--producer`` / ``--consumer``: Kafka's convenience sets of ACLs."""
-    from spark_coord.security.acl import (CLUSTER_NAME, AccessControlEntry, AclBinding, AclOperation,
-                                          AclPermissionType, PatternType, ResourcePattern, ResourceType)
+    from spark_coord.security.acl import (
+        CLUSTER_NAME,
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
 
     wanted: list[tuple[ResourcePattern, AclOperation]] = []
     topic_ops = ([AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE] if args.producer else []) + \
@@ -172,8 +180,16 @@ def acls(args: argparse.Namespace) -> int:
     from spark_coord.client.admin import AdminClient
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.errors import KafkaError
-    from spark_coord.security.acl import (AccessControlEntry, AclBinding, AclBindingFilter, AclOperation,
-                                          AclPermissionType, PatternType, ResourceType, validate_binding)
+    from spark_coord.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+        validate_binding,
+    )
 
     try:
         pattern_type = PatternType.parse(args.resource_pattern_type)

@@ -27,8 +27,14 @@ The interface the group code uses is ``GroupConfigs`` (a broker's
 
 from spark_coord.configs.durations import parse_by_duration
 from spark_coord.configs.group import GroupConfig, GroupConfigModel
-from spark_coord.configs.model import (AlterConfigOp, ConfigEntry, ConfigResourceType, ConfigSource, ConfigType,
-                                       InvalidConfig)
+from spark_coord.configs.model import (
+                                       AlterConfigOp,
+                                       ConfigEntry,
+                                       ConfigResourceType,
+                                       ConfigSource,
+                                       ConfigType,
+                                       InvalidConfig,
+)
 
 __all__ = ["AlterConfigOp", "ConfigEntry", "ConfigResourceType", "ConfigSource", "ConfigType", "GroupConfig",
            "GroupConfigModel", "InvalidConfig", "parse_by_duration"]

@@ -27,8 +27,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kazoo.client import KazooClient
 
-from spark_coord.configs.broker import (EffectiveBrokerConfig, describe_broker, describe_broker_defaults,
-                                        validate_dynamic)
+from spark_coord.configs.broker import (
+    EffectiveBrokerConfig,
+    describe_broker,
+    describe_broker_defaults,
+    validate_dynamic,
+)
 from spark_coord.configs.model import ConfigEntry
 from spark_coord.configs.store import EntityConfigStore, entity_znode
 from spark_coord.configs.topic import TopicConfigModel

@@ -39,8 +39,16 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from spark_coord.configs.durations import BY_DURATION_PREFIX, parse_by_duration
-from spark_coord.configs.model import (ConfigDef, ConfigEntry, ConfigSource, ConfigType, InvalidConfig, Synonym,
-                                       at_least, one_of)
+from spark_coord.configs.model import (
+    ConfigDef,
+    ConfigEntry,
+    ConfigSource,
+    ConfigType,
+    InvalidConfig,
+    Synonym,
+    at_least,
+    one_of,
+)
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,17 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from spark_coord.configs.broker import broker_synonyms
-from spark_coord.configs.model import (ConfigDef, ConfigEntry, ConfigSource, ConfigType, InvalidConfig, Synonym,
-                                       at_least, between, render_value)
+from spark_coord.configs.model import (
+    ConfigDef,
+    ConfigEntry,
+    ConfigSource,
+    ConfigType,
+    InvalidConfig,
+    Synonym,
+    at_least,
+    between,
+    render_value,
+)
 from spark_coord.log.config import COMPACT, CREATE_TIME, DELETE, LOG_APPEND_TIME, LogConfig
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ def consume(args) -> int:
     """Print records of the group's assigned partitions until interrupted."""
     from spark_coord import config
     from spark_coord.consumer.consumer import Consumer
-
-    from spark_coord.security.client import ALIASES, KEYS as SECURITY_KEYS
+    from spark_coord.security.client import ALIASES
+    from spark_coord.security.client import KEYS as SECURITY_KEYS
 
     overrides: dict = {}
     try:
@@ -216,10 +216,9 @@ def describe_groups(bootstrap, group_ids: list[str] | None = None, with_lag: boo
 
 def groups(args) -> int:
     """``groups list`` / ``groups describe [GROUP...]``."""
-    from spark_coord.table import format_table
-
-    from spark_coord.config import ConfigError
     from spark_coord.client.security_cli import client_security
+    from spark_coord.config import ConfigError
+    from spark_coord.table import format_table
 
     wanted = list(getattr(args, "groups", None) or [])
     try:

@@ -49,14 +49,12 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..records import compression
-from ..records.header import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader,
-                              crc32c)
+from ..records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc32c
 from ..records.reader import batch_records, read_varint
 from .checkpoint import fsync_dir, read_offset, write_offset
 from .config import INT32_MAX
 from .index import ENTRY_SIZE
 from .names import segment_index_name, segment_log_name
-from .scan import iter_headers
 from .segment import LogSegment
 from .swap import CLEANER_CHECKPOINT, cleaned_name, crash_point, swap_name
 

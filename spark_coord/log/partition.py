@@ -33,8 +33,13 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..records.header import (BatchHeader, InvalidBatch, set_base_offset, set_partition_leader_epoch,
-                              stamp_log_append_time)
+from ..records.header import (
+    BatchHeader,
+    InvalidBatch,
+    set_base_offset,
+    set_partition_leader_epoch,
+    stamp_log_append_time,
+)
 from ..records.reader import iter_records
 from ..records.region import FileRegion
 from .checkpoint import fsync_dir, read_offset, write_offset

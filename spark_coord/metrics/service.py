@@ -32,12 +32,20 @@ from prometheus_client.process_collector import ProcessCollector
 
 from spark_coord.config import Config, ConfigError
 from spark_coord.coordinator.core.metrics import PrometheusCoordinatorMetrics
-from spark_coord.metrics.broker import PrometheusBrokerMetrics
 from spark_coord.coordinator.doors.share_admin import read_states_blocking
+from spark_coord.metrics.broker import PrometheusBrokerMetrics
 from spark_coord.metrics.exporter import BrokerCollector, GroupCollector, ShareCollector, ZooKeeperCollector
 from spark_coord.metrics.http import MetricsHttpServer
-from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, ShareStates, Unavailable, broker_snapshot,
-                                     on_loop, standalone_snapshot)
+from spark_coord.metrics.lag import (
+    ClusterSnapshot,
+    LagTracker,
+    LogEnds,
+    ShareStates,
+    Unavailable,
+    broker_snapshot,
+    on_loop,
+    standalone_snapshot,
+)
 from spark_coord.metrics.status import CONTENT_SECURITY_POLICY, status_document, status_page
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 
 from spark_coord.records import compression
-from spark_coord.records.varint import encode_varint
 from spark_coord.records.header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -31,6 +30,7 @@ from spark_coord.records.header import (
     TRANSACTIONAL_MASK,
     crc32c,
 )
+from spark_coord.records.varint import encode_varint
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,22 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from spark_coord.config import ConfigError
-from spark_coord.security.acl import (AccessControlEntry, AclBinding, AclBindingFilter, AclOperation,
-                                      AclPermissionType, PatternType, Resource, ResourcePattern, ResourceType,
-                                      allowing, encode_acls, encode_change, parse_acls, parse_change)
+from spark_coord.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    Resource,
+    ResourcePattern,
+    ResourceType,
+    allowing,
+    encode_acls,
+    encode_change,
+    parse_acls,
+    parse_change,
+)
 from spark_coord.security.notifications import ChangeNotificationListener, create_notification
 from spark_coord.security.principal import KafkaPrincipal
 from spark_coord.zk import acls as zk_acls

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spark_coord.errors import ErrorCode
+from spark_coord.secret import Password
 from spark_coord.security.principal import KafkaPrincipal
 from spark_coord.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from spark_coord.security.scram import ScramCredential, verify_password
-from spark_coord.secret import Password
 
 log = logging.getLogger(__name__)
 

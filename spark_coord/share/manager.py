@@ -44,7 +44,7 @@ from spark_coord.errors import ErrorCode
 from spark_coord.log import OffsetOutOfRange
 from spark_coord.records.header import HEADER_SIZE, parse_header
 from spark_coord.records.region import FileRegion
-from spark_coord.share.partition import Acquired, AckType, SharePartition
+from spark_coord.share.partition import AckType, Acquired, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from spark_coord.common import EARLIEST, LATEST
 
@@ -257,7 +256,8 @@ def _normalized(options: Mapping[str, str], names: dict[str, str], kafka_setting
                 what: str) -> _Opts:
     """The options under their documented names: ``kafka.`` settings mapped to the options they
     set (security keys kept as ``kafka.<Java name>``), unknown ones refused by name."""
-    from spark_coord.security.client import ALIASES as SECURITY_ALIASES, KEYS as SECURITY_KEYS
+    from spark_coord.security.client import ALIASES as SECURITY_ALIASES
+    from spark_coord.security.client import KEYS as SECURITY_KEYS
 
     values: dict[str, str] = {}
     given: dict[str, str] = {}

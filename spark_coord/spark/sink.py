@@ -64,8 +64,7 @@ class SinkColumns:
 
 def check_input_schema(schema, opts: SinkOptions) -> SinkColumns:
     """Validate the DataFrame's columns against what the sink takes; ValueError names the column."""
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, ShortType, StringType,
-                                   StructType)
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, ShortType, StringType, StructType
 
     names = [f.name for f in schema.fields]
     lower: dict[str, int] = {}

@@ -41,8 +41,13 @@ import threading
 import time
 
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from spark_coord.common import TopicPartition
 from spark_coord.spark.options import SourceOptions

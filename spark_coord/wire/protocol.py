@@ -15,7 +15,6 @@ return whole frames *including* it.
 from __future__ import annotations
 
 import logging
-
 import struct
 from dataclasses import dataclass
 

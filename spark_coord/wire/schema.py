@@ -32,7 +32,8 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Callable
 
 from spark_coord.records.region import FileRegion

@@ -37,10 +37,10 @@ import tempfile
 import threading
 import time
 import weakref
-
-import javaproperties
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+import javaproperties
 
 from spark_coord import config
 from spark_coord.net import free_port

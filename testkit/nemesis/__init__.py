@@ -65,12 +65,36 @@ their owner), and the Jepsen anomalies.
 
 from __future__ import annotations
 
-from testkit.nemesis.cluster import (LogTail, clock_unavailable_reason, faketime_lib, net_cluster, process_start,
-                                     real_time, spawn_env)
-from testkit.nemesis.faults import (ALL_KINDS, CLOCK_KINDS, MEMBERSHIP_KINDS, NET_KINDS, PROCESS_KINDS, PROXY_KINDS,
-                                    NemesisRun, NemesisSettings, attribute_to_faults, plan)
-from testkit.nemesis.netns import (HostNamespace, NemesisUnavailable, Net, Node, cleanup, cleanup_stale,
-                                   unavailable_reason)
+from testkit.nemesis.cluster import (
+                                     LogTail,
+                                     clock_unavailable_reason,
+                                     faketime_lib,
+                                     net_cluster,
+                                     process_start,
+                                     real_time,
+                                     spawn_env,
+)
+from testkit.nemesis.faults import (
+                                     ALL_KINDS,
+                                     CLOCK_KINDS,
+                                     MEMBERSHIP_KINDS,
+                                     NET_KINDS,
+                                     PROCESS_KINDS,
+                                     PROXY_KINDS,
+                                     NemesisRun,
+                                     NemesisSettings,
+                                     attribute_to_faults,
+                                     plan,
+)
+from testkit.nemesis.netns import (
+                                     HostNamespace,
+                                     NemesisUnavailable,
+                                     Net,
+                                     Node,
+                                     cleanup,
+                                     cleanup_stale,
+                                     unavailable_reason,
+)
 from testkit.nemesis.report import LAG_SLACK_S, MAX_DUPLICATE_PCT, NemesisReport, aggregate, aggregate_tables
 
 __all__ = ["ALL_KINDS", "CLOCK_KINDS", "LAG_SLACK_S", "MAX_DUPLICATE_PCT", "MEMBERSHIP_KINDS", "NET_KINDS",

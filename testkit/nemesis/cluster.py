@@ -118,7 +118,8 @@ def net_cluster(net: Net, n_brokers: int, data_dir: Path, zk_connect: str, overr
 
         def _wait_ready(self, broker_id: int, deadline: float) -> None:
             from spark_coord.client.connection import BrokerConnection
-            from spark_coord.zk import client as zk_client, model, paths
+            from spark_coord.zk import client as zk_client
+            from spark_coord.zk import model, paths
 
             proc, host = self.procs[broker_id], net[f"b{broker_id}"].addr
             zk = zk_client.connect(self.zk_connect, connection_timeout_ms=10000)

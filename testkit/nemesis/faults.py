@@ -19,8 +19,15 @@ from testkit import invariants, jepsen_checks
 from testkit.analysis import first_deliveries
 from testkit.chaos import BROKER_KINDS, ChaosReport, ChaosRun, ChaosSettings, Fault, log_offsets
 from testkit.nemesis import zk as nemesis_zk
-from testkit.nemesis.cluster import (LogTail, clock_unavailable_reason, faketime_lib, net_cluster, process_start,
-                                     real_time, spawn_env)
+from testkit.nemesis.cluster import (
+    LogTail,
+    clock_unavailable_reason,
+    faketime_lib,
+    net_cluster,
+    process_start,
+    real_time,
+    spawn_env,
+)
 from testkit.nemesis.netns import HostNamespace, Net
 from testkit.nemesis.report import NemesisReport
 

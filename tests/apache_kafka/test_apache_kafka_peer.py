@@ -8,7 +8,6 @@ import time
 import uuid
 
 import pytest
-
 from helpers import wait_until
 from peers.apache_kafka import CONFIGS, CONSOLE_CONSUMER, CONSOLE_PRODUCER, TOPICS
 

@@ -19,10 +19,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 import pytest
-
 from helpers import group_offsets, local_cluster, wait_until
-from peers.apache_kafka import (CONFIGS, CONSOLE_CONSUMER, CONSUMER_GROUPS, CONSUMER_PERF, JVM_FLAGS,
-                                PRODUCER_PERF, SHARE_GROUPS, TOOL_HEAP, TOOLS_LOG4J, TOPICS, java_binary)
+from peers.apache_kafka import (
+    CONFIGS,
+    CONSOLE_CONSUMER,
+    CONSUMER_GROUPS,
+    CONSUMER_PERF,
+    JVM_FLAGS,
+    PRODUCER_PERF,
+    SHARE_GROUPS,
+    TOOL_HEAP,
+    TOOLS_LOG4J,
+    TOPICS,
+    java_binary,
+)
 
 #: Main classes of Kafka 4.2's scripts beyond those peers.apache_kafka names (checked in kafka-tools-4.2.2.jar).
 ACLS = "org.apache.kafka.tools.AclCommand"                                   # kafka-acls

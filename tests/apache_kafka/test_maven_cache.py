@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from peers import maven
 
 FAKE_MVN = """#!/bin/sh

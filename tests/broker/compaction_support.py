@@ -4,11 +4,13 @@ Fetch, and the wait for a restarted broker's own ZooKeeper registration."""
 from __future__ import annotations
 
 from helpers import wait_until
+
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.records.reader import iter_batches, iter_records
-from spark_coord.zk import client as zk_client, paths
+from spark_coord.zk import client as zk_client
+from spark_coord.zk import paths
 
 
 def offsets(cluster, topic: str) -> tuple[int, int]:

@@ -3,13 +3,7 @@ root conftest), and a 3-broker LocalCluster of real processes (module-scoped: it
 
 from __future__ import annotations
 
-import asyncio
-import re
-import threading
-import uuid
-
 import pytest
-
 from helpers import local_cluster
 
 

@@ -10,8 +10,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
-
 from helpers import local_cluster, wait_until
+
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
@@ -482,7 +482,8 @@ class _KafkaPython:
         return self.a.list_partition_offsets({KTP(name, p): KSpec.EARLIEST})[KTP(name, p)].offset
 
     def set_password(self, user, password):
-        from kafka.admin import ScramMechanism as KScram, UserScramCredentialUpsertion as KUpsert
+        from kafka.admin import ScramMechanism as KScram
+        from kafka.admin import UserScramCredentialUpsertion as KUpsert
 
         assert self.a.alter_user_scram_credentials([KUpsert(user, KScram.SCRAM_SHA_256, password,
                                                             iterations=4096)]) == {user: None}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from kafka_io import connect, recv_exactly, roundtrip
 
-from kafka_io import connect, is_closed, recv_exactly, roundtrip
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry

@@ -8,8 +8,8 @@ import struct
 import time
 
 import pytest
-
 from kafka_io import connect, is_closed, recv_exactly, roundtrip
+
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.records.builder import BatchBuilder

@@ -19,9 +19,9 @@ import time
 import uuid
 
 import pytest
-
 from compaction_support import offsets, read_all, registration_session, wait_registered_again
 from helpers import local_cluster, wait_until
+
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.client.metadata import ClusterClient

@@ -14,10 +14,17 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
-                                   NewTopic, ResourceType)
-
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 from helpers import local_cluster, wait_until
+
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
@@ -517,8 +524,14 @@ def test_the_brokers_group_config_cache(broker_factory, zk):
 
 
 def test_group_configs_need_describe_configs_and_alter_configs_on_the_group(broker_factory):
-    from spark_coord.security.acl import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType,
-                                          ResourcePattern, ResourceType as AclResourceType)
+    from spark_coord.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePattern,
+    )
+    from spark_coord.security.acl import ResourceType as AclResourceType
 
     b = broker_factory(0, **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     group = group_name()

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from helpers import local_cluster, wait_until
 
 from spark_coord.client.admin import LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnection, BrokerConnectionError
@@ -17,8 +18,6 @@ from spark_coord.client.metadata import ClusterClient
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
 from spark_coord.wire.registry import ApiKey
-
-from helpers import local_cluster, wait_until
 
 TOPIC = "crash"
 PARTITIONS = 2

@@ -11,6 +11,8 @@ import json
 import time
 
 import pytest
+from helpers import wait_until
+from kafka_io import connect, roundtrip
 
 from spark_coord.broker import producer_state
 from spark_coord.client.admin import EARLIEST, AdminClient
@@ -20,9 +22,6 @@ from spark_coord.errors import ErrorCode
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_batches, iter_records
 from spark_coord.zk import paths
-
-from helpers import wait_until
-from kafka_io import connect, roundtrip
 
 PRODUCE_V = 9
 INIT_PID = 22

@@ -8,8 +8,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from helpers import wait_until
 
 N = 60

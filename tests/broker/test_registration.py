@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import wait_until
+
 from spark_coord.broker.registration import BrokerIdTaken
 from spark_coord.zk import paths
 from spark_coord.zk.testing import expire_session

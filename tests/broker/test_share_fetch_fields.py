@@ -15,8 +15,8 @@ import time
 import uuid
 
 import pytest
-
 from helpers import wait_until
+
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.records.builder import BatchBuilder

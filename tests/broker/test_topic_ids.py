@@ -11,19 +11,21 @@ import threading
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from helpers import BrokerThread, fresh_chroot, wait_until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from spark_coord.broker import topics as topic_admin
-from spark_coord.cluster import LocalCluster
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.client.metadata import ClusterClient
+from spark_coord.cluster import LocalCluster
 from spark_coord.errors import ErrorCode
 from spark_coord.records.builder import BatchBuilder
 from spark_coord.records.reader import iter_records
 from spark_coord.wire.registry import ApiKey
 from spark_coord.zk import model, paths
-from spark_coord.zk.client import close as zk_close, connect as zk_connect_to
+from spark_coord.zk.client import close as zk_close
+from spark_coord.zk.client import connect as zk_connect_to
 
 ZERO = bytes(16)
 FETCH_VERSIONS = range(13, 18)
@@ -454,9 +456,9 @@ def test_ids_are_authorized_by_the_topic_they_name(broker_factory, zk):
     """Looked up by id, a topic is authorized as by name: Describe for Metadata (refused with
     its id and no name, as Kafka does: ids are not secret), Read for Fetch, Delete for
     DeleteTopics; an id of nothing stays UNKNOWN_TOPIC_ID."""
+    from spark_coord.secret import Password
     from spark_coord.security.client import ClientSecurity
     from spark_coord.security.credentials import UserStore
-    from spark_coord.secret import Password
 
     passwords = {"admin": "admin-s3cret-pw", "alice": "alice-s3cret-pw"}
     for user, password in passwords.items():

@@ -8,14 +8,13 @@ import threading
 import time
 
 import pytest
+from helpers import free_port, read_exactly
 
 from spark_coord.client.connection import BrokerConnection, BrokerConnectionError
 from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import ProtocolError, UnsupportedRequest
 from spark_coord.wire.registry import ApiKey
-
-from helpers import free_port, read_exactly
 
 
 class TinyBroker:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from fake_kafka import ScriptedBroker
+
 from spark_coord.client.groups import CommittedOffset, GroupClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode, KafkaError

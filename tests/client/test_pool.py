@@ -4,8 +4,8 @@ lease, a client of its own for a concurrent lease, closed after a failure or whe
 from __future__ import annotations
 
 import pytest
-
 from helpers import wait_until
+
 from spark_coord.client.pool import ClientPool
 
 

@@ -8,13 +8,12 @@ import random
 from collections import Counter
 
 import pytest
+from helpers import local_cluster
 
 from spark_coord import cli
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
-
-from helpers import local_cluster
 
 PARTITIONS = 3
 
@@ -98,10 +97,10 @@ def test_idempotent_producer_absorbs_lost_answers(broker_factory, idempotence):
     """Answers lost on the way back (a proxy that cuts the connection once the broker answered):
     the idempotent producer sends the batches again and the broker keeps one copy of each; a plain
     producer stores them twice."""
+    from proxy import AnswerDroppingProxy
+
     from spark_coord.client.fetcher import fetch
     from spark_coord.records.reader import iter_records
-
-    from proxy import AnswerDroppingProxy
 
     holder: dict = {}
     proxy = AnswerDroppingProxy(lambda: holder["broker"].address)

@@ -4,8 +4,8 @@ they send, coordinator errors retried, group and partition errors raised."""
 from __future__ import annotations
 
 import pytest
-
 from fake_kafka import ScriptedBroker
+
 from spark_coord.client.groups import GroupClient, ShareOffset
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode, KafkaError

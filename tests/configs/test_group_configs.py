@@ -11,9 +11,9 @@ import pytest
 from spark_coord import config
 from spark_coord.configs import ConfigSource, ConfigType, GroupConfig, GroupConfigModel, InvalidConfig
 from spark_coord.configs.broker import describe_broker
-from spark_coord.configs.topic import describe_topic
 from spark_coord.configs.group import group_config_names
 from spark_coord.configs.store import encode_entity_config, encode_notification, notified_group, parse_entity_config
+from spark_coord.configs.topic import describe_topic
 
 
 def broker(**overrides) -> config.Config:

@@ -8,9 +8,9 @@ import threading
 import time
 
 import pytest
-
 from consumer_fakes import FakeCoordinator, RecordingMember
 from helpers import free_port, wait_until
+
 from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.errors import ErrorCode
 

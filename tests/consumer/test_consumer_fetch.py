@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from consumer_fakes import FakeCoordinator
 from helpers import local_cluster, wait_until
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 from helpers import wait_until
+
 from spark_coord.client.connection import BrokerConnectionError
 from spark_coord.client.metadata import PartitionInfo, TopicInfo
 from spark_coord.consumer.buffer import PartitionBuffer

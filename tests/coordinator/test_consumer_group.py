@@ -10,13 +10,13 @@ import asyncio
 import uuid
 
 import pytest
-
 from coord_harness import Harness, admin_of, async_test, offsets_of
+
+from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState, registry_key
+from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.consumer_group import JOIN_WAIT_MS, ConsumerGroups
-from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState, registry_key
 from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
-from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.errors import ErrorCode
 
 SESSION, INTERVAL = 6000, 1000

@@ -7,9 +7,16 @@ from coord_harness import PING, STOP, Harness, async_test
 from prometheus_client import CollectorRegistry
 
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS
+from spark_coord.coordinator.core.metrics import (
+    CLASSIC_PROTOCOL,
+    COORDINATOR_PROTOCOL,
+    NO_METRICS,
+    SPARK_PROTOCOL,
+    PrometheusCoordinatorMetrics,
+    member_protocol,
+    partitions_moved,
+)
 from spark_coord.coordinator.doors.classic import ClassicMember
-from spark_coord.coordinator.core.metrics import (CLASSIC_PROTOCOL, COORDINATOR_PROTOCOL, NO_METRICS, SPARK_PROTOCOL,
-                                             PrometheusCoordinatorMetrics, member_protocol, partitions_moved)
 from spark_coord.metrics.lag import snapshot_coordinator
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coord_harness import START, STOP, Harness, async_test
+
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.errors import ErrorCode
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from coord_harness import Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coord_harness import Harness
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.errors import ErrorCode
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from coord_harness import EPOCH, PING, START, STOP, Harness, async_test
+
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState
 from spark_coord.coordinator.storage.store import StoredGroup
 from spark_coord.errors import ErrorCode

@@ -4,9 +4,10 @@ their generation (claims), waiting out the leases of those that do not come back
 from __future__ import annotations
 
 from coord_harness import START, STOP, Harness, async_test
+
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS, GroupState
-from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
 
 TC = TopicCount.static({"t": 1})
 

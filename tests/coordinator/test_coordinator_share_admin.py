@@ -12,9 +12,13 @@ import pytest
 from coord_harness import Harness, async_test
 
 from spark_coord.coordinator.doors import share_admin
-from spark_coord.coordinator.handlers import (alter_share_group_offsets, delete_groups, delete_share_group_offsets,
-                                              describe_share_group_offsets)
 from spark_coord.coordinator.doors.share_group import ShareGroups
+from spark_coord.coordinator.handlers import (
+    alter_share_group_offsets,
+    delete_groups,
+    delete_share_group_offsets,
+    describe_share_group_offsets,
+)
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, ResourceType
 from spark_coord.share.partition import SharePartition

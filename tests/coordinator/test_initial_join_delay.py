@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from coord_harness import Harness, admin_of, async_test
+from test_kafka_members import KafkaClient
+
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.coordinator.doors.classic import ClassicGroups
 from spark_coord.coordinator.doors.initial_join import InitialJoin, Waiter
 from spark_coord.errors import ErrorCode
-from test_kafka_members import KafkaClient
 
 DELAY = 3000
 

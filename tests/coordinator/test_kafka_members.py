@@ -8,13 +8,19 @@ from __future__ import annotations
 import asyncio
 
 from coord_harness import PING, START, STOP, Harness, admin_of, async_test, offsets_of
+
 from spark_coord.coordinator.core.group import GroupState
-from spark_coord.coordinator.doors.classic import LEADER, ClassicGroups as KafkaGroups
-from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.doors.classic import LEADER
+from spark_coord.coordinator.doors.classic import ClassicGroups as KafkaGroups
+from spark_coord.coordinator.storage.store import StoredGroup, StoredMember
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.consumer_protocol import (decode_assignment, encode_subscription, partitions_by_topic,
-                                                topic_partitions)
+from spark_coord.wire.consumer_protocol import (
+    decode_assignment,
+    encode_subscription,
+    partitions_by_topic,
+    topic_partitions,
+)
 
 JOIN_VERSION = 7
 

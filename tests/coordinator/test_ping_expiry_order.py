@@ -12,6 +12,7 @@ long as the two timers stayed that close (9-13 s instead of 2 sessions with a
 from __future__ import annotations
 
 from coord_harness import PING, Harness, async_test
+
 from spark_coord.coordinator.core.group import LEASE_MARGIN_MS
 
 

@@ -7,11 +7,16 @@ from __future__ import annotations
 import uuid
 
 from coord_harness import Harness, async_test
-from spark_coord.coordinator.core.coordinator import Coordinator
+
 from spark_coord.coordinator.core.config import CoordinatorConfig
+from spark_coord.coordinator.core.coordinator import Coordinator
 from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
-from spark_coord.coordinator.doors.share_group import (ShareGroups, decode_membership, encode_membership,
-                                                       simple_assignment)
+from spark_coord.coordinator.doors.share_group import (
+    ShareGroups,
+    decode_membership,
+    encode_membership,
+    simple_assignment,
+)
 from spark_coord.errors import ErrorCode
 
 SESSION, INTERVAL = 6000, 1000

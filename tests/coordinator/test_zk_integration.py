@@ -9,9 +9,9 @@ import time
 import pytest
 
 from spark_coord.coordinator.core.elector import CoordinatorElector
-from spark_coord.coordinator.storage.store import Fenced, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
 from spark_coord.coordinator.storage.fencing import EpochCheck
+from spark_coord.coordinator.storage.store import Fenced, StoredMember
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import model, paths

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from spark_coord.coordinator.storage.store import Fenced
 from spark_coord.coordinator.storage.fencing import EpochCheck
+from spark_coord.coordinator.storage.store import Fenced
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import paths

@@ -131,10 +131,10 @@ def _wait_every_broker_has(bootstrap: str, group: str, wanted: dict[str, str]) -
     """Until every broker describes the group with ``wanted``: the broker that took the change has it at
     once, the others when its change notification reaches them -- and a share partition led by one of
     those reads share.auto.offset.reset when its first member fetches."""
+    from helpers import wait_until
+
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.wire.registry import ApiKey
-
-    from helpers import wait_until
 
     body = {"resources": [{"resource_type": 32, "resource_name": group, "configuration_keys": sorted(wanted)}],
             "include_synonyms": False, "include_documentation": False}

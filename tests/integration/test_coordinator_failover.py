@@ -23,10 +23,20 @@ import os
 import signal
 import time
 
-from support import BROKER_ZK_SESSION_MS, MEMBER_SESSION_MS
 from helpers import wait_until
-from support import (balanced, broker_log_has, consumed_up_to, leaders, log_end, log_end_of, topic_partitions,
-                     wait_balanced, wait_caught_up)
+from support import (
+    BROKER_ZK_SESSION_MS,
+    MEMBER_SESSION_MS,
+    balanced,
+    broker_log_has,
+    consumed_up_to,
+    leaders,
+    log_end,
+    log_end_of,
+    topic_partitions,
+    wait_balanced,
+    wait_caught_up,
+)
 
 from spark_coord.consumer.channel import CoordinatorChannel
 from spark_coord.errors import ErrorCode

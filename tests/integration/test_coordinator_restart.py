@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from support import BackgroundProducer, create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 from helpers import wait_until
+from support import BackgroundProducer, create_topic, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from spark_coord.zk import paths
 

@@ -14,8 +14,18 @@ from collections import Counter
 
 import pytest
 from helpers import wait_until
-from support import (BROKER_OVERRIDES, BROKER_ZK_SESSION_MS, broker_log_has, consumed_up_to, leaders, log_end,
-                     log_end_of, topic_partitions, wait_balanced, wait_caught_up)
+from support import (
+    BROKER_OVERRIDES,
+    BROKER_ZK_SESSION_MS,
+    broker_log_has,
+    consumed_up_to,
+    leaders,
+    log_end,
+    log_end_of,
+    topic_partitions,
+    wait_balanced,
+    wait_caught_up,
+)
 
 from spark_coord.consumer.cli import describe_groups
 from spark_coord.coordinator.core.shards import place, shard_of
@@ -72,8 +82,8 @@ def kafka_coordinator(admin, group: str) -> int | None:
 
 def our_coordinator(bootstrap: str, group: str) -> int:
     """The coordinator our members are sent to (ClusterMetadata v1 naming the group)."""
-    from spark_coord.consumer.discovery import Discovery
     from spark_coord.client.metadata import parse_bootstrap
+    from spark_coord.consumer.discovery import Discovery
 
     view = Discovery(parse_bootstrap(bootstrap), "shard-test", 5.0, group_id=group).one_round()
     assert view is not None

@@ -10,9 +10,9 @@ the group's committed offsets are at the log end.
 
 from __future__ import annotations
 
+from helpers import wait_until
 from support import log_end, topic_partitions, wait_caught_up
 
-from helpers import wait_until
 from testkit import invariants
 from testkit.kafka_member import KafkaMemberProcess
 

@@ -17,11 +17,10 @@ import signal
 import time
 
 import pytest
-
-from support import leaders, log_end, topic_partitions, wait_caught_up
-
 from helpers import wait_until
 from peers.group_peers import KafkaPeer
+from support import leaders, log_end, topic_partitions, wait_caught_up
+
 from spark_coord.coordinator.core.assignors import thread_owner
 from spark_coord.coordinator.core.group import registry_key
 from testkit.zk_history import read_coordinator, read_partitions

@@ -13,9 +13,8 @@ import logging
 import signal
 import time
 
-from support import MEMBER_SESSION_MS
 from helpers import wait_until
-from support import balanced, broker_log_has, topic_partitions, wait_balanced
+from support import MEMBER_SESSION_MS, balanced, broker_log_has, topic_partitions, wait_balanced
 
 from spark_coord.zk import paths
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from support import MEMBER_SESSION_MS
-from support import log_end, topic_partitions, wait_balanced, wait_caught_up, committed
+from support import MEMBER_SESSION_MS, committed, log_end, topic_partitions, wait_balanced, wait_caught_up
 
 from testkit import invariants
 from testkit.zk_history import ZkHistory

@@ -12,9 +12,9 @@ import signal
 import time
 from pathlib import Path
 
+from helpers import wait_until
 from support import log_end, topic_partitions, wait_caught_up
 
-from helpers import wait_until
 from spark_coord.coordinator.core.assignors import thread_owner
 from testkit.zk_history import read_partitions
 
@@ -96,8 +96,8 @@ def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer
     reading, and the group's offsets reach the log end once the broker is back."""
     from support import leaders
 
-    from spark_coord.zk import paths
     from spark_coord.coordinator.storage.zk_store import parse_state
+    from spark_coord.zk import paths
     from testkit.zk_history import read_coordinator
 
     group, topic = "g-kafka-failover", "kfail"

@@ -18,16 +18,24 @@ import threading
 import time
 from types import SimpleNamespace
 
-from support import BROKER_OVERRIDES, BROKER_ZK_SESSION_MS
 from helpers import wait_until
-from support import balanced, create_topic, leaders, log_end, topic_partitions, wait_balanced, wait_caught_up
+from support import (
+    BROKER_OVERRIDES,
+    BROKER_ZK_SESSION_MS,
+    balanced,
+    create_topic,
+    leaders,
+    log_end,
+    topic_partitions,
+    wait_balanced,
+    wait_caught_up,
+)
 
 from spark_coord.coordinator.core.group import GroupState
 from spark_coord.zk import paths
 from spark_coord.zk.testing import CuttableProxy, expire_session
 from testkit.member import MemberProcess
 from testkit.zk_history import read_coordinator
-
 
 _NOT_STANDING = SimpleNamespace(active=False, epoch=None, groups={}, suspended=False, check=None)
 

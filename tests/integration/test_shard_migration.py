@@ -20,8 +20,8 @@ from support import BROKER_OVERRIDES
 
 from spark_coord.coordinator.core.elector import CoordinatorElector
 from spark_coord.coordinator.core.shards import shard_of
-from spark_coord.coordinator.storage.store import Fenced, StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.storage.store import Fenced, StoredMember
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import close, connect

@@ -17,11 +17,9 @@ import urllib.request
 from collections import Counter
 
 import pytest
-
+from helpers import wait_until
 from share_support import SHARE_OVERRIDES, ShareReader, describe_share_group, produce, set_group_config
 from support import BROKER_OVERRIDES, log_end
-
-from helpers import wait_until
 
 #: Every broker serves metrics on a free port (named in its log); the samplers run often.
 METRICS = {"metrics.port": 0, "metrics.lag.sample.ms": 300}

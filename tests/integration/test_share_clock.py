@@ -8,10 +8,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from share_support import SHARE_OVERRIDES, ShareReader, produce, set_group_config
-
 from helpers import wait_until
+from share_support import SHARE_OVERRIDES, ShareReader, produce, set_group_config
 
 LOCK_S = SHARE_OVERRIDES["group.share.record.lock.duration.ms"] / 1000
 

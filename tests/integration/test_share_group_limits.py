@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from share_support import SHARE_OVERRIDES, ShareReader, produce, set_group_config
-
 from helpers import wait_until
+from share_support import SHARE_OVERRIDES, ShareReader, produce, set_group_config
 
 BROKER_LIMIT = SHARE_OVERRIDES["group.share.delivery.count.limit"]  # 3
 

@@ -13,11 +13,9 @@ import time
 from collections import Counter
 
 import pytest
-
+from helpers import wait_until
 from share_support import SHARE_OVERRIDES, ShareReader, describe_share_group, produce, set_group_config
 from support import BROKER_OVERRIDES
-
-from helpers import wait_until
 
 SHARE_CLUSTER = {**BROKER_OVERRIDES, **SHARE_OVERRIDES}
 LIMIT = SHARE_OVERRIDES["group.share.delivery.count.limit"]

@@ -11,11 +11,10 @@ member of the group.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
-from support import BROKER_OVERRIDES, consumed_up_to, create_topic, topic_partitions, wait_balanced
 from helpers import fresh_chroot, wait_until
+from support import BROKER_OVERRIDES, consumed_up_to, create_topic, topic_partitions, wait_balanced
 
 from spark_coord.zk import paths
 from testkit.member import MemberProcess

@@ -152,7 +152,8 @@ def test_produce_with_codec_and_consume_with_every_client(cluster, producer, cod
 
 
 def test_confluent_admin_create_list_delete(cluster):
-    from confluent_kafka.admin import AdminClient as CAdmin, NewTopic
+    from confluent_kafka.admin import AdminClient as CAdmin
+    from confluent_kafka.admin import NewTopic
     admin = CAdmin({"bootstrap.servers": cluster.bootstrap})
     name = "admin-confluent"
     fs = admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)], operation_timeout=10)

@@ -9,14 +9,13 @@ import shutil
 import subprocess
 
 import pytest
+from helpers import local_cluster, wait_until
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
 from spark_coord.records.reader import iter_records
-
-from helpers import local_cluster, wait_until
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not on PATH (apt-get install kcat)")

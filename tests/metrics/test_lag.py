@@ -13,8 +13,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_coord.metrics.exporter import GroupCollector
-from spark_coord.metrics.lag import (ClusterSnapshot, GroupView, LagTracker, LogEnds, MemberView, Unavailable,
-                                     compute_lag, on_loop)
+from spark_coord.metrics.lag import (
+    ClusterSnapshot,
+    GroupView,
+    LagTracker,
+    LogEnds,
+    MemberView,
+    Unavailable,
+    compute_lag,
+    on_loop,
+)
 
 
 def snapshot(**kw) -> ClusterSnapshot:

@@ -16,8 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark_coord.coordinator.doors.share_admin import ShareState
 from spark_coord.metrics.exporter import GroupCollector, ShareCollector
-from spark_coord.metrics.lag import (ClusterSnapshot, LagTracker, LogEnds, ShareGroupView, ShareMemberView,
-                                     sample_lag)
+from spark_coord.metrics.lag import ClusterSnapshot, LagTracker, LogEnds, ShareGroupView, ShareMemberView, sample_lag
 from spark_coord.metrics.status import status_document, status_page
 
 

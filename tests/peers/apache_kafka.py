@@ -36,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_coord.net import free_port
-
 from peers.maven import MavenUnavailable, resolve
+
+from spark_coord.net import free_port
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from helpers import fresh_chroot, group_offsets, local_cluster, wait_until
-from peers.burrow import (OFFSET_RESPONSE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, Burrow, BurrowUnavailable, burrow_binary,
-                          partition_view, problems_in)
+from peers.burrow import (
+    OFFSET_RESPONSE_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    Burrow,
+    BurrowUnavailable,
+    burrow_binary,
+    partition_view,
+    problems_in,
+)
+
 from spark_coord.client.admin import LATEST, AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
@@ -362,6 +369,7 @@ def test_burrow_reads_a_new_topic_that_a_leader_learns_late_and_that_is_no_probl
     warnings before that are the topic settling, not a problem of our cluster."""
     from helpers import BrokerThread
     from peers.burrow import split_zk_connect
+
     from spark_coord.wire.registry import ApiKey
 
     with local_cluster(zookeeper, tmp_path_factory.mktemp("burrow-late"), 2, "burrow-late") as cluster:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from helpers import group_offsets, local_cluster, wait_until
+
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer

@@ -8,9 +8,9 @@ import uuid
 from collections import Counter
 
 import pytest
-
 from helpers import group_offsets, local_cluster
 from peers.kafkajs import by_event
+
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.groups import GroupClient
@@ -137,6 +137,7 @@ def test_kafkajs_librdkafka_and_our_consumer_share_a_group_and_kill9_hands_over(
 
     from helpers import group_owners, owners_by_member, wait_until
     from peers.group_peers import CliConsumer, KafkaPeer, topic_index
+
     from testkit.producer import AckingProducer
 
     topic, group, parts = _name("mixjs"), _name("mixjs"), 6

@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from helpers import local_cluster
 from peers.kafkajs import by_event
 

@@ -8,8 +8,8 @@ import time
 import uuid
 
 import pytest
-
 from helpers import wait_until
+
 from spark_coord.client.admin import EARLIEST, AdminClient
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.groups import CommittedOffset, GroupClient
@@ -54,7 +54,8 @@ def _read_all(cluster: ClusterClient, topic: str) -> list[tuple[int, int, bytes 
 
 
 def test_confluent_kafka_produces_and_reads_back(tansu, topic):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer as CKProducer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import Producer as CKProducer
 
     producer = CKProducer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 5, "log_level": 3})
     sent = [(f"k{i}".encode(), f"value-{i}".encode(), i % PARTITIONS) for i in range(30)]

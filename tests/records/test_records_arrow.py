@@ -17,8 +17,16 @@ from spark_coord.records.reader import iter_records
 def spark_schema(include_headers: bool) -> pa.Schema:
     """The schema Spark's Python data source path demands for the Kafka source's rows."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
               StructField("topic", StringType()), StructField("partition", IntegerType()),

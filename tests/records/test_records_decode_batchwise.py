@@ -16,7 +16,6 @@ from spark_coord.records.header import CONTROL_MASK, TRANSACTIONAL_MASK
 from spark_coord.records.reader import iter_batches
 
 
-
 def test_the_compiled_decoder_is_available():
     """numba is a dependency (pyproject.toml): without it these comparisons would test nothing."""
     assert arrow_jit.AVAILABLE, f"numba unavailable: {arrow_jit.WHY_NOT}"

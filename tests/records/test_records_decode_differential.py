@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -20,7 +19,6 @@ from records_samples import CODECS, build, restamp, sample_records, with_records
 
 from spark_coord.records import arrow, arrow_jit
 from spark_coord.records.header import CONTROL_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK
-
 
 
 def test_the_compiled_decoder_is_available():

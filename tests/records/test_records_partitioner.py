@@ -1,6 +1,7 @@
 """Keys land where other Kafka producers would put them (Kafka's murmur2 rule)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from spark_coord.records.partitioner import murmur2, partition_for_key

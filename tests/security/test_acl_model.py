@@ -9,9 +9,23 @@ import pytest
 
 from spark_coord.errors import ErrorCode
 from spark_coord.security import coordination
-from spark_coord.security.acl import (CLUSTER, AccessControlEntry, AclBinding, AclBindingFilter, AclOperation,
-                                      AclPermissionType, PatternType, Resource, ResourcePattern, ResourceType,
-                                      encode_acls, encode_change, parse_acls, parse_change, validate_binding)
+from spark_coord.security.acl import (
+    CLUSTER,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    Resource,
+    ResourcePattern,
+    ResourceType,
+    encode_acls,
+    encode_change,
+    parse_acls,
+    parse_change,
+    validate_binding,
+)
 from spark_coord.security.authorizer import AclAuthorizer, NoAuthorizer
 from spark_coord.security.principal import KafkaPrincipal
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
-                                   UserScramCredentialUpsertion)
-
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from helpers import wait_until
 from security_support import add_users, sasl_overrides, sasl_ssl
+
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.errors import ErrorCode
@@ -100,7 +105,9 @@ def test_refusals_name_kafkas_errors_and_change_nothing(brokers, pki, zk):
 
 
 def test_kafka_python_alters_and_describes_users(brokers, pki, zk):
-    from kafka.admin import KafkaAdminClient, ScramMechanism as KScram, UserScramCredentialUpsertion as KUpsert
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import ScramMechanism as KScram
+    from kafka.admin import UserScramCredentialUpsertion as KUpsert
 
     kp = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{brokers[1].broker.bound_ports['PLAINTEXT']}",
                           request_timeout_ms=20000)

@@ -16,14 +16,14 @@ from helpers import wait_until
 from kafka_io import connect, is_closed, recv_exactly, roundtrip
 from security_support import PASSWORDS, add_users, sasl_overrides, sasl_ssl
 
-from spark_coord.client.admin import EARLIEST, AdminClient
+from spark_coord.client.admin import AdminClient
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.client.fetcher import fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
+from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.errors import ErrorCode
 from spark_coord.records.reader import iter_records
-from spark_coord.client.transport import SaslAuthenticationFailed
 from spark_coord.security.credentials import UserStore
 from spark_coord.wire.protocol import encode_request
 from spark_coord.wire.registry import ApiKey
@@ -251,7 +251,8 @@ def test_passwords_never_reach_the_logs(sasl_broker, pki, caplog):
 
 
 def test_confluent_kafka_produces_and_consumes_over_sasl_ssl_with_scram_sha_512(sasl_broker, pki):
-    from confluent_kafka import Consumer, Producer as CKProducer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Producer as CKProducer
 
     conf = {"bootstrap.servers": bootstrap(sasl_broker), "security.protocol": "SASL_SSL",
             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"],

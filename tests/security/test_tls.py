@@ -9,12 +9,11 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import uuid
 
 import pytest
-from security_support import tls_overrides
 from helpers import wait_until
+from security_support import tls_overrides
 
 from spark_coord.client.admin import EARLIEST, AdminClient
 from spark_coord.client.connection import BrokerConnection, BrokerConnectionError
@@ -194,7 +193,8 @@ def test_garbage_on_a_tls_listener_leaves_other_clients_served(broker_factory, s
 
 
 def test_confluent_kafka_produces_and_consumes_over_ssl(broker_factory, server_cert, pki):
-    from confluent_kafka import Consumer, Producer as CKProducer
+    from confluent_kafka import Consumer
+    from confluent_kafka import Producer as CKProducer
 
     b = broker_factory(0, **tls_overrides(server_cert, **{"num.partitions": 1, "auto.create.topics.enable": True}))
     conf = {"bootstrap.servers": f"127.0.0.1:{b.broker.bound_ports['SSL']}", "security.protocol": "ssl",

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import local_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,10 @@ BASE_TS_MS = 1_700_000_000_000
 
 
 def new_topic(cluster, partitions: int = 2, prefix: str = "t") -> str:
-    from spark_coord.client.admin import AdminClient
-    from spark_coord.client.metadata import ClusterClient
-
     from helpers import wait_until
 
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.metadata import ClusterClient
     from spark_coord.errors import ErrorCode, KafkaError
 
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -4,7 +4,8 @@ foreachBatch helpers leave, and the options a share group refuses (no Spark, no 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spark_coord.spark.options import parse_source_options
 from spark_coord.spark.share import count, cut, from_json, merged, to_json

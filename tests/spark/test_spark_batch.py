@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
-
 from spark_data import expected_df, new_topic, produce, reader
 
 

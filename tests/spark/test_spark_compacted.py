@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from helpers import local_cluster, wait_until
 
 KEYS, ROUNDS, TOMBSTONED, PADS = 50, 20, 5, 40

@@ -17,10 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from spark_data import new_topic, produce
-
 from helpers import free_port, group_offsets
+from spark_data import new_topic, produce
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "spark-connect.sh"

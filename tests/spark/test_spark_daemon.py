@@ -18,11 +18,11 @@ import subprocess
 import sys
 import uuid
 
+from conftest import ROOT, spark_env
+
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
-
-from conftest import ROOT, spark_env
 
 
 def test_the_daemon_serves_with_one_thread_and_ends_with_its_input():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import wait_until
 from spark_data import new_topic, produce, reader
 

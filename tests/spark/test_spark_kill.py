@@ -25,7 +25,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_until
 from spark_data import new_topic, produce
 

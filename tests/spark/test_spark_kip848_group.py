@@ -18,11 +18,11 @@ import signal
 import time
 
 import pytest
-
 from helpers import group_owners, local_cluster, owners_by_member, wait_until
 from peers.group_peers import CliConsumer, KafkaPeer
-from spark_coord.coordinator.core.group import registry_key
 from test_spark_group import Collect, group_reader, wait_everything_read_and_committed
+
+from spark_coord.coordinator.core.group import registry_key
 
 PARTITIONS = 12
 SESSION_MS = 6000

@@ -17,7 +17,6 @@ import json
 import uuid
 
 import pytest
-
 from spark_data import BASE_TS_MS, new_topic, produce
 
 FORMAT = "coordkafka"  # the one word a job written for format("kafka") changes

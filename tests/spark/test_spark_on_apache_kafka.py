@@ -21,7 +21,6 @@ import uuid
 from collections import Counter
 
 import pytest
-
 from helpers import free_port, fresh_chroot, group_offsets, group_owners, wait_until
 
 from testkit.coordinator_process import CoordinatorProcess
@@ -94,8 +93,8 @@ def describe_group(kafka_tool, cluster, config_path, group: str) -> dict[int, tu
 def test_query_and_cli_member_beside_kafkas_own_groups_survive_a_sigkilled_leader(
         spark, apache_kafka_3_sasl, kafka_jars, kafka_tool, zookeeper, server_cert, pki, tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
-
     from peers.apache_kafka import CONSOLE_CONSUMER, kafka_tool_command
+
     from spark_coord.security.credentials import UserStore
     from spark_coord.zk.client import close, connect
 

@@ -23,10 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from spark_data import new_topic, produce
-
 from helpers import group_offsets
+from spark_data import new_topic, produce
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "jobs" / "pipeline" / "spark-pipeline.yml"

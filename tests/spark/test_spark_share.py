@@ -14,10 +14,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
+from helpers import local_cluster, wait_until  # noqa: E402
 from share_support import SHARE_OVERRIDES, ShareReader, produce, set_group_config  # noqa: E402
 from spark_data import new_topic  # noqa: E402
-
-from helpers import local_cluster, wait_until  # noqa: E402
 
 LIMIT = SHARE_OVERRIDES["group.share.delivery.count.limit"]
 

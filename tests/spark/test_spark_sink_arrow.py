@@ -5,7 +5,6 @@ keyless rows), with their keys, values and headers, and bad input is refused by 
 from __future__ import annotations
 
 import pytest
-
 from spark_data import new_topic
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from helpers import wait_until
 from proxy import AnswerDroppingProxy
 from spark_data import new_topic

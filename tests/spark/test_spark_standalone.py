@@ -16,13 +16,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from helpers import group_offsets, wait_until
+from standalone import StandaloneSpark, cluster_env
 
 from spark_coord.client.admin import LATEST, AdminClient
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.client.producer import Producer
-
-from helpers import group_offsets, wait_until
-from standalone import StandaloneSpark, cluster_env
 
 #: Building the packed environment and two JVMs per worker take minutes on a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

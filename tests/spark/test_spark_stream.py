@@ -6,7 +6,6 @@ import json
 import threading
 
 from chispa import assert_df_equality
-
 from helpers import wait_until
 from spark_data import expected_df, new_topic, produce, reader
 

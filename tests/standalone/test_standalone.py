@@ -37,7 +37,6 @@ def data_cluster(request, zookeeper, tmp_path_factory):
 
 
 def _create_and_produce(bootstrap: str, n: int, topic: str | None = None) -> str:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = topic or f"sa-{uuid.uuid4().hex[:8]}"
@@ -183,9 +182,8 @@ def test_a_standalone_coordinator_exports_its_groups_lag(data_cluster, zk_connec
     import socket
     import urllib.request
 
-    from prometheus_client.parser import text_string_to_metric_families
-
     from confluent_kafka import Producer
+    from prometheus_client.parser import text_string_to_metric_families
 
     group, per_partition = f"sa-m-{uuid.uuid4().hex[:6]}", 25
     topic = _create_and_produce(data_cluster.bootstrap, 0)

@@ -12,11 +12,11 @@ as the same shape.
 from __future__ import annotations
 
 import pytest
+from wire_samples import sample_body
 
 from spark_coord.wire import registry
 from spark_coord.wire.registry import ApiKey
 from spark_coord.wire.types import Reader
-from wire_samples import sample_body
 
 ADMIN = [ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_LOG_DIRS,
          ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_PRODUCERS]

@@ -8,11 +8,11 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wire_samples import sample_body, served
 
 from spark_coord.records.region import FileRegion
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.protocol import ProtocolError, RequestHeader, UnsupportedRequest
-from wire_samples import sample_body, served
 
 SERVED = served()
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

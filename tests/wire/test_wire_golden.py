@@ -8,12 +8,11 @@ import threading
 import time
 
 import pytest
+from helpers import read_exactly
 
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import UnsupportedRequest
 from spark_coord.wire.registry import ApiKey
-
-from helpers import read_exactly
 
 
 class CapturingBroker:

@@ -26,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
 
 from fake_kafka import OneMemberGroup, ScriptedBroker  # noqa: E402
+
 from spark_coord.wire import consumer_protocol, protocol  # noqa: E402
 from spark_coord.wire.registry import ApiKey, api_name  # noqa: E402
 

@@ -7,12 +7,12 @@ import struct
 import time
 
 import pytest
+from wire_samples import sample_body, served
 
 from spark_coord.records.region import FileRegion
 from spark_coord.wire import protocol
 from spark_coord.wire.protocol import ProtocolError, RequestHeader
 from spark_coord.wire.registry import ApiKey
-from wire_samples import sample_body, served
 
 GROUP_KEYS = {ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
               ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,

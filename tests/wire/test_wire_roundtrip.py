@@ -5,11 +5,11 @@ from __future__ import annotations
 import tempfile
 
 import pytest
+from wire_samples import message_of, normalize, restrict, sample_body, served
 
 from spark_coord.records.region import FileRegion
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.protocol import RequestHeader
-from wire_samples import message_of, normalize, restrict, sample_body, served
 
 SERVED = served()
 IDS = [f"{registry.api_name(k)}-v{v}" for k, v in SERVED]

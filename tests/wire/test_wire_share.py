@@ -19,13 +19,13 @@ import tempfile
 import time
 
 import pytest
+from wire_samples import message_of, normalize, restrict, sample_body, served
 
 from spark_coord.records.region import FileRegion
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.protocol import ProtocolError, RequestHeader
 from spark_coord.wire.registry import ApiKey
 from spark_coord.wire.schema import StructCodec
-from wire_samples import message_of, normalize, restrict, sample_body, served
 
 SHARE_KEYS = {ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE,
               ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
@@ -474,6 +474,7 @@ def test_librdkafka_share_consumer_frames():
 
     assert hasattr(confluent_kafka, "ShareConsumer"), confluent_kafka.version()
     from fake_kafka import ScriptedBroker
+
     from spark_coord.records.builder import BatchBuilder
 
     builder = BatchBuilder()

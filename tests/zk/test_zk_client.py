@@ -9,10 +9,10 @@ import threading
 import time
 
 import pytest
+from helpers import free_port, wait_until
 from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from helpers import free_port, wait_until
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import paths
 from spark_coord.zk.testing import expire_session

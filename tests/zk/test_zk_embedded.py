@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 from kazoo.client import KazooState
 
-from helpers import wait_until
 from spark_coord.zk import client as zkclient
 from spark_coord.zk import embedded
 from spark_coord.zk.embedded import EmbeddedZooKeeper, ZooKeeperError, four_letter_word

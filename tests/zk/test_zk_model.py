@@ -8,11 +8,11 @@ import uuid
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_coord.zk import model
 from spark_coord.zk.model import BrokerInfo
-
 
 # ------------------------------------------------------------------ broker registration
 

@@ -25,7 +25,8 @@ group's committed offsets then decide where a table rebuilt by a full refresh st
 import os
 
 from pyspark import pipelines as dp
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 # `spark` is the pipeline's session, put in this module's namespace by spark-pipelines
 

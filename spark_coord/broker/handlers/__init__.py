@@ -24,12 +24,30 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def data_handlers() -> "list[Handler]":
     """The Kafka data-plane handlers every broker serves."""
-    from spark_coord.broker.handlers import (acls, alter_configs, api_versions, create_topics, delete_topics,
-                                             describe_configs, fetch, incremental_alter_configs,
-                                             init_producer_id, list_offsets, metadata, produce, sasl_authenticate,
-                                             sasl_handshake, share_acknowledge, share_fetch)
-    from spark_coord.broker.handlers import (create_partitions, delete_records, describe_client_quotas,
-                                             describe_log_dirs, describe_producers, scram_credentials)
+    from spark_coord.broker.handlers import (
+        acls,
+        alter_configs,
+        api_versions,
+        create_partitions,
+        create_topics,
+        delete_records,
+        delete_topics,
+        describe_client_quotas,
+        describe_configs,
+        describe_log_dirs,
+        describe_producers,
+        fetch,
+        incremental_alter_configs,
+        init_producer_id,
+        list_offsets,
+        metadata,
+        produce,
+        sasl_authenticate,
+        sasl_handshake,
+        scram_credentials,
+        share_acknowledge,
+        share_fetch,
+    )
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
             create_topics.HANDLER, delete_topics.HANDLER, init_producer_id.HANDLER, sasl_handshake.HANDLER,

@@ -17,8 +17,14 @@ import logging
 
 from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
-from spark_coord.security.acl import (CLUSTER, AclOperation, AclBinding, binding_from_wire, filter_from_wire,
-                                      validate_binding)
+from spark_coord.security.acl import (
+    CLUSTER,
+    AclBinding,
+    AclOperation,
+    binding_from_wire,
+    filter_from_wire,
+    validate_binding,
+)
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from collections import Counter
 
 from spark_coord.broker import topics as topic_admin
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.wire.registry import ApiKey
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 from spark_coord.zk.model import ZERO_TOPIC_ID
 
 API_KEY = ApiKey.DELETE_TOPICS

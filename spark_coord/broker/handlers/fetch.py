@@ -28,8 +28,8 @@ import logging
 
 from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 from spark_coord.zk.model import ZERO_TOPIC_ID
 
 log = logging.getLogger(__name__)

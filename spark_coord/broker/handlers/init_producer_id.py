@@ -25,8 +25,8 @@ from kazoo.exceptions import KazooException
 from spark_coord.broker import producer_state
 from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import CLUSTER, AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 

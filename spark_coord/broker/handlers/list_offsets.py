@@ -19,8 +19,8 @@ from __future__ import annotations
 from spark_coord.broker.handlers.base import Handler, partitions_error_response
 from spark_coord.common import EARLIEST, LATEST, MAX_TIMESTAMP
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 
 API_KEY = ApiKey.LIST_OFFSETS
 

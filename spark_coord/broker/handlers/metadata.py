@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 
-from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.broker import topics as topic_admin
+from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
-from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 from spark_coord.zk.model import ZERO_TOPIC_ID
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
 from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
 from spark_coord.records.reader import iter_records
-from spark_coord.wire.registry import ApiKey
 from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,14 @@ comes once the acknowledgements are written to ZooKeeper.
 from __future__ import annotations
 
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.broker.handlers.share_common import (acknowledge_partitions, apply_acknowledgements,
-                                                      await_acknowledgements, check_group, error_response, response)
+from spark_coord.broker.handlers.share_common import (
+    acknowledge_partitions,
+    apply_acknowledgements,
+    await_acknowledgements,
+    check_group,
+    error_response,
+    response,
+)
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 

@@ -40,8 +40,16 @@ import logging
 from dataclasses import dataclass
 
 from spark_coord.broker.handlers.base import Handler
-from spark_coord.broker.handlers.share_common import (apply_acknowledgements, await_acknowledgements, check_group,
-                                                      error_response, failed, partition_error, response, result)
+from spark_coord.broker.handlers.share_common import (
+    apply_acknowledgements,
+    await_acknowledgements,
+    check_group,
+    error_response,
+    failed,
+    partition_error,
+    response,
+    result,
+)
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 

@@ -8,6 +8,7 @@ member answers each one.
 
 from __future__ import annotations
 
-from spark_coord.wire.coordinator import NO_OFFSET, CoordinatorApiKey as CoordinatorApi
+from spark_coord.wire.coordinator import NO_OFFSET
+from spark_coord.wire.coordinator import CoordinatorApiKey as CoordinatorApi
 
 __all__ = ["CoordinatorApi", "NO_OFFSET"]

@@ -40,6 +40,7 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from spark_coord.common import TopicPartition
 from spark_coord.coordinator.core.assignors import SERVER_ASSIGNORS, Assignor, get_assignor
 from spark_coord.coordinator.core.channel import ChannelClosed, MemberChannel, OnAnswer
 from spark_coord.coordinator.core.clock import Clock, Timer
@@ -51,9 +52,8 @@ from spark_coord.coordinator.core.offsets import OffsetCommitter
 from spark_coord.coordinator.core.pings import FIRST_PING_JITTER, PingScheduler
 from spark_coord.coordinator.core.rebalancer import Rebalancer
 from spark_coord.coordinator.core.registration import Refusal, Registration, claim_fits, is_int, parse_registration
-from spark_coord.coordinator.storage.store import Fenced, GroupStore, StoredGroup
 from spark_coord.coordinator.core.subscription import TopicCount
-from spark_coord.common import TopicPartition
+from spark_coord.coordinator.storage.store import Fenced, GroupStore, StoredGroup
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.coordinator import INCREMENTAL_REGISTER_VERSION, NO_GENERATION
 

@@ -46,8 +46,14 @@ import logging
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, RolledBackError,
-                              ZookeeperError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    ZookeeperError,
+)
 from kazoo.protocol.states import ZnodeStat
 
 from spark_coord.coordinator.storage.fencing import EpochCheck

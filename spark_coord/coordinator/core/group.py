@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 
 from spark_coord.common import TopicPartition
 from spark_coord.coordinator.core.assignors import thread_owner
-from spark_coord.coordinator.storage.store import StoredMember
 from spark_coord.coordinator.core.subscription import TopicCount
+from spark_coord.coordinator.storage.store import StoredMember
 
 #: A subscription no topic matches (a member whose principal may read none of its topics).
 NOTHING = TopicCount.wildcard("(?!)", 1)

@@ -75,8 +75,15 @@ from spark_coord.coordinator.core.delayed import DelayedJoin
 from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry, client_name, registry_key
 from spark_coord.coordinator.core.lease import HeartbeatLease
 from spark_coord.coordinator.core.purgatory import MemberKey, Purgatory
-from spark_coord.coordinator.doors.common import (ConsumerMembers, Partitions, by_topic, encode_partitions, not_served,
-                                                  restored_consumer_member, sent_claim)
+from spark_coord.coordinator.doors.common import (
+    ConsumerMembers,
+    Partitions,
+    by_topic,
+    encode_partitions,
+    not_served,
+    restored_consumer_member,
+    sent_claim,
+)
 from spark_coord.coordinator.doors.initial_join import InitialDelays
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.consumer_protocol import ConsumerProtocolError, decode_subscription, partitions_by_topic

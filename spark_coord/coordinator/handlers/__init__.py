@@ -31,14 +31,30 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def group_apis() -> "list[GroupApi]":
     """Every API of the front door."""
-    from spark_coord.coordinator.handlers import (alter_share_group_offsets, cluster_metadata, commit_offsets,
-                                                  consumer_group_describe, consumer_group_heartbeat, delete_groups,
-                                                  delete_share_group_offsets, describe_groups, describe_members,
-                                                  describe_share_group_offsets, find_coordinator, heartbeat,
-                                                  join_group, leave_group, list_groups, offset_commit, offset_delete,
-                                                  offset_fetch,
-                                                  register_consumer, share_group_describe,
-                                                  share_group_heartbeat, sync_group)
+    from spark_coord.coordinator.handlers import (
+        alter_share_group_offsets,
+        cluster_metadata,
+        commit_offsets,
+        consumer_group_describe,
+        consumer_group_heartbeat,
+        delete_groups,
+        delete_share_group_offsets,
+        describe_groups,
+        describe_members,
+        describe_share_group_offsets,
+        find_coordinator,
+        heartbeat,
+        join_group,
+        leave_group,
+        list_groups,
+        offset_commit,
+        offset_delete,
+        offset_fetch,
+        register_consumer,
+        share_group_describe,
+        share_group_heartbeat,
+        sync_group,
+    )
 
     return [cluster_metadata.API, register_consumer.API, describe_members.API, commit_offsets.API,
             find_coordinator.API, join_group.API, sync_group.API, heartbeat.API, leave_group.API,

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Awaitable, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from spark_coord.coordinator.core.channel import MemberChannel
+    from spark_coord.coordinator.core.coordinator import Coordinator
     from spark_coord.coordinator.doors.classic import ClassicGroups
     from spark_coord.coordinator.doors.consumer_group import ConsumerGroups
     from spark_coord.coordinator.doors.group_admin import GroupAdmin
     from spark_coord.coordinator.doors.group_offsets import GroupOffsets
-    from spark_coord.coordinator.core.coordinator import Coordinator
     from spark_coord.coordinator.doors.share_group import ShareGroups
     from spark_coord.errors import ErrorCode
 

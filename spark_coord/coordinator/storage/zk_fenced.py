@@ -21,12 +21,18 @@ import logging
 from typing import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (BadVersionError, KazooException, NoNodeError, NodeExistsError, RolledBackError,
-                              SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
 
 from spark_coord.coordinator.storage import zk_async
-from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.coordinator.storage.fencing import EpochCheck
+from spark_coord.coordinator.storage.store import Fenced, StoreError
 from spark_coord.coordinator.storage.zk_cache import ZnodeCache, ancestors
 
 log = logging.getLogger(__name__)

@@ -41,9 +41,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from spark_coord.coordinator.storage import zk_async
+from spark_coord.coordinator.storage.fencing import EpochCheck
 from spark_coord.coordinator.storage.store import GroupStore, StoredGroup, StoredMember, StoreError, TopicPartition
 from spark_coord.coordinator.storage.zk_cache import ZnodeCache
-from spark_coord.coordinator.storage.fencing import EpochCheck
 from spark_coord.coordinator.storage.zk_fenced import MAX_OPS_PER_MULTI, FencedWriter, Op
 from spark_coord.zk import model, paths
 
