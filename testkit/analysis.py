@@ -341,24 +341,31 @@ def commit_failure_runs(journals, min_s: float) -> list[dict]:
     messages of the thin member's ``commit_error`` lines among them."""
     out = []
     for member, events in journals.items():
-        run: list[dict] = []
-        msgs: dict[str, int] = {}
-
-        def flush() -> None:
-            if run and run[-1]["ts"] - run[0]["ts"] >= min_s:
-                out.append({"member": member, "start": run[0]["ts"], "end": run[-1]["ts"], "count": len(run),
-                            "codes": sorted({e.get("code") for e in run}, key=str), "messages": dict(msgs)})
-            run.clear()
-            msgs.clear()
-
-        for e in events:
-            if e["ev"] == "commit_failed":
-                run.append(e)
-                if e.get("msg"):
-                    msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
-            elif e["ev"] == "commit_error" and run is not None:
-                msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
-            elif e["ev"] in ("commit", "start", "closed"):
-                flush()
-        flush()
+        out += _commit_failure_runs_of(member, events, min_s)
     return sorted(out, key=lambda r: r["start"])
+
+
+def _commit_failure_runs_of(member: str, events: list[dict], min_s: float) -> list[dict]:
+    """``commit_failure_runs`` of one member's journal."""
+    out = []
+    run: list[dict] = []
+    msgs: dict[str, int] = {}
+
+    def flush() -> None:
+        if run and run[-1]["ts"] - run[0]["ts"] >= min_s:
+            out.append({"member": member, "start": run[0]["ts"], "end": run[-1]["ts"], "count": len(run),
+                        "codes": sorted({e.get("code") for e in run}, key=str), "messages": dict(msgs)})
+        run.clear()
+        msgs.clear()
+
+    for e in events:
+        if e["ev"] == "commit_failed":
+            run.append(e)
+            if e.get("msg"):
+                msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
+        elif e["ev"] == "commit_error" and run is not None:
+            msgs[e["msg"]] = msgs.get(e["msg"], 0) + 1
+        elif e["ev"] in ("commit", "start", "closed"):
+            flush()
+    flush()
+    return out

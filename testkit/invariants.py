@@ -183,39 +183,45 @@ def ownership_intervals(journals: Mapping[str, Journal], deaths: Mapping[str, fl
     those held, a ``revoke`` or a ``lost`` naming ``parts`` ends the ownership of those only."""
     out: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
     for member, events in journals.items():
-        open_: dict[TopicPartition, float] = {}
-
-        def close_all(at: float) -> None:
-            for tp, start in open_.items():
-                out[tp].append((start, max(start, at), member))
-            open_.clear()
-
-        def close(tps: Iterable[TopicPartition], at: float) -> None:
-            for tp in tps:
-                start = open_.pop(tp, None)
-                if start is not None:
-                    out[tp].append((start, max(start, at), member))
-
-        for e in events:
-            if e["ev"] == "assign" and e.get("incremental"):
-                for t, p, _ in e["parts"]:
-                    open_.setdefault((t, p), e["ts"])
-            elif e["ev"] in ("assign", "resume"):
-                named = {(t, p) for t, p, _ in e["parts"]}
-                close([tp for tp in open_ if tp not in named], e["ts"])
-                for tp in named:
-                    open_.setdefault(tp, e["ts"])
-            elif e["ev"] in ("revoke", "lost") and "parts" in e:
-                close([(t, p) for t, p in e["parts"]], e["ts"])
-            elif e["ev"] == "stop" and e.get("parts") is not None:
-                close([(t, p) for t, p in e["parts"]], e["ts"])
-            elif e["ev"] in ("stop", "closed"):
-                close_all(e["ts"])
-            elif e["ev"] == "lost":
-                close_all(min(e["ts"], e.get("lease_end", e["ts"])))
         died = (deaths or {}).get(member)
-        close_all(died if died is not None else end_of_run)
+        _add_ownership(out, member, events, died if died is not None else end_of_run)
     return {tp: sorted(v) for tp, v in out.items()}
+
+
+def _add_ownership(out: dict[TopicPartition, list[tuple[float, float, str]]], member: str, events: Journal,
+                   end: float) -> None:
+    """Append ``member``'s intervals (``ownership_intervals``) to ``out``; those still open end at ``end``."""
+    open_: dict[TopicPartition, float] = {}
+
+    def close_all(at: float) -> None:
+        for tp, start in open_.items():
+            out[tp].append((start, max(start, at), member))
+        open_.clear()
+
+    def close(tps: Iterable[TopicPartition], at: float) -> None:
+        for tp in tps:
+            start = open_.pop(tp, None)
+            if start is not None:
+                out[tp].append((start, max(start, at), member))
+
+    for e in events:
+        if e["ev"] == "assign" and e.get("incremental"):
+            for t, p, _ in e["parts"]:
+                open_.setdefault((t, p), e["ts"])
+        elif e["ev"] in ("assign", "resume"):
+            named = {(t, p) for t, p, _ in e["parts"]}
+            close([tp for tp in open_ if tp not in named], e["ts"])
+            for tp in named:
+                open_.setdefault(tp, e["ts"])
+        elif e["ev"] in ("revoke", "lost") and "parts" in e:
+            close([(t, p) for t, p in e["parts"]], e["ts"])
+        elif e["ev"] == "stop" and e.get("parts") is not None:
+            close([(t, p) for t, p in e["parts"]], e["ts"])
+        elif e["ev"] in ("stop", "closed"):
+            close_all(e["ts"])
+        elif e["ev"] == "lost":
+            close_all(min(e["ts"], e.get("lease_end", e["ts"])))
+    close_all(end)
 
 
 def one_owner_at_a_time(intervals: Mapping[TopicPartition, Sequence[tuple[float, float, str]]],

@@ -170,9 +170,11 @@ async def delete_topic(ctx, name: str, timeout_ms: int = 30000, topic_id: bytes 
                 await ctx.dynamic_configs.delete_topic(name)
             except Exception as e:  # noqa: BLE001 - the topic is gone; its configs are replaced on re-creation
                 log.warning("could not delete the configs of deleted topic %s: %r", name, e)
-        if timeout_ms > 0 and not await ctx.view.wait_for(
-                lambda v: name not in v.topics or (found is not None and v.topic_id(name) not in (None, found)),
-                timeout_ms / 1000):
+
+        def gone(v, found=found) -> bool:  # or replaced by a topic of the same name and another id
+            return name not in v.topics or (found is not None and v.topic_id(name) not in (None, found))
+
+        if timeout_ms > 0 and not await ctx.view.wait_for(gone, timeout_ms / 1000):
             return TopicResult(ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} deleted but still visible",
                                topic_id=found or model.ZERO_TOPIC_ID)
         return TopicResult(ErrorCode.NONE, topic_id=found or model.ZERO_TOPIC_ID)

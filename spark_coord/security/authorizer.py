@@ -184,7 +184,7 @@ class AclAuthorizer:
         for b in bindings:
             by_pattern.setdefault(b.pattern, set()).add(b.entry)
         for pattern, entries in by_pattern.items():
-            self._update(pattern, lambda current: current | entries)
+            self._update(pattern, lambda current, entries=entries: current | entries)
 
     def delete(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         """Remove the bindings each filter matches; returns them per filter."""
@@ -194,7 +194,7 @@ class AclAuthorizer:
             for b in bindings:
                 by_pattern.setdefault(b.pattern, set()).add(b.entry)
         for pattern, entries in by_pattern.items():
-            self._update(pattern, lambda current: current - entries)
+            self._update(pattern, lambda current, entries=entries: current - entries)
         return matched
 
     def _path(self, pattern: ResourcePattern) -> str:

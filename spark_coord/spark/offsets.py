@@ -11,6 +11,7 @@ offsets, so a restarted query replays its last batch exactly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Iterable
@@ -118,7 +119,8 @@ class OffsetResolver:
         out = {}
         for t, parts in by_topic.items():
             stamps = {p: timestamp[(t, p)] for p in parts} if isinstance(timestamp, dict) else timestamp
-            for p, off in self._retrying(lambda: self.admin.list_offsets(t, sorted(parts), stamps), t).items():
+            call = functools.partial(self.admin.list_offsets, t, sorted(parts), stamps)
+            for p, off in self._retrying(call, t).items():
                 out[(t, p)] = off
         return out
 
