@@ -48,10 +48,10 @@ def parse_change(data: bytes | None) -> tuple[str, frozenset[str] | None] | None
         return None
     if not isinstance(doc, dict) or doc.get("version") != CHANGE_VERSION:
         return None
-    group, topics = doc.get("group"), doc.get("topics")
+    topics = doc.get("topics")
     try:
-        paths.validate_group(group)
-    except (ValueError, TypeError):
+        group = paths.validate_group(doc.get("group"))
+    except ValueError:
         return None
     if topics is None:
         return group, None

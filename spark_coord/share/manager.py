@@ -510,6 +510,7 @@ class SharePartitionManager:
             if any(a.first_offset <= last and a.last_offset >= first for a in acquired):
                 first_byte = start if first_byte is None else first_byte
                 last_byte = end
+        assert first_byte is not None and last_byte is not None  # what was acquired came from these batches
         if batch_optimized:
             acquired = _split(acquired, [b[0] for b in batches], batch_size)
         return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)

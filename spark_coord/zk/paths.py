@@ -79,7 +79,7 @@ def validate_topic(name: str) -> str:
     return name
 
 
-def _validate_component(kind: str, name: str) -> str:
+def _validate_component(kind: str, name: object) -> str:
     if not isinstance(name, str):
         raise ValueError(f"{kind} must be a string, got {type(name).__name__}: {name!r}")
     if name in ("", ".", ".."):
@@ -92,15 +92,16 @@ def _validate_component(kind: str, name: str) -> str:
     return name
 
 
-def validate_group(name: str) -> str:
-    """Return ``name`` if it can be a consumer group id, else raise ``ValueError`` naming it."""
-    _validate_component("group id", name)
+def validate_group(name: object) -> str:
+    """Return ``name`` if it can be a consumer group id (any value: one that is not a string is
+    refused too), else raise ``ValueError`` naming it."""
+    name = _validate_component("group id", name)
     if name in RESERVED_GROUP_NAMES:
         raise ValueError(f"illegal group id {name!r}: reserved (it names {CONSUMERS}/{name})")
     return name
 
 
-def validate_consumer_id(name: str) -> str:
+def validate_consumer_id(name: object) -> str:
     """Return ``name`` if it can be a consumer (member) id, else raise ``ValueError`` naming it."""
     return _validate_component("consumer id", name)
 

@@ -73,12 +73,11 @@ def parse_registration(body: Any, min_session_timeout_ms: int) -> Registration |
     if not isinstance(body, Mapping):
         return Refusal(ErrorCode.INVALID_REQUEST, "request body is not a struct")
     try:
-        # any wire value: the validator refuses one that is not a string too (zk.paths types it str)
-        group_id = paths.validate_group(body.get("group_id"))  # type: ignore[arg-type]
+        group_id = paths.validate_group(body.get("group_id"))  # any wire value: a non-string is refused too
     except ValueError as e:
         return Refusal(ErrorCode.INVALID_GROUP_ID, str(e))
     try:
-        consumer_id = paths.validate_consumer_id(body.get("consumer_id"))  # type: ignore[arg-type]  # as above
+        consumer_id = paths.validate_consumer_id(body.get("consumer_id"))
     except ValueError as e:
         return Refusal(ErrorCode.INVALID_REQUEST, str(e))
     session = body.get("session_timeout_ms")
