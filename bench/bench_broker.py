@@ -199,7 +199,8 @@ def consume(bootstrap: str, topic: str, n: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=1_000_000, help="100-byte records per run; a quarter as many 1 KiB ones (default: %(default)s)")
+    ap.add_argument("--records", type=int, default=1_000_000,
+                    help="100-byte records per run; a quarter as many 1 KiB ones (default: %(default)s)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tls", action="store_true",
                     help="also produce and fetch over an SSL listener of the same broker (kcat only), "

@@ -100,7 +100,7 @@ def main() -> None:
         batches = make_batches(args.records, args.keys, args.value_bytes, args.batch, codec)
         runs = [one_run(batches, args.segment_bytes, settings) for _ in range(args.runs)]
 
-        def med(k):
+        def med(k, runs=runs):
             return statistics.median(r[k] for r in runs)
 
         mb = med("bytes") / 1e6

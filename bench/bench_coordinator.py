@@ -540,7 +540,7 @@ def run_scale(args: argparse.Namespace, label: str, gc_interval_ms: int | None) 
             time.sleep(args.window)  # the measurement window itself, not a wait for a condition
             wall = time.monotonic() - w0
             cpu1 = {i: cpu_seconds(pid) for i, pid in pids.items()}
-            sim_cpu = [(cpu_seconds(sim.pid) - c) / wall for sim, c in zip(sims, sim_cpu0)]
+            sim_cpu = [(cpu_seconds(sim.pid) - c) / wall for sim, c in zip(sims, sim_cpu0, strict=True)]
             run.load_after = os.getloadavg()
             stats = [sim.call("stats", raw=True) for sim in sims]
             late: dict[str, list[float]] = {}
@@ -683,7 +683,8 @@ def main_scale(args: argparse.Namespace) -> int:
             log.error("%s run stopped: %s", label, e)
     if runs:
         print(report_scale(runs, args))
-        _write_figures(args, [(f"{r.label} c{i}", r.per_coordinator[i]) for r in runs for i in sorted(r.per_coordinator)],
+        _write_figures(args, [(f"{r.label} c{i}", r.per_coordinator[i])
+                              for r in runs for i in sorted(r.per_coordinator)],
                        label=f"{args.members:,} members, {args.coordinators} coordinator(s), gc {args.gc}")
     for f in failed:
         print(f"\nnot measured, {f}")

@@ -137,7 +137,8 @@ async def wait_settled(members: list[Member], partitions: int, timeout: float) -
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         counts = [m.partitions() for m in members]
-        if sum(counts) == partitions and min(counts) >= partitions // len(members) and all(m.epoch > 0 for m in members):
+        if (sum(counts) == partitions and min(counts) >= partitions // len(members)
+                and all(m.epoch > 0 for m in members)):
             return time.monotonic() - t0
         await asyncio.sleep(0.5)
     raise TimeoutError(f"{len(members)} members did not settle in {timeout} s: "

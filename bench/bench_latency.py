@@ -280,7 +280,7 @@ def run_rate(spark, bootstrap: str, rate: int, args) -> dict:
     for key in ("p50", "p99", "max", "first_s"):
         row[key] = statistics.median(r[key] for r in coord)
         row[f"floor_{key}"] = statistics.median(r[key] for r in floor)
-        row[f"ratio_{key}"] = statistics.median(c[key] / f[key] for c, f in zip(coord, floor))
+        row[f"ratio_{key}"] = statistics.median(c[key] / f[key] for c, f in zip(coord, floor, strict=True))
     row["batches"] = statistics.median(r["batches"] for r in coord)
     row["floor_batches"] = statistics.median(r["batches"] for r in floor)
     row["phases"] = {k: statistics.median(r["phases"].get(k, 0) for r in coord) for k in coord[0]["phases"]}

@@ -84,7 +84,7 @@ class RealMember:
     def longest_gap(self, a: float, b: float) -> float:
         """The longest time without a delivery within [a, b]."""
         ts = [a] + [t for t in self.deliveries if a <= t <= b] + [b]
-        return max(y - x for x, y in zip(ts, ts[1:]))
+        return max(y - x for x, y in zip(ts, ts[1:], strict=False))
 
     def close(self) -> None:
         self._stop.set()
@@ -223,15 +223,19 @@ def main() -> int:
         return 1
     med = statistics.median
     print(f"\nrebalance benchmark ({args.strategy} assignment): one member joins a group of {r['members']:,} members "
-          f"({args.real} real thin consumers), {r['partitions']:,} partitions, RegisterConsumer v{r['register_version']}")
+          f"({args.real} real thin consumers), {r['partitions']:,} partitions, "
+          f"RegisterConsumer v{r['register_version']}")
     print(f"  members stopped (StopFetcher):            {r['stopped']:,}")
     print(f"  members that lost a partition:            {r['lost']:,}")
     print(f"  members started (StartFetcher):           {r['started']:,}")
     print(f"  join -> newcomer's StartFetcher:          {r['new_member_start_s']:.2f} s")
     print(f"  join -> group Stable:                     {r['stable_s']:.2f} s")
-    print(f"  real members' longest delivery gap, quiet window (ms): {r['quiet_gap_ms']} (median {med(r['quiet_gap_ms'])})")
-    print(f"  real members' longest delivery gap, join (ms):         {r['join_gap_ms']} (median {med(r['join_gap_ms'])})")
-    print(f"  join / quiet (median):                    {med(r['join_gap_ms']) / max(1, med(r['quiet_gap_ms'])):.2f}")
+    print(f"  real members' longest delivery gap, quiet window (ms): {r['quiet_gap_ms']} "
+          f"(median {med(r['quiet_gap_ms'])})")
+    print(f"  real members' longest delivery gap, join (ms):         {r['join_gap_ms']} "
+          f"(median {med(r['join_gap_ms'])})")
+    print(f"  join / quiet (median):                    "
+          f"{med(r['join_gap_ms']) / max(1, med(r['quiet_gap_ms'])):.2f}")
     print(f"  real members whose partitions moved:      {r['real_members_moved'] or 'none'}")
     import figures  # bench/figures.py: the figures as JSON for the docs' plots
     label = args.strategy if (args.members, args.partitions) == (1000, 2000) else \

@@ -106,7 +106,7 @@ def kafka_python_iterate(buf: bytes) -> int:
         batch = mr.next_batch()
         if batch is None:
             return n
-        for rec in batch:
+        for _rec in batch:
             n += 1
 
 
@@ -150,14 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         rb = decode_with(buf, True)
         assert rb.num_rows == args.records, rb.num_rows
         assert rb.equals(decode_with(buf, False))
-        results = {"kafka-python iterate": bench(lambda: kafka_python_iterate(buf), args.repeat)}
+        results = {"kafka-python iterate": bench(lambda buf=buf: kafka_python_iterate(buf), args.repeat)}
         if shape != "json":  # the slow baselines are enough on the small shapes
-            results["kafka-python + pyarrow"] = bench(lambda: kafka_python_arrow(buf), args.repeat)
-            results["spark_coord iter_records"] = bench(lambda: sum(1 for _ in iter_records(buf)), args.repeat)
-        results["decode_to_arrow (Python)"] = bench(lambda: decode_with(buf, False), args.repeat)
-        results["decode_to_arrow (compiled)"] = bench(lambda: decode_with(buf, True), args.repeat)
+            results["kafka-python + pyarrow"] = bench(lambda buf=buf: kafka_python_arrow(buf), args.repeat)
+            results["spark_coord iter_records"] = bench(lambda buf=buf: sum(1 for _ in iter_records(buf)), args.repeat)
+        results["decode_to_arrow (Python)"] = bench(lambda buf=buf: decode_with(buf, False), args.repeat)
+        results["decode_to_arrow (compiled)"] = bench(lambda buf=buf: decode_with(buf, True), args.repeat)
         if codec:
-            results["compiled, one arena"] = bench(lambda: decode_with(buf, True, False), args.repeat)
+            results["compiled, one arena"] = bench(lambda buf=buf: decode_with(buf, True, False), args.repeat)
         base = args.records / results["kafka-python iterate"]
         for method, secs in results.items():
             rate = args.records / secs

@@ -73,7 +73,10 @@ def measure(spark, bootstrap: str, src: str, mode: str, warmup: float, seconds: 
           .option("startingOffsets", "latest").load().selectExpr("value"))
     w = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
          .option("checkpointLocation", ckpt))
-    w = w.trigger(realTime="5 seconds").outputMode("update") if mode == "real-time" else w.trigger(processingTime="0 seconds")
+    if mode == "real-time":
+        w = w.trigger(realTime="5 seconds").outputMode("update")
+    else:
+        w = w.trigger(processingTime="0 seconds")
     query = w.start()
     try:
         deadline = t0 + warmup + seconds
@@ -134,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("p50", "p99", "max", "first_s"):
         for mode in MODES:
             row[f"{mode}_{key}"] = statistics.median(r[key] for r in got[mode])
-        row[f"ratio_{key}"] = statistics.median(a[key] / b[key] for a, b in zip(got["real-time"], got["micro-batch"]))
-    print(f"\nApache Kafka 4.2, {PARTITIONS} partitions, {args.rate:,} records/s, format(\"kafka\") to format(\"kafka\"), "
-          f"local[4]; medians of {args.runs}; ratio = real-time / micro-batch")
+        row[f"ratio_{key}"] = statistics.median(a[key] / b[key]
+                                                for a, b in zip(got["real-time"], got["micro-batch"], strict=True))
+    print(f"\nApache Kafka 4.2, {PARTITIONS} partitions, {args.rate:,} records/s, "
+          f"format(\"kafka\") to format(\"kafka\"), local[4]; medians of {args.runs}; ratio = real-time / micro-batch")
     print("| mode | p50 (ms) | p99 (ms) | first record (s) |")
     print("|---|---:|---:|---:|")
     for mode in MODES:

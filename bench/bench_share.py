@@ -69,6 +69,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import statistics
 import sys
@@ -379,7 +380,7 @@ class Bench:
         while len(got) < count:
             try:
                 r = out.get(timeout=1)
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 if time.monotonic() > deadline:
                     raise BenchError(f"{what}: {count - len(got)} client(s) gave no result") from None
                 self._check_alive(procs, out, what)

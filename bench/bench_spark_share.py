@@ -173,15 +173,15 @@ def main(argv=None) -> int:
         spark.stop()
     load = os.getloadavg()[0]
     print(f"\n{args.records:,} records of {args.size} B on {args.partitions} partitions, {args.master}, "
-          f"kafka.share.parallelism {args.parallelism or 'not set'}, {args.runs} runs per locks value (medians); load average "
-          f"{load:.2f} at the end")
+          f"kafka.share.parallelism {args.parallelism or 'not set'}, {args.runs} runs per locks value (medians); "
+          f"load average {load:.2f} at the end")
     print(f"{'max.record.locks':>17}{'group rows/s':>14}{'share rows/s':>14}{'share/group':>13}"
           f"{'rows/batch g':>14}{'rows/batch s':>14}{'wall s/g':>10}")
     summary = []
     for locks in sorted({r["locks"] for r in results}):
         rs = [r for r in results if r["locks"] == locks]
 
-        def med(f):
+        def med(f, rs=rs):
             return statistics.median(f(r) for r in rs)
         row = {"locks": locks, "group": med(lambda r: r["group"]["rows_per_s"]),
                "share": med(lambda r: r["share"]["rows_per_s"]), "ratio": med(lambda r: r["ratio"]),

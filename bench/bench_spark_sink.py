@@ -216,14 +216,15 @@ def main(argv=None) -> int:
     print(f"coordkafka sink (Arrow writer): first {a_first:,.0f} rows/s, median of the rest {a_warm:,.0f} rows/s")
     p_first, p_warm = summary(plain)
     print(f"  without idempotence:          first {p_first:,.0f} rows/s, median of the rest {p_warm:,.0f} rows/s; "
-          f"idempotent / plain {statistics.median(a / b for a, b in zip(arrow[1:] or arrow, plain[1:] or plain)):.2f}"
-          f" (runs: {[round(a / b, 2) for a, b in zip(arrow, plain)]})")
+          f"idempotent / plain "
+          f"{statistics.median(a / b for a, b in zip(arrow[1:] or arrow, plain[1:] or plain, strict=True)):.2f}"
+          f" (runs: {[round(a / b, 2) for a, b in zip(arrow, plain, strict=True)]})")
     print(f"coordkafka sink (row writer, {args.row_records:,} rows): {rows[0]:,.0f} rows/s")
     print(f"confluent-kafka Producer:       first {c_first:,.0f} rows/s, median of the rest {c_warm:,.0f} rows/s")
     print(f"ceiling (Arrow batches counted): median of the rest {summary(ceiling)[1]:,.0f} rows/s; "
           f"Arrow sink / ceiling {a_warm / summary(ceiling)[1]:.2f}")
     print(f"ratio Arrow sink / confluent-kafka: {a_warm / c_warm:.2f} (runs: "
-          f"{[round(a / c, 2) for a, c in zip(arrow, confluent)]})")
+          f"{[round(a / c, 2) for a, c in zip(arrow, confluent, strict=True)]})")
     return 0
 
 

@@ -36,10 +36,11 @@ partitions, building pyarrow tables (key, value, partition, offset, timestamp an
 for ``d``, headers) until every record is in.
 
 Prints per shape the first (cold) query and the median of the later (warm) ones,
-the ratios coordkafka / ceiling and coordkafka / inflating ceiling (the headline), the ratio to the baseline, CPU seconds of
-the JVM and of Spark's Python workers, and the peak resident memory (VmHWM) of the
-Python workers (one task at a time each) during the first coordkafka query of the shape
-(Linux; later shapes' workers also hold the ceiling's batches of earlier shapes).  Run it with the project's environment:
+the ratios coordkafka / ceiling and coordkafka / inflating ceiling (the headline), the
+ratio to the baseline, CPU seconds of the JVM and of Spark's Python workers, and the peak
+resident memory (VmHWM) of the Python workers (one task at a time each) during the first
+coordkafka query of the shape (Linux; later shapes' workers also hold the ceiling's
+batches of earlier shapes).  Run it with the project's environment:
 
     ./spark-submit.sh bench/bench_spark_source.py
     ./spark-submit.sh bench/bench_spark_source.py --shapes a --records 2000000 --runs 5
@@ -576,8 +577,8 @@ def _row(shape, name, records, batch_rows, coord, ceiling, inflating, cpu, ceili
     return {"shape": shape, "name": name, "records": records, "batch_rows": batch_rows, "cold": coord[0],
             "warm": statistics.median(warm), "ceiling": statistics.median(warm_ceiling),
             "inflating": statistics.median(warm_inflating),
-            "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling)),
-            "paired_inflating": statistics.median(c / x for c, x in zip(warm, warm_inflating)),
+            "paired": statistics.median(c / x for c, x in zip(warm, warm_ceiling, strict=True)),
+            "paired_inflating": statistics.median(c / x for c, x in zip(warm, warm_inflating, strict=True)),
             "cold_ceiling": ceiling[0], "confluent": confluent, "cpu": cpu, "ceiling_cpu": ceiling_cpu,
             "inflating_cpu": inflating_cpu, "peak_rss_mb": peak, "warm_runs": warm, "ceiling_runs": warm_ceiling,
             "inflating_runs": warm_inflating}

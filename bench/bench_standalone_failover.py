@@ -68,7 +68,7 @@ class Load:
             try:
                 self.producer.send(self.topic, repr(time.time()).encode(), partition=i % PARTITIONS)
                 self.producer.flush()
-            except Exception as e:  # the data cluster is not faulted; log and go on
+            except Exception as e:  # noqa: BLE001 -- the data cluster is not faulted; log and go on
                 logging.warning("produce: %s", e)
             i += 1
             self.stop.wait(0.02)

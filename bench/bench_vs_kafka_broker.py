@@ -72,7 +72,8 @@ def consumer_perf(jars: Path, bootstrap: str, topic: str, n: int) -> dict:
     done = kafka_tool(jars, CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(n),
                       "--timeout", "120000", "--group", f"perf-{time.monotonic_ns()}", timeout=900, check=True)
     lines = [line for line in done.stdout.splitlines() if "," in line]
-    stats = dict(zip((h.strip() for h in lines[-2].split(",")), (v.strip() for v in lines[-1].split(","))))
+    stats = dict(zip((h.strip() for h in lines[-2].split(",")), (v.strip() for v in lines[-1].split(",")),
+                     strict=True))
     assert int(stats["data.consumed.in.nMsg"]) == n, done.stdout
     # fetch.nMsg.sec: over the time spent fetching, without the group's join (whose initial
     # rebalance delay differs from broker to broker); nMsg.sec, over the whole run, is kept too

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| | Apache Kafka s | ours s | ours / Kafka |")
     print("|---|---:|---:|---:|")
-    for key, title in (("join_s", "every member has its partitions"), ("move_s", "a leaver's partitions fetched again")):
+    for key, title in (("join_s", "every member has its partitions"),
+                       ("move_s", "a leaver's partitions fetched again")):
         k = statistics.median(s[key] for s in samples["kafka"])
         o = statistics.median(s[key] for s in samples["ours"])
         rows.append({"figure": key, "kafka_s": k, "ours_s": o, "ratio": o / k})

@@ -60,7 +60,8 @@ def share_perf(jars: Path, bootstrap: str, topic: str, n: int) -> dict:
     done = kafka_tool(jars, SHARE_PERF, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(n),
                       "--timeout", "120000", "--group", group, timeout=900, check=True)
     lines = [line for line in done.stdout.splitlines() if "," in line]
-    stats = dict(zip((h.strip() for h in lines[-2].split(",")), (v.strip() for v in lines[-1].split(","))))
+    stats = dict(zip((h.strip() for h in lines[-2].split(",")), (v.strip() for v in lines[-1].split(",")),
+                     strict=True))
     assert int(stats["data.consumed.in.nMsg"]) >= n, done.stdout
     return {"records_s": float(stats["nMsg.sec"])}
 

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     print()
-    print("| broker | shape | mode | format(\"kafka\") rows/s | format(\"coordkafka\") rows/s | ratio | cold: kafka / coordkafka |")
+    print("| broker | shape | mode | format(\"kafka\") rows/s | format(\"coordkafka\") rows/s | ratio "
+          "| cold: kafka / coordkafka |")
     print("|---|---|---|---:|---:|---:|---:|")
     for r in rows:
         broker = "Apache Kafka 4.2" if r["target"] == "kafka" else "ours"

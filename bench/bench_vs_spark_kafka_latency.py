@@ -73,7 +73,8 @@ def run_target(spark, target: str, bootstrap: str, args) -> list[dict]:
         for key in ("p50", "p99", "max", "first_s"):
             for source in SOURCES:
                 row[f"{source}_{key}"] = statistics.median(r[key] for r in got[source])
-            row[f"ratio_{key}"] = statistics.median(c[key] / k[key] for c, k in zip(got["coordkafka"], got["kafka"]))
+            row[f"ratio_{key}"] = statistics.median(c[key] / k[key]
+                                                    for c, k in zip(got["coordkafka"], got["kafka"], strict=True))
         row["kafka_runs"], row["coordkafka_runs"] = got["kafka"], got["coordkafka"]
         rows.append(row)
     return rows

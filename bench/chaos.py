@@ -25,8 +25,9 @@ each commit synchronously after every batch; ``spark`` is a Spark structured-str
 query (local[1], 512 MB driver; ``testkit/spark_member.py``) whose source
 commits the group's offsets as Spark confirms batches.  A killed Spark member restarts on
 its checkpoint (a cold JVM: about 15 s) and replays the batch it had not confirmed; the
-run waits for every Spark member's first assignment before its warm-up.  The report adds, per member, the records delivered to it again
-(and how many of those it had read itself) and the faults that hit it; for each
+run waits for every Spark member's first assignment before its warm-up.  The report
+adds, per member, the records delivered to it again (and how many of those it had read
+itself) and the faults that hit it; for each
 member SIGKILL, the longest wait of a record on the other members' partitions over
 the victim's session timeout and the rebalance after it, against quiet windows; and
 every run of failed commits lasting 10 s or more (a member whose commits keep failing
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zk-tick-ms", type=int, default=500, help="ZooKeeper's tickTime")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--weights", help="relative weights of the fault kinds, e.g. "
-                                     "member_kill=2,member_stop=2,coordinator_kill=3,broker_kill=1,coordinator_expiry=0 "
+                                     "member_kill=2,member_stop=2,coordinator_kill=3,broker_kill=1,"
+                                     "coordinator_expiry=0 "
                                      "(kinds not named keep their default weight)")
     p.add_argument("--diagnose-after", type=float, default=5.0,
                    help="dump a member's threads once its commits failed for this many seconds (0: never)")

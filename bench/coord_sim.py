@@ -97,7 +97,8 @@ class Stats:
         """The raw samples, per coordinator, for a controller merging several simulators."""
         return {"lateness_ms": {t: [round(v, 3) for v in vs] for t, vs in self.lateness_by.items()},
                 "pings": self.pings_by, "retried_pings": self.retried_by,
-                "probe_ms": [round(v, 3) for v in self.probe_ms], "loop_lag_ms": [round(v, 3) for v in self.loop_lag_ms]}
+                "probe_ms": [round(v, 3) for v in self.probe_ms],
+                "loop_lag_ms": [round(v, 3) for v in self.loop_lag_ms]}
 
     def summary(self) -> dict:
         return {"window_s": time.monotonic() - self.since, "pings": self.pings, "retried_pings": self.retried_pings,

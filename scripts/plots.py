@@ -60,7 +60,7 @@ def spark_source(runs: list[dict]) -> str:
     decompressing ceiling where measured, else to the raw one."""
     plt = _plt()
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.2 * len(runs)), squeeze=False)
-    for ax, run in zip(axes[:, 0], runs):
+    for ax, run in zip(axes[:, 0], runs, strict=True):
         rows = run["figures"]["rows"]
         inflating = any(r.get("inflating") for r in rows)
         bars = [("coordkafka (warm)", [r["warm"] for r in rows], COLORS["coordkafka"]),
@@ -127,14 +127,16 @@ def rebalance(runs: list[dict]) -> str:
     f = [r["figures"] for r in runs]
     x = range(len(runs))
     left.bar([i - 0.2 for i in x], [d["stopped"] for d in f], 0.4, color=colors, label="stopped (StopFetcher)")
-    left.bar([i + 0.2 for i in x], [d["started"] for d in f], 0.4, color=colors, alpha=0.5, label="started (StartFetcher)")
+    left.bar([i + 0.2 for i in x], [d["started"] for d in f], 0.4, color=colors, alpha=0.5,
+             label="started (StartFetcher)")
     left.set_yscale("log")
     left.set_xticks(list(x), labels)
     left.set_title("members stopped / started\nwhen one joins 1,000", fontsize=9)
     left.legend(fontsize=7, frameon=False)
     for i, d in enumerate(f):
         left.annotate(str(d["stopped"]), (i - 0.2, d["stopped"]), ha="center", va="bottom", fontsize=7)
-    mid.bar([i - 0.2 for i in x], [d["new_member_start_s"] for d in f], 0.4, color=colors, label="newcomer's first fetch")
+    mid.bar([i - 0.2 for i in x], [d["new_member_start_s"] for d in f], 0.4, color=colors,
+            label="newcomer's first fetch")
     mid.bar([i + 0.2 for i in x], [d["stable_s"] for d in f], 0.4, color=colors, alpha=0.5, label="group Stable")
     mid.set_xticks(list(x), labels)
     mid.set_ylabel("s after the join")
@@ -165,7 +167,7 @@ def chaos_faults(runs: list[dict]) -> str:
     for k in kinds:
         counts = [run["figures"]["faults"].get(k, 0) for run in runs]
         ax.barh(y, counts, left=left, label=k.replace("_", " "), color=KIND_COLORS.get(k, "#dddddd"))
-        left = [a + b for a, b in zip(left, counts)]
+        left = [a + b for a, b in zip(left, counts, strict=True)]
     ax.set_yticks(y, [_caption(r) for r in runs], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("faults injected")
