@@ -82,7 +82,8 @@ class ShareConsumer:
         self.epoch = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._joined = threading.Event()
+        #: Set once the member joined its share group (its first heartbeat answered).
+        self.joined = threading.Event()
         self._interval = 1.0
         #: How long the broker locks the records it hands this member (from its ShareFetch answers).
         self.lock_timeout_ms = 30000
@@ -151,7 +152,7 @@ class ShareConsumer:
             with self._lock:
                 self.assignment = assigned
             log.info("share group %s: epoch %d, assigned %s", self.group, self.epoch, sorted(assigned))
-        self._joined.set()
+        self.joined.set()
 
     # ------------------------------------------------------------ records
 
@@ -167,7 +168,7 @@ class ShareConsumer:
             for r in list(self._unacked.values()):
                 self.acknowledge(r, "accept")
         deadline = time.monotonic() + timeout
-        self._joined.wait(max(deadline - time.monotonic(), 0))
+        self.joined.wait(max(deadline - time.monotonic(), 0))
         while True:
             with self._lock:
                 idle = not self.assignment and not self._pending and not self._pending_ranges
@@ -175,17 +176,19 @@ class ShareConsumer:
                 self._stop.wait(min(0.05, max(deadline - time.monotonic(), 0)))
                 out = []
             else:
-                out = self._fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
+                out = self.fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
             if out or time.monotonic() >= deadline:
                 return out
 
-    def _assigned(self) -> set[tuple[str, int]]:
+    def assigned_now(self) -> set[tuple[str, int]]:
         """The partitions a fetch round asks for; the others leave the share session."""
         with self._lock:
             return set(self.assignment)
 
-    def _fetch_round(self, wait_ms: int) -> list[ShareRecord]:
-        assigned = self._assigned()
+    def fetch_round(self, wait_ms: int) -> list[ShareRecord]:
+        """One ShareFetch to each leader of what it is assigned or has acknowledgements for (each
+        waits up to ``wait_ms`` until one has brought records): the records acquired."""
+        assigned = self.assigned_now()
         by_leader: dict[int, set[tuple[str, int]]] = {}
         for t, p in assigned | set(self._pending) | set(self._pending_ranges):
             try:
@@ -333,11 +336,11 @@ class ShareConsumer:
         for tp, acks in self._take_pending(set(self._pending) | set(self._pending_ranges)).items():
             by_leader.setdefault(self.cluster.leader(*tp), {})[tp] = acks
         for leader, acks in by_leader.items():
-            results.update(self._acknowledge(leader, acks, final=False))
+            results.update(self.acknowledge_at(leader, acks, final=False))
         return results
 
-    def _acknowledge(self, leader: int, acks: dict[tuple[str, int], list[dict]], final: bool,
-                     renew: bool = False) -> dict:
+    def acknowledge_at(self, leader: int, acks: dict[tuple[str, int], list[dict]], final: bool,
+                       renew: bool = False) -> dict:
         """ShareAcknowledge of ``acks`` (AcknowledgementBatches per partition) in this member's session
         with ``leader``; ``final`` closes the session, ``renew`` sends v2's IsRenewAck."""
         epoch, parts = self._sessions.get(leader, (OPEN, set()))
@@ -389,7 +392,7 @@ class ShareConsumer:
                 continue
         for leader, acks in by_leader.items():
             try:
-                self._acknowledge(leader, acks, final=True)
+                self.acknowledge_at(leader, acks, final=True)
             except Exception as e:  # noqa: BLE001 -- closing anyway; the locks run out
                 log.info("share session with broker %d not closed cleanly: %s", leader, e)
         self._stop.set()

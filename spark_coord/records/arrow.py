@@ -304,12 +304,12 @@ def _decode_scanned(buf, topic: str, partition: int, start_offset: int, end_offs
         return None
     view = memoryview(d)
     if verify_crc:
-        for (at, stored, _), end in zip(batches, spans[:, 1].tolist()):
+        for (at, stored, _), end in zip(batches, spans[:, 1].tolist(), strict=True):
             if crc32c(view[at + ATTRIBUTES_OFFSET:end]) != stored:
                 return None
     if compressed:
         items = [(codec, view[start:end]) for (_, _, codec), start, end in zip(batches, spans[:, 0].tolist(),
-                                                                              spans[:, 1].tolist())]
+                                                                              spans[:, 1].tolist(), strict=True)]
         try:
             arena, places = compression.decompress_all(items, max_decompressed_bytes, scratch)
         except ValueError:
@@ -419,7 +419,7 @@ def _plan(buf, chosen: list[tuple[BatchHeader, memoryview, int]], filter_: tuple
         try:  # into one arena: no pieces to join afterwards
             plan.arena, spans = compression.decompress_all([(h.codec, b[HEADER_SIZE:]) for h, b, _ in chosen],
                                                            max_decompressed_bytes, scratch)
-            plan.spans = [(h, start, end) for (h, _, _), (start, end) in zip(chosen, spans)]
+            plan.spans = [(h, start, end) for (h, _, _), (start, end) in zip(chosen, spans, strict=True)]
             return plan
         except compression.DecompressedTooLarge:
             raise
@@ -455,7 +455,7 @@ def _decode_compressed(chosen: list[tuple[BatchHeader, memoryview, int]], filter
     # first guess: the outputs grow when a batch needs more; too generous a guess would have malloc map fresh pages)
     guess = 0
     for header, batch, _ in chosen:
-        hint = compression._size_hint(header.codec, batch[HEADER_SIZE:]) if header.codec else header.size
+        hint = compression.size_hint(header.codec, batch[HEADER_SIZE:]) if header.codec else header.size
         guess += min(hint if hint is not None else int(scratch.ratio * header.size) + 64, 64 * header.size,
                      max_decompressed_bytes)
     span = np.empty((1, arrow_jit.SPAN_FIELDS), np.int64)
@@ -511,7 +511,7 @@ def _decode_compiled(plan: _Plan, topic: str, partition: int, include_headers: b
         arena = np.frombuffer(plan.buf, np.uint8) if len(plan.buf) else np.empty(0, np.uint8)
         starts = plan.positions
     arena.flags.writeable = False  # one compiled signature whatever buffer type came in
-    for i, ((header, p, end), start) in enumerate(zip(plan.spans, starts)):
+    for i, ((header, p, end), start) in enumerate(zip(plan.spans, starts, strict=True)):
         size = end - p
         if header.records_count * MIN_RECORD_SIZE > size and header.records_count:
             return None  # cannot hold that many records: let the Python decoder say so
@@ -613,7 +613,7 @@ def _gather_pairs(arena, bounds: list[int], n: int, first_nulls: list[int],
             continue
         starts, ends = bounds[column::4], bounds[column + 1::4]
         offsets = array("i", accumulate(map(sub, ends, starts), initial=0))  # OverflowError past 2 GiB
-        data = b"".join([view[a:b] for a, b in zip(starts, ends)])
+        data = b"".join([view[a:b] for a, b in zip(starts, ends, strict=True)])
         arr = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
         if nulls:
             arr = _with_nulls(arr, nulls)

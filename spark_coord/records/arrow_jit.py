@@ -280,7 +280,7 @@ def _decode(d, spans, lo, hi, want_headers, koff, kdata, kvalid, voff, vdata, vv
     stats[_STATUS] = OK if nh <= hcap else MORE_HEADERS
 
 
-def _encode(rows, parts, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata,
+def encode_rows(rows, parts, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvalid, hkoff, hkdata, hvoff, hvdata,
             hvvalid, batch_bytes, gap, out, starts, chunk_parts, chunk_rows, chunk_ends):
     """Encode ``rows`` (indices into the columns) as records (Kafka's ``DefaultRecord``) into ``out``,
     in one pass over the rows whatever partition each goes to: row ``rows[i]`` goes to partition
@@ -389,7 +389,7 @@ def _encode(rows, parts, koff, kdata, kvalid, voff, vdata, vvalid, hloff, hlvali
     return chunks
 
 
-def _murmur2_partitions(koff, kdata, kvalid, partitions, out):
+def murmur2_partitions(koff, kdata, kvalid, partitions, out):
     """``out[r]`` = Kafka's partition of row ``r``'s key (murmur2, as the Java client), -1 for a null key.
 
     In int64 arithmetic masked to 32 bits (numba widens 32-bit products)."""
@@ -508,8 +508,8 @@ def _scan(d, start, end_offset, spans, checks, out):
 if AVAILABLE:
     _memcpy = intrinsic(_memcpy_intrinsic)
     _decode = _jit(_decode)
-    _encode = _jit(_encode)
-    _murmur2_partitions = _jit(_murmur2_partitions)
+    encode_rows = _jit(encode_rows)
+    murmur2_partitions = _jit(murmur2_partitions)
     _scan = _jit(_scan)
 
 

@@ -238,7 +238,7 @@ class ArrowColumns:
         if not len(self.kvalid):
             return out
         if arrow_jit.AVAILABLE:
-            arrow_jit._murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
+            arrow_jit.murmur2_partitions(_readonly(self.koff), _readonly(self.kdata), _readonly(self.kvalid),
                                           partitions, out)
             return out
         from spark_coord.records.partitioner import partition_for_key
@@ -347,14 +347,14 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
               cols.hlvalid, cols.hkoff, cols.hkdata, cols.hvoff, cols.hvdata, cols.hvvalid]
     args = [*map(_readonly, inputs), batch_bytes, HEADER_SIZE, out, _readonly(starts), chunk_parts, chunk_rows,
             chunk_ends]
-    chunks = arrow_jit._encode(*args)
+    chunks = arrow_jit.encode_rows(*args)
     batches: dict[int, list[tuple[bytes | memoryview, int]]] = {}
     previous = starts.tolist()  # where each partition's next batch starts
     view = memoryview(out)
     pid, epoch = producer if producer is not None else (-1, -1)
     batch: bytes | memoryview  # compressed: a new bytes; otherwise the batch built in place
     for q, count, end in zip(chunk_parts[:chunks].tolist(), chunk_rows[:chunks].tolist(),
-                             chunk_ends[:chunks].tolist()):
+                             chunk_ends[:chunks].tolist(), strict=True):
         start, previous[q] = previous[q], end
         sequence = _take_sequence(sequences, q, count) if producer is not None else -1
         if codec:

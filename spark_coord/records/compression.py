@@ -117,7 +117,7 @@ def decompress_view(codec: int, data, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_
         if codec == SNAPPY:
             return _snappy_decompress(data, max_bytes)
         module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
-        return _bounded_into(module, name, data, _size_hint(codec, data), max_bytes)
+        return _bounded_into(module, name, data, size_hint(codec, data), max_bytes)
     except cramjam.DecompressionError as e:
         raise ValueError(f"corrupt {name} data ({len(data)} bytes): {e}") from None
 
@@ -153,13 +153,13 @@ def decompress_all(items: Sequence[tuple[int, bytes | bytearray | memoryview]],
     # A frame may declare any size (a damaged or hostile zstd header: up to 2**64 bytes); none may
     # produce more than ``max_bytes``, and the buffer grows as needed, so the first guess stays
     # within that too: an allocation of what a header claims would fail before the data is read.
-    hints = [len(d) if c == NONE else _size_hint(c, d) for c, d in items]
+    hints = [len(d) if c == NONE else size_hint(c, d) for c, d in items]
     hints = [None if h is None else min(h, max_bytes) for h in hints]
-    guess = min(max_bytes, sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items)))
+    guess = min(max_bytes, sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items, strict=True)))
     out = scratch.take(max(1, guess)) if scratch is not None else _buffer(max(1, guess))
     spans: list[tuple[int, int]] = []
     pos = 0
-    for (codec, data), hint in zip(items, hints):
+    for (codec, data), hint in zip(items, hints, strict=True):
         while True:
             room = min(len(out) - pos, max_bytes)
             try:
@@ -186,7 +186,7 @@ def decompress_one(codec: int, data, max_bytes: int, scratch: Scratch):
     data, beyond ``max_bytes`` -- as ``decompress_all`` handles it."""
     module = _INTO.get(codec)
     if module is not None:
-        hint = _size_hint(codec, data)
+        hint = size_hint(codec, data)
         want = hint if hint is not None else int(scratch.ratio * len(data)) + 64
         if 0 < want <= max_bytes:
             buf = scratch.take(want)
@@ -271,7 +271,7 @@ def _numpy():
     return _np
 
 
-def _size_hint(codec: int, data) -> int | None:
+def size_hint(codec: int, data) -> int | None:
     """The decompressed size a frame header declares, if any (only a starting guess:
     hostile headers lie, the doubling loop and ``max_bytes`` bound the real work)."""
     mv = memoryview(data)

@@ -1,7 +1,7 @@
 """Kafka's default partitioning of keyed records: murmur2 of the key, as the Java client does.
 
 Shared by every producer of ours (``client.producer.Producer``, the Spark sink's Arrow
-encoder in ``records.builder``, whose compiled twin is ``records.arrow_jit._murmur2_partitions``),
+encoder in ``records.builder``, whose compiled twin is ``records.arrow_jit.murmur2_partitions``),
 so keys land where other Kafka producers would put them.
 """
 

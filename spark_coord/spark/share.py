@@ -268,12 +268,12 @@ class _DriverMember:
             def _hold(self, records) -> None:
                 pass
 
-            def _assigned(self) -> set:
+            def assigned_now(self) -> set:
                 # one acquisition asks for the partitions assigned when it began, in every round: a
                 # partition that left the assignment meanwhile (another member joined) would leave
                 # the share session in the next round, and the broker would release what the
                 # earlier rounds of this very batch acquired there
-                return set(self.pinned) if self.pinned is not None else super()._assigned()
+                return set(self.pinned) if self.pinned is not None else super().assigned_now()
 
         self.opts = opts
         self.consumer = RangeConsumer(opts.bootstrap, opts.share_group_id, opts.subscribe,
@@ -295,21 +295,21 @@ class _DriverMember:
     def acquire(self, cap: int | None, wait_ms: int) -> Ranges:
         """Acquire records until ``cap`` (or what one round of fetches brings, ``CHUNK_RECORDS`` at a
         time): the first round waits up to ``wait_ms`` for records, later ones not at all.  Every
-        round asks for the partitions assigned when the first began (``RangeConsumer._assigned``)."""
+        round asks for the partitions assigned when the first began (``RangeConsumer.assigned_now``)."""
         ranges: Ranges = {}
         got = 0
         with self._io:
             c = self.consumer
-            if not c._joined.wait(wait_ms / 1000):
+            if not c.joined.wait(wait_ms / 1000):
                 return {}
-            c.pinned = c._assigned()
+            c.pinned = c.assigned_now()
             try:
                 for round_ in range(MAX_ROUNDS):
                     want = CHUNK_RECORDS if cap is None else min(CHUNK_RECORDS, cap - got)
                     if want <= 0:
                         break
                     c.max_poll_records = want
-                    out = c._fetch_round(wait_ms if round_ == 0 else 0)
+                    out = c.fetch_round(wait_ms if round_ == 0 else 0)
                     for t, p, a, b, dc in out:
                         ranges.setdefault((t, p), []).append((a, b, dc))
                         got += b - a + 1
@@ -375,7 +375,7 @@ class _DriverMember:
                     batches = by_leader.setdefault(c.cluster.leader(*tp), {}).setdefault(tp, [])
                     batches.extend({"first_offset": a, "last_offset": b, "acknowledge_types": [4]} for a, b, _ in rs)
             for leader, acks in by_leader.items():
-                results = c._acknowledge(leader, acks, final=False, renew=True)
+                results = c.acknowledge_at(leader, acks, final=False, renew=True)
                 bad = {tp: code for tp, code in results.items() if code}
                 if bad:
                     log.warning("share group %s: renewing locks at broker %d: %s", self.opts.share_group_id, leader,

@@ -164,7 +164,7 @@ def test_decompress_all_puts_every_item_side_by_side_growing_as_needed():
     import zstandard
 
     items[0] = (compression.ZSTD, zstandard.ZstdCompressor(write_content_size=False).compress(pieces[0]))
-    assert compression._size_hint(compression.ZSTD, items[0][1]) is None  # as librdkafka's (kcat's) frames
+    assert compression.size_hint(compression.ZSTD, items[0][1]) is None  # as librdkafka's (kcat's) frames
     out, spans = compression.decompress_all(items)
     assert [bytes(out[a:b]) for a, b in spans] == pieces
     assert [a for a, _ in spans] == [sum(map(len, pieces[:i])) for i in range(len(pieces))]

@@ -165,7 +165,7 @@ def _driver_member(cluster, group: str, lock_ms: int, records: int):
     member = _DriverMember(opts)
     c = member.consumer
     try:
-        wait_until(lambda: c._joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
+        wait_until(lambda: c.joined.is_set() and len(c.assignment) == 2, timeout=30, message="both partitions assigned")
     except BaseException:
         member.close()
         raise
@@ -183,7 +183,7 @@ def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acq
     member = _driver_member(share_cluster, "sg-rounds", lock_ms=30000, records=400)
     try:
         c = member.consumer
-        real, rounds = c._fetch_round, []
+        real, rounds = c.fetch_round, []
 
         def fetch_round(wait_ms):
             out = real(wait_ms)
@@ -193,9 +193,9 @@ def test_an_assignment_change_between_rounds_does_not_release_what_the_batch_acq
                     c.assignment = {tp for tp in c.assignment if tp[1] != 1}
             return out
 
-        c._fetch_round = fetch_round
+        c.fetch_round = fetch_round
         ranges = member.acquire(None, 2000)
-        c._fetch_round = real
+        c.fetch_round = real
         assert len(rounds) >= 2 and any(p == 1 for (_, p) in ranges), (rounds, ranges)
         for tp, rs in ranges.items():
             for a, b, _ in rs:
