@@ -302,7 +302,7 @@ def _decode_scanned(buf, topic: str, partition: int, start_offset: int, end_offs
     batches = checks.tolist()
     if compressed and _BATCHWISE and int(spans[-1, 1] - spans[0, 0]) >= BATCHWISE_MIN_BYTES * len(batches):
         return None
-    view = memoryview(d)
+    view = d.data  # the buffer's bytes, as a memoryview
     if verify_crc:
         for (at, stored, _), end in zip(batches, spans[:, 1].tolist(), strict=True):
             if crc32c(view[at + ATTRIBUTES_OFFSET:end]) != stored:

@@ -587,6 +587,7 @@ def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: i
             if status != MORE_HEADERS:
                 return None
             needed = int(stats[_HEADERS])
+            assert before is not None  # MORE_HEADERS comes only while headers are decoded
             stats[:] = before  # the span again, from where it began, with room for its headers
             out.more_headers(needed)
     return out.record_batch(pa, topic, partition, schema, header_type)

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Sequence
+from typing import Any, Sequence
 
 import cramjam
 
 #: numpy, imported at the first buffer (``_numpy``): a Spark query's driver-side reader process imports
 #: this module (through the consumer's fetcher) but never decompresses, and numpy would add a tenth of a
 #: second or more to the start of every query.
-_np = None
+_np: Any = None
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,9 @@ def _numpy():
     if _np is None:
         try:
             import numpy
+            _np = numpy
         except ImportError:  # pragma: no cover
-            numpy = False
-        _np = numpy
+            _np = False
     return _np
 
 
