@@ -16,7 +16,9 @@ from spark_coord.wire.schema import Field, Message
 
 @pytest.fixture
 def scratch_registry(monkeypatch):
-    """Register test APIs without leaking them into the process-wide table."""
+    """Register test APIs without leaking them into the process-wide table.  Every API module is
+    imported first: one imported under the scratch table would register there, and be lost."""
+    registry.load_all()
     monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     monkeypatch.setattr(registry, "_names", dict(registry._names))
 
