@@ -570,7 +570,7 @@ def share_deliveries(journals: Mapping[str, Journal], slack: float = 1.0) -> dic
             last_recs = e["ts"]
             lo = (prev_poll if prev_poll is not None else e["ts"]) - slack
             counts = e.get("counts") or [0] * len(e["offs"])
-            for o, c in zip(e["offs"], counts):
+            for o, c in zip(e["offs"], counts, strict=True):
                 out[(e["t"], e["p"], o)].append(ShareDelivery(e["ts"], lo, member, c))
     for v in out.values():
         v.sort(key=lambda d: (d.count, d.ts))
@@ -629,7 +629,7 @@ def share_lock_overlaps(journals: Mapping[str, Journal], lock_s: float, *,
     leader_lost = leader_lost or {}
     bad = []
     for (t, p, o), ds in sorted(deliveries.items()):
-        for d1, d2 in zip(ds, ds[1:]):
+        for d1, d2 in zip(ds, ds[1:], strict=False):
             lost = any(d1.lo <= k <= d2.ts for k in leader_lost.get((t, p), ()))
             if d1.count == d2.count and d1.count > 0:
                 if not lost:
@@ -711,7 +711,7 @@ def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s:
     for (t, p, o), ds in sorted(deliveries.items()):
         if len(ds) > 1:
             records += 1
-        for d1, d2 in zip(ds, ds[1:]):
+        for d1, d2 in zip(ds, ds[1:], strict=False):
             n["redeliveries"] += 1
             if caught(holder_faults.get(d1.member, ()), d1, d2):
                 n["holder"] += 1

@@ -171,7 +171,7 @@ def nonmonotonic_polls(journals: Mapping[str, Journal]) -> list[str]:
         for offs in polls:
             if not offs:
                 continue
-            if any(b <= a for a, b in zip(offs, offs[1:])) or (last is not None and offs[0] <= last):
+            if any(b <= a for a, b in zip(offs, offs[1:], strict=False)) or (last is not None and offs[0] <= last):
                 bad.append(f"{tp[0]}-{tp[1]}: {member} polled {offs[0]}..{offs[-1]} after {last}")
             last = max(offs[-1], last if last is not None else -1)
     return bad

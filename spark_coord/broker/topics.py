@@ -203,7 +203,7 @@ def _plan_new_partitions(ctx, current: dict[int, list[int]], count: int,
                                      f"Increasing the number of partitions by {len(new)} but {len(assignments)} "
                                      "assignments provided.")
         plan: dict[int, list[int]] = {}
-        for p, a in zip(new, assignments):
+        for p, a in zip(new, assignments, strict=True):
             replicas = list(a.get("broker_ids") or [])
             if len(replicas) != 1:
                 return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,

@@ -204,7 +204,7 @@ class AdminClient:
                                "host": b.entry.host, "operation": b.entry.operation,
                                "permission_type": b.entry.permission} for b in bindings]}
         resp = self.cluster.request_any(ApiKey.CREATE_ACLS, body)
-        for b, r in zip(bindings, resp["results"]):
+        for b, r in zip(bindings, resp["results"], strict=False):
             if r["error_code"]:
                 raise KafkaError(r["error_code"], f"creating ACL {b}: {r.get('error_message') or ''}".rstrip(": "))
 

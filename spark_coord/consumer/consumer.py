@@ -66,7 +66,7 @@ def _rows(batch) -> list[tuple]:
     headers = cols.get("headers")
     return [(offset, ts // 1000 if ts is not None else -1, cols["timestampType"][i], cols["key"][i],
              cols["value"][i], tuple((h["key"], h["value"]) for h in headers[i]) if headers and headers[i] else ())
-            for i, (offset, ts) in enumerate(zip(cols["offset"], timestamps_us))]
+            for i, (offset, ts) in enumerate(zip(cols["offset"], timestamps_us, strict=True))]
 
 
 def default_consumer_id() -> str:

@@ -58,7 +58,7 @@ class OffsetIndex:
     def validate(self, log_size: int) -> str | None:
         """Why the entries are inconsistent with a log of ``log_size`` bytes, or None."""
         prev_off, prev_pos = -1, 0
-        for off, pos in zip(self._offsets, self._positions):
+        for off, pos in zip(self._offsets, self._positions, strict=True):
             if off <= prev_off or pos <= prev_pos or pos >= log_size:
                 return f"index entry ({off}, {pos}) out of order or beyond the log's {log_size} bytes"
             prev_off, prev_pos = off, pos
@@ -70,7 +70,7 @@ class OffsetIndex:
         return len(self._offsets)
 
     def entries(self) -> list[tuple[int, int]]:
-        return list(zip(self._offsets, self._positions))
+        return list(zip(self._offsets, self._positions, strict=True))
 
     def last_entry(self) -> tuple[int, int]:
         """The last (relative_offset, position); (0, 0) when empty (the implicit first entry)."""

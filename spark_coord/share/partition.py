@@ -613,7 +613,7 @@ class SharePartition:
             if not isinstance(item, (list, tuple)) or len(item) != 4:
                 raise ValueError(f"share partition snapshot: ranges[{k}] is not [first, last, state, "
                                  f"delivery_count]: {item!r}")
-            for name, v in zip(("first", "last", "state", "delivery_count"), item):
+            for name, v in zip(("first", "last", "state", "delivery_count"), item, strict=True):
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise ValueError(f"share partition snapshot: ranges[{k}] {name} is not an integer: {v!r}")
                 if v < 0:

@@ -150,10 +150,10 @@ class ShareStateStore:
         results = t.commit()
         self.multis += 1
         out: dict[tuple[str, str, int], int | StateFenced] = {}
-        failed = [(w, r) for w, r in zip(batch, results) if isinstance(r, Exception)]
+        failed = [(w, r) for w, r in zip(batch, results, strict=False) if isinstance(r, Exception)]
         if not failed:
             self.writes += len(batch)
-            for w, r in zip(batch, results):
+            for w, r in zip(batch, results, strict=False):
                 out[(w.group, w.topic, w.partition)] = 0 if w.version == NO_NODE else r.version
             return out
         # A multi is all or nothing: an entry whose own check failed is fenced -- unless what the znode
@@ -162,7 +162,7 @@ class ShareStateStore:
         # tried after it (RuntimeInconsistency) go again.
         again = (RolledBackError, RuntimeInconsistency)
         rest: list[Write] = []
-        for w, r in zip(batch, results):
+        for w, r in zip(batch, results, strict=False):
             if not isinstance(r, Exception) or isinstance(r, again):
                 rest.append(w)
                 continue

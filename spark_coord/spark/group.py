@@ -292,7 +292,7 @@ class GroupPartitionSource:
         from spark_coord.consumer.connector import CommitFailed
 
         done = True
-        for m, conn in zip(self.members, self.connectors):
+        for m, conn in zip(self.members, self.connectors, strict=False):
             with self.lock:
                 offsets = self._unsent(m)
             if not offsets:

@@ -547,7 +547,7 @@ class NemesisRun(ChaosRun):
         hit = self.fault_nodes + [(f, set()) for f in self.faults if f.kind in PROCESS_KINDS]
         redelivered, redelivered_outside = attribute_to_faults(
             invariants.redelivery_times(journals), [(f.at, (f.until or f.at) + s_window(self.s)) for f, _ in hit])
-        for (fault, nodes), again in zip(hit, redelivered):
+        for (fault, nodes), again in zip(hit, redelivered, strict=True):
             d = by_kind.setdefault(fault.kind, {"injected": 0, "combined": 0, "stall_max_s": None, "stalls": [],
                                                 "alone_max_s": None, "alone": [], "anomalies": 0,
                                                 "redelivered": 0})
@@ -661,7 +661,7 @@ def plan(s: NemesisSettings, rng) -> list[tuple[float, str]]:
     drawn += rng.choices(kinds, weights=[s.weights[k] for k in kinds], k=s.faults - len(drawn))
     rng.shuffle(drawn)
     times = sorted(s.warmup_s + rng.uniform(0, window) for _ in drawn)
-    return list(zip(times, drawn))
+    return list(zip(times, drawn, strict=True))
 
 
 def s_window(s: NemesisSettings) -> float:

@@ -76,7 +76,7 @@ def start_zookeeper(net: "Net", names: list[str], data_dir: Path):
 
 def zk_servers(names: list[str], zookeeper) -> dict[str, Any]:
     """Namespace -> its ``EmbeddedZooKeeper``."""
-    return dict(zip(names, getattr(zookeeper, "members", [zookeeper])))
+    return dict(zip(names, getattr(zookeeper, "members", [zookeeper]), strict=True))
 
 
 def topic_assignment(partitions: int, brokers: list[int]) -> list[dict]:

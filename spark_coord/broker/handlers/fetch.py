@@ -71,7 +71,7 @@ def _read_all(ctx, version: int, body: dict, resolved: list[tuple[str | None, by
     total = 0
     error = False
     responses = []
-    for t, (topic, topic_id) in zip(body.get("topics") or [], resolved):
+    for t, (topic, topic_id) in zip(body.get("topics") or [], resolved, strict=True):
         parts = []
         for p in t.get("partitions") or []:
             index = p.get("partition", -1)
@@ -147,7 +147,7 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         denied = {name for name, ok in allowed.items() if not ok}
         responses, total, error = _read_all(ctx, version, body, resolved, denied)
         remaining = deadline - loop.time()
-        tps = [(name, p.get("partition", -1)) for (name, _), t in zip(resolved, topics)
+        tps = [(name, p.get("partition", -1)) for (name, _), t in zip(resolved, topics, strict=True)
                for p in t.get("partitions") or []]
         if error or total >= min_bytes or remaining <= 0 or not tps or conn.closed:
             if total:

@@ -92,7 +92,7 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
 async def _flush(ctx, pending: list[tuple[dict, str, object]]) -> None:
     """fsync the logs the flush policy asked for, off the loop; a failure turns that answer into an error."""
     outcomes = await asyncio.gather(*(ctx.logs.run_io(plog.flush) for _, _, plog in pending), return_exceptions=True)
-    for (answer, topic, _), outcome in zip(pending, outcomes):
+    for (answer, topic, _), outcome in zip(pending, outcomes, strict=True):
         if isinstance(outcome, BaseException):
             log.error("%s-%d: flush failed: %s", topic, answer["index"], outcome)
             answer.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,

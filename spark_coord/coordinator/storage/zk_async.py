@@ -75,7 +75,7 @@ async def get_many(client: KazooClient, znodes: Iterable[str]) -> dict[str, byte
     for start in range(0, len(batch), MAX_IN_FLIGHT):
         chunk = batch[start:start + MAX_IN_FLIGHT]
         futures = [awaitable(client.get_async(p)) for p in chunk]
-        for path, outcome in zip(chunk, await asyncio.gather(*futures, return_exceptions=True)):
+        for path, outcome in zip(chunk, await asyncio.gather(*futures, return_exceptions=True), strict=True):
             if isinstance(outcome, NoNodeError):
                 continue
             if isinstance(outcome, BaseException):
@@ -90,7 +90,7 @@ async def children_many(client: KazooClient, parents: Iterable[str]) -> dict[str
     out: dict[str, list[str]] = {}
     for start in range(0, len(batch), MAX_IN_FLIGHT):
         chunk = batch[start:start + MAX_IN_FLIGHT]
-        for parent, children in zip(chunk, await gather_all(get_children(client, p) for p in chunk)):
+        for parent, children in zip(chunk, await gather_all(get_children(client, p) for p in chunk), strict=True):
             out[parent] = children
     return out
 
@@ -102,5 +102,5 @@ async def exists_many(client: KazooClient, znodes: Iterable[str]) -> dict[str, b
     for start in range(0, len(batch), MAX_IN_FLIGHT):
         chunk = batch[start:start + MAX_IN_FLIGHT]
         stats = await gather_all(awaitable(client.exists_async(p)) for p in chunk)
-        out.update((p, s is not None) for p, s in zip(chunk, stats))
+        out.update((p, s is not None) for p, s in zip(chunk, stats, strict=True))
     return out
