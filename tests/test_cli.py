@@ -22,7 +22,8 @@ def test_help(cmd, capsys):
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "spark_coord.cli", "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "spark_coord.cli", "--help"], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0
     for cmd in ("zookeeper", "broker", "up", "topics", "produce", "tail"):
         assert cmd in out.stdout

@@ -145,7 +145,8 @@ def test_client_security_reads_either_name_and_refuses_other_trust_store_types()
 def test_share_record_locks_above_kafkas_maximum_are_refused_naming_the_key():
     """80,000 locks were accepted (Kafka's maximum is 10,000) and their fragmented state outgrew
     ZooKeeper's request limit; the broker now refuses the setting at start."""
-    with pytest.raises(ConfigError, match=r"group\.share\.partition\.max\.record\.locks: 80000 is above the maximum 10000"):
+    with pytest.raises(ConfigError,
+                       match=r"group\.share\.partition\.max\.record\.locks: 80000 is above the maximum 10000"):
         config.load(config.BROKER, None, {"group.share.partition.max.record.locks": "80000"})
     assert config.load(config.BROKER, None, {"group.share.partition.max.record.locks": "10000"})[
         "group.share.partition.max.record.locks"] == 10000

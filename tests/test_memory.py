@@ -53,7 +53,7 @@ def test_freed_buffers_are_reused_instead_of_fresh_pages():
     default, kept = _faults("default"), _faults("kept")
     # 100 rounds of about 2.5 MiB allocated: 64,000 pages if every one were fresh.
     assert min(default) > 20_000, f"glibc's defaults should give fresh pages here: {default}"
-    for where, n in zip(("main thread", "other thread"), kept):
+    for where, n in zip(("main thread", "other thread"), kept, strict=True):
         assert n < 2_000, f"{where}: {n} page faults with freed memory kept ({default} without)"
 
 

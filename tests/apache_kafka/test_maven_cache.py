@@ -49,7 +49,7 @@ def test_resolvers_at_once_run_maven_once_and_reuse_the_folder(fake_mvn, tmp_pat
     def resolve():
         try:
             found.append(maven.resolve(pom, "things", keep=lambda jar: not jar.startswith("dropped-")))
-        except Exception as e:  # reported below, with the others
+        except Exception as e:  # noqa: BLE001 -- a thread's failure, reported below with the others
             failures.append(e)
 
     threads = [threading.Thread(target=resolve) for _ in range(6)]

@@ -186,7 +186,8 @@ async def test_epochs_and_the_errors_clients_act_on():
            (dict(a.body(-2)), 1, ErrorCode.INVALID_REQUEST)]  # -2 is for static members
     for body, version, code in bad:
         assert (await door.heartbeat(body, version, "c", "h"))["error_code"] == code, body
-    v0 = asyncio.get_running_loop().create_task(door.heartbeat(dict(Modern(h, door).body(0), member_id=""), 0, "c", "h"))
+    v0 = asyncio.get_running_loop().create_task(
+        door.heartbeat(dict(Modern(h, door).body(0), member_id=""), 0, "c", "h"))
     await h.advance(JOIN_WAIT_MS)  # nothing to give it at once: answered after the join wait
     v0 = await asyncio.wait_for(v0, 5)
     assert v0["error_code"] == 0 and v0["member_id"]  # v0: the coordinator makes the id up

@@ -142,7 +142,8 @@ async def test_snapshot_copies_groups_members_partitions_and_offsets():
     by_id = {m.consumer_id: m for m in g.members}
     assert by_id["coordkafka-q-executor-0"].protocol == SPARK_PROTOCOL
     assert by_id["plain"].protocol == COORDINATOR_PROTOCOL
-    assert sorted(by_id["coordkafka-q-executor-0"].partitions + by_id["plain"].partitions) == [("t", p) for p in range(4)]
+    assert (sorted(by_id["coordkafka-q-executor-0"].partitions + by_id["plain"].partitions)
+            == [("t", p) for p in range(4)])
     assert g.offsets == {tp: 3 for tp in by_id["coordkafka-q-executor-0"].partitions}
     h.group().offsets[("t", 9)] = 1  # a copy: later changes do not reach it
     assert ("t", 9) not in g.offsets

@@ -110,7 +110,9 @@ async def test_describe_named_partitions_unknown_topics_and_refused_topics():
     async def log_ends(tps):
         return {tp: 9 for tp in tps}
 
-    refused = lambda t: ErrorCode.TOPIC_AUTHORIZATION_FAILED if t == "u" else ErrorCode.NONE
+    def refused(t):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED if t == "u" else ErrorCode.NONE
+
     g = await share_admin.describe_offsets(h.coord, "sg", [
         {"topic_name": "t", "partitions": [0, 1]}, {"topic_name": "nope", "partitions": [0]},
         {"topic_name": "u", "partitions": [0]}], log_ends, refused)
@@ -120,7 +122,8 @@ async def test_describe_named_partitions_unknown_topics_and_refused_topics():
     assert nope["topic_id"] == ZERO and nope["partitions"] == [
         {"partition_index": 0, "start_offset": -1, "leader_epoch": -1, "lag": -1, "error_code": 0,
          "error_message": None}]
-    assert [(p["start_offset"], p["error_code"]) for p in u["partitions"]] == [(-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+    assert [(p["start_offset"], p["error_code"]) for p in u["partitions"]] == [
+        (-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
     # asked for all, a refused topic is left out
     g = await share_admin.describe_offsets(h.coord, "sg", None, log_ends, refused)
     assert [t["topic_name"] for t in g["topics"]] == ["t"]

@@ -73,7 +73,7 @@ async def test_the_wait_stops_at_the_rebalance_timeout():
     await h.advance(2499 - h.timer.clock.now_ms())
     assert not any(j.done() for j in joins)
     await h.advance(1)
-    for c, j in zip(clients, joins):
+    for c, j in zip(clients, joins, strict=True):
         await c.joined(j)
     assert len({c.generation for c in clients}) == 1
     assert sorted(len(c.owned()) for c in clients) == [1, 1, 2, 2]

@@ -45,7 +45,8 @@ class KafkaClient:
 
     @property
     def cooperative(self) -> bool:
-        return self.protocol == "cooperative-sticky" or (self.protocol is None and "cooperative-sticky" in self.protocols)
+        return self.protocol == "cooperative-sticky" or (self.protocol is None
+                                                          and "cooperative-sticky" in self.protocols)
 
     def join_body(self) -> dict:
         if self.cooperative:
@@ -501,7 +502,8 @@ async def test_bad_group_requests_get_kafka_codes_and_change_nothing():
     bad = [
         (dict(body, protocol_type="connect"), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
         (dict(body, member_id="forged"), ErrorCode.UNKNOWN_MEMBER_ID),
-        (dict(body, protocols=[{"name": "range", "metadata": b"\xff" * 70_000}]), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+        (dict(body, protocols=[{"name": "range", "metadata": b"\xff" * 70_000}]),
+         ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
         (dict(body, group_id="other", protocol_type=""), ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
     ]
     for request, code in bad:

@@ -151,7 +151,8 @@ def test_dirty_ratio_and_min_compaction_lag_decide_whether_a_pass_runs(tmp_path)
     assert clean_log(plog, SETTINGS, NOW_MS) is None
     plog.close()
     young = PartitionLog(tmp_path / "young-0", LogConfig(segment_bytes=4096, cleanup_policy=("compact",),
-                                                         min_cleanable_dirty_ratio=0.0, min_compaction_lag_ms=3_600_000),
+                                                         min_cleanable_dirty_ratio=0.0,
+                                                         min_compaction_lag_ms=3_600_000),
                          lambda: NOW_MS / 1000)
     fill(young, keys=50, rounds=6)  # records 1 s old: younger than the lag
     assert clean_log(young, SETTINGS, NOW_MS) is None

@@ -157,7 +157,8 @@ def test_from_broker_config_reads_log_keys():
     cfg = config.load(config.BROKER, overrides={"log.segment.bytes": "2048", "log.flush.interval.messages": "1",
                                                 "log.retention.bytes": "5000", "log.flush.interval.ms": "250"})
     lc = LogConfig.from_broker_config(cfg)
-    assert (lc.segment_bytes, lc.flush_interval_messages, lc.retention_bytes, lc.flush_interval_ms) == (2048, 1, 5000, 250)
+    assert (lc.segment_bytes, lc.flush_interval_messages, lc.retention_bytes, lc.flush_interval_ms) == \
+        (2048, 1, 5000, 250)
     assert lc.index_interval_bytes == 4096 and lc.retention_ms == 604800000
     with pytest.raises(ValueError, match="log.segment.bytes"):
         LogConfig(segment_bytes=2**31)

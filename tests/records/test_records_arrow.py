@@ -70,7 +70,7 @@ def rows_of(rb: pa.RecordBatch) -> list[dict]:
     rb.validate(full=True)
     rows = rb.to_pylist()
     ts = rb.column("timestamp").cast("int64").to_pylist()
-    for row, t in zip(rows, ts):
+    for row, t in zip(rows, ts, strict=True):
         row["timestamp"] = t
     return rows
 

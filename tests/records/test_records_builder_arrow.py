@@ -15,15 +15,16 @@ from spark_coord.records.arrow import HEADERS_TYPE, decode_to_arrow
 from spark_coord.records.header import validate_batches
 from spark_coord.records.reader import iter_batches
 
+header = st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9)))
 row = st.tuples(st.one_of(st.none(), st.binary(max_size=30)), st.one_of(st.none(), st.binary(max_size=400)),
-                st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9))),
-                                              max_size=3)))
+                st.one_of(st.none(), st.lists(header, max_size=3)))
 
 
 def columns(rows, start: int):
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
-    headers = pa.array([None if r[2] is None else [{"key": k, "value": v} for k, v in r[2]] for r in rows], HEADERS_TYPE)
+    headers = pa.array([None if r[2] is None else [{"key": k, "value": v} for k, v in r[2]] for r in rows],
+                       HEADERS_TYPE)
     return keys.slice(start), values.slice(start), headers.slice(start)
 
 

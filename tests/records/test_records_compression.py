@@ -160,7 +160,7 @@ def test_decompress_all_puts_every_item_side_by_side_growing_as_needed():
     than the first guess (a zstd frame without its size, 1000:1) makes the buffer grow."""
     pieces = [b"a" * 100_000, bytes(range(256)) * 40, b"", b"z" * 3000, b"plain bytes"]
     codecs = [compression.ZSTD, compression.GZIP, compression.LZ4, compression.SNAPPY, compression.NONE]
-    items = [(c, compress(c, p) if c else p) for c, p in zip(codecs, pieces)]
+    items = [(c, compress(c, p) if c else p) for c, p in zip(codecs, pieces, strict=True)]
     import zstandard
 
     items[0] = (compression.ZSTD, zstandard.ZstdCompressor(write_content_size=False).compress(pieces[0]))

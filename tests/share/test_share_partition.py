@@ -24,7 +24,7 @@ def states(sp: SharePartition) -> dict[int, tuple]:
 def check_ranges(sp: SharePartition) -> None:
     rs = sp._ranges
     expect = sp.start_offset
-    for k, (first, last, state, count, holder, deadline) in enumerate(rs):
+    for k, (first, last, state, _count, holder, deadline) in enumerate(rs):
         assert first == expect and first <= last
         assert (holder is not None) == (state == RecordState.ACQUIRED) == (deadline is not None)
         if k:

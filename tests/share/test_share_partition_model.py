@@ -186,7 +186,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if fetch is None:
             event("acquire: window full")
         assert flat == expect
-        for a, b in zip(got, got[1:]):  # merged where contiguous with one count
+        for a, b in zip(got, got[1:], strict=False):  # merged where contiguous with one count
             assert not (a.last_offset + 1 == b.first_offset and a.delivery_count == b.delivery_count)
         assert all(isinstance(a, Acquired) for a in got)
         for o, _ in flat:  # never one another member holds (nor one acquired before and not given back)

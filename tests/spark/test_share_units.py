@@ -123,5 +123,5 @@ def test_merged_joins_adjacent_ranges_of_one_delivery_count_and_keeps_every_offs
     offsets = {(tp, o, dc) for tp, rs in ranges.items() for a, b, dc in rs for o in range(a, b + 1)}
     assert {(tp, o, dc) for tp, rs in out.items() for a, b, dc in rs for o in range(a, b + 1)} == offsets
     for rs in out.values():
-        assert all(not (x[1] + 1 == y[0] and x[2] == y[2]) for x, y in zip(rs, rs[1:]))
+        assert all(not (x[1] + 1 == y[0] and x[2] == y[2]) for x, y in zip(rs, rs[1:], strict=False))
     assert merged({("t", 0): [(5, 9, 1), (0, 4, 1), (10, 12, 2)]}) == {("t", 0): [(0, 9, 1), (10, 12, 2)]}

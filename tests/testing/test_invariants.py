@@ -101,7 +101,8 @@ def test_kafka_members_callbacks_give_ownership_eager_and_incremental():
     assert spans[(T, 4)] == [(3.0, 10.0, "coop")]
     # a thin member taking t-3 at 6.5 overlaps nobody; at 5.5 it overlaps the cooperative member
     thin = {"ts": 6.5, "ev": "assign", "gen": 3, "parts": [[T, 3, 0]]}
-    assert invariants.one_owner_at_a_time(invariants.ownership_intervals(dict(journals, thin=[thin]), end_of_run=10)) == []
+    assert invariants.one_owner_at_a_time(invariants.ownership_intervals(dict(journals, thin=[thin]),
+                                                                         end_of_run=10)) == []
     early = dict(thin, ts=5.5)
     found = invariants.one_owner_at_a_time(invariants.ownership_intervals(dict(journals, thin=[early]), end_of_run=10))
     assert len(found) == 1 and "t-3 owned by coop" in found[0]

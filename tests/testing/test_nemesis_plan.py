@@ -89,7 +89,8 @@ def test_a_redelivery_goes_to_the_fault_begun_last_whose_window_still_covers_it(
 
 def test_aggregate_sums_redeliveries_per_injection_and_reads_reports_without_them():
     flap = dict(_kind(2, 1.0), redelivered=300)
-    runs = [_run(1, {"flap": flap}), _run(2, {"flap": _kind(3, 1.0)}), _run(3, {"flap": dict(_kind(1, 1.0), redelivered=0)})]
+    runs = [_run(1, {"flap": flap}), _run(2, {"flap": _kind(3, 1.0)}),
+            _run(3, {"flap": dict(_kind(1, 1.0), redelivered=0)})]
     d = nemesis.aggregate(runs)["by_kind"]["flap"]
     assert d["injected"] == 6 and d["redelivered"] == 300 and d["redelivered_injected"] == 3
     assert "| 300 (100 each)" in nemesis.aggregate_tables(nemesis.aggregate(runs))

@@ -108,7 +108,8 @@ def test_stop_fetcher_v1_names_the_partitions_or_null_for_all():
     body = {"coordinator_epoch": 9, "generation_id": 4, "consumer_id": "c", "partitions": None}
     frame = protocol.encode_request(api.STOP_FETCHER, 1, -3, None, body)
     assert protocol.decode_request(frame[4:])[1]["partitions"] is None
-    v0 = protocol.encode_request(api.STOP_FETCHER, 0, -3, None, dict(body, partitions=[{"topic": "t", "partitions": [1]}]))
+    v0 = protocol.encode_request(api.STOP_FETCHER, 0, -3, None,
+                                 dict(body, partitions=[{"topic": "t", "partitions": [1]}]))
     assert protocol.decode_request(v0[4:])[1]["partitions"] is None  # v0 has no list: it stops everything
     assert len(v0) < len(frame) + 100
 

@@ -98,7 +98,8 @@ def test_parse_broker_garbage_is_a_clear_value_error(data, fragment):
     assert fragment in str(e.value)
 
 
-@pytest.mark.parametrize("args", [(-1, "h", 1), (0, "", 1), (0, "a/b", 1), (0, "h", 0), (0, "h", 65536), (0, "h", True)])
+@pytest.mark.parametrize("args", [(-1, "h", 1), (0, "", 1), (0, "a/b", 1), (0, "h", 0), (0, "h", 65536),
+                                  (0, "h", True)])
 def test_broker_registration_refuses_bad_input(args):
     with pytest.raises(ValueError):
         model.broker_registration(*args)
