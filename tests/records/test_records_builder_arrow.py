@@ -15,9 +15,9 @@ from spark_coord.records.arrow import HEADERS_TYPE, decode_to_arrow
 from spark_coord.records.header import validate_batches
 from spark_coord.records.reader import iter_batches
 
-header = st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9)))
+header_kv = st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9)))
 row = st.tuples(st.one_of(st.none(), st.binary(max_size=30)), st.one_of(st.none(), st.binary(max_size=400)),
-                st.one_of(st.none(), st.lists(header, max_size=3)))
+                st.one_of(st.none(), st.lists(header_kv, max_size=3)))
 
 
 def columns(rows, start: int):
