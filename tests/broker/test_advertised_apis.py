@@ -14,8 +14,8 @@ from spark_coord.errors import ErrorCode
 from spark_coord.wire import protocol, registry
 from spark_coord.wire.registry import ApiKey
 
-#: Kafka's group APIs (DESIGN.md "One registry, several doors"): the classic ones, Kafka 4's consumer group protocol (KIP-848) and
-#: share groups (KIP-932) with their offsets' admin APIs.
+#: Kafka's group APIs (DESIGN.md "One registry, several doors"): the classic ones, Kafka 4's consumer group
+#: protocol (KIP-848) and share groups (KIP-932) with their offsets' admin APIs.
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
               ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,

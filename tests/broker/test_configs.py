@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from helpers import local_cluster, wait_until
+from kazoo.exceptions import NoNodeError
 
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
@@ -98,7 +99,7 @@ def notifications_for(zk, group: str) -> list[str]:
     for child in zk.get_children(paths.CONFIG_CHANGES):
         try:
             data, _ = zk.get(f"{paths.CONFIG_CHANGES}/{child}")
-        except Exception:
+        except NoNodeError:  # purged since it was listed
             continue
         if json.loads(data).get("entity_path") == f"groups/{group}":
             out.append(child)
@@ -174,8 +175,9 @@ def test_set_delete_and_by_duration(cluster, zk):
 def test_an_invalid_value_is_refused_naming_the_key_and_nothing_is_written(cluster, zk, key, value, fragments):
     group = group_name()
     for validate_only in (False, True):
-        error = refused(lambda: incremental(admin(cluster), ResourceType.GROUP, group,
-                                            [(key, value, AlterConfigOpType.SET)], validate_only=validate_only))
+        error = refused(lambda validate_only=validate_only: incremental(
+            admin(cluster), ResourceType.GROUP, group, [(key, value, AlterConfigOpType.SET)],
+            validate_only=validate_only))
         assert error.code() == KafkaError.INVALID_CONFIG, error
         for fragment in fragments:
             assert fragment in error.str()
@@ -209,8 +211,8 @@ def test_validate_only_writes_nothing(cluster, zk):
 
 def test_append_and_subtract_are_for_list_keys(cluster):
     for op in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
-        error = refused(lambda: incremental(admin(cluster), ResourceType.GROUP, group_name(),
-                                            [("share.auto.offset.reset", "earliest", op)]))
+        error = refused(lambda op=op: incremental(admin(cluster), ResourceType.GROUP, group_name(),
+                                                  [("share.auto.offset.reset", "earliest", op)]))
         assert error.code() == KafkaError.INVALID_CONFIG
         assert "share.auto.offset.reset" in error.str() and "LIST" in error.str()
 
@@ -317,7 +319,8 @@ def test_topic_configs_are_altered_stored_as_kafka_does_and_applied_on_every_bro
     assert any(json.loads(zk.get(f"{paths.CONFIG_CHANGES}/{c}")[0]).get("entity_path") == f"topics/{topic}"
                for c in zk.get_children(paths.CONFIG_CHANGES))
     for broker_id in (0, 1):  # the other broker follows the notification
-        result = wait_until(lambda: (r := raw_describe(cluster, broker_id, TOPIC_TYPE, topic, ["retention.ms"]))
+        result = wait_until(lambda broker_id=broker_id: (r := raw_describe(cluster, broker_id, TOPIC_TYPE, topic,
+                                                                           ["retention.ms"]))
                             ["configs"][0]["value"] == "1000" and r, timeout=15)
         entry = result["configs"][0]
         assert entry["config_source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry["read_only"]
@@ -425,9 +428,10 @@ def test_dynamic_broker_configs(cluster, zk):
     assert json.loads(zk.get(paths.broker_config("<default>"))[0])["config"] == {"log.retention.ms": "7200000"}
     try:
         for broker_id in (0, 1):
-            entry = wait_until(lambda: (r := raw_describe(cluster, broker_id, BROKER_TYPE, str(broker_id),
-                                                          ["log.retention.ms"])["configs"][0])["value"] == "7200000"
-                               and r, timeout=15)
+            entry = wait_until(lambda broker_id=broker_id: (r := raw_describe(cluster, broker_id, BROKER_TYPE,
+                                                                              str(broker_id), ["log.retention.ms"])
+                                                            ["configs"][0])["value"] == "7200000" and r,
+                               timeout=15)
             assert entry["config_source"] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
             assert [s["source"] for s in entry["synonyms"]] == [3, 4, 5]
         defaults = raw_describe(cluster, 0, BROKER_TYPE, "")
@@ -442,7 +446,8 @@ def test_dynamic_broker_configs(cluster, zk):
                                      ("no.such.key", "1", "Unknown broker config name: no.such.key"),
                                      ("log.retention.ms", "soon", "log.retention.ms"),
                                      ("log.cleaner.min.cleanable.ratio", "2", "log.cleaner.min.cleanable.ratio")):
-            error = refused(lambda: incremental(client, ResourceType.BROKER, "0", [(key, value, AlterConfigOpType.SET)]))
+            error = refused(lambda key=key, value=value: incremental(client, ResourceType.BROKER, "0",
+                                                                     [(key, value, AlterConfigOpType.SET)]))
             assert error.code() == KafkaError.INVALID_CONFIG and fragment in error.str(), error.str()
     finally:
         raw(cluster, 0, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{
@@ -452,9 +457,11 @@ def test_dynamic_broker_configs(cluster, zk):
         # the brokers learn of the deletion through a ZooKeeper watch: the tests after this one (the
         # same cluster) must find their own setting again, so wait until every broker has dropped it
         for broker_id in (0, 1):
-            wait_until(lambda: raw_describe(cluster, broker_id, BROKER_TYPE, str(broker_id),
-                                            ["log.retention.ms"])["configs"][0]["value"] == "3600000", timeout=15,
-                       message=f"broker {broker_id} to drop the cluster-wide log.retention.ms")
+            def dropped(broker_id: int = broker_id) -> bool:
+                described = raw_describe(cluster, broker_id, BROKER_TYPE, str(broker_id), ["log.retention.ms"])
+                return described["configs"][0]["value"] == "3600000"
+
+            wait_until(dropped, timeout=15, message=f"broker {broker_id} to drop the cluster-wide log.retention.ms")
 
 
 # ------------------------------------------------------------------ kafka-python

@@ -86,7 +86,7 @@ def test_kafka_python_default_producer_is_idempotent_and_stores_each_record_once
     _assert_exactly_once(rows, values)
     # the acknowledged offsets are where the records are
     stored = {(p, off): v for p, off, _k, v, _pid in rows}
-    assert all(stored[(m.partition, m.offset)] == v for m, v in zip(metadata, values))
+    assert all(stored[(m.partition, m.offset)] == v for m, v in zip(metadata, values, strict=True))
 
 
 def test_confluent_idempotent_producer_stores_each_record_once(cluster):

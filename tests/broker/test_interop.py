@@ -101,7 +101,8 @@ def test_kafka_python_admin_produce_consume(cluster):
         got = _kp_consume(cluster.bootstrap, "kp-topic", 6, N)
         assert _got(got, _normalize_kp) == _expected(records)
         # the partitions are spread over the three brokers
-        leaders = {p.get("leader", p.get("leader_id")) for t in admin.describe_topics(["kp-topic"]) for p in t["partitions"]}
+        leaders = {p.get("leader", p.get("leader_id"))
+                   for t in admin.describe_topics(["kp-topic"]) for p in t["partitions"]}
         assert leaders == {0, 1, 2}
         admin.delete_topics(["kp-topic"])
         wait_until(lambda: "kp-topic" not in admin.list_topics(), timeout=20, message="kp-topic gone")

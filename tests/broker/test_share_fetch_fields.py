@@ -35,7 +35,8 @@ def _batch(first: int, n: int) -> bytes:
 
 def _produce(c, first: int, n: int, per_batch: int) -> None:
     for start in range(first, first + n, per_batch):
-        r = wait_until(lambda: _produced(c, _batch(start, per_batch)), 30, 0.2, f"records {start}+ produced")
+        r = wait_until(lambda start=start: _produced(c, _batch(start, per_batch)), 30, 0.2,
+                       f"records {start}+ produced")
         assert r == "ok"
 
 

@@ -390,8 +390,8 @@ def test_ids_are_given_once_shared_by_every_broker_and_survive_restarts(zookeepe
 
             names = TOPICS_BEFORE + TOPICS_RACED
             for broker_id, address in cluster.brokers.items():
-                wait_until(lambda: ids_seen_by(address, names) == given_ids, 20,
-                           message=lambda: f"broker {broker_id} answers the ids ZooKeeper has")
+                wait_until(lambda address=address: ids_seen_by(address, names) == given_ids, 20,
+                           message=f"broker {broker_id} answers the ids ZooKeeper has")
 
             # a topic created through one broker: the same id from every broker
             with BrokerConnection(*cluster.brokers[2], timeout=15) as conn:
@@ -401,8 +401,8 @@ def test_ids_are_given_once_shared_by_every_broker_and_survive_restarts(zookeepe
             # (the other brokers' watches fire a moment after the creating broker answered)
             for broker_id, address in cluster.brokers.items():
                 with BrokerConnection(*address, timeout=15) as conn:
-                    wait_until(lambda: metadata(conn, [(None, created)])[0]["name"] == "created-in-cluster", 20,
-                               message=lambda: f"broker {broker_id} to know the new topic's id")
+                    wait_until(lambda conn=conn: metadata(conn, [(None, created)])[0]["name"] == "created-in-cluster",
+                               20, message=f"broker {broker_id} to know the new topic's id")
 
             # every broker restarted (killed: nothing is handed over): the same ids
             for broker_id in cluster.brokers:
@@ -410,8 +410,8 @@ def test_ids_are_given_once_shared_by_every_broker_and_survive_restarts(zookeepe
             for broker_id in cluster.brokers:
                 cluster.start_broker(broker_id)
             for broker_id, address in cluster.brokers.items():
-                wait_until(lambda: ids_seen_by(address, names) == given_ids, 30,
-                           message=lambda: f"broker {broker_id} answers the same ids after its restart")
+                wait_until(lambda address=address: ids_seen_by(address, names) == given_ids, 30,
+                           message=f"broker {broker_id} answers the same ids after its restart")
             assert _all_given_ids(zk, names) == given_ids
     finally:
         zk_close(zk)
@@ -430,7 +430,7 @@ def test_concurrent_brokers_in_process_agree_on_one_id(zk_connect, zk, tmp_path)
         given_ids = wait_until(lambda: _all_given_ids(zk, TOPICS_BEFORE), 30, message="every topic has an id")
         assert all(zk_topic(zk, n)[1] == 1 for n in TOPICS_BEFORE)
         for b in brokers:
-            wait_until(lambda: {n: b.broker.view.topic_id(n) for n in TOPICS_BEFORE} == given_ids, 20,
+            wait_until(lambda b=b: {n: b.broker.view.topic_id(n) for n in TOPICS_BEFORE} == given_ids, 20,
                        message=f"broker {b.broker.broker_id}'s view has the ids")
             assert all(b.broker.view.topic_name(i) == n for n, i in given_ids.items())
     finally:

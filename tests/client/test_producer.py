@@ -74,7 +74,7 @@ def test_keyless_records_stick_to_a_partition_until_its_batch_is_sent(cluster):
     # runs of records share a partition; a batch that was sent moves the next record elsewhere
     runs = [p for i, p in enumerate(placed) if p is not None and (i == 0 or placed[i - 1] != p)]
     assert len(runs) >= 10
-    assert all(a != b for a, b in zip(runs, runs[1:])), runs
+    assert all(a != b for a, b in zip(runs, runs[1:], strict=False)), runs
 
 
 def test_partition_option_forces_one_partition(cluster, tmp_path):

@@ -29,7 +29,8 @@ def make_connector(fake):
     made: list[ConsumerCoordinatorConnector] = []
 
     def make(member=None, session_timeout_ms: int = 3000, consumer_id: str = "c1", bootstrap=None):
-        reg = Registration(group_id="g", consumer_id=consumer_id, topics={"t": 2}, session_timeout_ms=session_timeout_ms)
+        reg = Registration(group_id="g", consumer_id=consumer_id, topics={"t": 2},
+                           session_timeout_ms=session_timeout_ms)
         conn = ConsumerCoordinatorConnector(bootstrap or [fake.address], reg, member or RecordingMember(OFFSETS),
                                             socket_timeout_ms=2000, backoff_ms=20, max_backoff_ms=100)
         conn.start()

@@ -96,7 +96,7 @@ def consume_kafka_python(bootstrap, topic, count):
     c.seek_to_beginning(*tps)
     got, deadline = [], time.monotonic() + 60
     while len(got) < count and time.monotonic() < deadline:
-        for tp, msgs in c.poll(timeout_ms=500).items():
+        for _tp, msgs in c.poll(timeout_ms=500).items():
             for m in msgs:
                 got.append((m.partition, m.offset, m.key, m.value, list(m.headers), m.timestamp))
     c.close()

@@ -34,7 +34,8 @@ def cluster(zookeeper, tmp_path_factory):
 
 def kcat(*args: str, stdin: bytes | None = None) -> bytes:
     proc = subprocess.run([KCAT, *args, "-X", "log_level=3"], input=stdin, capture_output=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, f"kcat {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}"
+    assert proc.returncode == 0, \
+        f"kcat {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}"
     return proc.stdout
 
 

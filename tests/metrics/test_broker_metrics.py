@@ -104,7 +104,7 @@ def test_group_lag_comes_from_the_coordinator_only_with_every_brokers_log_ends(b
         assert set(leaders.values()) == {0, 1}  # both brokers lead some
         producer = Producer(cc)
         for p in range(4):
-            for i in range(10 + p):
+            for _ in range(10 + p):
                 producer.send("t", b"x", partition=p)
         producer.flush()
         GroupClient(cc).commit_offsets("g", {("t", p): p for p in range(4)})  # lag 10 on each
@@ -145,7 +145,8 @@ def test_every_metric_the_grafana_dashboard_queries_is_exported(broker_factory):
 
     from spark_coord.consumer import Consumer
 
-    dashboard = json.loads((Path(__file__).resolve().parents[2] / "conf/grafana/spark-coord-dashboard.json").read_text())
+    dashboard_path = Path(__file__).resolve().parents[2] / "conf/grafana/spark-coord-dashboard.json"
+    dashboard = json.loads(dashboard_path.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     wanted = {m for e in exprs for m in re.findall(r"\b(?:kafka|spark_coord|process)_[a-z0-9_]+", e)}
     b = broker_factory(0, **METRICS)

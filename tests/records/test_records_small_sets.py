@@ -52,7 +52,7 @@ def test_a_small_set_in_a_fresh_process_is_decoded_in_python_with_the_same_rows(
     buf = build(records[:12], codec, base_offset=100) + build(records[12:], codec, base_offset=112)
     cases = [(buf, 0, None, False), (buf, 0, None, True), (buf, 105, 120, True), (buf, 112, None, False)]
     results = in_fresh_process(cases)
-    for (rows, numba_before, numba_after), case in zip(results, cases):
+    for (rows, numba_before, numba_after), case in zip(results, cases, strict=True):
         assert not numba_before and not numba_after  # the kernel was never loaded
         assert rows == compiled(*case)
 

@@ -137,7 +137,7 @@ def test_kafka_python_first_requests(capture):
             result["producer"] = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{capture.port}",
                                                      client_id="golden-kp", request_timeout_ms=5000,
                                                      max_block_ms=5000)
-        except Exception as e:  # the test asserts on the frames, not on the client's fate
+        except Exception as e:  # noqa: BLE001 -- the test asserts on the frames, not on the client's fate
             result["error"] = e
 
     t = threading.Thread(target=make, daemon=True)

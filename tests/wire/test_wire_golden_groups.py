@@ -87,8 +87,8 @@ def capture_confluent_kafka() -> dict:
             f.result(20)
         admin_frames = _first(broker, ADMIN_APIS[:3])
         admin_frames["OffsetFetch"] = _last_admin_fetch(broker, fetches)
-        return {"client": f"confluent-kafka {version('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]})",
-                "consumer": frames, "admin": admin_frames}
+        client = f"confluent-kafka {version('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]})"
+        return {"client": client, "consumer": frames, "admin": admin_frames}
     finally:
         broker.close()
 

@@ -211,7 +211,7 @@ def test_children_watch_rides_through_session_expiry_without_a_traceback(zk, zk_
             for round_ in range(6):
                 stop = threading.Event()
 
-                def churn(r: int = round_) -> None:
+                def churn(r: int = round_, stop: threading.Event = stop) -> None:
                     n = 0
                     while not stop.is_set():
                         other.create(f"/kids/r{r}-{n}")

@@ -262,7 +262,7 @@ def test_cli_runs_the_members_of_a_three_server_ensemble(tmp_path):
 
         def modes():
             found = []
-            for (q, seen), proc in zip(outputs, procs):
+            for (q, seen), proc in zip(outputs, procs, strict=True):
                 while not q.empty():
                     seen.append(q.get())
                 assert proc.poll() is None, f"a member exited early: {''.join(seen)}"
