@@ -124,7 +124,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 
 
 def encode_request_parts(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
-                         body: dict) -> list[bytes]:
+                         body: dict) -> "list[bytes | memoryview]":
     """A whole request frame, including the size prefix, as bytes parts to send in order: large
     records (bytes) are parts of their own, not copied (FileRegion records are read)."""
     entry = _entry(api_key, api_version)

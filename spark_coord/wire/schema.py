@@ -29,6 +29,7 @@ decoded dict encodes again in strict mode.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -308,18 +309,16 @@ def _array_codec(elem: _ValueCodec, compact: bool, nullable: bool, default: Any)
                 elem_encode(w, item)
             except EncodeError as e:
                 raise _within(f"[{i}]", e) from e
-    def check(value) -> None:
+    def check(value, item_check: Callable[[Any], None]) -> None:
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 try:
-                    elem_check(item)
+                    item_check(item)
                 except UnknownKeyError as e:
                     raise e.within(f"[{i}]") from e
-    if default is _MISSING:
-        factory: Callable[[], Any] = list
-    else:
-        factory = (lambda: default)
-    return _ValueCodec(decode, encode, 1 if compact else 4, factory, None if elem_check is None else check)
+    factory: Callable[[], Any] = list if default is _MISSING else (lambda: default)
+    return _ValueCodec(decode, encode, 1 if compact else 4, factory,
+                       None if elem_check is None else functools.partial(check, item_check=elem_check))
 
 
 def _struct_field_codec(nested: "StructCodec", nullable: bool, default: Any) -> _ValueCodec:
@@ -415,11 +414,13 @@ class StructCodec:
             elif f.tagged_in(version):
                 if not flexible:
                     raise ValueError(f"{name}.{f.name}: tagged field in a non-flexible version {version}")
-                if f.tag in self._tagged:
-                    raise ValueError(f"{name}: tag {f.tag} used twice in version {version}")
+                tag = f.tag
+                assert tag is not None  # tagged_in: it has one
+                if tag in self._tagged:
+                    raise ValueError(f"{name}: tag {tag} used twice in version {version}")
                 probe = Writer()
                 codec.encode(probe, codec.default())
-                self._tagged[f.tag] = (f.key, codec.decode, codec.encode, codec.default, probe.getvalue())
+                self._tagged[tag] = (f.key, codec.decode, codec.encode, codec.default, probe.getvalue())
                 self._absent.append((f.key, codec.default))
             else:
                 self._plain.append((f.key, codec.decode, codec.encode, codec.default))
