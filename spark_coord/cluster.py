@@ -143,6 +143,8 @@ class LocalCluster:
 
     def _wait_ready(self, broker_id: int, deadline: float) -> None:
         """Wait until the broker is registered in ZooKeeper at its port and answers ApiVersions."""
+        from kazoo.exceptions import KazooException
+
         from spark_coord.client.connection import BrokerConnection
         from spark_coord.zk import client as zk_client
         from spark_coord.zk import model, paths
@@ -158,8 +160,8 @@ class LocalCluster:
                 try:
                     data, _ = zk.get(paths.broker(broker_id))
                     registered = model.parse_broker(broker_id, data).port == self.ports[broker_id]
-                except Exception:
-                    pass
+                except (KazooException, ValueError):
+                    pass  # not registered yet (or no longer), or half written
                 if registered:
                     try:
                         with BrokerConnection(self.host, self.ports[broker_id], timeout=5.0):

@@ -209,7 +209,7 @@ class MetadataView:
                 brokers, topics, ids = await self.loop.run_in_executor(None, self._read)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- logged; the loop keeps reading until stopped
                 self.last_error = describe_data_error(e, self.security)
                 self._log(_level(self.last_error), "reading the data cluster's metadata failed: %s; retrying",
                           self.last_error)
@@ -325,7 +325,7 @@ class OffsetMirror:
                         groups = GroupClient(cluster, timeout=10.0)
                     groups.commit_offsets(group, offsets)
                     self.mirrored += len(offsets)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 -- logged and counted; kept for the next round
                     self.failures += 1
                     described = describe_data_error(e, self.security)
                     self._log(_level(described), "mirroring offsets of %s to the data cluster failed: %s; retrying",

@@ -436,7 +436,7 @@ class ChaosRun(RunAnalysis):
 
         try:
             return read_coordinator(self.zk, self.group)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- a probe: unknown while ZooKeeper is cut off or its node half written
             return None
 
     # ---------------------------------------------------------------- faults

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         try:
             sc.close()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- journaled; the member ends all the same
             ok = False
             journal.write("error", code=_code(e)[0], name="close", msg=str(e))
         journal.write("closed", ok=ok)
@@ -202,7 +202,7 @@ def set_share_group_config(bootstrap: str, group: str, configs: dict[str, str], 
             for f in futures.values():
                 f.result(timeout=15)
             return
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- tried again until the deadline, then raised
             if time.monotonic() > deadline:
                 raise
             log.info("setting the configs of share group %s failed (%s); again", group, e)

@@ -132,7 +132,7 @@ class ZkHistory(threading.Thread):
                 s = self.sample()
                 if s is not None:
                     self.samples.append(s)
-            except Exception as e:  # a torn read while nodes change, a dropped connection: next time
+            except Exception as e:  # noqa: BLE001 -- a torn read while nodes change, a dropped connection: next time
                 self.errors += 1
                 log.debug("zk history sample failed: %s", e)
             self._stop_event.wait(self.interval)
@@ -144,6 +144,6 @@ class ZkHistory(threading.Thread):
             s = self.sample()
             if s is not None:
                 self.samples.append(s)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- the samples taken so far are the history all the same
             log.debug("final zk history sample failed: %s", e)
         return self.samples

@@ -36,6 +36,8 @@ import logging
 from collections import Counter
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from spark_coord.configs.broker import describe_broker
 from spark_coord.configs.dynamic import BROKERS, TOPICS
 from spark_coord.configs.model import AlterConfigOp, ConfigResourceType, InvalidConfig
@@ -228,7 +230,7 @@ async def _alter_group(ctx, conn, group: str, configs: list[dict], incremental: 
         return ErrorCode.INVALID_CONFIG, str(e)
     except ValueError as e:  # a group id that cannot be a znode, or unreadable JSON in ZooKeeper
         return ErrorCode.INVALID_REQUEST, str(e)
-    except Exception as e:  # ZooKeeper trouble
+    except KazooException as e:  # ZooKeeper trouble
         log.error("altering the configs of group %r failed: %r", group, e)
         return ErrorCode.UNKNOWN_SERVER_ERROR, "could not store the group's configs"
     if not validate_only:
@@ -304,7 +306,7 @@ async def _alter_entity(ctx, conn, kind: str, name: str, configs: list[dict], in
         return ErrorCode.INVALID_CONFIG, str(e)
     except ValueError as e:
         return ErrorCode.INVALID_REQUEST, str(e)
-    except Exception as e:  # ZooKeeper trouble
+    except KazooException as e:  # ZooKeeper trouble
         log.error("altering the configs of %s failed: %r", what, e)
         return ErrorCode.UNKNOWN_SERVER_ERROR, f"could not store the configs of {what}"
     if not validate_only:

@@ -331,8 +331,8 @@ class Connection:
         self._pending.clear()
         try:
             self.writer.close()
-        except Exception:  # already broken
-            pass
+        except Exception:  # noqa: BLE001 -- already broken; the close callbacks must run all the same
+            log.debug("%r: closing the socket failed", self, exc_info=True)
         callbacks, self._on_close = self._on_close, []
         for fn in callbacks:
             try:

@@ -432,7 +432,7 @@ class CoordinationService:
                 cid = paths.parse_int_node("coordinator id", child)
                 data, _ = self.broker.zk.get(paths.coordinator(cid))
                 found[cid] = model.parse_broker(cid, data)
-            except Exception as e:  # gone meanwhile, or not ours
+            except (KazooException, ValueError) as e:  # gone meanwhile, or not ours
                 log.debug("coordinator registration %s: %s", child, e)
         return found
 

@@ -19,7 +19,7 @@ import threading
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, KazooException, NodeExistsError, NoNodeError
 
 from spark_coord.zk import model, paths
 from spark_coord.zk.client import add_state_hooks
@@ -177,9 +177,10 @@ class BrokerRegistration:
                 if not self.zk.connected:
                     raise ConnectionLoss("not connected")
                 await asyncio.wait_for(self.loop.run_in_executor(None, self._delete), STOP_TIMEOUT_S)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- stopping anyway: the registration goes with the session
                 log.warning("could not deregister broker %d (%s); the registration goes with the ZooKeeper "
-                            "session", self.broker_id, e.__class__.__name__)
+                            "session", self.broker_id, e.__class__.__name__,
+                            exc_info=not isinstance(e, (KazooException, asyncio.TimeoutError)))
             self.registered = False
 
     def _delete(self) -> None:

@@ -29,7 +29,7 @@ import threading
 from typing import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from spark_coord.zk import model, paths
@@ -133,7 +133,7 @@ class ClusterView:
                 continue  # went away between the listing and the read; the watch fires again
             except ValueError as e:
                 log.warning("ignoring %s/%s: %s", paths.BROKER_IDS, child, e)
-            except Exception as e:  # connection trouble: the recipe re-runs on reconnect
+            except KazooException as e:  # connection trouble: the recipe re-runs on reconnect
                 log.warning("reading %s/%s failed: %s", paths.BROKER_IDS, child, e)
         to_loop(self.loop, self._set_brokers)(brokers)
         return None
@@ -195,7 +195,7 @@ class ClusterView:
         except ValueError as e:
             log.warning("cannot give topic %s an id: %s", name, e)
             return
-        except Exception as e:  # the session expired meanwhile: the other brokers try too, and every
+        except KazooException as e:  # the session expired meanwhile: the other brokers try too, and every
             # broker tries again when it next reads the topic (a change, its restart)
             log.warning("giving topic %s an id failed: %s", name, e)
             return

@@ -168,7 +168,7 @@ async def delete_topic(ctx, name: str, timeout_ms: int = 30000, topic_id: bytes 
         if getattr(ctx, "dynamic_configs", None) is not None:
             try:
                 await ctx.dynamic_configs.delete_topic(name)
-            except Exception as e:  # noqa: BLE001 - the topic is gone; its configs are replaced on re-creation
+            except Exception as e:  # noqa: BLE001 -- the topic is gone; its configs are replaced on re-creation
                 log.warning("could not delete the configs of deleted topic %s: %r", name, e)
 
         def gone(v, found=found) -> bool:  # or replaced by a topic of the same name and another id

@@ -158,7 +158,7 @@ class ClientPool:
 def _close(kept: _Kept) -> None:
     try:
         kept.cluster.close()
-    except Exception as e:  # noqa: BLE001 - closing is best effort
+    except Exception as e:  # noqa: BLE001 -- closing is best effort
         log.debug("closing a pooled client: %s", e)
 
 

@@ -493,7 +493,7 @@ class LogCleaner:
                 if not plog.config.compact:
                     continue
                 ratio, cleanable, first_dirty, overdue = dirty_state(plog, now_ms)
-            except Exception:  # noqa: BLE001 - a closed or deleted log
+            except Exception:  # noqa: BLE001 -- a closed or deleted log
                 continue
             if overdue or (ratio > 0 and ratio >= plog.config.min_cleanable_dirty_ratio):
                 out.append((2.0 if overdue else ratio, plog))
@@ -521,7 +521,7 @@ class LogCleaner:
                     stats = self.clean_once()
                 except CleanerStopped:
                     return
-                except Exception:  # noqa: BLE001 - one bad log must not stop cleaning
+                except Exception:  # noqa: BLE001 -- one bad log must not stop cleaning
                     log.exception("log cleaner pass failed")
             if stats is None:
                 self._wake.wait(settings.backoff_ms / 1000)

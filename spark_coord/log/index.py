@@ -127,5 +127,5 @@ class OffsetIndex:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001 -- interpreter shutdown
             pass

@@ -65,7 +65,7 @@ class LogManager:
                 continue
             try:
                 self._logs[key] = PartitionLog(Path(entry.path), config, clock)
-            except Exception:  # noqa: BLE001 - one unreadable partition must not stop the broker
+            except Exception:  # noqa: BLE001 -- one unreadable partition must not stop the broker
                 log.exception("cannot open partition log %s; it stays offline", entry.path)
 
     async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
@@ -127,7 +127,7 @@ class LogManager:
         for plog in self._all():
             try:
                 plog.maybe_flush_by_time()
-            except Exception:  # noqa: BLE001 - keep flushing the others
+            except Exception:  # noqa: BLE001 -- keep flushing the others
                 log.exception("flush of %s failed", plog)
 
     def flush_all(self) -> None:
@@ -135,7 +135,7 @@ class LogManager:
         for plog in self._all():
             try:
                 plog.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 -- flush the others all the same
                 log.exception("flush of %s failed", plog)
 
     def apply_retention(self, topic: str | None = None) -> None:
@@ -143,7 +143,7 @@ class LogManager:
         for plog in self.logs(topic):
             try:
                 plog.apply_retention()
-            except Exception:  # noqa: BLE001 - keep going with the others
+            except Exception:  # noqa: BLE001 -- keep going with the others
                 log.exception("retention of %s failed", plog)
 
     def close(self) -> None:
@@ -154,5 +154,5 @@ class LogManager:
         for plog in logs:
             try:
                 plog.close()
-            except Exception:  # noqa: BLE001 - close the others anyway
+            except Exception:  # noqa: BLE001 -- close the others anyway
                 log.exception("closing %s failed", plog)

@@ -35,7 +35,7 @@ class SegmentFile(io.FileIO):
         try:
             if not self.closed:
                 self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
+        except Exception:  # noqa: BLE001 -- never raise from a finalizer
             pass
 
 

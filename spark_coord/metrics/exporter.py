@@ -275,8 +275,8 @@ class BrokerCollector(Collector):
                 current.add_metric(labels, plog.log_end_offset)
                 oldest.add_metric(labels, plog.log_start_offset)
                 size.add_metric(labels, plog.size_bytes)
-            except Exception as e:  # closed or deleted meanwhile
-                log.debug("metrics: log %s-%d skipped: %s", topic, partition, e)
+            except Exception:  # noqa: BLE001 -- one log must not fail the whole scrape
+                log.warning("metrics: log %s-%d skipped", topic, partition, exc_info=True)
         yield current
         yield oldest
         yield size

@@ -74,7 +74,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any], timeout: flo
             return
         try:
             fut.set_result(fn())
-        except BaseException as e:  # handed to the waiting thread
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting thread, which raises it
             fut.set_exception(e)
 
     try:
@@ -252,6 +252,9 @@ class LogEnds:
 
     def read(self, partitions: Iterable[TopicPartition], leaders: Mapping[TopicPartition, int],
              endpoints: Mapping[int, tuple[str, int]]) -> dict[TopicPartition, int]:
+        from spark_coord.errors import KafkaError
+        from spark_coord.wire.types import ProtocolError
+
         ends: dict[TopicPartition, int] = {}
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in partitions:
@@ -274,7 +277,7 @@ class LogEnds:
                 continue
             try:
                 ends.update(self._list_offsets(leader, address, tps))
-            except Exception as e:  # a broker down or unreachable: its partitions are left out
+            except (KafkaError, OSError, ProtocolError) as e:  # a broker down or unreachable: its partitions left out
                 self._drop(leader)
                 self._warn(leader, f"reading log ends from broker {leader} at {address[0]}:{address[1]} failed: {e}")
         return ends
@@ -320,7 +323,7 @@ class LogEnds:
         if known is not None:
             try:
                 known[1].close()
-            except Exception:  # closing is best effort
+            except OSError:  # closing is best effort
                 pass
 
     def _warn(self, key: Any, message: str) -> None:
@@ -420,13 +423,15 @@ def compute_lag(snapshot: ClusterSnapshot, log_ends: Mapping[TopicPartition, int
 
 def read_share_states(snapshot: ClusterSnapshot, share_states: ShareStates | None) -> dict[str, Mapping]:
     """Each share group's stored states (a group whose state cannot be read is left out, once logged)."""
+    from kazoo.exceptions import KazooException
+
     out: dict[str, Mapping] = {}
     if share_states is None:
         return out
     for g in snapshot.share_groups:
         try:
             out[g.group_id] = share_states(g.group_id)
-        except Exception as e:  # ZooKeeper unreachable: this sample shows the group without lag
+        except (KazooException, OSError) as e:  # ZooKeeper unreachable: this sample shows the group without lag
             log.debug("metrics: share state of %s not read: %s", g.group_id, e)
     return out
 

@@ -106,7 +106,7 @@ class SaslServer:
             if self.mechanism == PLAIN:
                 return await self._plain(bytes(token))
             return self._scram_step(bytes(token))
-        except Exception as e:  # noqa: BLE001 - any malformed token is a failed login, never a crash
+        except Exception as e:  # noqa: BLE001 -- any malformed token is a failed login, never a crash
             log.info("%s: SASL %s failed: %s", self.peer, self.mechanism, e.__class__.__name__)
             return self._fail()
 

@@ -196,11 +196,14 @@ class OffsetResolver:
 
     def leaders(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[str, int] | None]:
         """Leader address per partition from the cached metadata (None when unknown)."""
+        from spark_coord.errors import KafkaError
+        from spark_coord.wire.types import ProtocolError
+
         out = {}
         for t, p in tps:
             try:
                 out[(t, p)] = self.cluster.brokers.get(self.cluster.leader(t, p))
-            except Exception as e:  # a hint only: executors look the leader up themselves
+            except (KafkaError, OSError, ProtocolError) as e:  # a hint only: executors look it up themselves
                 log.debug("no leader hint for %s-%d: %s", t, p, e)
                 out[(t, p)] = None
         return out

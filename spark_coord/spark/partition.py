@@ -369,9 +369,9 @@ class _Fetch:
             if decoder is not None:
                 try:
                     self.decoded = decoder(self._outcome)
-                except Exception as e:  # the reading thread decodes it again and meets the error itself
+                except Exception as e:  # noqa: BLE001 -- the reading thread decodes it again and meets the error itself
                     log.debug("decoding the fetch at %d in the background: %s", self.offset, e)
-        except BaseException as e:  # handed to the reading thread by result()
+        except BaseException as e:  # noqa: BLE001 -- handed to the reading thread, which result() raises it in
             self._error = e
         finally:
             self._done.set()
@@ -380,7 +380,7 @@ class _Fetch:
         """Wait until nothing is received into this fetch's buffer any more; ignore its answer."""
         try:
             self.result()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- discarded: whatever it failed with no longer matters
             log.debug("discarded fetch at %d: %s", self.offset, e)
 
     def result(self):
@@ -415,7 +415,7 @@ class _Background:
             job = jobs.get()
             try:
                 job()
-            except BaseException as e:  # noqa: BLE001 - a job hands its own errors on; keep serving
+            except BaseException as e:  # noqa: BLE001 -- a job hands its own errors on; keep serving
                 log.debug("background job failed: %s", e)
             with self._lock:
                 self._idle.append(jobs)

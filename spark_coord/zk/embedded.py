@@ -249,7 +249,7 @@ def _stop_all() -> None:
     for zk in list(_live):
         try:
             zk.stop(timeout=5)
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+        except Exception:  # noqa: BLE001 -- best effort at interpreter exit
             pass
 
 

@@ -210,7 +210,7 @@ class LogTail(threading.Thread):
                             except Exception as e:  # noqa: BLE001 -- a leader cut off or down: next round
                                 log.debug("log tail of %s-%d: %s", self.topic, p, e)
                         self._stop_event.wait(self.interval)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- no broker reachable now: the tail goes on until stopped
                 log.debug("log tail: %s", e)
                 self._stop_event.wait(self.interval)
 

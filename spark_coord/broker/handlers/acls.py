@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kazoo.exceptions import KazooException
+
 from spark_coord.broker.handlers.base import Handler
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import (
@@ -88,7 +90,7 @@ async def create(ctx, conn, header, body: dict) -> dict:
     if valid:
         try:
             await asyncio.get_running_loop().run_in_executor(None, ctx.authorizer.create, valid)
-        except Exception as e:  # ZooKeeper trouble: every creation of this request failed
+        except KazooException as e:  # ZooKeeper trouble: every creation of this request failed
             log.error("CreateAcls: writing to ZooKeeper failed: %r", e)
             for r in results:
                 if r["error_code"] == ErrorCode.NONE:
@@ -113,7 +115,7 @@ async def delete(ctx, conn, header, body: dict) -> dict:
     usable = [f for f in filters if not f.invalid()]
     try:
         matched = await asyncio.get_running_loop().run_in_executor(None, ctx.authorizer.delete, usable)
-    except Exception as e:
+    except KazooException as e:  # ZooKeeper trouble: nothing is known to be deleted
         log.error("DeleteAcls: writing to ZooKeeper failed: %r", e)
         return delete_error(body, ErrorCode.UNKNOWN_SERVER_ERROR, "could not delete the ACLs")
     results, found = [], iter(matched)
