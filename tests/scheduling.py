@@ -11,9 +11,9 @@ stay in order. Two things make the run short rather than merely parallel:
   not in it counts as short). A long file started last would otherwise stand alone at the end.
 - **Long files split.** A file whose tests alone take longer than ``SPLIT_ABOVE_S`` (the Spark
   share-group tests, the Spark kill tests) is split into one unit per test, spread over the
-  workers like files (a parametrized test's cases too); each worker that takes one of them starts the file's module fixtures for
-  itself. A file whose tests depend on each other's order must not be split: name it in
-  ``KEEP_WHOLE``.
+  workers like files (a parametrized test's cases too); each worker that takes one of them starts
+  the file's module fixtures for itself. A file whose tests depend on each other's order must not
+  be split: name it in ``KEEP_WHOLE``.
 - **Shared machine-wide resources.** Files that need the same fixed resource of the machine (the
   README's Spark Connect server on Spark's default port 15002, and the pipeline test that holds
   that port to show a pipeline does not need it) run as one unit, one after the other

@@ -151,7 +151,7 @@ def _table(out: str, first: str) -> list[dict[str, str]]:
             for row in lines[i + 1:]:
                 if not row.strip() or row.split()[:1] == [first]:
                     break
-                rows.append(dict(zip(header, row.split())))
+                rows.append(dict(zip(header, row.split(), strict=True)))
     return rows
 
 
@@ -223,7 +223,7 @@ def test_consumer_perf_test_reads_every_record(produced, tool):
     done = tool(CONSUMER_PERF, "--topic", PERF_TOPIC, "--num-records", str(PERF_RECORDS), "--timeout", "60000",
                 "--group", _group("perf"))
     header, row = _lines(done.stdout)[-2:]
-    stats = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(","))))
+    stats = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(",")), strict=True))
     assert int(stats["data.consumed.in.nMsg"]) == PERF_RECORDS, done.stdout
 
 

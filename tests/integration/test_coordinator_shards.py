@@ -143,7 +143,7 @@ def _fetch_gap(ms, start: float, end: float) -> float:
     """The longest time within [start, end] in which no member of the group got records."""
     times = sorted(e["ts"] for m in ms for e in m.events("recs") if start <= e["ts"] <= end)
     edges = [start, *times, end]
-    return max(b - a for a, b in zip(edges, edges[1:]))
+    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
 
 
 def _recs_until(ms, ts: float) -> bool:
@@ -171,7 +171,7 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
     # the quiet baseline: every group reading, QUIET_S seconds of it
     ends = log_end_of(cluster.bootstrap, topic, live)
     for g, ms in groups.items():
-        wait_until(lambda: not consumed_up_to(ms, ends), timeout=60, message=f"{g} reading the records")
+        wait_until(lambda ms=ms: not consumed_up_to(ms, ends), timeout=60, message=f"{g} reading the records")
     quiet_from = time.time()
     wait_until(lambda: all(_recs_until(ms, quiet_from + QUIET_S) for ms in groups.values()), timeout=60,
                message="the quiet baseline")
@@ -180,8 +180,9 @@ def test_sigkill_of_one_coordinator_fails_over_only_its_shards(cluster, czk, mem
     survivors = wait_settled(czk, {0, 1}, timeout=BROKER_ZK_SESSION_MS / 1000 + 30)
     for g in on_victim:
         successor = coordinator_of(survivors, g)
-        wait_until(lambda: all(broker_log_has(cluster, successor, f"group {g}: consumer {m.consumer_id} is back")
-                               for m in groups[g]), timeout=60,
+        wait_until(lambda g=g, successor=successor: all(
+                       broker_log_has(cluster, successor, f"group {g}: consumer {m.consumer_id} is back")
+                       for m in groups[g]), timeout=60,
                    message=f"the members of {g} taken back by coordinator {successor}")
         assert wait_balanced(groups[g], parts)[0] == gens[g]
     settled = time.time()
@@ -232,8 +233,9 @@ def test_a_coordinator_joining_takes_only_its_share_and_members_are_taken_back(c
     assert after == planned and moved_groups == leaving
     for g, ms in groups.items():
         if g in moved_groups:
-            wait_until(lambda: all(broker_log_has(cluster, newcomer, f"group {g}: consumer {m.consumer_id} is back")
-                                   for m in ms), timeout=60, message=f"the members of {g} taken back by {newcomer}")
+            wait_until(lambda g=g, ms=ms: all(
+                           broker_log_has(cluster, newcomer, f"group {g}: consumer {m.consumer_id} is back")
+                           for m in ms), timeout=60, message=f"the members of {g} taken back by {newcomer}")
         assert wait_balanced(ms, parts)[0] == gens[g]
         for m in ms:
             stops = [e for e in m.events() if e["ev"] in ("stop", "assign") and e["ts"] >= wall_join]

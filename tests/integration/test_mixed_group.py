@@ -65,18 +65,18 @@ def test_mixed_group_shares_partitions_and_hands_over_after_sigkill(cluster, czk
                 return None
             return kinds
 
-        kinds = wait_until(shared, timeout=60, interval=0.2,
-                           message=lambda: f"three kinds of member to share {PARTITIONS} partitions; owners now "
-                                           f"{_owners_by_member(czk, group)}")
+        wait_until(shared, timeout=60, interval=0.2,
+                   message=lambda: f"three kinds of member to share {PARTITIONS} partitions; owners now "
+                                   f"{_owners_by_member(czk, group)}")
         wait_until(lambda: all(p.read() > 0 for p in peers), timeout=30,
                    message=lambda: f"both Kafka clients to read records; {[p.read() for p in peers]}")
 
         victim = peers[0]
         t_kill = time.monotonic()
         victim.stop(signal.SIGKILL)
-        kinds = wait_until(lambda: shared(without="confluent"), timeout=KAFKA_SESSION_MS / 1000 + 30, interval=0.2,
-                           message=lambda: f"the survivors to take the killed member's partitions; owners now "
-                                           f"{_owners_by_member(czk, group)}")
+        wait_until(lambda: shared(without="confluent"), timeout=KAFKA_SESSION_MS / 1000 + 30, interval=0.2,
+                   message=lambda: f"the survivors to take the killed member's partitions; owners now "
+                                   f"{_owners_by_member(czk, group)}")
         moved = time.monotonic() - t_kill
         print(f"\npartitions of the SIGKILLed confluent-kafka member moved in {moved:.2f} s")
         assert moved < KAFKA_SESSION_MS / 1000 + 2.0, f"partitions moved {moved:.2f} s after the SIGKILL"
@@ -127,7 +127,7 @@ def test_kafka_clients_ride_through_a_coordinator_sigkill(cluster, czk, producer
         wait_until(lambda: (c := read_coordinator(czk)) is not None and c != victim, timeout=60,
                    message="another broker to become coordinator")
         reads = [p.read() for p in peers]
-        wait_until(lambda: all(p.read() > r for p, r in zip(peers, reads)), timeout=60,
+        wait_until(lambda: all(p.read() > r for p, r in zip(peers, reads, strict=True)), timeout=60,
                    message="both clients to read on after the failover")
         cluster.start_broker(victim)
         producer.allowed |= led

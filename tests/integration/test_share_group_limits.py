@@ -72,6 +72,7 @@ def test_a_groups_max_record_locks_bounds_what_one_consumer_can_hold(broker_fact
             return bool(held)
 
         wait_until(hold, timeout=60, message="records for the holder")
-        assert held == set(range(locks)), f"held {len(held)} records ({min(held)}-{max(held)}); the group allows {locks}"
+        assert held == set(range(locks)), \
+            f"held {len(held)} records ({min(held)}-{max(held)}); the group allows {locks}"
     finally:
         holder.close()

@@ -150,7 +150,8 @@ def java_binary() -> str:
     """``java`` of ``$JAVA_HOME``, else of PATH, if it is Java 17 or later (Kafka 4's brokers need 17);
     asked once per process (``java -version`` starts a JVM)."""
     home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").is_file() else shutil.which("java")
+    in_home = Path(home) / "bin" / "java" if home else None
+    java = str(in_home) if in_home is not None and in_home.is_file() else shutil.which("java")
     if java is None:
         raise ApacheKafkaUnavailable("java is not on PATH (Apache Kafka 4 needs Java 17 or later)")
     try:
@@ -174,8 +175,8 @@ def kafka_tool(jars: Path, main_class: str, *args: str, timeout: float = 120.0, 
                check: bool = False) -> subprocess.CompletedProcess:
     """Run a Kafka command-line tool by its main class with the resolved jars; its completed
     process (text output).  ``check``: AssertionError with its output if it exits non-zero."""
-    done = subprocess.run(kafka_tool_command(jars, main_class, *args), capture_output=True, text=True, timeout=timeout, input=input,
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    done = subprocess.run(kafka_tool_command(jars, main_class, *args), capture_output=True, text=True, timeout=timeout,
+                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
     if check and done.returncode != 0:
         raise AssertionError(f"{main_class} {' '.join(args)} exited with {done.returncode}:\n"
                              f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -388,7 +389,7 @@ class ApacheKafkaCluster:
 
         with ThreadPoolExecutor(len(self.nodes)) as pool:
             results = list(pool.map(run, self.nodes))
-        for node, done in zip(self.nodes, results):
+        for node, done in zip(self.nodes, results, strict=True):
             if done.returncode != 0:
                 raise RuntimeError(f"formatting node {node.node_id} failed ({done.returncode}):\n"
                                    f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")

@@ -47,7 +47,7 @@ def main() -> None:
             last = time.monotonic()
 
     if kind == "confluent":
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
 
         conf = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
                 "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200,
@@ -77,7 +77,7 @@ def main() -> None:
             for m in got:
                 try:
                     c.store_offsets(message=m)
-                except Exception:  # revoked meanwhile: not ours to commit any more
+                except KafkaException:  # revoked meanwhile: not ours to commit any more
                     pass
         flush(force=True)
         c.close()

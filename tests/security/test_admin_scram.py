@@ -52,7 +52,7 @@ def test_confluent_kafka_changes_a_password_and_the_new_one_logs_in_everywhere(b
                                         upsert("erin", "erin-pw-1", ScramMechanism.SCRAM_SHA_256, 4096)],
                                        request_timeout=15)["erin"].result(20)
     for b in brokers:
-        wait_until(lambda: can_login(b, pki, "erin", "erin-pw-1"), timeout=15, message="erin logs in")
+        wait_until(lambda b=b: can_login(b, pki, "erin", "erin-pw-1"), timeout=15, message="erin logs in")
     assert can_login(brokers[1], pki, "erin", "erin-pw-1", "SCRAM-SHA-256")
     assert UserStore(zk).users()["erin"] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]  # what `spark-coord users list` shows
 
@@ -64,7 +64,7 @@ def test_confluent_kafka_changes_a_password_and_the_new_one_logs_in_everywhere(b
 
     admin.alter_user_scram_credentials([upsert("erin", "erin-pw-2")], request_timeout=15)["erin"].result(20)
     for b in brokers:
-        wait_until(lambda: can_login(b, pki, "erin", "erin-pw-2") and not can_login(b, pki, "erin", "erin-pw-1"),
+        wait_until(lambda b=b: can_login(b, pki, "erin", "erin-pw-2") and not can_login(b, pki, "erin", "erin-pw-1"),
                    timeout=15, message="the new password replaces the old one")
     assert can_login(brokers[0], pki, "alice", "alice-s3cret-pw")  # other users untouched
 

@@ -195,14 +195,14 @@ def test_users_changed_while_brokers_run_take_effect_on_every_broker(broker_fact
     assert not login(brokers[1], "erin", "erin-pw-1")
     store.set_password("erin", "erin-pw-1")
     for b in brokers:
-        wait_until(lambda: login(b, "erin", "erin-pw-1"), timeout=10, message="erin can log in")
+        wait_until(lambda b=b: login(b, "erin", "erin-pw-1"), timeout=10, message="erin can log in")
     store.set_password("erin", "erin-pw-2", ["SCRAM-SHA-512"])
     for b in brokers:
-        wait_until(lambda: login(b, "erin", "erin-pw-2") and not login(b, "erin", "erin-pw-1"), timeout=10,
+        wait_until(lambda b=b: login(b, "erin", "erin-pw-2") and not login(b, "erin", "erin-pw-1"), timeout=10,
                    message="the new password replaces the old one")
     assert store.delete("erin")
     for b in brokers:
-        wait_until(lambda: not login(b, "erin", "erin-pw-2"), timeout=10, message="erin is gone")
+        wait_until(lambda b=b: not login(b, "erin", "erin-pw-2"), timeout=10, message="erin is gone")
     assert "erin" not in store.users()
 
 
@@ -308,7 +308,7 @@ def test_kafka_python_over_sasl_ssl_with_scram_sha_512(sasl_broker, pki):
     c = KafkaConsumer(**common, enable_auto_commit=False, consumer_timeout_ms=5000)
     c.assign([TopicPartition(topic, 0)])
     c.seek_to_beginning()
-    got = [m.value for _, m in zip(range(20), c)]
+    got = [m.value for _, m in zip(range(20), c, strict=False)]
     c.close()
     assert got == [f"k{i}".encode() for i in range(20)]
 
@@ -318,7 +318,8 @@ def test_kcat_over_sasl_ssl_with_scram_sha_512(sasl_broker, pki):
     topic = f"kcat-sasl-{uuid.uuid4().hex[:6]}"
     with ClusterClient(bootstrap(sasl_broker), security=sasl_ssl(pki)) as cc:
         AdminClient(cc).create_topic(topic, 1)
-    common = [KCAT, "-b", bootstrap(sasl_broker), "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=SCRAM-SHA-512",
+    common = [KCAT, "-b", bootstrap(sasl_broker), "-X", "security.protocol=SASL_SSL",
+              "-X", "sasl.mechanism=SCRAM-SHA-512",
               "-X", "sasl.username=alice", "-X", f"sasl.password={PASSWORDS['alice']}",
               "-X", f"ssl.ca.location={pki.ca_path}", "-X", "log_level=3", "-t", topic]
     lines = "".join(f"sasl line {i}\n" for i in range(25)).encode()

@@ -6,9 +6,9 @@ Members (thin consumers, and ``spark-coord consume -X ...``, with one set of cli
 data cluster and the coordinator's listener of the same protocol) read everything through it;
 offsets land in the coordinator's ZooKeeper and, mirrored, in the data cluster's own offset store
 (OffsetFetch by confluent-kafka over the secured listener shows them); the lag reader's ListOffsets
-reach both data brokers (the lag exported is the log end minus the committed offset).  A refused log-in or an untrusted certificate is
-logged as such and the coordinator keeps trying (served once the password is right); a bad
-setting stops it at start, naming the key.
+reach both data brokers (the lag exported is the log end minus the committed offset).  A refused
+log-in or an untrusted certificate is logged as such and the coordinator keeps trying (served once
+the password is right); a bad setting stops it at start, naming the key.
 """
 
 from __future__ import annotations

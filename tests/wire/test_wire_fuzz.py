@@ -82,7 +82,7 @@ def test_mutated_valid_frames(api_key, version, seed, edits):
     resp = protocol.encode_response(RequestHeader(api_key, version, 1, None),
                                     sample_body(api_key, version, "response", seed=seed))
     resp_frame = bytearray(b"".join(p.read() if isinstance(p, FileRegion) else p for p in resp)[4:])
-    for op, pos, byte in edits:
+    for _op, pos, byte in edits:
         if resp_frame:
             resp_frame[pos % len(resp_frame)] ^= byte | 1
     _decode_response_or_protocol_error(api_key, version, bytes(resp_frame))
