@@ -537,10 +537,10 @@ class LinkProxy:
             try:
                 self.stats()
                 return self
-            except OSError:
+            except OSError as e:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"linkproxy did not answer on {self.control} within {timeout:.0f} s")
+                    raise RuntimeError(f"linkproxy did not answer on {self.control} within {timeout:.0f} s") from e
                 time.sleep(0.05)
 
     def alive(self) -> bool:

@@ -66,6 +66,8 @@ CLASS_NAMES = frozenset({"kafka.security.authorizer.AclAuthorizer", "kafka.secur
                          "spark_coord.security.authorizer.AclAuthorizer"})
 _STORED_PATTERNS = (PatternType.LITERAL, PatternType.PREFIXED)
 _STORED_TYPES = tuple(t for t in ResourceType if t.value > 1)
+#: The filter that matches every binding (``acls()``'s default; frozen, so one is shared).
+_EVERY_BINDING = AclBindingFilter()
 
 
 class NoAuthorizer:
@@ -166,7 +168,7 @@ class AclAuthorizer:
         return out
 
     # ------------------------------------------------------------------ listing
-    def acls(self, filt: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
+    def acls(self, filt: AclBindingFilter = _EVERY_BINDING) -> list[AclBinding]:
         """Bindings matching ``filt``, from the cache."""
         out = []
         for pattern, entries in list(self._acls.items()):

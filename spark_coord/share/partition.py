@@ -403,7 +403,7 @@ class SharePartition:
         if changed or self._archived_total != archived_before:
             self._advance()
             self._version += 1
-        return [Acquired(f, l, c) for f, l, c in got_list]
+        return [Acquired(first, last, count) for first, last, count in got_list]
 
     def _acquire_window(self, a: int, b: int, budget: int, member_id: str, deadline: float,
                         got_list: list) -> int:

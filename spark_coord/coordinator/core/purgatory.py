@@ -82,7 +82,9 @@ class DelayedOperation(ABC):
         """Runs exactly once, whichever way the operation completed."""
 
     def on_expiration(self) -> None:
-        """Runs after ``on_complete`` when the operation completed by expiring."""
+        """Runs after ``on_complete`` when the operation completed by expiring.  A hook: nothing
+        by default (not abstract: most operations have nothing more to do on expiry)."""
+        return None
 
 
 class Purgatory:
