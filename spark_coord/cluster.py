@@ -150,7 +150,8 @@ class LocalCluster:
         from spark_coord.zk import model, paths
 
         proc = self.procs[broker_id]
-        zk = zk_client.connect(self.zk_connect, connection_timeout_ms=max(1000, int((deadline - time.monotonic()) * 1000)))
+        zk = zk_client.connect(self.zk_connect,
+                               connection_timeout_ms=max(1000, int((deadline - time.monotonic()) * 1000)))
         try:
             while True:
                 if proc.poll() is not None:

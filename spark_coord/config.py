@@ -3,9 +3,10 @@
 Every key has a name (Kafka's own wherever Kafka has one), a type, a default and a
 doc string, and may have aliases: the other name of the same setting where the Java
 client and librdkafka name it differently (``sasl.mechanism`` / ``sasl.mechanisms``),
-read wherever the key is read (files, ``--override``, ``-X``, Spark's ``kafka.`` options).  ``conf/*.properties`` are rendered from these tables (a test keeps them
-in step), ``load()`` reads a file and applies ``--override key=value`` pairs, and an
-unknown key or a bad value raises ``ConfigError`` naming the key.
+read wherever the key is read (files, ``--override``, ``-X``, Spark's ``kafka.`` options).
+``conf/*.properties`` are rendered from these tables (a test keeps them in step),
+``load()`` reads a file and applies ``--override key=value`` pairs, and an unknown key or
+a bad value raises ``ConfigError`` naming the key.
 """
 
 from __future__ import annotations
@@ -302,7 +303,8 @@ METRICS_KEYS = [
 # --------------------------------------------------------------------------- broker
 
 BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --config conf/broker.properties)", [
-    Key("broker.id", "int", 0, "Unique id of this broker in the cluster; it names /brokers/ids/<id> in ZooKeeper.", minimum=0),
+    Key("broker.id", "int", 0,
+        "Unique id of this broker in the cluster; it names /brokers/ids/<id> in ZooKeeper.", minimum=0),
     Key("listeners", "str", "PLAINTEXT://127.0.0.1:9092",
         "Where the broker listens: NAME://host:port entries, comma-separated, e.g.\n"
         "PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9093. A name is a security protocol (PLAINTEXT,\n"
@@ -312,15 +314,18 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "What clients are told to connect to (Metadata answers with the listener the client came\n"
         "in on, as Kafka does; /brokers/ids lists them all), NAME://host:port per listener.\n"
         "A listener missing here is advertised at its own host and port."),
-    Key("listener.security.protocol.map", "str", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    Key("listener.security.protocol.map", "str",
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         "The security protocol of each listener name, NAME:PROTOCOL pairs (e.g. INTERNAL:SASL_SSL)."),
     Key("security.inter.broker.protocol", "str", None,
         "The security protocol of the listener brokers and coordinators reach each other on (its\n"
         "endpoint is the broker's host/port in /brokers/ids). Empty: the PLAINTEXT listener if\n"
         "there is one, else the first listener. Set this or inter.broker.listener.name, not both."),
     Key("inter.broker.listener.name", "str", None, "The listener brokers reach each other on, by name."),
-    Key("log.dirs", "str", "data/broker-0", "Directory holding this broker's partition logs (one subdirectory per partition)."),
-    Key("zookeeper.connect", "str", "127.0.0.1:2181", "ZooKeeper connection string, host:port[,host:port...][/chroot]."),
+    Key("log.dirs", "str", "data/broker-0",
+        "Directory holding this broker's partition logs (one subdirectory per partition)."),
+    Key("zookeeper.connect", "str", "127.0.0.1:2181",
+        "ZooKeeper connection string, host:port[,host:port...][/chroot]."),
     Key("zookeeper.session.timeout.ms", "int", 18000,
         "ZooKeeper session timeout (Kafka's default since 2.5). A broker silent this long loses its\n"
         "session: its registration and, if it coordinates, the coordinator role go to other brokers.\n"
@@ -333,8 +338,10 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "Two cases no longer depend on it: a connection loss shorter than the timeout costs nothing\n"
         "(the coordinator keeps serving and its ZooKeeper writes wait), and a broker restarted after\n"
         "a crash replaces its own stale registration and election node at once (0.7 s measured).", minimum=1000),
-    Key("zookeeper.connection.timeout.ms", "int", 18000, "How long to wait for the first ZooKeeper connection at start-up.", minimum=100),
-    Key("num.partitions", "int", 1, "Partitions of a topic created without an explicit count (auto-created or -1 in CreateTopics).", minimum=1),
+    Key("zookeeper.connection.timeout.ms", "int", 18000,
+        "How long to wait for the first ZooKeeper connection at start-up.", minimum=100),
+    Key("num.partitions", "int", 1,
+        "Partitions of a topic created without an explicit count (auto-created or -1 in CreateTopics).", minimum=1),
     Key("auto.create.topics.enable", "bool", False,
         "Create a topic when a client asks Metadata or Produce for one that does not exist."),
     Key("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
@@ -346,17 +353,22 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("connections.max.idle.ms", "int", 600000,
         "Close a connection that has sent nothing for this long (also bounds a client that\n"
         "connects and never sends a request).", minimum=100),
-    Key("log.segment.bytes", "int", 1073741824, "Roll to a new segment file when the active one reaches this size.", minimum=1024),
-    Key("log.index.interval.bytes", "int", 4096, "Bytes of log between two entries of the sparse offset index.", minimum=1),
-    Key("log.retention.bytes", "int", -1, "Delete oldest segments while a partition is larger than this; -1 keeps everything."),
-    Key("log.retention.ms", "int", 604800000, "Delete segments whose newest record is older than this; -1 keeps everything."),
+    Key("log.segment.bytes", "int", 1073741824,
+        "Roll to a new segment file when the active one reaches this size.", minimum=1024),
+    Key("log.index.interval.bytes", "int", 4096,
+        "Bytes of log between two entries of the sparse offset index.", minimum=1),
+    Key("log.retention.bytes", "int", -1,
+        "Delete oldest segments while a partition is larger than this; -1 keeps everything."),
+    Key("log.retention.ms", "int", 604800000,
+        "Delete segments whose newest record is older than this; -1 keeps everything."),
     Key("log.retention.check.interval.ms", "int", 300000, "How often retention is applied.", minimum=10),
     Key("log.flush.interval.messages", "int", 9223372036854775807,
         "fsync a partition after this many appended records. The default leaves flushing to the OS\n"
         "(as Kafka does); 1 fsyncs every produce request before it is acknowledged.", minimum=1),
     Key("log.flush.interval.ms", "int", -1,
         "fsync partitions with unflushed data at least this often; -1 leaves it to the OS."),
-    Key("log.flush.scheduler.interval.ms", "int", 1000, "How often the time-based flush policy is checked.", minimum=10),
+    Key("log.flush.scheduler.interval.ms", "int", 1000,
+        "How often the time-based flush policy is checked.", minimum=10),
     Key("log.roll.ms", "int", 604800000,
         "Roll to a new segment when the active one is older than this (its first append), even if it\n"
         "is not full: retention and compaction only ever remove closed segments. A topic's segment.ms.", minimum=1),
@@ -391,7 +403,8 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "How long a tombstone (a record with a null value) stays in a compacted log, counted from its\n"
         "timestamp, so consumers reading behind can see the delete. A topic's delete.retention.ms.", minimum=0),
     # TLS (PEM files); each key may also be set for one listener as listener.name.<listener>.<key>
-    Key("ssl.keystore.type", "str", "PEM", "Format of the key store: PEM (JKS and PKCS12 are Java formats: convert them)."),
+    Key("ssl.keystore.type", "str", "PEM",
+        "Format of the key store: PEM (JKS and PKCS12 are Java formats: convert them)."),
     Key("ssl.keystore.location", "str", None,
         "PEM file with the broker's private key and its certificate chain (leaf first), for TLS listeners."),
     Key("ssl.key.password", "password", None, "Password of the private key, when it is encrypted."),
@@ -456,16 +469,19 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "Each ping waits 2/3 of the member's session timeout; pings go out every 1/3.", minimum=0),
     Key("coordinator.offsets.commit.interval.ms", "int", 1000,
         "How often consumed offsets reported in ping answers are written to ZooKeeper\n"
-        "(/consumers/<group>/offsets/<topic>/<partition>). They are also written before every StartFetcher.", minimum=10),
+        "(/consumers/<group>/offsets/<topic>/<partition>). They are also written before every StartFetcher.",
+        minimum=10),
     Key("gc.freeze.interval.ms", "int", 10000,
         "How often objects that survived Python's garbage collector are frozen out of its sight (gc.freeze),\n"
         "so its automatic collections visit only what is new, instead of every object of the process\n"
         "(with 5,000 members such a full collection held the event loop, and so pings, for 300-430 ms every\n"
         "10 s). A full collection then runs only when the heap has doubled since the last one.\n"
         "0: Python's own collection schedule.", minimum=0),
-    Key("coordinator.rebalance.backoff.ms", "int", 500, "Wait before retrying a rebalance that timed out or failed.", minimum=0),
+    Key("coordinator.rebalance.backoff.ms", "int", 500,
+        "Wait before retrying a rebalance that timed out or failed.", minimum=0),
     Key("coordinator.rebalance.max.retries", "int", 10,
-        "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged (the next group change retries).",
+        "Attempts before a rebalance is given up and ConsumerRebalanceFailed is logged "
+        "(the next group change retries).",
         minimum=1),
     Key("coordinator.partition.assignment.strategy", "str", "sticky",
         "How the coordinator assigns partitions to consumer threads. sticky: balanced (shares differ by at\n"
@@ -575,13 +591,16 @@ def _listener_key(name: str) -> Key | None:
 
 # ------------------------------------------------------------------------ zookeeper
 
-ZOOKEEPER = KeySet("zookeeper", "Embedded Apache ZooKeeper settings (spark-coord zookeeper --config conf/zookeeper.properties).\n"
+ZOOKEEPER = KeySet("zookeeper", "Embedded Apache ZooKeeper settings "
+                   "(spark-coord zookeeper --config conf/zookeeper.properties).\n"
                    "# This file is handed to ZooKeeper itself, so any zoo.cfg setting may be added", [
     Key("clientPort", "int", 2181, "Port ZooKeeper listens on for clients. 0 picks a free port.", minimum=0),
     Key("clientPortAddress", "str", "127.0.0.1", "Address ZooKeeper listens on."),
     Key("dataDir", "str", "data/zookeeper", "Where ZooKeeper keeps its snapshots and transaction log."),
-    Key("tickTime", "int", 2000, "ZooKeeper's basic time unit in ms; sessions may last 2 to 20 ticks by default.", minimum=1),
-    Key("minSessionTimeout", "int", 1000, "Shortest session timeout (ms) ZooKeeper grants; short ones make tests of failures fast.", minimum=1),
+    Key("tickTime", "int", 2000,
+        "ZooKeeper's basic time unit in ms; sessions may last 2 to 20 ticks by default.", minimum=1),
+    Key("minSessionTimeout", "int", 1000,
+        "Shortest session timeout (ms) ZooKeeper grants; short ones make tests of failures fast.", minimum=1),
     Key("maxSessionTimeout", "int", 60000, "Longest session timeout (ms) ZooKeeper grants.", minimum=1),
     Key("maxClientCnxns", "int", 0, "Connections allowed per client address; 0 means unlimited.", minimum=0),
     Key("admin.enableServer", "bool", False, "ZooKeeper's HTTP admin server (it would take port 8080)."),
@@ -633,14 +652,16 @@ CLIENT_SECURITY_KEYS = [
     Key("ssl.truststore.type", "str", "PEM",
         "The Java client's format of ssl.truststore.location: only PEM is read (convert a JKS or PKCS12\n"
         "trust store to PEM, e.g. with keytool -exportcert -rfc)."),
-    Key("ssl.certificate.location", "str", None, "PEM client certificate, for brokers that want one (ssl.client.auth)."),
+    Key("ssl.certificate.location", "str", None,
+        "PEM client certificate, for brokers that want one (ssl.client.auth)."),
     Key("ssl.key.location", "str", None, "PEM private key of the client certificate."),
     Key("ssl.key.password", "password", None, "Password of the client's private key, when it is encrypted."),
     Key("ssl.endpoint.identification.algorithm", "str", "https",
         "https: the broker's certificate must name the host connected to; none: only its chain is checked."),
 ]
 
-CONSUMER = KeySet("consumer", "spark-coord thin consumer settings (spark-coord consume --config conf/consumer.properties)", [
+CONSUMER = KeySet("consumer",
+                  "spark-coord thin consumer settings (spark-coord consume --config conf/consumer.properties)", [
     Key("bootstrap.brokers", "list", ["127.0.0.1:9092"],
         "Brokers tried round-robin to discover the cluster and its coordinator, host:port[,host:port...].",
         aliases=("bootstrap.servers", "metadata.broker.list")),
@@ -740,7 +761,8 @@ COORDINATOR = KeySet("coordinator", "spark-coord standalone coordinator settings
         "retried, and never holds up the ZooKeeper commit."),
     *DATA_CLUSTER_KEYS,
     *(k for k in BROKER.keys.values()
-      if (k.name in _COORDINATOR_SHARED or k.name.startswith(_COORDINATOR_PREFIXES)) and k.name != "coordinator.enable"),
+      if (k.name in _COORDINATOR_SHARED or k.name.startswith(_COORDINATOR_PREFIXES))
+      and k.name != "coordinator.enable"),
 ], footer=BROKER.footer, dynamic=lambda name: _listener_key(name))
 
 KEYSETS = {ks.name: ks for ks in (BROKER, ZOOKEEPER, CONSUMER, CLIENT, COORDINATOR)}

@@ -146,7 +146,8 @@ class Broker:
             await self.registration.start()
             await self.coordination.start()
             # Serve Metadata that lists this broker from the first request on.
-            if not await self.view.wait_for(lambda v: self.broker_id in v.brokers, cfg["zookeeper.connection.timeout.ms"] / 1000):
+            if not await self.view.wait_for(lambda v: self.broker_id in v.brokers,
+                                            cfg["zookeeper.connection.timeout.ms"] / 1000):
                 log.warning("broker %d: own registration not yet visible in ZooKeeper", self.broker_id)
             if self.metrics is not None:
                 self.metrics.start_for_broker(self, loop)

@@ -82,7 +82,8 @@ def parse_block(data: bytes) -> tuple[int, int]:
         doc = json.loads(data)
         start, end = int(doc["block_start"]), int(doc["block_end"])
     except (ValueError, KeyError, TypeError) as e:
-        raise ProducerIdBlockError(f"{paths.LATEST_PRODUCER_ID_BLOCK} holds no producer id block: {data[:120]!r}") from e
+        raise ProducerIdBlockError(f"{paths.LATEST_PRODUCER_ID_BLOCK} holds no producer id block: "
+                                   f"{data[:120]!r}") from e
     if not 0 <= start <= end <= _INT64_MAX:
         raise ProducerIdBlockError(f"{paths.LATEST_PRODUCER_ID_BLOCK} holds an impossible block [{start}, {end}]")
     return start, end

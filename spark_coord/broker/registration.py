@@ -3,11 +3,12 @@
 At start-up an id already registered by ANOTHER session is either a live broker
 (its endpoint accepts TCP connections: refuse to start, with a clear error) or
 the leftover of a crashed one (its ephemeral node vanishes when that session
-expires: wait for it, bounded; a leftover at our own address is removed at once).  After a session expiry the node is gone with
-the old session; ``BrokerRegistration`` re-creates it when kazoo reconnects with a
-new session, and keeps trying (backing off up to ``RETRY_MAX_S``) while connected and
-not registered: a reconnect to the same session after a failed attempt (a cut that
-flaps while the registration is being written) tries again too.
+expires: wait for it, bounded; a leftover at our own address is removed at once).
+After a session expiry the node is gone with the old session; ``BrokerRegistration``
+re-creates it when kazoo reconnects with a new session, and keeps trying (backing off
+up to ``RETRY_MAX_S``) while connected and not registered: a reconnect to the same
+session after a failed attempt (a cut that flaps while the registration is being
+written) tries again too.
 """
 
 from __future__ import annotations

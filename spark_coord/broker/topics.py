@@ -53,7 +53,8 @@ def plan_assignment(ctx, num_partitions: int, replication_factor: int,
         for a in assignments:
             p, replicas = a.get("partition_index"), list(a.get("broker_ids") or [])
             if p in plan or p is None or p < 0:
-                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {p} is invalid or listed twice")
+                return None, TopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         f"partition {p} is invalid or listed twice")
             if len(replicas) != 1:
                 return None, TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR if replicas else
                                          ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -71,7 +72,8 @@ def plan_assignment(ctx, num_partitions: int, replication_factor: int,
     if num_partitions == -1:
         num_partitions = ctx.config["num.partitions"]
     if num_partitions < 1:
-        return None, TopicResult(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {num_partitions}")
+        return None, TopicResult(ErrorCode.INVALID_PARTITIONS,
+                                 f"number of partitions must be at least 1, got {num_partitions}")
     if replication_factor not in (-1, 1):
         return None, TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"replication factor {replication_factor} is not supported: "

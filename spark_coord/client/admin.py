@@ -33,8 +33,8 @@ class AdminClient:
         self.cluster = cluster
         self.retry_timeout_s = retry_timeout_s
 
-    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     if_not_exists: bool = False, timeout_ms: int = 30000, configs: dict[str, str] | None = None) -> int:
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1, if_not_exists: bool = False,
+                     timeout_ms: int = 30000, configs: dict[str, str] | None = None) -> int:
         """Create ``name`` (with its own ``configs``); returns its partition count. Raises KafkaError with the
         broker's code and message."""
         body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,

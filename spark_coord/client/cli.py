@@ -59,7 +59,8 @@ def topics(args) -> int:
                     sys.stdout.write(name + "\n")
             elif args.action == "describe":
                 rows = admin.describe(args.topics or None)
-                sys.stdout.write(format_table(rows, ["topic", "partition", "leader", "replicas", "earliest", "latest"]) + "\n")
+                columns = ["topic", "partition", "leader", "replicas", "earliest", "latest"]
+                sys.stdout.write(format_table(rows, columns) + "\n")
                 if getattr(args, "configs", False):
                     configs = [{"topic": t, "config": c["name"], "value": c["value"]}
                                for t in sorted({r["topic"] for r in rows})

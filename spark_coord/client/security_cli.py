@@ -116,7 +116,8 @@ def _resources(args: argparse.Namespace, pattern_type):
     out += [ResourcePattern(ResourceType.TRANSACTIONAL_ID, x, pattern_type) for x in args.transactional_id or []]
     if args.cluster:
         specific = pattern_type in (PatternType.LITERAL, PatternType.PREFIXED)
-        out.append(ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL if specific else pattern_type))
+        out.append(ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME,
+                                   PatternType.LITERAL if specific else pattern_type))
     return out
 
 

@@ -85,7 +85,8 @@ async def handle(ctx, conn, header, body: dict) -> dict:
             if ctx.authorized(conn, AclOperation.DESCRIBE, Resource.topic(name)):
                 topics.append(_topic_entry(ctx, name, ctx.view.topics[name]))
     else:
-        auto = ctx.config["auto.create.topics.enable"] and (header.api_version < 4 or body.get("allow_auto_topic_creation", True))
+        auto = ctx.config["auto.create.topics.enable"] and (header.api_version < 4
+                                                            or body.get("allow_auto_topic_creation", True))
         for name, topic_id in names:
             if topic_id != ZERO_TOPIC_ID or name is None:
                 topics.append(_by_id(ctx, conn, topic_id))
