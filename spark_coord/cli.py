@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_coord.client.security_cli import add_parsers as add_security_parsers
     from spark_coord.records.compression import CODEC_IDS
 
-    parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected consumer-group coordinator, and tools to drive them.")
+    parser = argparse.ArgumentParser(prog="spark-coord", description="Kafka-wire brokers, a ZooKeeper-elected "
+                                     "consumer-group coordinator, and tools to drive them.")
     _add_log_level(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -100,9 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subcommand(sub, "up", help="run ZooKeeper and N brokers locally until Ctrl-C",
                     description="Start a local cluster: one embedded ZooKeeper and N brokers, each a process.")
     p.add_argument("--brokers", type=int, default=1, help="number of brokers (default: %(default)s)")
-    p.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper client port (default: %(default)s; 0 = free port)")
-    p.add_argument("--port", type=int, default=9092, help="first broker port; broker i listens on port+i (default: %(default)s; 0 = free ports)")
-    p.add_argument("--data-dir", default="data/local-cluster", help="where ZooKeeper and broker data live (default: %(default)s)")
+    p.add_argument("--zk-port", type=int, default=2181,
+                   help="ZooKeeper client port (default: %(default)s; 0 = free port)")
+    p.add_argument("--port", type=int, default=9092,
+                   help="first broker port; broker i listens on port+i (default: %(default)s; 0 = free ports)")
+    p.add_argument("--data-dir", default="data/local-cluster",
+                   help="where ZooKeeper and broker data live (default: %(default)s)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="first metrics endpoint port (Prometheus /metrics and the status page /); broker i serves "
                         "port+i (0 = free ports; default: no metrics)")
@@ -116,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     action = _actions(p, _add_bootstrap, add_client_options)
     c = action("create", help="create a topic")
     c.add_argument("topic")
-    c.add_argument("--partitions", "-p", type=int, default=-1, help="partition count (default: the broker's num.partitions)")
+    c.add_argument("--partitions", "-p", type=int, default=-1,
+                   help="partition count (default: the broker's num.partitions)")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
     c.add_argument("--config", metavar="KEY=VALUE", action="append", default=[],
                    help="a topic config (cleanup.policy=compact, retention.ms=...); repeatable")
@@ -150,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "high watermark")
     p.set_defaults(func="spark_coord.client.cli:topics")
 
-    p = _subcommand(sub, "produce", _add_bootstrap, add_client_options, help="produce lines from stdin or a file to a topic",
+    p = _subcommand(sub, "produce", _add_bootstrap, add_client_options,
+                    help="produce lines from stdin or a file to a topic",
                     description="Produce one record per input line.")
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--file", "-f", default="-", help="input file (default: stdin)")
@@ -205,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="share group id (KIP-932): read records shared with the group's other members")
     p.add_argument("--coordinator", metavar="HOST:PORT[,...]", default=None,
                    help="standalone coordinators to join through (default: ask the brokers of -b)")
+    p.add_argument("--group-protocol", choices=("coordkafka", "consumer"), default="coordkafka",
+                   help="coordkafka (default): join through the coordinator's own channel; consumer: Kafka 4's "
+                        "consumer group protocol (KIP-848), with any Kafka 4 cluster's group coordinator, as "
+                        "kafka-console-consumer --consumer-property group.protocol=consumer")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--topic", "-t", help="topic(s) to subscribe to, comma-separated")
     what.add_argument("--pattern", help="subscribe to every topic matching this regex (also topics created later)")

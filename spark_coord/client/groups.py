@@ -332,16 +332,24 @@ class GroupClient:
         return all(t in known and known[t].error == 0 and p in known[t].partitions for t, p in partitions)
 
     def fetch_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None,
-                      require_stable: bool = False) -> dict[TopicPartition, CommittedOffset]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
         """``group``'s committed offsets: of ``partitions``, or of every partition it has committed (None).
 
-        Partitions with nothing committed are left out; an unknown group has none.
+        Partitions with nothing committed are left out; an unknown group has none.  A KIP-848
+        member sends its ``member_id`` and ``member_epoch`` (OffsetFetch v9; STALE_MEMBER_EPOCH
+        raises KafkaError).
         """
-        return self.fetch_offsets_many({group: partitions}, require_stable)[group]
+        member = {group: (member_id, member_epoch)} if member_id is not None else {}
+        return self.fetch_offsets_many({group: partitions}, require_stable, member)[group]
 
     def fetch_offsets_many(self, groups: Mapping[str, Iterable[TopicPartition] | None],
-                           require_stable: bool = False) -> dict[str, dict[TopicPartition, CommittedOffset]]:
-        """Committed offsets of several groups: one OffsetFetch v8+ per coordinator where served."""
+                           require_stable: bool = False,
+                           members: Mapping[str, tuple[str, int]] | None = None
+                           ) -> dict[str, dict[TopicPartition, CommittedOffset]]:
+        """Committed offsets of several groups: one OffsetFetch v8+ per coordinator where served;
+        ``members``: ``{group: (member id, member epoch)}`` of the KIP-848 members asking (v9)."""
+        members = members or {}
         wanted = {g: None if ps is None else sorted(set(ps)) for g, ps in groups.items()}
         out: dict[str, dict[TopicPartition, CommittedOffset]] = {}
 
@@ -353,7 +361,9 @@ class GroupClient:
                 conn = self._connection(coordinator, names[0])
                 version = conn.version_for(ApiKey.OFFSET_FETCH)
                 if version is not None and version >= MULTI_GROUP_VERSION:
-                    body = {"groups": [{"group_id": g, "topics": _fetch_topics(wanted[g])} for g in names],
+                    body = {"groups": [{"group_id": g, "topics": _fetch_topics(wanted[g]),
+                                        "member_id": members.get(g, (None, -1))[0],
+                                        "member_epoch": members.get(g, (None, -1))[1]} for g in names],
                             "require_stable": require_stable}
                     resp = self._request(conn, names[0], ApiKey.OFFSET_FETCH, body)
                     answers = [(a["group_id"], a["error_code"], a["topics"]) for a in resp["groups"]]

@@ -67,7 +67,8 @@ def consume(args) -> int:
         consumer = Consumer(bootstrap, group, topics=topics, pattern=pattern, consumer_id=cfg["consumer.id"],
                             session_timeout_ms=cfg["session.timeout.ms"], auto_commit=cfg["auto.commit.enable"],
                             auto_offset_reset=reset, config=cfg,
-                            coordinator_bootstrap=getattr(args, "coordinator", None))
+                            coordinator_bootstrap=getattr(args, "coordinator", None),
+                            group_protocol=getattr(args, "group_protocol", None) or "coordkafka")
     except ValueError as e:
         log.error("%s", e)
         signal.signal(signal.SIGTERM, previous)

@@ -40,14 +40,20 @@ from spark_coord.common import LARGEST, TopicPartition, normalize_offset_reset
 from spark_coord.consumer.buffer import PartitionBuffer
 from spark_coord.consumer.connector import CommitFailed, ConsumerCoordinatorConnector, Registration
 from spark_coord.consumer.fetcher import FetcherManager, FetchSettings
+from spark_coord.consumer.kip848 import ClusterIo, Kip848Member, make_member_id
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommitFailed", "Consumer", "Record", "default_consumer_id"]
+__all__ = ["CommitFailed", "Consumer", "Record", "default_consumer_id", "GROUP_PROTOCOLS", "COORDKAFKA", "CONSUMER"]
+
+#: The group protocols: the coordinator's own channel (the default), Kafka 4's (KIP-848).
+COORDKAFKA, CONSUMER = "coordkafka", "consumer"
+GROUP_PROTOCOLS = (COORDKAFKA, CONSUMER)
 
 
 class Record(NamedTuple):
-    """One consumed record (``messages()``); ``timestamp`` in epoch ms, ``timestamp_type`` 0 CreateTime, 1 LogAppendTime."""
+    """One consumed record (``messages()``); ``timestamp`` in epoch ms, ``timestamp_type`` 0 CreateTime,
+    1 LogAppendTime."""
 
     topic: str
     partition: int
@@ -102,13 +108,21 @@ class Consumer:
     ``config`` (a CONSUMER ``Config`` or a mapping of its keys) supplies the fetch
     settings (fetch.*, max.partition.fetch.bytes, socket.timeout.ms, client.id);
     the explicit arguments decide the rest.
+
+    ``group_protocol="consumer"`` joins with Kafka 4's consumer group protocol (KIP-848,
+    ``consumer.kip848``) instead of the coordinator's channel, on our brokers or any Kafka 4
+    cluster: ``group_instance_id`` (static membership), ``group_remote_assignor`` and
+    ``auto_commit_interval_ms`` apply to it; ``commit()`` commits with the member epoch and
+    ``close()`` commits and leaves.
     """
 
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
                  consumer_id: str | None = None, session_timeout_ms: int = 30000, auto_commit: bool = True,
                  auto_offset_reset: str = LARGEST, streams: int = 1, config: Mapping[str, Any] | None = None,
                  include_headers: bool = False, queued_batches: int = 16, security=None,
-                 coordinator_bootstrap: str | list[str] | None = None):
+                 coordinator_bootstrap: str | list[str] | None = None, group_protocol: str = COORDKAFKA,
+                 group_instance_id: str | None = None, group_remote_assignor: str | None = None,
+                 auto_commit_interval_ms: int = 5000):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
@@ -117,12 +131,18 @@ class Consumer:
         if session_timeout_ms < 100:
             raise ValueError(f"session_timeout_ms must be at least 100, got {session_timeout_ms}")
         static, pattern = _subscription(topics, pattern, streams)
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {group_protocol!r}")
+        if group_protocol == COORDKAFKA and (group_instance_id or group_remote_assignor):
+            raise ValueError("group_instance_id and group_remote_assignor are for group_protocol='consumer'")
+        self.group_protocol = group_protocol
         cfg = config if config is not None else {}
         if not hasattr(cfg, "keyset"):
             cfg = config_mod.load(config_mod.CONSUMER, None, dict(cfg))
         addresses = parse_bootstrap(bootstrap)
         self.group = group
-        self.consumer_id = consumer_id or default_consumer_id()
+        self.consumer_id = consumer_id or (make_member_id() if group_protocol == CONSUMER
+                                           else default_consumer_id())
         self.auto_commit = auto_commit
         socket_timeout_ms = cfg["socket.timeout.ms"]
         client_id = cfg["client.id"]
@@ -152,8 +172,18 @@ class Consumer:
         if coordinator_bootstrap is None and cfg["coordinator.bootstrap"]:
             coordinator_bootstrap = cfg["coordinator.bootstrap"]
         coordinators = parse_bootstrap(coordinator_bootstrap) if coordinator_bootstrap else addresses
-        self.connector = ConsumerCoordinatorConnector(coordinators, registration, self, client_id=client_id,
-                                                      socket_timeout_ms=socket_timeout_ms, security=self.security)
+        self.connector: ConsumerCoordinatorConnector | Kip848Member
+        if group_protocol == CONSUMER:  # Kafka 4's protocol with the group's coordinator, on any Kafka 4 cluster
+            io = ClusterIo([f"{h}:{p}" for h, p in addresses], group, client_id, socket_timeout_ms / 1000,
+                           self.security)
+            self.connector = Kip848Member(io, group, self, topics=list(static) or None, pattern=pattern,
+                                         instance_id=group_instance_id, server_assignor=group_remote_assignor,
+                                         session_timeout_ms=session_timeout_ms, member_id=self.consumer_id,
+                                         auto_commit_interval_ms=auto_commit_interval_ms if auto_commit else None)
+        else:
+            self.connector = ConsumerCoordinatorConnector(coordinators, registration, self, client_id=client_id,
+                                                          socket_timeout_ms=socket_timeout_ms,
+                                                          security=self.security)
         self.connector.start()
 
     @classmethod
@@ -171,6 +201,7 @@ class Consumer:
         """pyarrow RecordBatches (columns of Spark's Kafka source) as they arrive; ends when
         nothing arrived for ``timeout`` seconds (None: never) or the consumer is closed."""
         while not self._closed:
+            self._raise_fatal()
             item = self._buffer.take(timeout, mark=True)
             if item is None:
                 return
@@ -181,6 +212,7 @@ class Consumer:
         counts as consumed when it is yielded; leaving the loop mid-batch keeps the rest for
         the next call."""
         while not self._closed:
+            self._raise_fatal()
             if self._pending is None:
                 item = self._buffer.take(timeout, mark=False)
                 if item is None:
@@ -212,8 +244,13 @@ class Consumer:
             stored[(topic, int(partition))] = offset
         with self._lock:
             self._committed.update(stored)
-        return self.connector.commit([{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(stored.items())],
-                                     timeout)
+        return self.connector.commit([{"topic": t, "partition": p, "offset": o}
+                                      for (t, p), o in sorted(stored.items())], timeout)
+
+    def _raise_fatal(self) -> None:
+        """A KIP-848 member the coordinator refused for good (UNRELEASED_INSTANCE_ID, ...): its error."""
+        if isinstance(self.connector, Kip848Member) and self.connector.error is not None:
+            raise self.connector.error
 
     def assignment(self) -> list[TopicPartition]:
         """The partitions assigned by the last StartFetcher (empty while unassigned)."""
