@@ -253,7 +253,7 @@ def test_readme_shell_examples_run(readme_cluster, tmp_path):
                                          + log.read_text(errors="replace")[-3000:])
     finally:
         _stop_connect_servers(env)
-        for example, line, proc, log in background:
+        for _example, _line, proc, _log in background:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
     for example, line, proc, log in background:

@@ -73,8 +73,8 @@ class StandaloneSpark:
                                 "--host", "127.0.0.1", "--webui-port", "0", "--cores", str(self.cores),
                                 "--memory", self.memory, "--work-dir", str(self.work_dir(i)), self.master_url)
             log = self.logs[-1]
-            wait_until(lambda: self._log_has(log, "Successfully registered with master", worker), self.timeout,
-                       interval=0.2, message=f"Spark worker {i} to register")
+            wait_until(lambda log=log, worker=worker: self._log_has(log, "Successfully registered with master", worker),
+                       self.timeout, interval=0.2, message=f"Spark worker {i} to register")
         return self
 
     def stop(self) -> None:

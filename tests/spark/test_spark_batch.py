@@ -56,7 +56,8 @@ def test_sink_writes_rows_a_plain_fetch_reads_back(spark, cluster):
             for i in range(50)]
     df = spark.createDataFrame(data, "key binary, value string, partition int, "
                                      "headers array<struct<key: string, value: binary>>")
-    df.write.format("coordkafka").mode("append").option("bootstrap.brokers", cluster.bootstrap).option("topic", topic).save()
+    (df.write.format("coordkafka").mode("append").option("bootstrap.brokers", cluster.bootstrap)
+     .option("topic", topic).save())
 
     got = []
     with ClusterClient(cluster.bootstrap) as cc:

@@ -58,7 +58,8 @@ rows = spark.range(5).select(F.concat(F.lit("written-"), F.col("id").cast("strin
                              F.col("id").cast("string").alias("key"))
 rows.write.format("coordkafka").mode("append").option("kafka.bootstrap.servers", bootstrap) \
     .option("topic", out_topic).save()
-back = spark.read.format("coordkafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", out_topic).load()
+back = spark.read.format("coordkafka").option("kafka.bootstrap.servers", bootstrap) \
+    .option("subscribe", out_topic).load()
 result["written"] = sorted([r.key, r.value] for r in back.selectExpr("CAST(key AS STRING) AS key",
                                                                        "CAST(value AS STRING) AS value").collect())
 

@@ -87,6 +87,7 @@ def test_a_task_runs_in_a_worker_forked_from_the_preloading_daemon(spark, cluste
         for i in range(2000):
             producer.send(topic, b"v%d" % i, key=b"k%d" % (i % 7))
         producer.flush()
-    df = spark.read.format("coordkafka").option("bootstrap.brokers", cluster.bootstrap).option("subscribe", topic).load()
+    df = (spark.read.format("coordkafka").option("bootstrap.brokers", cluster.bootstrap)
+          .option("subscribe", topic).load())
     values = sorted(r.value for r in df.select("value").collect())
     assert values == sorted(b"v%d" % i for i in range(2000))

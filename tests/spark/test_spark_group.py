@@ -49,7 +49,7 @@ def drain_in_thread(consumer, got: list, stop: threading.Event) -> threading.Thr
         while not stop.is_set():
             for b in consumer.batches(timeout=0.2):
                 d = b.to_pydict()
-                got.extend(zip(d["topic"], d["partition"], d["offset"]))
+                got.extend(zip(d["topic"], d["partition"], d["offset"], strict=True))
 
     t = threading.Thread(target=drain, daemon=True)
     t.start()

@@ -1,4 +1,5 @@
-"""Kafka 4's consumer group protocol (KIP-848) beside every other kind of member (DESIGN.md "One registry, several doors").
+"""Kafka 4's consumer group protocol (KIP-848) beside every other kind of member (DESIGN.md "One
+registry, several doors").
 
 Three confluent-kafka consumers with ``group.protocol=consumer``, a classic
 cooperative-sticky consumer, ``spark-coord consume`` and a Spark query share a

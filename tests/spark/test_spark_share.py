@@ -408,7 +408,8 @@ def test_a_query_stopped_in_a_batch_releases_its_records_at_once(spark, share_cl
     records reach a ShareConsumer, counted twice, long before a lock could have run out."""
     cluster = share_cluster
     group, topic = "sg-stop", new_topic(cluster, 1, prefix="share-stop")
-    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="20000")
+    set_group_config(cluster.bootstrap, group, share_auto_offset_reset="earliest",
+                     share_record_lock_duration_ms="20000")
     produce(cluster.bootstrap, topic, [(0, f"k{i}".encode(), b"v") for i in range(400)], batch=50)
     inside = threading.Event()
 

@@ -59,7 +59,7 @@ def _check(values: dict[int, list[int]], n: int) -> None:
     for p in (0, 1):
         got = values[p]
         duplicates = len(got) - len(set(got))
-        out_of_order = sum(1 for a, b in zip(got, got[1:]) if b <= a)
+        out_of_order = sum(1 for a, b in zip(got, got[1:], strict=False) if b <= a)
         assert (duplicates, out_of_order) == (0, 0), f"partition {p}: {duplicates} duplicates, {out_of_order} " \
                                                      "values out of order"
         assert got == list(range(p, n, 2))
@@ -128,7 +128,7 @@ def test_a_broker_killed_and_restarted_mid_write_stores_nothing_twice(spark, kil
             outcome.append(written())
             cluster.kill_broker(0)  # SIGKILL: requests in flight lose their answers; what was appended stays
             cluster.start_broker(0)
-        except BaseException as e:  # reported by the test's thread
+        except BaseException as e:  # noqa: BLE001 -- whatever stops this thread is reported by the test's thread
             outcome.append(e)
 
     killer = threading.Thread(target=kill_mid_write, name="broker-killer")
