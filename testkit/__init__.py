@@ -16,8 +16,8 @@ it starts (``python -m testkit.<module>``) get it on ``PYTHONPATH`` (``child_env
 - ``zk_history``: samples a group's generation, owners and committed offsets in
   ZooKeeper during a run;
 - ``invariants``: checks the run's invariants (one owner per partition at a time:
-  DESIGN.md "One holder at a time (invariant 1)"; at least once, offsets never backwards, liveness, final offsets at the log
-  end) against those journals; ``jepsen_checks``: Jepsen's Kafka anomalies;
+  DESIGN.md "One holder at a time (invariant 1)"; at least once, offsets never backwards,
+  liveness, final offsets at the log end) against those journals; ``jepsen_checks``: Jepsen's Kafka anomalies;
 - ``chaos``: a whole chaos run -- cluster, producer, members, random faults -- and
   its report (``tests/chaos``, ``bench/chaos.py``); ``analysis``: its checks over what
   the run recorded; ``diagnostics``: stack dumps of a member whose commits keep failing;

@@ -14,7 +14,6 @@ import os
 os.environ["SPARK_COORD_STRICT_WIRE"] = "1"
 
 import pytest  # noqa: E402
-
 from helpers import fresh_chroot  # noqa: E402
 
 #: the suite's spread over pytest-xdist's workers, and --durations-file (tests/scheduling.py)
@@ -92,8 +91,8 @@ def broker_factory(zk_connect, tmp_path):
     for b in reversed(made):
         try:
             b.stop()
-        except Exception:
-            pass
+        except Exception as e:  # noqa: BLE001 -- the others are stopped whatever one of them raised
+            print(f"broker {b} did not stop cleanly: {e!r}")
 
 
 @pytest.fixture(scope="module")

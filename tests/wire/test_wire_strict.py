@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from spark_coord.wire import consumer_protocol as cp, protocol, schema
+from spark_coord.wire import consumer_protocol as cp
+from spark_coord.wire import protocol, schema
 from spark_coord.wire.protocol import RequestHeader
 from spark_coord.wire.schema import Field, Message, UnknownKeyError
 from spark_coord.wire.types import EncodeError, Reader, Writer
@@ -200,8 +201,9 @@ def _handlers():
 def test_every_whole_request_error_answer_is_strict_at_every_served_version(strict, name, api_key, error_response):
     """The answer a handler's failure gets (``error_response``) is built by code no other test runs at every
     version: each encodes, for a request decoded from the wire (every key of every version)."""
-    from spark_coord.errors import ErrorCode
     from wire_samples import sample_body
+
+    from spark_coord.errors import ErrorCode
 
     low, high = protocol.served_versions(api_key)
     for version in range(low, high + 1):
