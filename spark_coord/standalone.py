@@ -3,8 +3,9 @@
 
 The process is the broker's coordinator without the data plane: the same
 ``CoordinationService`` (coordinator shards elected in ``/coordinators/shards/<n>`` with
-epochs and fenced writes, spread over the live coordinators, the coordinator protocol, Kafka's group APIs), the same listeners and security,
-in a process of its own with its own ZooKeeper.  What differs:
+epochs and fenced writes, spread over the live coordinators, the coordinator protocol,
+Kafka's group APIs), the same listeners and security, in a process of its own with its own
+ZooKeeper.  What differs:
 
 * the cluster view comes from the data cluster's Metadata API (``MetadataView``), read
   every ``coordinator.metadata.refresh.ms`` and at once after an error; new topics and

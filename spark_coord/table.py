@@ -13,7 +13,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str], headers: Sequence
     numeric = [all(isinstance(r.get(c), (int, float)) for r in rows) and rows for c in columns]
 
     def line(values):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths])]
     out.extend(line(row) for row in cells)

@@ -31,9 +31,10 @@ its session timeout has passed since it last heard a request from a coordinator
 (``Member.renew_lease`` tells the fetchers and the delivery, which check it
 themselves).  A watchdog thread calls ``Member.connection_lost`` when the lease
 ends without a renewal; the assignment is kept, dormant, and claimed at the next
-registration (a channel that stayed open is left for a new one at once): if the coordinator takes the member back, fetching resumes where it
-stopped (``Member.resume_fetchers``); if it refuses the claim, the assignment is
-dropped and the member joins as a new one.
+registration (a channel that stayed open is left for a new one at once): if the
+coordinator takes the member back, fetching resumes where it stopped
+(``Member.resume_fetchers``); if it refuses the claim, the assignment is dropped and
+the member joins as a new one.
 
 ``close()`` makes sure the final offsets reach ZooKeeper (003 section 11, done
 with the active commit of section 13): the connector thread sends CommitOffsets

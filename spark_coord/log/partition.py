@@ -481,7 +481,8 @@ class PartitionLog:
                     return 0
                 # each closed segment with the base of the one after it: a segment the cleaner emptied
                 # has no offsets of its own, and only the next base says where its range ends
-                candidates = [(s, s.size, after.base_offset) for s, after in zip(self._segments, self._segments[1:], strict=False)]
+                candidates = [(s, s.size, after.base_offset)
+                              for s, after in zip(self._segments, self._segments[1:], strict=False)]
                 total = sum(s.size for s in self._segments)
                 start = self._log_start
             if not candidates:

@@ -101,7 +101,8 @@ def scan_batches(fileobj, base_offset: int, start: int, end: int, *, min_offset:
             break
         h = parse_header(head)
         problem = _problem(h, pos, end, base_offset, result.next_offset)
-        if problem is None and expect_first_offset is not None and pos == start and h.base_offset != expect_first_offset:
+        if (problem is None and expect_first_offset is not None and pos == start
+                and h.base_offset != expect_first_offset):
             problem = f"index says offset {expect_first_offset} at byte {pos}, the batch there has {h.base_offset}"
         if problem is None:
             whole = window(h.size)

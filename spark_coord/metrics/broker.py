@@ -3,20 +3,24 @@ and its ZooKeeper session.
 
 Names: where Kafka has a metric of the same meaning, the name is what the Prometheus JMX
 exporter's example configuration for Kafka (``kafka-2_0_0.yml``, lower-cased names) makes of
-Kafka's own MBean, so dashboards built on it read ours too:
+Kafka's own MBean, so dashboards built on it read ours too (each name, then the MBean):
 
-==============================================================  =====================================
-``kafka_network_requestmetrics_requests_total{request,version}``  ``kafka.network:type=RequestMetrics,name=RequestsPerSec``
-``kafka_network_requestmetrics_errors_total{request,error}``      ``...,name=ErrorsPerSec`` (every error code of an answer, NONE too)
-``kafka_server_brokertopicmetrics_bytesin_total{topic}``          ``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec``
-``kafka_server_brokertopicmetrics_bytesout_total{topic}``         ``...,name=BytesOutPerSec``
-``kafka_server_brokertopicmetrics_messagesin_total{topic}``       ``...,name=MessagesInPerSec``
-``kafka_server_socket_server_metrics_connection_count{listener}``  ``kafka.server:type=socket-server-metrics``
-``kafka_server_socket_server_metrics_connection_creation_total``  ``connection-creation-total``
-``kafka_server_socket_server_metrics_failed_authentication_total``  ``failed-authentication-total`` (and ``successful_``)
-``kafka_log_log_size{topic,partition}``                            ``kafka.log:type=Log,name=Size``
-``kafka_server_sessionexpirelistener_zookeeper{disconnects,expires}_total``  ``...ZooKeeperDisconnectsPerSec``
-==============================================================  =====================================
+- ``kafka_network_requestmetrics_requests_total{request,version}``:
+  ``kafka.network:type=RequestMetrics,name=RequestsPerSec``
+- ``kafka_network_requestmetrics_errors_total{request,error}``:
+  ``...,name=ErrorsPerSec`` (every error code of an answer, NONE too)
+- ``kafka_server_brokertopicmetrics_bytesin_total{topic}``:
+  ``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec``
+- ``kafka_server_brokertopicmetrics_bytesout_total{topic}``: ``...,name=BytesOutPerSec``
+- ``kafka_server_brokertopicmetrics_messagesin_total{topic}``: ``...,name=MessagesInPerSec``
+- ``kafka_server_socket_server_metrics_connection_count{listener}``:
+  ``kafka.server:type=socket-server-metrics``
+- ``kafka_server_socket_server_metrics_connection_creation_total``: ``connection-creation-total``
+- ``kafka_server_socket_server_metrics_failed_authentication_total``:
+  ``failed-authentication-total`` (and ``successful_``)
+- ``kafka_log_log_size{topic,partition}``: ``kafka.log:type=Log,name=Size``
+- ``kafka_server_sessionexpirelistener_zookeeper{disconnects,expires}_total``:
+  ``...ZooKeeperDisconnectsPerSec``
 
 Where Kafka's metric has another shape (its request time is a percentile gauge) the name
 is our own: ``spark_coord_broker_request_duration_seconds{request}`` is a histogram of the
@@ -129,8 +133,8 @@ class PrometheusBrokerMetrics(BrokerMetrics):
                                    ["topic"], registry=registry)
         self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout",
                                  "Record bytes sent in Fetch answers, by topic.", ["topic"], registry=registry)
-        self.connections = Gauge("kafka_server_socket_server_metrics_connection_count", "Open connections, by listener.",
-                                 ["listener"], registry=registry)
+        self.connections = Gauge("kafka_server_socket_server_metrics_connection_count",
+                                 "Open connections, by listener.", ["listener"], registry=registry)
         self.connections_created = Counter("kafka_server_socket_server_metrics_connection_creation",
                                            "Connections accepted, by listener.", ["listener"], registry=registry)
         self.auth_failed = Counter("kafka_server_socket_server_metrics_failed_authentication",

@@ -94,7 +94,8 @@ class GroupCollector(Collector):
                                         "Current Offset of a ConsumerGroup at Topic for all partitions",
                                         labels=["consumergroup", "topic"])
         lag = GaugeMetricFamily("kafka_consumergroup_lag", "Current Approximate Lag of a ConsumerGroup at "
-                                                           "Topic/Partition", labels=["consumergroup", "topic", "partition"])
+                                                           "Topic/Partition",
+                                labels=["consumergroup", "topic", "partition"])
         lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "Current Approximate Lag of a ConsumerGroup at "
                                                                    "Topic for all partitions",
                                     labels=["consumergroup", "topic"])

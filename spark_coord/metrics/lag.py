@@ -17,8 +17,9 @@ log end is never older than its committed offset and lag never comes out negativ
 Log ends (``LogEnds``): partitions this process leads come from its own logs; the others
 from their leaders with ListOffsets (one request per leader, connections kept), on the
 brokers' inter-broker listener (a standalone coordinator: the data cluster's brokers as
-its Metadata names them, with its client security settings for the data cluster).  A leader that cannot be reached leaves its partitions' lag out
-of that scrape, as kafka_exporter does, with a warning at most once a minute.
+its Metadata names them, with its client security settings for the data cluster).  A
+leader that cannot be reached leaves its partitions' lag out of that scrape, as
+kafka_exporter does, with a warning at most once a minute.
 
 Share groups (KIP-932): the snapshot carries their membership (``snapshot_share_groups``);
 where each stands on its partitions is not in the coordinator's memory but in ZooKeeper, so
@@ -209,7 +210,8 @@ def broker_snapshot(broker: Any) -> ClusterSnapshot:
         leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
                    for p, replicas in assignment.items() if replicas}
     return ClusterSnapshot(coordinating=active, epoch=epoch, groups=groups, topics=topics, leaders=leaders,
-                           endpoints=endpoints, controller=bool(view.brokers) and view.controller_id == broker.broker_id,
+                           endpoints=endpoints,
+                           controller=bool(view.brokers) and view.controller_id == broker.broker_id,
                            live_brokers=len(view.brokers), share_groups=shares)
 
 

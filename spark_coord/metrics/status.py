@@ -106,7 +106,8 @@ h1 { font-size: 1.4em; margin: 0 0 .2em; }
 h2 { font-size: 1.15em; margin: 0; }
 #summary { color: #555; margin-bottom: 1em; }
 #error { color: #a00; font-weight: bold; }
-section.group, section.share-group { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .8em 1em; margin: 0 0 1.2em; }
+section.group, section.share-group { background: #fff; border: 1px solid #ddd; border-radius: 6px;
+  padding: .8em 1em; margin: 0 0 1.2em; }
 .facts { color: #555; margin: .2em 0 .6em; }
 .facts b { color: #222; }
 table { border-collapse: collapse; margin: .4em 0 .8em; }

@@ -559,11 +559,11 @@ def decode_pieces(pieces, count: int, rows: int, data_guess: int, lo: int, hi: i
                   topic: str, partition: int, schema, header_type):
     """Like ``decode``, for records that come one span at a time: ``pieces(i)`` for ``i`` in
     ``range(count)`` gives ``(arena, span, bytes, records)``, a read-only uint8 array, its one span (a
-    row of ``SPAN_FIELDS``) and that span's size and recordsCount, or None to give up; the arena need only live until the next call (a
-    decompressed batch in a buffer reused for the next one: it is decoded while it is still in
-    the processor's cache).  ``rows``: the spans' records in all; ``data_guess``: their bytes as
-    far as known (the binary outputs grow when a span needs more).  None when ``pieces`` or the
-    kernel gives up (the caller then decodes another way)."""
+    row of ``SPAN_FIELDS``) and that span's size and recordsCount, or None to give up; the arena
+    need only live until the next call (a decompressed batch in a buffer reused for the next one:
+    it is decoded while it is still in the processor's cache).  ``rows``: the spans' records in
+    all; ``data_guess``: their bytes as far as known (the binary outputs grow when a span needs
+    more).  None when ``pieces`` or the kernel gives up (the caller then decodes another way)."""
     import pyarrow as pa
 
     rows = max(0, min(rows, data_guess // MIN_RECORD_SIZE + 1))  # a hostile recordsCount allocates nothing

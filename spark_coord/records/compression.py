@@ -61,7 +61,8 @@ def codec_name(codec: int) -> str:
     try:
         return CODEC_NAMES[codec]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown compression codec {codec!r} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)") from None
+        raise ValueError(f"unknown compression codec {codec!r} "
+                         "(known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)") from None
 
 
 def codec_id(codec: int | str) -> int:
@@ -155,7 +156,8 @@ def decompress_all(items: Sequence[tuple[int, bytes | bytearray | memoryview]],
     # within that too: an allocation of what a header claims would fail before the data is read.
     hints = [len(d) if c == NONE else size_hint(c, d) for c, d in items]
     hints = [None if h is None else min(h, max_bytes) for h in hints]
-    guess = min(max_bytes, sum(h if h is not None else max(_MIN_GUESS, 4 * len(d)) for h, (_, d) in zip(hints, items, strict=True)))
+    guess = min(max_bytes, sum(h if h is not None else max(_MIN_GUESS, 4 * len(d))
+                               for h, (_, d) in zip(hints, items, strict=True)))
     out = scratch.take(max(1, guess)) if scratch is not None else _buffer(max(1, guess))
     spans: list[tuple[int, int]] = []
     pos = 0
@@ -243,8 +245,8 @@ def _bounded_into(module, name: str, data, hint: int | None, max_bytes: int):
             if "write whole buffer" not in str(e):
                 raise
             if size >= max_bytes:
-                raise DecompressedTooLarge(
-                    f"{name} data of {len(data)} bytes decompresses to more than the limit of {max_bytes} bytes") from None
+                raise DecompressedTooLarge(f"{name} data of {len(data)} bytes decompresses to more than the limit "
+                                           f"of {max_bytes} bytes") from None
             size = min(size * 2, max_bytes)
             continue
         return memoryview(buf)[:n] if n != size else memoryview(buf)

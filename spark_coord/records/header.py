@@ -145,14 +145,16 @@ def validate_batches(buf, max_batch_bytes: int | None = None) -> list[BatchHeade
         if h.magic != MAGIC_V2:
             raise InvalidBatch(f"unsupported magic {h.magic} at byte {pos} (only record batch v2)")
         if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > end:
-            raise InvalidBatch(f"batchLength {h.batch_length} at byte {pos} inconsistent with {end - pos} bytes present")
+            raise InvalidBatch(f"batchLength {h.batch_length} at byte {pos} inconsistent with {end - pos} "
+                               "bytes present")
         if max_batch_bytes is not None and h.size > max_batch_bytes:
             raise BatchTooLarge(f"batch of {h.size} bytes exceeds message.max.bytes={max_batch_bytes}")
         if h.records_count < 1 or h.last_offset_delta != h.records_count - 1:
             raise InvalidBatch(f"recordsCount {h.records_count} and lastOffsetDelta {h.last_offset_delta} "
                                f"at byte {pos} do not describe a produced batch")
         if h.attributes & CODEC_MASK == CODEC_NONE and h.records_count * MIN_RECORD_SIZE > h.size - HEADER_SIZE:
-            raise InvalidBatch(f"recordsCount {h.records_count} at byte {pos} cannot fit in {h.size - HEADER_SIZE} bytes")
+            raise InvalidBatch(f"recordsCount {h.records_count} at byte {pos} cannot fit in "
+                               f"{h.size - HEADER_SIZE} bytes")
         actual = _crc32c.crc32c(mv[pos + ATTRIBUTES_OFFSET: pos + h.size])
         if actual != h.crc:
             raise InvalidBatch(f"CRC mismatch at byte {pos}: stored {h.crc:#010x}, computed {actual:#010x}")

@@ -121,9 +121,9 @@ class ShareStateStore:
         return await self.zk_call(read)
 
     async def write(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
-        """Write every entry (in multis of ``MAX_OPS`` and ``MAX_MULTI_BYTES``); per share partition its new znode version, or
-        ``StateFenced`` when its version check failed.  Connection errors raise (nothing is known
-        written; the caller retries)."""
+        """Write every entry (in multis of ``MAX_OPS`` and ``MAX_MULTI_BYTES``); per share partition
+        its new znode version, or ``StateFenced`` when its version check failed.  Connection errors
+        raise (nothing is known written; the caller retries)."""
         out: dict[tuple[str, str, int], int | StateFenced] = {}
         for batch in _batches(writes):
             out.update(await self.zk_call(self._multi, batch))

@@ -362,7 +362,8 @@ class GroupPartitionSource:
     def resolve_resets(self, assignment: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
         """StartFetcher's -1 (no committed offset) becomes the startingOffsets policy's offset."""
         missing = [tp for tp, off in assignment.items() if off is None or off < 0]
-        out: dict[TopicPartition, int | None] = {tp: off for tp, off in assignment.items() if off is not None and off >= 0}
+        out: dict[TopicPartition, int | None] = {tp: off for tp, off in assignment.items()
+                                                  if off is not None and off >= 0}
         if missing:
             which = EARLIEST if self.opts.starting == "earliest" else LATEST
             try:

@@ -633,7 +633,8 @@ class Coordinator:
         changed: set[str] = set()
         recreated: list[str] = []
         if ids is not None:
-            fresh = {t: bytes(i) for t, i in ids.items() if isinstance(i, (bytes, bytearray)) and len(i) == 16 and any(i)}
+            fresh = {t: bytes(i) for t, i in ids.items()
+                     if isinstance(i, (bytes, bytearray)) and len(i) == 16 and any(i)}
             recreated = [t for t, i in fresh.items() if self.topic_ids.get(t, i) != i]  # deleted and created again
             self.topic_ids.update(fresh)
             if complete:

@@ -15,11 +15,11 @@ partition), in a topic that exists (UNKNOWN_TOPIC_OR_PARTITION: a deleted topic'
 offsets are dropped, not written again); and an offset never moves backwards
 within one holding (OFFSET_BACKWARDS, which a ping answer's stale offset also
 just skips).  Members whose partitions did not move keep their epoch and go on
-committing while the rest of the group is rebalanced.  Accepted offsets mark their partitions dirty; the committer writes
-dirty groups every ``coordinator.offsets.commit.interval.ms`` (all of them together, in as few
-fenced multis as fit), before every
-StartFetcher (the rebalancer forces it), for every CommitOffsets, and once more
-when the coordinator shuts down cleanly.
+committing while the rest of the group is rebalanced.  Accepted offsets mark their
+partitions dirty; the committer writes dirty groups every
+``coordinator.offsets.commit.interval.ms`` (all of them together, in as few fenced multis
+as fit), before every StartFetcher (the rebalancer forces it), for every CommitOffsets,
+and once more when the coordinator shuts down cleanly.
 """
 
 from __future__ import annotations

@@ -495,8 +495,9 @@ class ConsumerGroups:
                                 names=member.topic_count.static_topics() or None, regex=member.topic_count.pattern,
                                 assignor=body.get("server_assignor"))
         answer = self.c.register(m, {"group_id": group_id, "consumer_id": member.consumer_id, "topics": [
-            {"topic": t, "streams": 1} for t in member.topic_count.static_topics()], "pattern": member.topic_count.pattern,
-            "auto_commit": False, "session_timeout_ms": m.session_timeout_ms, "generation_id": newest,
+            {"topic": t, "streams": 1} for t in member.topic_count.static_topics()],
+            "pattern": member.topic_count.pattern, "auto_commit": False, "session_timeout_ms": m.session_timeout_ms,
+            "generation_id": newest,
             "owned": [{"consumer_thread_id": th, "partitions": ps} for th, ps in sorted(by_thread.items())]},
             incremental=True, kind="consumer", external_id=member.external_id)
         if answer.get("error_code") != ErrorCode.NONE or answer.get("generation_id") != newest:

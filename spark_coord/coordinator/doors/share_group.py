@@ -63,7 +63,8 @@ JOIN, LEAVE = 0, -1
 GroupTimeouts = Callable[[str], "tuple[int, int] | None"]
 
 
-def simple_assignment(members: Mapping[str, Iterable[str]], topics: Mapping[str, int]) -> dict[str, dict[str, list[int]]]:
+def simple_assignment(members: Mapping[str, Iterable[str]],
+                      topics: Mapping[str, int]) -> dict[str, dict[str, list[int]]]:
     """``{member: {topic: [partitions]}}``: every partition of a subscribed topic goes to at least
     one member subscribed to it, every such member gets at least one partition when it can, balanced
     (see the module docstring)."""
@@ -383,5 +384,6 @@ def decode_membership(data: bytes) -> tuple[int, dict[str, tuple[list[str], int,
         if not isinstance(m, dict) or not isinstance(m.get("topics"), list) \
                 or not all(isinstance(t, str) and t for t in m["topics"]) or not isinstance(m.get("epoch"), int):
             raise ValueError(f"bad member {mid!r}")
-        out[mid] = (sorted(set(m["topics"])), m["epoch"], str(m.get("client_id") or ""), str(m.get("client_host") or ""))
+        out[mid] = (sorted(set(m["topics"])), m["epoch"], str(m.get("client_id") or ""),
+                    str(m.get("client_host") or ""))
     return epoch, out

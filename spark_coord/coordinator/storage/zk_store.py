@@ -376,7 +376,8 @@ class ZkGroupStore(GroupStore):
             raise StoreError(f"read share state of {group_id}: {e.__class__.__name__}") from None
 
     async def write_share_states(self, group_id: str, states: dict[TopicPartition, bytes]) -> None:
-        ops: list[Op] = [("put", paths.share_partition(group_id, t, p), data) for (t, p), data in sorted(states.items())]
+        ops: list[Op] = [("put", paths.share_partition(group_id, t, p), data)
+                         for (t, p), data in sorted(states.items())]
         try:
             await zk_async.awaitable(self.client.ensure_path_async(paths.SHARE_GROUPS))
         except KazooException as e:
