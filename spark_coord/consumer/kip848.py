@@ -365,9 +365,7 @@ class Kip848Member(threading.Thread):
             if self.epoch != JOIN:
                 raise BadAnswer(f"member id {answer['member_id']!r} in the answer, not ours")
             self.member_id = answer["member_id"]  # v0: the coordinator names the member
-        if epoch < 1:
-            raise BadAnswer(f"member epoch {epoch} in a successful answer")
-        if epoch < self.epoch:
+        if epoch < self.epoch or epoch < 1:
             raise BadAnswer(f"member epoch went backwards from {self.epoch} to {epoch}")
         self.epoch = epoch
         self.interval = max(answer.get("heartbeat_interval_ms") or 0, 50) / 1000
