@@ -130,7 +130,8 @@ class RunAnalysis:
                 "unexplained": redeliveries["violations"]}
 
     # ---------------------------------------------------------------- waits and owners
-    def _waiting_members(self, journals: Mapping[str, list[dict]] | None = None) -> dict[str, list[tuple[float, float]]]:
+    def _waiting_members(self, journals: Mapping[str, list[dict]] | None = None
+                         ) -> dict[str, list[tuple[float, float]]]:
         """Member -> windows in which it could not deliver: paused by a fault; for a Kafka
         member, while the coordinator was down or paused and until librdkafka reconnects (its
         synchronous commit after a batch waits for a coordinator; its reconnect backoff grows

@@ -240,7 +240,8 @@ class ChaosReport:
         stalls = self.coordinator_kill_stalls
         kinds = {k: sum(1 for f in self.faults if f["kind"] == k) for k in KINDS}
         lines = [
-            f"faults: {len(self.faults)} ({', '.join(f'{k} {n}' for k, n in kinds.items() if n)}) in {self.wall_s:.0f} s",
+            f"faults: {len(self.faults)} ({', '.join(f'{k} {n}' for k, n in kinds.items() if n)}) "
+            f"in {self.wall_s:.0f} s",
             f"records: {self.acked} acknowledged, {self.consumed} consumed; lost {len(self.lost)}, "
             f"unconsumed {len(self.not_consumed)}",
             f"duplicates: {self.duplicates['extra']} extra deliveries = {self.duplicate_pct:.2f}% of records "
@@ -294,11 +295,11 @@ class ChaosReport:
                 f"acknowledged to the producer), {sh['deliveries']} deliveries; never delivered {len(self.share_lost)}")
             lines.append(
                 f"  redeliveries: {sh['redeliveries']} ({sh['redelivered_pct']:.3f}% of records, "
-                f"{sh['redelivered_records']} records; highest delivery count {sh['max_count']}): explained by a fault of the holder "
-                f"{sh['by_holder']}, of the partition's leader {sh['by_leader']}, by a reassignment only "
-                f"{sh['by_reassignment']}; unexplained {len(self.share_unexplained)}; records whose first delivery "
-                f"had a count above 1 (acquired by a member that died before handing them out) "
-                f"{sh.get('first_count_above_1', 0)}")
+                f"{sh['redelivered_records']} records; highest delivery count {sh['max_count']}): "
+                f"explained by a fault of the holder {sh['by_holder']}, of the partition's leader {sh['by_leader']}, "
+                f"by a reassignment only {sh['by_reassignment']}; unexplained {len(self.share_unexplained)}; "
+                "records whose first delivery had a count above 1 (acquired by a member that died before handing "
+                f"them out) {sh.get('first_count_above_1', 0)}")
             lines.append(
                 f"  acceptances confirmed {sh['confirmed']} of {sh['accepted']} sent; answers with an error "
                 f"{sh['ack_errors']} ({', '.join(f'{k} x{v}' for k, v in sh['ack_error_codes'].items()) or 'none'}), "

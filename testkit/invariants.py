@@ -443,7 +443,8 @@ def liveness(journals: Mapping[str, Journal],
             continue
         end_ts = [ts for ts, _ in ends]
         for start, end, member in spans:
-            end = min(end, end_ts[-1] + bound)  # an ownership open at the end (no close journaled) ends with the samples
+            # an ownership open at the end (no close journaled) ends with the samples
+            end = min(end, end_ts[-1] + bound)
             owned = by_owner.get((member, tp), [])
             lo, hi = bisect.bisect_left(owned, (start, -1)), bisect.bisect_right(owned, (end, float("inf")))
             mine_ts = [ts for ts, _ in owned[lo:hi]]

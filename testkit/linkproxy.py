@@ -43,8 +43,8 @@ Control: one line per request on a unix socket (``--control PATH``) or a loopbac
 
 ``stats`` answers ``ok <json>``: the mode, connections open and accepted, those of them stuck
 (``stall_open``), bytes read and passed per direction (``up``: client to target), bytes held now,
-the most ever held, and the bytes read while stalled.  ``LinkProxyClient`` speaks it; ``LinkProxy`` starts the process and waits
-until it answers.
+the most ever held, and the bytes read while stalled.  ``LinkProxyClient`` speaks it;
+``LinkProxy`` starts the process and waits until it answers.
 """
 
 from __future__ import annotations
