@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("share",),             # share partitions (KIP-932) on their leaders: record states, sessions, persistence
     ("client",),            # the one client transport (sockets, framing, TLS/SASL handshake) and clients
     ("coordinator",),       # groups, rebalancing, offsets (no sockets of its own)
-    ("consumer",),          # the thin consumer (a group member)
+    ("consumer",),          # the thin consumer (a group member: the coordinator's channel or KIP-848)
     ("metrics",),           # Prometheus endpoint, status page, lag: reads the coordinator's state and log ends
     ("broker",),            # the broker server, its handlers and security
     ("spark",),             # the coordkafka data source
