@@ -526,24 +526,28 @@ class Kip848Member(threading.Thread):
         self._next_at = 0.0
         self._wake.set()
 
+    def poll(self) -> float:
+        """One turn of the heartbeat thread: the heartbeat if one is due, the auto-commit if one is
+        due; returns how long (seconds) until the next is due (a test with a fake clock calls it)."""
+        if self.clock() >= self._next_at:
+            self._next_at = self.clock() + self.interval
+            try:
+                self.heartbeat_once()
+            except Exception:  # noqa: BLE001 -- a bug must not stall the member: log, join again
+                log.exception("group %s member %s: heartbeat handling failed; joining again", self.group,
+                              self.member_id)
+                with self._lock:
+                    self._rejoin(commit=False)
+        if self.auto_commit_interval is not None and self.clock() >= self._next_commit:
+            self._next_commit = self.clock() + self.auto_commit_interval
+            self.auto_commit()
+        until = min(self._next_at, self._next_commit if self.auto_commit_interval is not None else self._next_at)
+        return max(0.0, min(until - self.clock(), self.interval))
+
     def run(self) -> None:
         try:
             while not self._closing.is_set() and self.state is not MemberState.FATAL:
-                if self.clock() >= self._next_at:
-                    self._next_at = self.clock() + self.interval
-                    try:
-                        self.heartbeat_once()
-                    except Exception:  # noqa: BLE001 -- a bug must not stall the member: log, join again
-                        log.exception("group %s member %s: heartbeat handling failed; joining again", self.group,
-                                      self.member_id)
-                        with self._lock:
-                            self._rejoin(commit=False)
-                if self.auto_commit_interval is not None and self.clock() >= self._next_commit:
-                    self._next_commit = self.clock() + self.auto_commit_interval
-                    self.auto_commit()
-                until = min(self._next_at, self._next_commit if self.auto_commit_interval is not None
-                            else self._next_at)
-                self._wake.wait(max(0.0, min(until - self.clock(), self.interval)))
+                self._wake.wait(self.poll())
                 self._wake.clear()
         finally:
             if self._closing.is_set():
