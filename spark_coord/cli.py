@@ -211,10 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="share group id (KIP-932): read records shared with the group's other members")
     p.add_argument("--coordinator", metavar="HOST:PORT[,...]", default=None,
                    help="standalone coordinators to join through (default: ask the brokers of -b)")
-    p.add_argument("--group-protocol", choices=("coordkafka", "consumer"), default="coordkafka",
-                   help="coordkafka (default): join through the coordinator's own channel; consumer: Kafka 4's "
-                        "consumer group protocol (KIP-848), with any Kafka 4 cluster's group coordinator, as "
-                        "kafka-console-consumer --consumer-property group.protocol=consumer")
+    p.add_argument("--group-protocol", choices=("coordkafka", "consumer"), default=None,
+                   help="coordkafka (default; group.protocol of --config): join through the coordinator's own "
+                        "channel; consumer: Kafka 4's consumer group protocol (KIP-848), with any Kafka 4 "
+                        "cluster's group coordinator, as kafka-console-consumer --consumer-property "
+                        "group.protocol=consumer")
+    p.add_argument("--group-instance-id", metavar="ID", default=None,
+                   help="with --group-protocol consumer: a static member's id (group.instance.id): it leaves with "
+                        "epoch -2 and, started again with the same id within the session timeout, gets its "
+                        "partitions back")
+    p.add_argument("--group-remote-assignor", metavar="NAME", default=None,
+                   help="with --group-protocol consumer: the group's server-side assignor (group.remote.assignor): "
+                        "uniform or range")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--topic", "-t", help="topic(s) to subscribe to, comma-separated")
     what.add_argument("--pattern", help="subscribe to every topic matching this regex (also topics created later)")

@@ -670,6 +670,18 @@ CONSUMER = KeySet("consumer",
         "data cluster (bootstrap.brokers) runs none; empty: ask bootstrap.brokers."),
     Key("group.id", "str", None, "Consumer group to join (required)."),
     Key("consumer.id", "str", None, "Member id within the group; empty generates <host>-<pid>-<random>."),
+    Key("group.protocol", "str", "coordkafka",
+        "How the member joins its group: coordkafka, the coordinator's own channel; or consumer, Kafka 4's\n"
+        "consumer group protocol (KIP-848) with the group coordinator of our brokers or of any Kafka 4\n"
+        "cluster (Java's group.protocol=consumer)."),
+    Key("group.instance.id", "str", None,
+        "group.protocol=consumer: the id of a static member (KIP-345). It leaves with epoch -2, and its\n"
+        "partitions wait for it for the group's session timeout: a member started again with the same id\n"
+        "within it gets them back and nothing else moves. Empty: a dynamic member."),
+    Key("group.remote.assignor", "str", None,
+        "group.protocol=consumer: the server-side assignor the group uses, uniform or range (Kafka's names;\n"
+        "a name the coordinator does not know ends the member with UNSUPPORTED_ASSIGNOR). Empty: the\n"
+        "coordinator's default (uniform)."),
     Key("session.timeout.ms", "int", 30000,
         "The member's lease. The coordinator pings every third of it; a member whose pings go unanswered\n"
         "is failed, and its partitions move to others once this long has passed since the last ping sent\n"

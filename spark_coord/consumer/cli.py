@@ -3,7 +3,10 @@
 consume: join a group through the coordinator and print one record per line
 (``key<sep>value`` with ``--key-separator``) until Ctrl-C or SIGTERM, then leave
 cleanly (the final offsets reach the coordinator before the process exits); with
-``--share-group``, as a member of a share group (``consumer.share.ShareConsumer``).
+``--share-group``, as a member of a share group (``consumer.share.ShareConsumer``).  With
+``--group-protocol consumer`` (or group.protocol in ``--config``) it joins with Kafka 4's consumer
+group protocol; a group that refuses the member for good (UNSUPPORTED_ASSIGNOR,
+UNRELEASED_INSTANCE_ID, ...) ends it with one error line and exit status 1.
 
 groups: ``list`` the coordinator's groups, or ``describe`` them: members with
 their partitions, and per partition the committed offset, the log end offset
@@ -33,6 +36,7 @@ def consume(args) -> int:
     """Print records of the group's assigned partitions until interrupted."""
     from spark_coord import config
     from spark_coord.consumer.consumer import Consumer
+    from spark_coord.errors import KafkaError
     from spark_coord.security.client import ALIASES
     from spark_coord.security.client import KEYS as SECURITY_KEYS
 
@@ -68,12 +72,17 @@ def consume(args) -> int:
                             session_timeout_ms=cfg["session.timeout.ms"], auto_commit=cfg["auto.commit.enable"],
                             auto_offset_reset=reset, config=cfg,
                             coordinator_bootstrap=getattr(args, "coordinator", None),
-                            group_protocol=getattr(args, "group_protocol", None) or "coordkafka")
+                            group_protocol=getattr(args, "group_protocol", None) or cfg["group.protocol"],
+                            group_instance_id=getattr(args, "group_instance_id", None) or cfg["group.instance.id"]
+                            or None,
+                            group_remote_assignor=getattr(args, "group_remote_assignor", None)
+                            or cfg["group.remote.assignor"] or None)
     except ValueError as e:
         log.error("%s", e)
         signal.signal(signal.SIGTERM, previous)
         return 2
     printed = 0
+    refused: KafkaError | None = None
     try:
         while not stop.is_set() and (limit is None or printed < limit):
             for record in consumer.messages(timeout=0.2):
@@ -85,10 +94,15 @@ def consume(args) -> int:
             sys.stdout.flush()
     except KeyboardInterrupt:
         pass
+    except KafkaError as e:  # the group refused the member for good (UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID, ...)
+        refused = e
     finally:
         signal.signal(signal.SIGTERM, previous)
         log.info("closing: %d records printed", printed)
         consumer.close()
+    if refused is not None:
+        log.error("%s", refused)
+        return 1
     return 0
 
 

@@ -188,9 +188,12 @@ class Consumer:
 
     @classmethod
     def from_config(cls, cfg, topics=None, pattern: str | None = None, **kwargs) -> "Consumer":
-        """A consumer from a CONSUMER ``Config`` (bootstrap.brokers, group.id, consumer.id, ...)."""
+        """A consumer from a CONSUMER ``Config`` (bootstrap.brokers, group.id, consumer.id, group.protocol, ...)."""
         if not cfg["group.id"]:
             raise ValueError("group.id is required")
+        kwargs.setdefault("group_protocol", cfg["group.protocol"])
+        kwargs.setdefault("group_instance_id", cfg["group.instance.id"] or None)
+        kwargs.setdefault("group_remote_assignor", cfg["group.remote.assignor"] or None)
         return cls(cfg["bootstrap.brokers"], cfg["group.id"], topics=topics, pattern=pattern,
                    consumer_id=cfg["consumer.id"] or None, session_timeout_ms=cfg["session.timeout.ms"],
                    auto_commit=cfg["auto.commit.enable"], auto_offset_reset=cfg["auto.offset.reset"], config=cfg,
