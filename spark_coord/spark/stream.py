@@ -50,6 +50,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_coord.common import TopicPartition
+from spark_coord.errors import ErrorCode, KafkaError
 from spark_coord.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._latest: dict[TopicPartition, int] = {}
         #: the starting offsets resolved by policy (earliest, latest, a timestamp) for initialOffset
         self._initial: dict[TopicPartition, int] = {}
+        #: partitions of deleted topics the group still assigns, reported as data loss: not planned
+        self._deleted: set[TopicPartition] = set()
         self._last_batch_at = time.monotonic()
 
     def __getstate__(self) -> dict:
@@ -158,14 +161,24 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if flush is not None:
                 flush()
         assigned = self._source.assigned()
+        self._deleted &= set(assigned)  # those the coordinator took back need no more exclusion
+        assigned = {tp: off for tp, off in assigned.items() if tp not in self._deleted}
         start_offsets = self._drop_gone(start_offsets, assigned)
         handed = {tp: off for tp, off in assigned.items() if off is not None and self._applied.get(tp) != off}
         new = [tp for tp in assigned if tp not in start_offsets and tp not in handed]
         base = {tp: start_offsets[tp] for tp in assigned if tp in start_offsets}
         base.update(self._handed_starts(handed, start_offsets))
-        if new:  # partitions that appeared after the query began start at their earliest offset
-            base.update(self._resolver.earliest(new))
-        latest = self._resolver.latest(list(assigned)) if assigned else {}
+        try:
+            if new:  # partitions that appeared after the query began start at their earliest offset
+                base.update(self._resolver.earliest(new))
+            latest = self._resolver.latest(list(assigned)) if assigned else {}
+        except KafkaError as e:
+            if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            # a topic deleted while the group still assigns its partitions to this query: data loss
+            # (failOnDataLoss), else they are left out and the next trigger plans the rest
+            self._deleted |= self._report_gone(list(assigned), start_offsets)
+            return start
         reset = self._restarted_logs(base, latest)
         base.update(reset)
         # Those calls wait on brokers, for as long as a cut lasts: the lease checked above may have
@@ -214,17 +227,27 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _drop_gone(self, start_offsets: dict[TopicPartition, int], assigned: dict) -> dict[TopicPartition, int]:
         """``start_offsets`` without the partitions that no longer exist (their topic was deleted),
-        each reported as data loss.  A partition merely not assigned now (a group's other member has
-        it) is kept, so the query resumes from it if it comes back."""
-        candidates = [tp for tp in start_offsets if tp not in assigned]
-        if not candidates:
+        each reported as data loss (once: those already reported are dropped quietly).  A partition
+        merely not assigned now (a group's other member has it) is kept, so the query resumes from it
+        if it comes back."""
+        reported = {tp for tp in start_offsets if tp in self._deleted}
+        candidates = [tp for tp in start_offsets if tp not in assigned and tp not in reported]
+        if not candidates and not reported:
             return start_offsets
-        gone = self._resolver.gone(candidates)
-        for t, p in gone:
-            self._data_loss(f"{t}-{p}: the partition is gone (its topic was deleted) with offset "
-                            f"{start_offsets[(t, p)]} next to read; a topic created again under that name is read "
-                            "from its start")
+        gone = reported | (self._report_gone(candidates, start_offsets) if candidates else set())
         return {tp: off for tp, off in start_offsets.items() if tp not in gone}
+
+    def _report_gone(self, candidates: list[TopicPartition], start_offsets: dict[TopicPartition, int]
+                     ) -> set[TopicPartition]:
+        """Those of ``candidates`` that no longer exist, each reported as data loss (which raises
+        with failOnDataLoss)."""
+        gone = set(self._resolver.gone(candidates))
+        for t, p in sorted(gone):
+            at = start_offsets.get((t, p))
+            self._data_loss(f"{t}-{p}: the partition is gone (its topic was deleted)"
+                            + (f" with offset {at} next to read" if at is not None else "")
+                            + "; a topic created again under that name is read from its start")
+        return gone
 
     def _restarted_logs(self, base: dict[TopicPartition, int], latest: dict[TopicPartition, int]
                         ) -> dict[TopicPartition, int]:

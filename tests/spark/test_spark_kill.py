@@ -423,3 +423,55 @@ def test_the_initial_offsets_resolved_from_latest_are_the_same_each_time_spark_a
     assert again == first
     planned = {(p.topic, p.partition): (p.from_offset, p.until_offset) for p in reader.partitions(again, end)}
     assert planned == {tp: (from_json(first)[tp], from_json(end)[tp]) for tp in tps}
+
+
+class _Deleted(_Handing):
+    """The coordinator still hands out ``deleted``'s partitions, whose topic is gone from the brokers."""
+
+    def __init__(self, assigned: dict, latest: dict, deleted: str) -> None:
+        super().__init__(assigned, latest)
+        self.deleted = deleted
+
+    def latest(self, tps) -> dict:
+        from spark_coord.errors import ErrorCode, KafkaError
+
+        if any(t == self.deleted for t, _ in tps):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {self.deleted!r}")
+        return super().latest(tps)
+
+    def gone(self, tps) -> list:
+        return [tp for tp in tps if tp[0] == self.deleted]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_deleted_while_the_group_still_assigns_it_is_data_loss_naming_the_partition(fail_on_data_loss, caplog):
+    """What a clean-clone run saw: a topic deleted while the query read it, and the coordinator had not
+    yet taken its partitions back, so the batch's planning asked their log ends and failed with
+    UNKNOWN_TOPIC_OR_PARTITION instead of the data loss that names the partition (failOnDataLoss).
+    Without failOnDataLoss the query goes on with the other topics, warned once."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_coord.spark.offsets import to_json
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.partition import DataLossError
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    gone0, gone1, kept = ("d", 0), ("d", 1), ("k", 0)
+    reader = CoordKafkaStreamReader(parse_source_options(
+        {"bootstrap.brokers": "127.0.0.1:9", "subscribe": "d,k", "group.id": "g",
+         "failOnDataLoss": str(fail_on_data_loss).lower()}, streaming=True))
+    source = _Deleted({gone0: None, gone1: None, kept: None}, {kept: 20}, deleted="d")
+    reader._source = reader._resolver = source
+    start = {gone0: 5, gone1: 5, kept: 10}
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=r"d-[01]: the partition is gone .*failOnDataLoss=false"):
+            reader.latestOffset(to_json(start), ReadAllAvailable())
+        return
+    with caplog.at_level("WARNING", logger="spark_coord.spark.stream"):
+        for _ in range(3):
+            ranges = _planned_ranges(reader, start, ReadAllAvailable())
+            if ranges:
+                break
+    assert ranges == {kept: (10, 20)}
+    warned = [r.getMessage() for r in caplog.records if "the partition is gone" in r.getMessage()]
+    assert sorted(w.split(":")[0] for w in warned) == ["d-0", "d-1"]
