@@ -370,16 +370,16 @@ class Kip848Member(threading.Thread):
         self.epoch = epoch
         self.interval = max(answer.get("heartbeat_interval_ms") or 0, 50) / 1000
         self.member.renew_lease(self.clock() + self.session_timeout)
+        self._next_at = self.clock() + self.interval
         if answer.get("assignment") is not None:
             self.target = self._named(answer["assignment"]["topic_partitions"])
             self.transition_to(MemberState.RECONCILING)
         elif self.state is MemberState.JOINING:
             return  # joined, no assignment yet: the next heartbeat brings it
         if self.target is not None and (self.target != self.owned or self.state is MemberState.RECONCILING):
-            self.reconcile()
+            self.reconcile()  # acknowledged at once; after a backoff when the committed offsets could not be read
         elif self.state is MemberState.ACKNOWLEDGING:
             self.transition_to(MemberState.STABLE)
-        self._next_at = self.clock() + (0 if self.state is MemberState.ACKNOWLEDGING else self.interval)
 
     def _named(self, entries: list[dict]) -> set[TopicPartition]:
         """The assignment by topic name; a topic not subscribed is a bad answer."""
