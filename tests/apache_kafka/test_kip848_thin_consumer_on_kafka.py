@@ -1,8 +1,13 @@
 """The thin consumer with Kafka 4's consumer group protocol (``group_protocol="consumer"``,
 KIP-848) on Apache Kafka 4.2: beside a confluent-kafka member of the same group it reads every
 record once, a member leaving moves only its partitions, and Kafka's own
-``kafka-consumer-groups --describe`` shows our members and, at the end, lag 0; and
-``spark-coord consume --group-protocol consumer`` reads a topic and commits."""
+``kafka-consumer-groups --describe`` shows our members and, at the end, lag 0;
+``spark-coord consume --group-protocol consumer`` reads a topic and commits; a subscription by
+regular expression is resolved by Kafka (KIP-848's ``SubscribedTopicRegex``); the server-side
+assignors ``uniform`` and ``range`` are used as named (``group_remote_assignor``), and an unknown
+one ends ``spark-coord consume`` with one error line (UNSUPPORTED_ASSIGNOR) and exit status 1; a
+static member (``group_instance_id``) closed and started again gets its partitions back, the other
+member unmoved."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import time
 import uuid
 from collections import Counter
 
+import pytest
 from helpers import wait_until
 from kip848_readers import ThinReader, produce
 from peers.apache_kafka import CONSUMER_GROUPS
@@ -130,3 +136,108 @@ def test_consume_cli_with_the_consumer_group_protocol_on_apache_kafka(apache_kaf
     described = kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group,
                            check=True).stdout
     assert _lags(described, topic) == {0: "0", 1: "0", 2: "0"}, described
+
+
+def _committed_by_topic(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    from spark_coord.client.groups import GroupClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
+        return {tp: c.offset for tp, c in gc.fetch_offsets(group).items()}
+
+
+def _thin(bootstrap: str, group: str, name: str, **kwargs) -> ThinReader:
+    from spark_coord.consumer.consumer import Consumer
+
+    reader = ThinReader(Consumer(bootstrap, group, group_protocol="consumer", auto_offset_reset="smallest",
+                                 auto_commit_interval_ms=200, **kwargs), name)
+    reader.start()
+    return reader
+
+
+def test_a_regex_subscription_on_apache_kafka(apache_kafka):
+    bootstrap, tag = apache_kafka.bootstrap, uuid.uuid4().hex[:8]
+    group = f"g-rx-{tag}"
+    for topic in (f"rx-{tag}-a", f"rx-{tag}-b", f"nx-{tag}"):
+        _create(bootstrap, topic, 2)
+        produce(bootstrap, topic, 2, 5)
+    reader = _thin(bootstrap, group, "r1", pattern=f"rx-{tag}-.*")
+    wanted = {(f"rx-{tag}-{t}", p) for t in "ab" for p in range(2)}
+    try:
+        wait_until(lambda: set(reader.consumer.assignment()) == wanted, timeout=60, interval=0.3,
+                   message=lambda: f"Kafka to resolve the regex to {sorted(wanted)}: {reader.consumer.assignment()}")
+        wait_until(lambda: _committed_by_topic(bootstrap, group) == {tp: 5 for tp in wanted}, timeout=60,
+                   interval=0.5, message=lambda: f"commits: {_committed_by_topic(bootstrap, group)}")
+    finally:
+        reader.stop()
+    assert reader.error is None and len(reader.read()) == 20
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_a_server_side_assignor_on_apache_kafka(apache_kafka, kafka_tool, assignor):
+    bootstrap, tag = apache_kafka.bootstrap, uuid.uuid4().hex[:8]
+    group, topics = f"g-{assignor}-{tag}", [f"{assignor}-{tag}-a", f"{assignor}-{tag}-b"]
+    for topic in topics:
+        _create(bootstrap, topic, 4)
+    readers = [_thin(bootstrap, group, n, topics=topics, group_remote_assignor=assignor) for n in ("m1", "m2")]
+    try:
+        def assigned() -> list[set]:
+            return [set(r.consumer.assignment()) for r in readers]
+
+        wait_until(lambda: all(len(a) == 4 for a in assigned()) and len(set.union(*assigned())) == 8, timeout=90,
+                   interval=0.3, message=lambda: f"the members to share the 8 partitions: {assigned()}")
+        if assignor == "range":  # ranges of each topic, the same partition numbers in both (co-partitioned)
+            for a in assigned():
+                numbers = [sorted(p for t, p in a if t == topic) for topic in topics]
+                assert numbers[0] == numbers[1] and numbers[0] in ([0, 1], [2, 3]), assigned()
+        described = kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group,
+                               "--state", check=True).stdout
+        assert assignor in described.split(), described
+    finally:
+        for r in readers:
+            r.stop()
+    assert all(r.error is None for r in readers)
+
+
+def test_consume_cli_with_an_unknown_assignor_on_apache_kafka(apache_kafka):
+    bootstrap, tag = apache_kafka.bootstrap, uuid.uuid4().hex[:8]
+    _create(bootstrap, f"cli-{tag}", 1)
+    done = subprocess.run([sys.executable, "-m", "spark_coord.cli", "consume", "-b", bootstrap, "--group", f"g-{tag}",
+                           "--group-protocol", "consumer", "--topic", f"cli-{tag}", "--group-remote-assignor", "bogus"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "ERROR" in last and "UNSUPPORTED_ASSIGNOR" in last and "bogus" in last, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_static_member_restarted_on_apache_kafka_gets_its_partitions_back(apache_kafka):
+    bootstrap, tag = apache_kafka.bootstrap, uuid.uuid4().hex[:8]
+    group, topic = f"g-static-{tag}", f"static-{tag}"
+    _create(bootstrap, topic, 4)
+    produce(bootstrap, topic, 4, 5)
+    s1, s2 = (_thin(bootstrap, group, n, topics=[topic], group_instance_id=f"{n}-{tag}") for n in ("s1", "s2"))
+    readers = [s1, s2]
+    try:
+        wait_until(lambda: sorted(s1.owned() | s2.owned()) == [0, 1, 2, 3] and s1.owned() and s2.owned(),
+                   timeout=60, interval=0.3, message=lambda: f"s1 {s1.owned()} and s2 {s2.owned()} to split")
+        wait_until(lambda: _committed(bootstrap, group) == {p: 5 for p in range(4)}, timeout=60, interval=0.5,
+                   message=lambda: f"commits: {_committed(bootstrap, group)}")
+        held, s2_assignments = s1.owned(), list(s2.assignments)
+        s1.stop()  # epoch -2: Kafka keeps its partitions for the session timeout (45 s)
+        produce(bootstrap, topic, 4, 5, start=20)
+        again = _thin(bootstrap, group, "s1-again", topics=[topic], group_instance_id=f"s1-{tag}")
+        readers.append(again)
+        wait_until(lambda: again.owned() == held, timeout=30, interval=0.3,
+                   message=lambda: f"the restarted s1 to get {held} back: {again.owned()}")
+        wait_until(lambda: _committed(bootstrap, group) == {p: 10 for p in range(4)}, timeout=60, interval=0.5,
+                   message=lambda: f"commits: {_committed(bootstrap, group)}")
+        assert s2.assignments == s2_assignments, f"s2 moved: {s2.assignments} (was {s2_assignments})"
+    finally:
+        for r in readers:
+            if not r.closed:
+                r.stop()
+    reads = Counter(x for r in readers for x in r.read())
+    assert set(reads) == {(p, o) for p in range(4) for o in range(10)}
+    assert [x for x, n in reads.items() if n > 1] == [], "records read twice"
