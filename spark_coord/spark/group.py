@@ -39,6 +39,15 @@ The mapping (DESIGN.md section 8):
   confirmed (``leave``), so the group's offsets equal what the query processed and
   the others take over at once.  The members close in parallel, so stopping is
   bounded by one session timeout.
+- **Kafka 4's consumer group protocol** (``kafka.group.protocol``, ``spark.group_protocol``):
+  the same members are driven by KIP-848 heartbeat threads (``Kip848Member``) instead of
+  connectors, so the query is a member of a group on any Kafka 4 cluster.  A heartbeat
+  answer's assignment is the StartFetcher above; partitions it revokes are the StopFetcher
+  above: the heartbeat thread waits (bounded as above) for the batch in flight on them to
+  commit, commits their offsets (OffsetCommit with the member epoch) and only then
+  acknowledges, so the next owner starts where the query stopped.  An answered heartbeat
+  renews the lease; the active commits are OffsetCommits with the member's epoch, and a
+  member Kafka refuses for good (``Kip848Member.error``) fails the query.
 
 Testing hook: when the environment variable ``SPARK_COORD_MEMBER_JOURNAL`` names a
 file, the members append to it, as JSON lines in the journal format of
@@ -65,7 +74,9 @@ from spark_coord.client.admin import EARLIEST, LATEST
 from spark_coord.client.metadata import parse_bootstrap
 from spark_coord.common import LARGEST, SMALLEST, TopicPartition
 from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
-from spark_coord.spark.options import SourceOptions
+from spark_coord.consumer.kip848 import Kip848Member, make_member_id
+from spark_coord.spark.group_protocol import kip848_member, resolve_group_protocol
+from spark_coord.spark.options import GROUP_PROTOCOL_CONSUMER, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +226,8 @@ class GroupPartitionSource:
         host = socket.gethostname()
         n = opts.members or 1
         self.members = [_QueryMember(self, f"coordkafka-{host}-{os.getpid()}-{token}-executor-{i}") for i in range(n)]
-        self.connectors: list[ConsumerCoordinatorConnector] = []
+        self.connectors: list[ConsumerCoordinatorConnector | Kip848Member] = []
+        self.protocol: str | None = None   # the members' kafka.group.protocol, resolved at start()
         self._commit_wanted = threading.Condition(self.lock)
         self._committer: threading.Thread | None = None
         self._stopping = False
@@ -227,6 +239,7 @@ class GroupPartitionSource:
         from spark_coord.spark.offsets import OffsetResolver
 
         self.resolver = OffsetResolver(self.opts)
+        self.protocol = resolve_group_protocol(self.opts, self.resolver.cluster)
         reset = SMALLEST if self.opts.starting == "earliest" else LARGEST
         registration = dict(group_id=self.opts.group_id, auto_commit=True, auto_offset_reset=reset,
                             session_timeout_ms=self.opts.session_timeout_ms)
@@ -235,9 +248,15 @@ class GroupPartitionSource:
         else:
             registration["topics"] = {t: 1 for t in self.opts.subscribe or ()}
         for m in self.members:
-            conn = ConsumerCoordinatorConnector(parse_bootstrap(self.opts.coordinator_bootstrap or self.opts.bootstrap),
-                                                Registration(consumer_id=m.consumer_id, **registration), m,
-                                                client_id=self.opts.client_id, security=self.opts.security)
+            conn: ConsumerCoordinatorConnector | Kip848Member
+            if self.protocol == GROUP_PROTOCOL_CONSUMER:  # Kafka 4's protocol: ids as Kafka's clients make them
+                m.consumer_id = make_member_id()
+                conn = kip848_member(self.opts, m, m.consumer_id)
+            else:
+                conn = ConsumerCoordinatorConnector(
+                    parse_bootstrap(self.opts.coordinator_bootstrap or self.opts.bootstrap),
+                    Registration(consumer_id=m.consumer_id, **registration), m, client_id=self.opts.client_id,
+                    security=self.opts.security)
             conn.start()
             self.connectors.append(conn)
         self._committer = threading.Thread(target=self._commit_loop, name="coordkafka-committer", daemon=True)
@@ -251,6 +270,10 @@ class GroupPartitionSource:
                 break
 
     def assigned(self) -> dict[TopicPartition, int | None]:
+        for conn in self.connectors:  # a KIP-848 member the coordinator refused for good fails the query
+            error = getattr(conn, "error", None)
+            if error is not None:
+                raise error
         with self.lock:
             out: dict[TopicPartition, int | None] = {}
             for m in self.members:

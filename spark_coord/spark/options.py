@@ -55,7 +55,7 @@ _SOURCE_KEYS = {
     "minPartitions", "maxRecordsPerPartition", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
     "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
-    "share.group.id", "share.parallelism", "share.acknowledgements.path",
+    "share.group.id", "share.parallelism", "share.acknowledgements.path", "group.protocol",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
@@ -72,6 +72,8 @@ KAFKA_CONSUMER_SETTINGS = {
     "request.timeout.ms": "socket.timeout.ms",
     "session.timeout.ms": "session.timeout.ms",
     "connections.max.idle.ms": "connections.max.idle.ms",
+    # how group.id's members join: Kafka 4's consumer group protocol (KIP-848) or the coordinator's own
+    "group.protocol": "group.protocol",
     # reading a share group (KIP-932), under the names of Spark's kafka-share proposal (SPARK-54321)
     "share.group.id": "share.group.id",
     "share.parallelism": "share.parallelism",
@@ -127,6 +129,10 @@ _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
 _DURATION_UNITS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 _TIMESTAMP_STRATEGIES = ("error", "latest")
+#: ``kafka.group.protocol``: how group.id's members join (docs/spark/kafka4-groups.md).  ``auto`` asks the
+#: bootstrap brokers (ApiVersions): spark-coord's coordinator where they serve it, else Kafka 4's protocol.
+GROUP_PROTOCOL_AUTO, GROUP_PROTOCOL_COORDKAFKA, GROUP_PROTOCOL_CONSUMER = "auto", "coordkafka", "consumer"
+GROUP_PROTOCOLS = (GROUP_PROTOCOL_AUTO, GROUP_PROTOCOL_COORDKAFKA, GROUP_PROTOCOL_CONSUMER)
 
 
 def _canonical(keys: set[str]) -> dict[str, str]:
@@ -150,6 +156,9 @@ class SourceOptions:
     group_id: str | None = None
     #: Standalone coordinators the group's members register through (None: ask ``bootstrap``).
     coordinator_bootstrap: str | None = None
+    #: ``kafka.group.protocol``: ``auto``, ``coordkafka`` (the coordinator's own channel) or ``consumer``
+    #: (Kafka 4's consumer group protocol, KIP-848: no spark-coord coordinator or ZooKeeper needed).
+    group_protocol: str = GROUP_PROTOCOL_AUTO
     subscribe: tuple[str, ...] | None = None
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -538,7 +547,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         raise ValueError("group.id: a group member subscribes (subscribe or subscribePattern) and the coordinator "
                          "assigns partitions; assign reads fixed partitions without a group")
     if group_id is None:
-        for name in ("members", "session.timeout.ms"):
+        for name in ("members", "session.timeout.ms", "group.protocol"):
             if name in opts:
                 raise ValueError(f"{opts.label(name)}: only meaningful with group.id")
     return SourceOptions(
@@ -579,6 +588,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
         coordinator_bootstrap=_coordinator_bootstrap(opts),
+        group_protocol=_group_protocol(opts),
     )
 
 
@@ -674,6 +684,25 @@ def _share_group(opts: _Opts, streaming: bool | None, group_id, subscribe) -> st
         if name in opts:
             raise ValueError(f"{opts.label(name)}: not with {label}: {why}")
     return share
+
+
+def _group_protocol(opts: _Opts) -> str:
+    """``kafka.group.protocol``: Kafka's ``consumer``, the coordinator's ``coordkafka``, or ``auto``."""
+    raw = opts.get("group.protocol")
+    if raw is None:
+        return GROUP_PROTOCOL_AUTO
+    label = opts.label("group.protocol")
+    value = str(raw).strip().lower()
+    if value == "classic":
+        raise ValueError(f"{label}: classic is not taken: the query's members join with Kafka 4's consumer group "
+                         "protocol (consumer), where the group's coordinator assigns partitions, or through "
+                         "spark-coord's coordinator (coordkafka); Kafka's classic protocol has the members assign")
+    if value not in GROUP_PROTOCOLS:
+        raise ValueError(f"{label}: expected one of {', '.join(GROUP_PROTOCOLS)}, got {raw!r}")
+    if value == GROUP_PROTOCOL_CONSUMER and str(opts.get("coordinator.bootstrap") or "").strip():
+        raise ValueError(f"{opts.label('coordinator.bootstrap')}: not with {label}=consumer, whose members find "
+                         "their group's coordinator among the brokers (FindCoordinator)")
+    return value
 
 
 def _coordinator_bootstrap(opts: _Opts) -> str | None:

@@ -63,6 +63,16 @@ class CoordKafkaDataSource(DataSource):
         members beside a consumer with 1 is assigned about three quarters of them.
     session.timeout.ms : int, default 30000
         The members' session timeout (pings every third of it).
+    kafka.group.protocol : str, default ``auto``
+        How the members join the group: ``coordkafka`` through spark-coord's coordinator
+        (ZooKeeper-backed; our brokers, or ``coordinator.bootstrap``), or ``consumer``,
+        Kafka 4's consumer group protocol (KIP-848), the cluster's own group coordinator:
+        the query's members are members of the cluster's group beside Kafka's consumers, and
+        its committed micro-batches are the group's offsets in Kafka (no ZooKeeper, no
+        coordinator of ours).  ``auto`` asks the brokers (ApiVersions): ``coordkafka`` where
+        they serve spark-coord's coordinator, else ``consumer`` where they serve
+        ConsumerGroupHeartbeat.  With ``consumer``, ``session.timeout.ms`` is the members'
+        lease and should not exceed the cluster's ``group.consumer.session.timeout.ms``.
     kafka.<setting> : Kafka consumer settings the source implements
         ``kafka.fetch.max.bytes``, ``kafka.max.partition.fetch.bytes``,
         ``kafka.fetch.max.wait.ms``, ``kafka.fetch.min.bytes``, ``kafka.request.timeout.ms``,
