@@ -40,7 +40,8 @@ The states and their moves are one table, ``_MOVES`` (Java's ``MemberState``):
     any -> LEAVING -> UNSUBSCRIBED (close);  any -> FATAL (final)
 
 The I/O (heartbeats, commits, committed offsets, topic names) is behind ``MemberIo``, so the
-state machine runs in unit tests against a fake coordinator with a hand-advanced clock.
+state machine runs in unit tests against a fake coordinator with a hand-advanced clock, turned by
+``poll()`` (one turn of the heartbeat thread).
 """
 
 from __future__ import annotations
