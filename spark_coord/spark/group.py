@@ -62,6 +62,7 @@ query's ownership; unset, nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -108,6 +109,11 @@ class _QueryMember:
         self.lease_until = 0.0      # plan the partitions only until then (time.monotonic())
         self.suspended = False      # the lease ran out: partitions dormant until taken back
         self.sent: dict[TopicPartition, int] = {}  # offsets committed actively so far
+        #: Held while an active commit of this member is taken and sent.  A KIP-848 member's revocation takes it
+        #: before it commits the revoked offsets, so an older active commit never lands after that commit (Kafka
+        #: keeps the last commit, even one going backwards, and the next owner would start there)
+        self.commit_lock = threading.Lock()
+        self.kip848 = False
 
     def plannable(self) -> bool:
         """Its partitions may go into a new batch: not suspended, and more than the planning margin
@@ -145,6 +151,7 @@ class _QueryMember:
                                 sorted(tp for tp in revoked if src.in_flight(tp)), src.stop_timeout)
                     break
                 src.changed.wait(left)
+        with self.commit_lock if self.kip848 else contextlib.nullcontext(), src.lock:
             offsets = [{"topic": t, "partition": p, "offset": src.committed[(t, p)]}
                        for (t, p) in sorted(revoked) if (t, p) in src.committed]
             for tp in revoked:
@@ -251,6 +258,7 @@ class GroupPartitionSource:
             conn: ConsumerCoordinatorConnector | Kip848Member
             if self.protocol == GROUP_PROTOCOL_CONSUMER:  # Kafka 4's protocol: ids as Kafka's clients make them
                 m.consumer_id = make_member_id()
+                m.kip848 = True
                 conn = kip848_member(self.opts, m, m.consumer_id)
             else:
                 conn = ConsumerCoordinatorConnector(
@@ -316,25 +324,26 @@ class GroupPartitionSource:
 
         done = True
         for m, conn in zip(self.members, self.connectors, strict=False):
-            with self.lock:
-                offsets = self._unsent(m)
-            if not offsets:
-                continue
-            try:
-                codes = conn.commit(offsets, timeout)
-            except CommitFailed as e:  # kept: reported with the next ping, claim or the final commit
-                log.debug("%s: commit not confirmed now (%s)", m.consumer_id, e)
-                for o in offsets:
-                    m.journal("commit_failed", t=o["topic"], p=o["partition"], off=o["offset"], code=e.code)
-                done = False
-                continue
-            with self.lock:
-                for o in offsets:
-                    code = codes.get((o["topic"], o["partition"]))
-                    if code == 0:
-                        m.sent[(o["topic"], o["partition"])] = o["offset"]
-                    m.journal("commit" if code == 0 else "commit_failed", t=o["topic"], p=o["partition"],
-                              off=o["offset"], code=code)
+            with m.commit_lock:  # taken and sent before a revocation's commit, never after it
+                with self.lock:
+                    offsets = self._unsent(m)
+                if not offsets:
+                    continue
+                try:
+                    codes = _commit(conn, offsets, timeout)
+                except CommitFailed as e:  # kept: reported with the next ping, claim or the final commit
+                    log.debug("%s: commit not confirmed now (%s)", m.consumer_id, e)
+                    for o in offsets:
+                        m.journal("commit_failed", t=o["topic"], p=o["partition"], off=o["offset"], code=e.code)
+                    done = False
+                    continue
+                with self.lock:
+                    for o in offsets:
+                        code = codes.get((o["topic"], o["partition"]))
+                        if code == 0:
+                            m.sent[(o["topic"], o["partition"])] = o["offset"]
+                        m.journal("commit" if code == 0 else "commit_failed", t=o["topic"], p=o["partition"],
+                                  off=o["offset"], code=code)
         return done
 
     def _commit_loop(self) -> None:
@@ -365,6 +374,8 @@ class GroupPartitionSource:
             for m in self.members:  # the end of planning, before the leave hands the partitions on
                 m.journal("stop", gen=m.generation)
         timeout = self.opts.session_timeout_ms / 1000
+        if self._committer is not None and self.protocol == GROUP_PROTOCOL_CONSUMER:
+            self._committer.join(timeout)  # an active commit under way lands before the members' last ones
         closers = [threading.Thread(target=conn.close, args=(timeout,), name=f"close-{conn.name}", daemon=True)
                    for conn in self.connectors]
         for t in closers:
@@ -396,3 +407,30 @@ class GroupPartitionSource:
                             missing, exc_info=True)
                 out.update({tp: None for tp in missing})
         return out
+
+
+def _commit(conn: ConsumerCoordinatorConnector | Kip848Member, offsets: list[dict],
+            timeout: float | None) -> dict[TopicPartition, int]:
+    """An active commit: CommitOffsets on the coordinator's channel, or a KIP-848 member's OffsetCommit with
+    its id and current epoch, sent at once rather than behind a reconciliation holding the member (whose
+    revocation waits for this commit: ``_QueryMember.commit_lock``).  Raises ``CommitFailed``."""
+    from spark_coord.client.connection import BrokerConnectionError
+    from spark_coord.consumer.connector import CommitFailed
+    from spark_coord.errors import ErrorCode, KafkaError
+    from spark_coord.wire.types import ProtocolError
+
+    if not isinstance(conn, Kip848Member):
+        return conn.commit(offsets, timeout)
+    member_id, epoch, error = conn.member_id, conn.epoch, conn.error
+    if error is not None:
+        raise CommitFailed(error.code, str(error))
+    if epoch < 1:
+        raise CommitFailed(ErrorCode.COORDINATOR_NOT_AVAILABLE, "not in the group right now")
+    wanted = {(o["topic"], o["partition"]): o["offset"] for o in offsets}
+    try:
+        conn.io.commit(wanted, member_id, epoch)  # STALE_MEMBER_EPOCH: retried with the next epoch
+    except KafkaError as e:
+        raise CommitFailed(e.code, str(e)) from None
+    except (BrokerConnectionError, ProtocolError, OSError) as e:
+        raise CommitFailed(ErrorCode.NETWORK_EXCEPTION, str(e)) from None
+    return {tp: 0 for tp in wanted}
