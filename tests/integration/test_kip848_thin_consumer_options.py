@@ -32,6 +32,17 @@ def _thin(bootstrap: str, group: str, name: str, **kwargs) -> ThinReader:
     return reader
 
 
+def _states(*readers) -> list[tuple[str, int]]:
+    return [(r.consumer.connector.state.name, r.consumer.connector.epoch) for r in readers]
+
+
+def _settled(*readers) -> bool:
+    from spark_coord.consumer.kip848 import MemberState
+
+    states = _states(*readers)
+    return all(state == MemberState.STABLE.name for state, _ in states) and len({e for _, e in states}) == 1
+
+
 def _committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     from spark_coord.client.groups import GroupClient
     from spark_coord.client.metadata import ClusterClient
@@ -55,6 +66,9 @@ def test_a_static_member_restarted_within_the_session_timeout_gets_its_partition
         ends = log_end(bootstrap, topic)
         wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
                    message=lambda: f"commits at {ends}: {_committed(bootstrap, group)}")
+        # the group settled: both members reconciled to the group's epoch (a member's epoch moves on
+        # when the group's does, even with its partitions unchanged)
+        wait_until(lambda: _settled(s1, s2), timeout=30, message=lambda: f"the group to settle: {_states(s1, s2)}")
         held, epoch = s1.owned(), s1.consumer.connector.epoch
         s2_assignments, s2_epoch = list(s2.assignments), s2.consumer.connector.epoch
 
