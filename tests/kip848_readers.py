@@ -70,3 +70,12 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, sta
                 producer.send(topic, f"v{n}".encode(), partition=p)
                 n += 1
         producer.flush()
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, ``{(topic, partition): offset}``."""
+    from spark_coord.client.groups import GroupClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
+        return {tp: c.offset for tp, c in gc.fetch_offsets(group).items()}

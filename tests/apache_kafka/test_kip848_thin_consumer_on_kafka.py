@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 from helpers import wait_until
-from kip848_readers import ThinReader, produce
+from kip848_readers import ThinReader, committed, produce
 from peers.apache_kafka import CONSUMER_GROUPS
 from peers.group_peers import KafkaPeer
 
@@ -138,14 +138,6 @@ def test_consume_cli_with_the_consumer_group_protocol_on_apache_kafka(apache_kaf
     assert _lags(described, topic) == {0: "0", 1: "0", 2: "0"}, described
 
 
-def _committed_by_topic(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from spark_coord.client.groups import GroupClient
-    from spark_coord.client.metadata import ClusterClient
-
-    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
-        return {tp: c.offset for tp, c in gc.fetch_offsets(group).items()}
-
-
 def _thin(bootstrap: str, group: str, name: str, **kwargs) -> ThinReader:
     from spark_coord.consumer.consumer import Consumer
 
@@ -166,8 +158,8 @@ def test_a_regex_subscription_on_apache_kafka(apache_kafka):
     try:
         wait_until(lambda: set(reader.consumer.assignment()) == wanted, timeout=60, interval=0.3,
                    message=lambda: f"Kafka to resolve the regex to {sorted(wanted)}: {reader.consumer.assignment()}")
-        wait_until(lambda: _committed_by_topic(bootstrap, group) == {tp: 5 for tp in wanted}, timeout=60,
-                   interval=0.5, message=lambda: f"commits: {_committed_by_topic(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == {tp: 5 for tp in wanted}, timeout=60,
+                   interval=0.5, message=lambda: f"commits: {committed(bootstrap, group)}")
     finally:
         reader.stop()
     assert reader.error is None and len(reader.read()) == 20

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 from helpers import wait_until
-from kip848_readers import ThinReader, produce
+from kip848_readers import ThinReader, committed, produce
 from support import log_end
 
 PARTITIONS = 12
@@ -63,14 +63,6 @@ def _thin(bootstrap: str, group: str, topic: str, name: str, **kwargs) -> tuple[
     return ThinReader(consumer, name), io
 
 
-def _committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from spark_coord.client.groups import GroupClient
-    from spark_coord.client.metadata import ClusterClient
-
-    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
-        return {tp: c.offset for tp, c in gc.fetch_offsets(group).items()}
-
-
 def test_a_fenced_member_rejoins_and_nothing_committed_is_read_twice(cluster, create):
     group, topic = "g-kip848-fenced", "k848fenced"
     bootstrap = cluster.bootstrap
@@ -85,16 +77,16 @@ def test_a_fenced_member_rejoins_and_nothing_committed_is_read_twice(cluster, cr
         wait_until(lambda: sorted(t1.owned() | t2.owned()) == list(range(PARTITIONS)) and t1.owned()
                    and t2.owned(), timeout=60, message=lambda: f"t1 {t1.owned()} and t2 {t2.owned()} to split")
         ends = log_end(bootstrap, topic)
-        wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
-                   message=lambda: f"commits at {ends}: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == ends, timeout=60,
+                   message=lambda: f"commits at {ends}: {committed(bootstrap, group)}")
         held, member_id = t1.owned(), t1.consumer.consumer_id
         io1.pause()  # t1's heartbeats stop; its application reads on
         produce(bootstrap, topic, PARTITIONS, 20, start=PARTITIONS * 20)
         wait_until(lambda: t2.owned() == set(range(PARTITIONS)), timeout=60,
                    message=lambda: f"t2 to take t1's partitions once t1 is fenced: {t2.owned()}")
         ends = log_end(bootstrap, topic)
-        wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
-                   message=lambda: f"t2 to read and commit t1's partitions: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == ends, timeout=60,
+                   message=lambda: f"t2 to read and commit t1's partitions: {committed(bootstrap, group)}")
         assert t1.consumer.connector.rejoins == 0
         io1.resume()
         wait_until(lambda: t1.consumer.connector.rejoins >= 1 and t1.owned() and t2.owned()
@@ -103,8 +95,8 @@ def test_a_fenced_member_rejoins_and_nothing_committed_is_read_twice(cluster, cr
         assert t1.consumer.consumer_id == member_id  # the same member id, epoch 0 again
         produce(bootstrap, topic, PARTITIONS, 20, start=PARTITIONS * 40)
         ends = log_end(bootstrap, topic)
-        wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
-                   message=lambda: f"commits at {ends}: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == ends, timeout=60,
+                   message=lambda: f"commits at {ends}: {committed(bootstrap, group)}")
     finally:
         for r in readers:
             if not r.closed:
@@ -162,4 +154,4 @@ def test_bad_coordinator_answers_end_in_a_rejoin(cluster, create, caplog, fault)
     assert reader.error is None
     assert sorted(set(reader.read())) == [(p, o) for p in range(3) for o in range(20)]
     assert Counter(reader.read()).most_common(1)[0][1] == 1, "a record read twice"
-    assert _committed(bootstrap, group) == {(topic, p): 20 for p in range(3)}
+    assert committed(bootstrap, group) == {(topic, p): 20 for p in range(3)}

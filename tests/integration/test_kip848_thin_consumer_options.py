@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 
 from helpers import wait_until
-from kip848_readers import ThinReader, produce
+from kip848_readers import ThinReader, committed, produce
 from support import log_end
 
 PARTITIONS = 6
@@ -43,14 +43,6 @@ def _settled(*readers) -> bool:
     return all(state == MemberState.STABLE.name for state, _ in states) and len({e for _, e in states}) == 1
 
 
-def _committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from spark_coord.client.groups import GroupClient
-    from spark_coord.client.metadata import ClusterClient
-
-    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
-        return {tp: c.offset for tp, c in gc.fetch_offsets(group).items()}
-
-
 def test_a_static_member_restarted_within_the_session_timeout_gets_its_partitions_back(cluster, create):
     from spark_coord.errors import ErrorCode, KafkaError
 
@@ -64,8 +56,8 @@ def test_a_static_member_restarted_within_the_session_timeout_gets_its_partition
         wait_until(lambda: sorted(s1.owned() | s2.owned()) == list(range(PARTITIONS)) and s1.owned() and s2.owned(),
                    timeout=60, message=lambda: f"s1 {s1.owned()} and s2 {s2.owned()} to split the partitions")
         ends = log_end(bootstrap, topic)
-        wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
-                   message=lambda: f"commits at {ends}: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == ends, timeout=60,
+                   message=lambda: f"commits at {ends}: {committed(bootstrap, group)}")
         # the group settled: both members reconciled to the group's epoch (a member's epoch moves on
         # when the group's does, even with its partitions unchanged)
         wait_until(lambda: _settled(s1, s2), timeout=30, message=lambda: f"the group to settle: {_states(s1, s2)}")
@@ -82,8 +74,8 @@ def test_a_static_member_restarted_within_the_session_timeout_gets_its_partition
         assert again.consumer.consumer_id != s1.consumer.consumer_id  # a new member id, the same instance
         assert again.consumer.connector.epoch == epoch
         ends = log_end(bootstrap, topic)
-        wait_until(lambda: _committed(bootstrap, group) == ends, timeout=60,
-                   message=lambda: f"commits at {ends}: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == ends, timeout=60,
+                   message=lambda: f"commits at {ends}: {committed(bootstrap, group)}")
         assert s2.assignments == s2_assignments and s2.consumer.connector.epoch == s2_epoch, \
             f"s2 moved: {s2.assignments} (was {s2_assignments})"
 
@@ -119,8 +111,8 @@ def test_a_regex_subscription_is_matched_by_the_coordinator(cluster, create):
         wanted |= {("rx-c", 0), ("rx-c", 1)}
         wait_until(lambda: set(reader.consumer.assignment()) == wanted, timeout=60,
                    message=lambda: f"rx-c, created later, to be assigned: {reader.consumer.assignment()}")
-        wait_until(lambda: _committed(bootstrap, group) == {tp: 5 for tp in wanted}, timeout=60,
-                   message=lambda: f"every matching partition read and committed: {_committed(bootstrap, group)}")
+        wait_until(lambda: committed(bootstrap, group) == {tp: 5 for tp in wanted}, timeout=60,
+                   message=lambda: f"every matching partition read and committed: {committed(bootstrap, group)}")
     finally:
         reader.stop()
     assert reader.error is None and len(reader.read()) == 30
