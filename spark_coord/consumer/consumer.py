@@ -277,7 +277,7 @@ class Consumer:
         self._closed = True
         deadline = time.monotonic() + (self.connector.session_timeout if timeout is None else timeout)
         self._buffer.close()      # wake the application's iterator; positions stay for the final commit
-        self._fetchers.stop()     # bounded: a fetch stuck on a hung broker is left behind
+        self._fetchers.close()    # bounded: a fetch stuck on a hung broker is left behind
         self.connector.close(max(0.0, deadline - time.monotonic()))
         # closing the broker connections waits for a thread left behind inside one; never past the deadline
         closer = threading.Thread(target=self._cluster.close, name="close-connections", daemon=True)

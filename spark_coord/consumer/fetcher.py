@@ -222,6 +222,8 @@ class FetcherManager:
         self.buffer = buffer
         self.settings = settings
         self._lock = threading.Condition()
+        self._life = threading.Lock()   # start() and stop() one at a time (a close races a StartFetcher)
+        self._closed = False
         self._orphans: dict[TopicPartition, int] = {}
         self._fetchers: dict[int, FetcherThread] = {}
         self._finder: threading.Thread | None = None
@@ -283,17 +285,20 @@ class FetcherManager:
 
         Call ``stop()`` first, then ``buffer.assign()`` for the token: stopping clears the buffer,
         which would make the token stale."""
-        if self.running:
-            raise RuntimeError("FetcherManager.start() while running: stop() first")
-        self._halt = threading.Event()
-        self._token = token
-        with self._lock:
-            self._orphans = dict(assignment)
-            self._assigned = dict(assignment)
-            self._incarnations = self.buffer.incarnations()
-        self._finder = threading.Thread(target=self._find_leaders, args=(self._halt, token), name="leader-finder",
-                                        daemon=True)
-        self._finder.start()
+        with self._life:
+            if self._closed:
+                return  # the member closed while this assignment was on its way
+            if self.running:
+                raise RuntimeError("FetcherManager.start() while running: stop() first")
+            self._halt = threading.Event()
+            self._token = token
+            with self._lock:
+                self._orphans = dict(assignment)
+                self._assigned = dict(assignment)
+                self._incarnations = self.buffer.incarnations()
+            self._finder = threading.Thread(target=self._find_leaders, args=(self._halt, token),
+                                            name="leader-finder", daemon=True)
+            self._finder.start()
 
     def add(self, partitions: dict[TopicPartition, int], incarnations: dict[TopicPartition, int]) -> None:
         """Fetch more partitions ({tp: start offset}, -1 = apply the reset; their buffer incarnations),
@@ -321,23 +326,31 @@ class FetcherManager:
                 f._remove(tp)
 
     def stop(self) -> None:
-        """Stop and join every thread (a fetch in flight ends within max_wait_ms + the socket timeout)."""
-        self._halt.set()
-        with self._lock:
-            fetchers = list(self._fetchers.values())
-            self._fetchers.clear()
-            self._orphans.clear()
-            self._lock.notify_all()
-        for f in fetchers:
-            f.stop()
-        self.buffer.clear()  # wakes fetchers blocked on a full buffer
-        deadline = time.monotonic() + STOP_JOIN_TIMEOUT
-        threads = fetchers + ([self._finder] if self._finder is not None else [])
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-            if t.is_alive():
-                log.info("%s is still in a request; leaving it behind (its results are dropped)", t.name)
-        self._finder = None
+        """Stop and join every thread (a fetch in flight ends within max_wait_ms + the socket timeout).
+        A ``start()`` under way finishes first, and what it started is stopped."""
+        with self._life:
+            self._halt.set()
+            with self._lock:
+                fetchers = list(self._fetchers.values())
+                self._fetchers.clear()
+                self._orphans.clear()
+                self._lock.notify_all()
+            for f in fetchers:
+                f.stop()
+            self.buffer.clear()  # wakes fetchers blocked on a full buffer
+            deadline = time.monotonic() + STOP_JOIN_TIMEOUT
+            threads = fetchers + ([self._finder] if self._finder is not None else [])
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    log.info("%s is still in a request; leaving it behind (its results are dropped)", t.name)
+            self._finder = None
+
+    def close(self) -> None:
+        """``stop()`` for good: a ``start()`` after this (a StartFetcher answered late) starts nothing."""
+        with self._life:
+            self._closed = True
+        self.stop()
 
     # ---------------------------------------------------------------- leader finder
     def orphan(self, partitions: dict[TopicPartition, int], backoff: bool = False,

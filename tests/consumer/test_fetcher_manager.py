@@ -226,3 +226,52 @@ def test_a_partition_taken_away_while_its_reset_runs_is_not_resolved_again():
         assert A not in buffer.positions()
     finally:
         manager.stop()
+
+
+def test_a_stop_that_races_a_start_waits_for_it_and_stops_its_threads(monkeypatch):
+    """Closing a consumer while a StartFetcher is being served: ``stop()`` ran between ``start()``
+    creating the leader finder and starting it, and failed with "cannot join thread before it is
+    started" (seen in a clean-clone run); it must wait for the start and then stop what it began."""
+    import spark_coord.consumer.fetcher as fetcher_module
+
+    creating, go = threading.Event(), threading.Event()
+
+    class SlowToStart(threading.Thread):
+        def start(self):
+            if self.name == "leader-finder":
+                creating.set()
+                assert go.wait(10), "the test never let the finder start"
+            super().start()
+
+    monkeypatch.setattr(fetcher_module.threading, "Thread", SlowToStart)
+    manager, buffer = _manager(ScriptedCluster({0: ScriptedConnection(), 1: ScriptedConnection()}))
+    starting = threading.Thread(target=manager.start, args=({A: 0, B: 0}, buffer.assign({A: 0, B: 0})))
+    starting.start()
+    assert creating.wait(10), "start() never created its leader finder"
+    errors: list[BaseException] = []
+
+    def stop():
+        try:
+            manager.stop()
+        except BaseException as e:  # noqa: BLE001 - the failure is what the test reports
+            errors.append(e)
+
+    stopping = threading.Thread(target=stop)
+    stopping.start()
+    stopping.join(2.0)  # the stop that does not wait for the start fails at once
+    go.set()
+    starting.join(10)
+    stopping.join(10)
+    assert not stopping.is_alive() and errors == []
+    assert not manager.running
+    wait_until(lambda: not any(t.is_alive() for t in threading.enumerate()
+                               if t.name == "leader-finder" or t.name.startswith("fetcher")),
+               timeout=10, message="the finder and fetchers the start began to stop")
+
+
+def test_a_manager_closed_starts_nothing_more():
+    """A StartFetcher answered after the consumer closed must not start threads nobody stops."""
+    manager, buffer = _manager(ScriptedCluster({0: ScriptedConnection()}))
+    manager.close()
+    manager.start({A: 0}, buffer.assign({A: 0}))
+    assert not manager.running
