@@ -137,6 +137,18 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
     def everything_read() -> bool:
         return set(reads()) == {(p, o) for p in range(PARTITIONS) for o in range(produced // PARTITIONS)}
 
+    def missing() -> str:
+        """What is not read yet, by partition, and who holds each partition now."""
+        got = set(reads())
+        gaps: dict[int, list[int]] = {}
+        for p in range(PARTITIONS):
+            gaps[p] = [o for o in range(produced // PARTITIONS) if (p, o) not in got]
+        holders = {p: c for c, ps in by_client().items() for p in ps}
+        return (f"{len(got)} of {produced} read; missing "
+                + "; ".join(f"p{p} {gap[0]}..{gap[-1]} ({len(gap)}, held by {holders.get(p)})"
+                            for p, gap in gaps.items() if gap)
+                + f"; the group's offsets {committed(bootstrap, group)}")
+
     def at_log_end() -> bool:
         return committed(bootstrap, group) == {p: produced // PARTITIONS for p in range(PARTITIONS)}
 
@@ -162,7 +174,7 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
             assert listed.count(client) == 2, listed
         produce(bootstrap, topic, PARTITIONS, 5, start=produced)
         produced += PARTITIONS * 5
-        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {len(reads())}")
+        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
         wait_until(at_log_end, timeout=30, interval=0.3,
                    message=lambda: f"the group's offsets at the log end: {committed(bootstrap, group)}")
         assert committed(bootstrap, group) == log_end(bootstrap, topic)
@@ -178,7 +190,7 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
                    interval=0.3, message=lambda: f"k1 and k2 to take the query's partitions: {by_client()}")
         produce(bootstrap, topic, PARTITIONS, 5, start=produced)
         produced += PARTITIONS * 5
-        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {len(reads())}")
+        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
         wait_until(at_log_end, timeout=30, interval=0.3,
                    message=lambda: f"the group's offsets at the log end: {committed(bootstrap, group)}")
 
@@ -189,7 +201,7 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
                    message=lambda: f"the restarted query to take partitions back: {by_client()}")
         produce(bootstrap, topic, PARTITIONS, 5, start=produced)
         produced += PARTITIONS * 5
-        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {len(reads())}")
+        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
         wait_until(at_log_end, timeout=30, interval=0.3,
                    message=lambda: f"the group's offsets at the log end: {committed(bootstrap, group)}")
         assert sinks[1].rows(), "the restarted query read nothing"
