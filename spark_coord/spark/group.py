@@ -76,7 +76,7 @@ from spark_coord.client.metadata import parse_bootstrap
 from spark_coord.common import LARGEST, SMALLEST, TopicPartition
 from spark_coord.consumer.connector import ConsumerCoordinatorConnector, Registration
 from spark_coord.consumer.kip848 import Kip848Member, make_member_id
-from spark_coord.spark.group_protocol import kip848_member, resolve_group_protocol
+from spark_coord.spark.group_protocol import check_protocol_settings, kip848_member, resolve_group_protocol
 from spark_coord.spark.options import GROUP_PROTOCOL_CONSUMER, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -247,6 +247,7 @@ class GroupPartitionSource:
 
         self.resolver = OffsetResolver(self.opts)
         self.protocol = resolve_group_protocol(self.opts, self.resolver.cluster)
+        check_protocol_settings(self.opts, self.protocol)
         reset = SMALLEST if self.opts.starting == "earliest" else LARGEST
         registration = dict(group_id=self.opts.group_id, auto_commit=True, auto_offset_reset=reset,
                             session_timeout_ms=self.opts.session_timeout_ms)
@@ -254,12 +255,12 @@ class GroupPartitionSource:
             registration["pattern"] = self.opts.subscribe_pattern
         else:
             registration["topics"] = {t: 1 for t in self.opts.subscribe or ()}
-        for m in self.members:
+        for index, m in enumerate(self.members):
             conn: ConsumerCoordinatorConnector | Kip848Member
             if self.protocol == GROUP_PROTOCOL_CONSUMER:  # Kafka 4's protocol: ids as Kafka's clients make them
                 m.consumer_id = make_member_id()
                 m.kip848 = True
-                conn = kip848_member(self.opts, m, m.consumer_id)
+                conn = kip848_member(self.opts, m, m.consumer_id, index)
             else:
                 conn = ConsumerCoordinatorConnector(
                     parse_bootstrap(self.opts.coordinator_bootstrap or self.opts.bootstrap),

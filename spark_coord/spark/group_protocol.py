@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["resolve_group_protocol", "kip848_member"]
+__all__ = ["resolve_group_protocol", "kip848_member", "check_protocol_settings"]
 
 
 def resolve_group_protocol(opts: SourceOptions, cluster: "ClusterClient") -> str:
@@ -67,12 +67,26 @@ def resolve_group_protocol(opts: SourceOptions, cluster: "ClusterClient") -> str
     return chosen
 
 
-def kip848_member(opts: SourceOptions, member: "Member", member_id: str) -> Kip848Member:
-    """A KIP-848 member driving ``member`` (not started).  It commits nothing by itself but its
-    revocations and its leaving: the query commits what Spark confirmed (``GroupPartitionSource``)."""
+def kip848_member(opts: SourceOptions, member: "Member", member_id: str, index: int = 0) -> Kip848Member:
+    """A KIP-848 member driving ``member`` (not started), the query's ``index``-th (its static id is
+    ``<kafka.group.instance.id>-<index>``).  It commits nothing by itself but its revocations and its
+    leaving: the query commits what Spark confirmed (``GroupPartitionSource``)."""
     if opts.group_id is None:
         raise ValueError("group.id is required for group membership")
     bootstrap = [f"{h}:{p}" for h, p in parse_bootstrap(opts.bootstrap)]
     io = ClusterIo(bootstrap, opts.group_id, opts.client_id, opts.socket_timeout_ms / 1000, opts.security)
+    instance = None if opts.group_instance_id is None else f"{opts.group_instance_id}-{index}"
     return Kip848Member(io, opts.group_id, member, topics=opts.subscribe, pattern=opts.subscribe_pattern,
+                        instance_id=instance, server_assignor=opts.group_remote_assignor,
                         session_timeout_ms=opts.session_timeout_ms, member_id=member_id, auto_commit_interval_ms=None)
+
+
+def check_protocol_settings(opts: SourceOptions, protocol: str) -> None:
+    """Kafka 4's member settings with members that join through spark-coord's coordinator (``auto`` chose
+    it): refused at the query's start, naming the options, rather than quietly not applied."""
+    given = [name for name, value in (("kafka.group.instance.id", opts.group_instance_id),
+                                      ("kafka.group.remote.assignor", opts.group_remote_assignor)) if value]
+    if given and protocol != GROUP_PROTOCOL_CONSUMER:
+        raise ValueError(f"{', '.join(given)}: settings of Kafka 4's consumer group protocol, but group "
+                         f"{opts.group_id!r} joins through spark-coord's coordinator "
+                         f"(kafka.group.protocol={protocol}); set kafka.group.protocol=consumer")

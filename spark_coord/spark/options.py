@@ -56,6 +56,7 @@ _SOURCE_KEYS = {
     "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
     "share.group.id", "share.parallelism", "share.acknowledgements.path", "group.protocol",
+    "group.instance.id", "group.remote.assignor",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
@@ -74,6 +75,9 @@ KAFKA_CONSUMER_SETTINGS = {
     "connections.max.idle.ms": "connections.max.idle.ms",
     # how group.id's members join: Kafka 4's consumer group protocol (KIP-848) or the coordinator's own
     "group.protocol": "group.protocol",
+    # with group.protocol=consumer: static membership (KIP-345; one id per member) and the coordinator's assignor
+    "group.instance.id": "group.instance.id",
+    "group.remote.assignor": "group.remote.assignor",
     # reading a share group (KIP-932), under the names of Spark's kafka-share proposal (SPARK-54321)
     "share.group.id": "share.group.id",
     "share.parallelism": "share.parallelism",
@@ -159,6 +163,11 @@ class SourceOptions:
     #: ``kafka.group.protocol``: ``auto``, ``coordkafka`` (the coordinator's own channel) or ``consumer``
     #: (Kafka 4's consumer group protocol, KIP-848: no spark-coord coordinator or ZooKeeper needed).
     group_protocol: str = GROUP_PROTOCOL_AUTO
+    #: ``kafka.group.instance.id`` (Kafka 4's protocol only): the members are static, member ``i`` being
+    #: ``<id>-<i>``, so a query restarted within the group's session timeout gets its partitions back.
+    group_instance_id: str | None = None
+    #: ``kafka.group.remote.assignor`` (Kafka 4's protocol only): the assignor the group's coordinator runs.
+    group_remote_assignor: str | None = None
     subscribe: tuple[str, ...] | None = None
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -547,7 +556,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         raise ValueError("group.id: a group member subscribes (subscribe or subscribePattern) and the coordinator "
                          "assigns partitions; assign reads fixed partitions without a group")
     if group_id is None:
-        for name in ("members", "session.timeout.ms", "group.protocol"):
+        for name in ("members", "session.timeout.ms", "group.protocol", "group.instance.id", "group.remote.assignor"):
             if name in opts:
                 raise ValueError(f"{opts.label(name)}: only meaningful with group.id")
     return SourceOptions(
@@ -589,6 +598,8 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         security=_security(opts),
         coordinator_bootstrap=_coordinator_bootstrap(opts),
         group_protocol=_group_protocol(opts),
+        group_instance_id=_kip848_setting(opts, "group.instance.id"),
+        group_remote_assignor=_kip848_setting(opts, "group.remote.assignor"),
     )
 
 
@@ -702,6 +713,21 @@ def _group_protocol(opts: _Opts) -> str:
     if value == GROUP_PROTOCOL_CONSUMER and str(opts.get("coordinator.bootstrap") or "").strip():
         raise ValueError(f"{opts.label('coordinator.bootstrap')}: not with {label}=consumer, whose members find "
                          "their group's coordinator among the brokers (FindCoordinator)")
+    return value
+
+
+def _kip848_setting(opts: _Opts, name: str) -> str | None:
+    """``kafka.group.instance.id`` / ``kafka.group.remote.assignor``: settings of Kafka 4's consumer group
+    protocol, refused with ``kafka.group.protocol=coordkafka`` (whose coordinator has neither)."""
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    if not value or not _TOPIC_RE.match(value):
+        raise ValueError(f"{opts.label(name)}: expected a name of letters, digits, '.', '_' and '-', got {raw!r}")
+    if str(opts.get("group.protocol") or "").strip().lower() == GROUP_PROTOCOL_COORDKAFKA:
+        raise ValueError(f"{opts.label(name)}: a setting of Kafka 4's consumer group protocol, not with "
+                         f"{opts.label('group.protocol')}=coordkafka")
     return value
 
 
