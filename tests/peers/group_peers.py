@@ -2,9 +2,10 @@
 what each of them saw.
 
 - ``KafkaPeer``: a confluent-kafka or kafka-python group consumer
-  (``kafka_group_consumer.py``), eager or ``cooperative-sticky``: its assignment,
-  revocation and lost callbacks with the partitions each received, and the
-  records it read;
+  (``kafka_group_consumer.py``), or Kafka's Java ``KafkaConsumer`` (``java/GroupConsumer.java``,
+  run from source with Apache Kafka's jars), eager, ``cooperative-sticky`` or Kafka 4's
+  ``consumer`` protocol: its assignment, revocation and lost callbacks with the partitions
+  each received, and the records it read;
 - ``CliConsumer``: ``spark-coord consume`` (our thin consumer), printing values;
 - ``topic_index``: value -> (partition, offset) of every record of a topic, to
   turn what the CLI printed into positions.
@@ -20,13 +21,16 @@ import sys
 from pathlib import Path
 
 PEER = Path(__file__).resolve().parent / "kafka_group_consumer.py"
+JAVA_PEER = Path(__file__).resolve().parent / "java" / "GroupConsumer.java"
 
 
 class KafkaPeer:
-    """A Kafka-client group consumer process."""
+    """A Kafka-client group consumer process: ``kind`` confluent, kafka-python or java (Kafka's
+    Java consumer, run with the jars of the folder ``jars``; default: ``peers.apache_kafka.kafka_jars()``)."""
 
     def __init__(self, kind: str, bootstrap: str, group: str, topic: str, client_id: str, workdir: Path,
-                 strategy: str | None = None, session_ms: int = 6000, instance: str | None = None):
+                 strategy: str | None = None, session_ms: int = 6000, instance: str | None = None,
+                 jars: Path | None = None):
         self.kind = kind
         self.client_id = client_id
         self.strategy = strategy
@@ -34,9 +38,15 @@ class KafkaPeer:
         self.out = Path(workdir) / f"{client_id}.jsonl"
         self._out = open(self.out, "w")
         self._err = open(Path(workdir) / f"{client_id}.stderr", "w")
-        self.proc = subprocess.Popen([sys.executable, str(PEER), kind, bootstrap, group, topic, client_id,
-                                      str(session_ms)] + ([strategy] if strategy else []),
-                                     stdout=self._out, stderr=self._err,
+        args = [kind, bootstrap, group, topic, client_id, str(session_ms)] + ([strategy] if strategy else [])
+        if kind == "java":
+            from peers.apache_kafka import JVM_FLAGS, TOOL_HEAP, TOOLS_LOG4J, java_binary, kafka_jars
+
+            command = [java_binary(), *TOOL_HEAP, *JVM_FLAGS, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
+                       "-cp", f"{jars or kafka_jars()}/*", str(JAVA_PEER), *args]
+        else:
+            command = [sys.executable, str(PEER), *args]
+        self.proc = subprocess.Popen(command, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1", GROUP_INSTANCE_ID=instance or ""))
 
     @property
@@ -44,7 +54,7 @@ class KafkaPeer:
         return self.strategy in ("cooperative-sticky", "consumer")
 
     def member_id(self) -> str | None:
-        """Its member id, as its last assignment callback saw it (confluent-kafka peers).  The
+        """Its member id, as its last assignment callback saw it (confluent-kafka and Java peers).  The
         coordinator knows a static member (``instance``) by its instance id instead."""
         ids = [e["member"] for e in self.events() if e["event"] == "assigned" and e.get("member")]
         return ids[-1] if ids else None

@@ -1,22 +1,28 @@
 """coordkafka queries as members of Kafka 4's consumer group protocol (``kafka.group.protocol=consumer``,
-KIP-848): the query's members are members of the cluster's own group beside two confluent-kafka
-consumers with ``group.protocol=consumer``, on Apache Kafka 4.2 (no ZooKeeper, no coordinator of
-ours) and on our brokers.
+KIP-848): the query's members are members of the cluster's own group beside Kafka's Java consumers
+(``KafkaConsumer`` with ``group.protocol=consumer``, tests/peers/java/GroupConsumer.java) on Apache
+Kafka 4.2 (no ZooKeeper, no coordinator of ours), and on our brokers (Java consumers too where
+Java and Kafka's jars are at hand, confluent-kafka's otherwise).
 
 The query joins first and holds all 12 partitions while it reads a backlog a few records per
 micro-batch; the two consumers join meanwhile and the coordinator moves partitions from the
 query to them, each only after the batch that read it committed (else a consumer would start
 below the query's last batch and read its records again).  Then: the coordinator describes the
 query's two members (``kafka-consumer-groups --describe --members`` on Kafka) and, once
-everything is read, lag 0; the query stopped, its partitions go to the consumers, which read on
-from its commits; a new query (a fresh checkpoint, so it has nothing but the group's offsets)
-takes partitions back and reads on from the group's committed offsets.  Every record is read
-exactly once across the two runs' sinks and the consumers' own records.  On Kafka the second run
-leaves ``kafka.group.protocol`` out: ``auto`` finds Kafka 4's protocol by ApiVersions.
+everything is read, lag 0; a third consumer joins while the query has a backlog and records keep
+coming: the coordinator moves a few partitions to it and only those change hands (the query keeps
+the rest and its batches on them go on; each consumer's callbacks revoke only what the third one
+got); the query stopped, its partitions go to the consumers, which read on from its commits; a
+new query (a fresh checkpoint, so it has nothing but the group's offsets) takes partitions back
+and reads on from the group's committed offsets.  Every record is read exactly once across the
+two runs' sinks and the consumers' own records.  On Kafka the second run leaves
+``kafka.group.protocol`` out: ``auto`` finds Kafka 4's protocol by ApiVersions.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections import Counter
 
@@ -113,16 +119,51 @@ def lags(described: str, topic: str) -> dict[int, str]:
             if len(row) == len(header) and row[at["TOPIC"]] == topic}
 
 
-def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol: str | None = "consumer") -> None:
+class Rounds(threading.Thread):
+    """Produces one record to every partition each round (values numbered on from ``start``) until
+    ``stop()``; ``produced``: the number of the next value."""
+
+    def __init__(self, bootstrap: str, topic: str, start: int):
+        super().__init__(name="rounds", daemon=True)
+        self.bootstrap, self.topic, self.produced = bootstrap, topic, start
+        self.rounds = 0
+        self._stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(0.1):
+                produce(self.bootstrap, self.topic, PARTITIONS, 1, start=self.produced)
+                self.produced += PARTITIONS
+                self.rounds += 1
+        except BaseException as e:  # noqa: BLE001 -- stop() raises it in the test
+            self.error = e
+
+    def stop(self) -> int:
+        self._stop_event.set()
+        self.join(30)
+        assert not self.is_alive(), "the producer thread did not stop"
+        if self.error is not None:
+            raise self.error
+        return self.produced
+
+
+def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol: str | None = "consumer",
+                 peer_kind: str = "java", jars=None) -> None:
     """The module docstring's scenario on the cluster at ``bootstrap``; ``describe(*args)``: the
-    stdout of ``kafka-consumer-groups --describe --group GROUP`` with these arguments (None: not checked)."""
+    stdout of ``kafka-consumer-groups --describe --group GROUP`` with these arguments (None: not checked);
+    ``peer_kind``: ``KafkaPeer``'s kind of the consumers (``java``: run with the jars of the folder ``jars``)."""
     group, client = f"g-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:8]}"
     topic = create_topic(bootstrap)
     produce(bootstrap, topic, PARTITIONS, 20)
     produced = PARTITIONS * 20
     sinks = [Collect(), Collect()]
     peers: list[KafkaPeer] = []
+    rounds: Rounds | None = None
     query = start_query(spark, bootstrap, topic, group, client, sinks[0], tmp_path / "c1")
+
+    def peer(name: str) -> KafkaPeer:
+        return KafkaPeer(peer_kind, bootstrap, group, topic, name, tmp_path, "consumer", jars=jars)
 
     def by_client() -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
@@ -160,14 +201,26 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         # of session.timeout.ms (40 s here) is read again by the next owner, and a query's first batch on a
         # loaded machine can be that slow
         wait_until(lambda: sinks[0].rows(), timeout=60, interval=0.2, message="the query's first micro-batch")
-        peers = [KafkaPeer("confluent", bootstrap, group, topic, name, tmp_path, "consumer") for name in ("k1", "k2")]
+        peers = [peer(name) for name in ("k1", "k2")]
 
         def settled() -> bool:
+            """The query and every consumer hold partitions, each partition one of them."""
             held = by_client()
-            return (len(held) == 3 and all(held.values())
+            return (set(held) == {client, *(k.client_id for k in peers)} and all(held.values())
                     and sorted(p for ps in held.values() for p in ps) == list(range(PARTITIONS)))
 
+        def consumers_agree() -> bool:
+            """Each consumer's callbacks leave it the partitions the coordinator describes it with."""
+            held = by_client()
+            return all(k.owned() == held.get(k.client_id) for k in peers)
+
+        def disagreement() -> str:
+            return f"coordinator: {by_client()}; callbacks: { {k.client_id: k.callbacks() for k in peers} }"
+
         wait_until(settled, timeout=60, interval=0.3, message=lambda: f"the query and k1, k2 to share: {by_client()}")
+        wait_until(consumers_agree, timeout=30, interval=0.3,
+                   message=lambda: f"the consumers' callbacks to match the coordinator: {disagreement()}")
+        assert not any(what == "lost" for k in peers for _, what, _ in k.callbacks()), disagreement()
         assert sum(1 for c, _, _ in members(bootstrap, group) if c == client) == 2
         if describe is not None:
             listed = describe(group, "--members")
@@ -185,9 +238,49 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         before = {p for _, p, _, _ in sinks[0].rows()}
         assert before, "the query read nothing"
 
+        # a third consumer joins while the query has a backlog and records keep coming
+        held_before = by_client()
+        produce(bootstrap, topic, PARTITIONS, 40, start=produced)
+        produced += PARTITIONS * 40
+        rounds = Rounds(bootstrap, topic, produced)
+        rounds.start()
+        joined_at = time.time()
+        peers.append(peer("k3"))
+        wait_until(settled, timeout=60, interval=0.3,
+                   message=lambda: f"k3 to take partitions from the query, k1 and k2: {by_client()}")
+        wait_until(consumers_agree, timeout=30, interval=0.3,
+                   message=lambda: f"the consumers' callbacks to match the coordinator: {disagreement()}")
+        held_after = by_client()
+        moved = held_after["k3"]
+        kept = held_after[client]
+        assert kept <= held_before[client] and kept, (
+            f"the query's partitions went from {held_before[client]} to {kept}: more than k3's share moved")
+        for k in peers[:2]:
+            name = k.client_id
+            assert held_after[name] <= held_before[name], f"{name}: {held_before[name]} -> {held_after[name]}"
+            revoked = set().union(*k.revoked_after(joined_at))
+            assert revoked == held_before[name] - held_after[name], (
+                f"{name}'s callbacks revoked {revoked} after k3 joined, the coordinator moved "
+                f"{held_before[name] - held_after[name]}: {k.callbacks()}")
+        assert moved == set().union(*(held_before[c] - held_after[c] for c in held_before)), (held_before, held_after)
+        k3_saw = [(what, parts) for _, what, parts in peers[2].callbacks() if parts]
+        assert {what for what, _ in k3_saw} == {"assigned"} and set().union(*(ps for _, ps in k3_saw)) == moved, (
+            f"k3's callbacks: {peers[2].callbacks()}, the coordinator gave it {moved}")
+        assert not any(what == "lost" for k in peers for _, what, _ in k.callbacks()), disagreement()
+        # the query's batches go on on the partitions it kept
+        seen = {(p, o) for _, p, o, _ in sinks[0].rows()}
+        wait_until(lambda: kept <= {p for _, p, o, _ in sinks[0].rows() if (p, o) not in seen}, timeout=60,
+                   interval=0.3, message=lambda: f"new micro-batch rows on each of the query's partitions {kept}: "
+                   f"{ {p for _, p, o, _ in sinks[0].rows() if (p, o) not in seen} }")
+        produced = rounds.stop()
+        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
+        wait_until(at_log_end, timeout=30, interval=0.3,
+                   message=lambda: f"the group's offsets at the log end: {committed(bootstrap, group)}")
+
         query.stop()  # its members leave: the consumers take every partition from its commits
-        wait_until(lambda: client not in by_client() and settled_without(by_client(), client), timeout=60,
-                   interval=0.3, message=lambda: f"k1 and k2 to take the query's partitions: {by_client()}")
+        wait_until(lambda: client not in by_client() and settled_without(by_client(), client, len(peers)),
+                   timeout=60, interval=0.3,
+                   message=lambda: f"k1, k2 and k3 to take the query's partitions: {by_client()}")
         produce(bootstrap, topic, PARTITIONS, 5, start=produced)
         produced += PARTITIONS * 5
         wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
@@ -208,23 +301,26 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         lowest = min(o for _, _, o, _ in sinks[1].rows())
         assert lowest >= restart_at, f"the restarted query read from {lowest}, below the group's {restart_at}"
     finally:
+        if rounds is not None and rounds.is_alive():
+            rounds.stop()
         query.stop()
-        for peer in peers:
-            peer.stop()
+        for k in peers:
+            k.stop()
     twice = sorted(x for x, n in reads().items() if n > 1)
     readers = {**{f"query {i + 1}": {(p, o) for _, p, o, _ in s.rows()} for i, s in enumerate(sinks)},
-               **{peer.client_id: peer.records() for peer in peers}}
+               **{k.client_id: k.records() for k in peers}}
     assert twice == [], (f"{len(twice)} record(s) read twice: "
                          + "; ".join(f"{x} by {[n for n, got in readers.items() if x in got]}" for x in twice[:10]))
     assert everything_read()
 
 
-def settled_without(held: dict[str, set[int]], gone: str) -> bool:
+def settled_without(held: dict[str, set[int]], gone: str, others: int) -> bool:
     rest = {c: ps for c, ps in held.items() if c != gone}
-    return len(rest) == 2 and sorted(p for ps in rest.values() for p in ps) == list(range(PARTITIONS))
+    return len(rest) == others and sorted(p for ps in rest.values() for p in ps) == list(range(PARTITIONS))
 
 
-def test_query_and_kafka_consumers_share_a_group_on_apache_kafka(spark, apache_kafka, kafka_tool, tmp_path):
+def test_query_and_kafka_consumers_share_a_group_on_apache_kafka(spark, apache_kafka, kafka_jars, kafka_tool,
+                                                                 tmp_path):
     from peers.apache_kafka import CONSUMER_GROUPS
 
     bootstrap = apache_kafka.bootstrap
@@ -233,11 +329,19 @@ def test_query_and_kafka_consumers_share_a_group_on_apache_kafka(spark, apache_k
         return kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group, *args,
                           check=True).stdout
 
-    run_scenario(spark, bootstrap, tmp_path, describe, second_protocol=None)
+    run_scenario(spark, bootstrap, tmp_path, describe, second_protocol=None, peer_kind="java", jars=kafka_jars)
 
 
 def test_query_and_kafka_consumers_share_a_group_on_our_brokers(spark, cluster, tmp_path):
-    run_scenario(spark, cluster.bootstrap, tmp_path)
+    """Kafka's Java consumers beside the query where Java 17 and Kafka's jars can be had;
+    confluent-kafka's (librdkafka's KIP-848 member) otherwise."""
+    from peers.apache_kafka import ApacheKafkaUnavailable, kafka_jars
+
+    try:
+        jars, kind = kafka_jars(), "java"
+    except ApacheKafkaUnavailable:
+        jars, kind = None, "confluent"
+    run_scenario(spark, cluster.bootstrap, tmp_path, peer_kind=kind, jars=jars)
 
 
 # ---------------------------------------------------------------------------------- the option
