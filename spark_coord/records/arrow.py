@@ -57,7 +57,14 @@ from spark_coord.records.header import (
     crc32c,
 )
 from spark_coord.records.pa_arrays import constant, int_array  # built without pandas (see there)
-from spark_coord.records.reader import batch_records, check_crc, iter_batches, read_uvarint
+from spark_coord.records.reader import (
+    AbortedTransactions,
+    batch_records,
+    check_crc,
+    drop_aborted,
+    iter_batches,
+    read_uvarint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -245,12 +252,15 @@ def _headers(d, p: int, rend: int, cols: _Columns) -> int:
 def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
                     include_headers: bool = False, *, verify_crc: bool = True,
                     max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
-                    scratch: "compression.Scratch | None" = None) -> pa.RecordBatch:
+                    scratch: "compression.Scratch | None" = None,
+                    aborted_transactions: AbortedTransactions | None = None) -> pa.RecordBatch:
     """Decode every record of ``buf`` (a fetched record set: batches back to back,
     compressed or not, possibly ending with a partial batch) whose offset lies in
     ``[start_offset, end_offset)`` into one RecordBatch of ``kafka_schema``.
 
-    Control batches are skipped.  Raises ``InvalidBatch`` (a ``ValueError``) on
+    Control batches are skipped, and with ``aborted_transactions`` (a read_committed Fetch answer's
+    ``(producer_id, first_offset)`` pairs) the batches of aborted transactions too (``reader.drop_aborted``,
+    Kafka's Java consumer's rule).  Raises ``InvalidBatch`` (a ``ValueError``) on
     malformed input and ``DecompressedTooLarge`` beyond ``max_decompressed_bytes``
     per batch.  The records are decoded by the compiled kernel (``records.arrow_jit``)
     where numba is installed (a small record set before the kernel is loaded: see ``SMALL_SET_RECORDS``),
@@ -258,6 +268,8 @@ def decode_to_arrow(buf, topic: str, partition: int, start_offset: int = 0, end_
     where compressed batches are decompressed, reused from one call to the next (the batch
     returned does not refer to it).
     """
+    if aborted_transactions:
+        buf = drop_aborted(buf, aborted_transactions)
     if arrow_jit is not None and _USE_JIT and arrow_jit.AVAILABLE:
         rb = _decode_scanned(buf, topic, partition, start_offset, end_offset, include_headers, verify_crc,
                              max_decompressed_bytes, scratch)

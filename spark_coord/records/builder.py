@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from spark_coord.records import compression
 from spark_coord.records.header import (
     ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
     CRC_OFFSET,
     HEADER,
     HEADER_SIZE,
@@ -161,6 +162,26 @@ def assemble_batch(payload, count: int, codec: int, base_timestamp: int, max_tim
     crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     header[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
     return bytes(header) + payload  # the payload's one copy
+
+
+def control_batch(marker: int, producer_id: int, producer_epoch: int, base_offset: int = 0, *,
+                  coordinator_epoch: int = 0, timestamp_ms: int | None = None) -> bytes:
+    """A transaction marker as Kafka's transaction coordinator has the partition leader write it: a
+    control batch (attributes: transactional and control) of one record whose key is
+    ``version int16 (0) | type int16`` (``marker``: ``reader.ABORT_MARKER`` 0 or ``reader.COMMIT_MARKER`` 1)
+    and whose value is ``version int16 (0) | coordinatorEpoch int32``."""
+    if marker not in (0, 1):
+        raise ValueError(f"control marker type must be 0 (abort) or 1 (commit), got {marker!r}")
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    key = (0).to_bytes(2, "big") + marker.to_bytes(2, "big")
+    value = (0).to_bytes(2, "big") + coordinator_epoch.to_bytes(4, "big", signed=True)
+    payload = encode_record(0, 0, key, value)
+    header = bytearray(HEADER_SIZE)
+    _pack_header(header, len(payload), 1, TRANSACTIONAL_MASK | CONTROL_MASK, ts, ts, base_offset=base_offset,
+                 producer_id=producer_id, producer_epoch=producer_epoch)
+    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    header[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return bytes(header) + payload
 
 
 def _pack_header(buf, payload_bytes: int, count: int, attributes: int, base_timestamp: int, max_timestamp: int, *,

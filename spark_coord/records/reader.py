@@ -8,14 +8,20 @@ length says and the batch exactly after its ``recordsCount`` records.  Failures 
 ``InvalidBatch`` (a ``ValueError``) saying what and where; ``DecompressedTooLarge``
 (also a ``ValueError``) when a compressed batch inflates beyond the limit.
 
-Control batches (transaction markers) are skipped.  Records of aborted transactions
-are returned (read_uncommitted): the reader has no aborted-transaction list.
+Control batches (transaction markers) are skipped, whatever the isolation level.  Records of
+aborted transactions are returned unless the caller passes the Fetch answer's
+``aborted_transactions`` (read_committed): ``aborted_batches`` then finds the data batches to
+drop as Kafka's Java consumer does (``CompletedFetch``): walking the batches in offset order, a
+producer id becomes *aborted* once a batch of that producer reaches the ``first_offset`` of one of
+its aborted transactions, and stays so until that producer's ABORT marker; its transactional
+batches in between are dropped.  A transaction still open is never in the list (the broker only
+returns data below the last stable offset in read_committed), and a committed one never.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Literal, NamedTuple, overload
 
 from spark_coord.records import compression, varint
@@ -27,6 +33,7 @@ from spark_coord.records.header import (
     MAGIC_OFFSET,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidBatch,
     crc32c,
@@ -188,16 +195,81 @@ def decode_records(header: BatchHeader, data, min_offset: int = 0) -> Iterator[R
 
 
 def iter_records(buf, min_offset: int = 0, *, verify_crc: bool = True,
-                 max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> Iterator[Record]:
+                 max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 aborted_transactions: AbortedTransactions | None = None) -> Iterator[Record]:
     """Every record of every complete batch in ``buf`` with offset >= ``min_offset``.
 
     Decompresses as needed, skips control batches, and skips records below
-    ``min_offset`` (a fetch may start in the middle of a batch).
+    ``min_offset`` (a fetch may start in the middle of a batch).  With ``aborted_transactions``
+    (a read_committed Fetch answer's list, None for read_uncommitted), the batches of aborted
+    transactions are skipped too (``aborted_batches``).
     """
+    dropped = aborted_batches(buf, aborted_transactions) if aborted_transactions else ()
     for header, batch in iter_batches(buf):
-        if header.next_offset <= min_offset or header.is_control:
+        if header.next_offset <= min_offset or header.is_control or header.base_offset in dropped:
             continue
         if verify_crc:
             check_crc(header, batch)
         data = batch_records(header, batch, max_decompressed_bytes)
         yield from decode_records(header, data, min_offset)
+
+
+#: The type of a transaction marker (a control record's key: ``version int16 | type int16``).
+ABORT_MARKER, COMMIT_MARKER = 0, 1
+
+#: A Fetch answer's aborted transactions: ``(producer_id, first_offset)`` pairs.
+AbortedTransactions = Iterable[tuple[int, int]]
+
+
+def control_marker(header: BatchHeader, batch: memoryview,
+                   max_decompressed_bytes: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> int:
+    """The marker type of a control batch (``ABORT_MARKER``, ``COMMIT_MARKER``, or another value
+    a later Kafka may write): the type in its first record's key.  ``InvalidBatch`` when it has
+    none."""
+    data = batch_records(header, batch, max_decompressed_bytes)
+    for record in decode_records(header, data):
+        key = record.key
+        if key is None or len(key) < 4:
+            raise InvalidBatch(f"control batch at offset {header.base_offset} has a record key of "
+                               f"{'no' if key is None else len(key)} bytes, not version and type")
+        return int.from_bytes(key[2:4], "big", signed=True)
+    raise InvalidBatch(f"control batch at offset {header.base_offset} has no record")
+
+
+def aborted_batches(buf, aborted_transactions: AbortedTransactions | None) -> set[int]:
+    """Base offsets of the complete data batches of ``buf`` that belong to aborted transactions,
+    given a read_committed Fetch answer's ``aborted_transactions``, as Kafka's Java consumer
+    decides (``CompletedFetch.nextFetchedBatch``): for each batch with a producer id, in offset
+    order, every aborted transaction whose ``first_offset`` is at or below the batch's last offset
+    marks its producer aborted; an ABORT control batch of an aborted producer unmarks it; a
+    transactional data batch of a marked producer is dropped.  Control batches are never returned
+    as data anyway, so they are not in the set."""
+    pending = sorted((first, pid) for pid, first in aborted_transactions or ())
+    if not pending:
+        return set()
+    at = 0
+    aborted: set[int] = set()
+    dropped: set[int] = set()
+    for header, batch in iter_batches(buf):
+        pid = header.producer_id
+        if pid < 0:
+            continue
+        while at < len(pending) and pending[at][0] <= header.last_offset:
+            aborted.add(pending[at][1])
+            at += 1
+        if header.is_control:
+            if pid in aborted and control_marker(header, batch) == ABORT_MARKER:
+                aborted.discard(pid)
+        elif header.attributes & TRANSACTIONAL_MASK and pid in aborted:
+            dropped.add(header.base_offset)
+    return dropped
+
+
+def drop_aborted(buf, aborted_transactions: AbortedTransactions | None):
+    """``buf`` without the batches of aborted transactions (``aborted_batches``): ``buf`` itself when
+    there are none, else its other complete batches joined (a copy; only a fetch that met an aborted
+    transaction pays it).  The offset after the record set (``next_offset``) is the original's."""
+    dropped = aborted_batches(buf, aborted_transactions) if aborted_transactions else None
+    if not dropped:
+        return buf
+    return b"".join(batch for header, batch in iter_batches(buf) if header.base_offset not in dropped)
