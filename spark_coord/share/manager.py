@@ -26,6 +26,11 @@ a share partition it hands out is an opaque handle to them):
   acquisition lost in a crash is delivered again (its delivery count from the last write).  One
   writer task batches every dirty partition into ZooKeeper multis, one at a time, so the write
   rate is bounded whatever the request rate.
+* **Fencing**: every load is a takeover, written under this broker's name (``writer``) and the next
+  state epoch before the partition is served; a write refused because another broker (or
+  incarnation) wrote since makes this one stop serving the partition (``fenced``:
+  NOT_LEADER_OR_FOLLOWER) until its view of the partition's replicas changes, instead of
+  reloading and going on beside the new leader.  DESIGN.md "Share groups (KIP-932)".
 """
 
 from __future__ import annotations
@@ -45,11 +50,12 @@ from spark_coord.log import OffsetOutOfRange
 from spark_coord.records.header import HEADER_SIZE, parse_header
 from spark_coord.records.region import FileRegion
 from spark_coord.share.partition import AckType, Acquired, SharePartition
-from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode
+from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "Key"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "ShareLeaderFenced",
+           "Key"]
 
 Key = tuple[str, str, int]  # (group, topic, partition)
 
@@ -60,8 +66,6 @@ OPEN_EPOCH, FINAL_EPOCH, MAX_EPOCH = 0, -1, 2**31 - 1
 SESSION_IDLE_MS = 120_000
 #: Wait before writing again after ZooKeeper failed a write.
 RETRY_S = 0.5
-#: Earlier writes of a share partition whose answer was lost, remembered until one write succeeds.
-UNSURE_KEPT = 8
 #: How long a request waits for a new share partition's initial state to be written.
 INIT_WAIT_S = 5.0
 #: The most bytes read from one partition's log per acquisition.
@@ -72,7 +76,17 @@ WRITE_WAIT_S = 30.0
 
 class ShareStateUnavailable(Exception):
     """A share partition's state could not be read or written in ZooKeeper in time: it is not
-    served now (its fetches and acknowledgements get an error for it), and is tried again."""
+    served now (its fetches and acknowledgements get ``error_code`` for it), and is tried again."""
+
+    error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class ShareLeaderFenced(ShareStateUnavailable):
+    """Another leader took the share partition over (its state epoch is in the znode) since this broker
+    last wrote it: this broker no longer serves it (NOT_LEADER_OR_FOLLOWER) until its view of the
+    partition's replicas changes."""
+
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def _clipped(snap: dict, end: int) -> dict:
@@ -200,10 +214,13 @@ class _Held:
     #: Futures waiting for a write covering a version: (version, future).
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
     gone: bool = False
-    #: What was sent in writes since ``zversion`` whose answer never came (``Write.unsure``).
-    unsure: tuple[bytes, ...] = ()
-    #: Its state is in ZooKeeper (False for a new one until its first write lands: not served yet).
+    #: Its state is in ZooKeeper under this broker's name (False until its first write -- a new share
+    #: partition's create, or the takeover of a stored one -- lands: not served yet).
     ready: bool = True
+    #: This broker's state epoch on it: the stored one plus one (each load is a takeover).
+    epoch: int = 1
+    #: For a new one: the creation zxid of its group's znode when its start was chosen (None: none).
+    group_created: int | None = None
 
 
 class SharePartitionManager:
@@ -217,8 +234,12 @@ class SharePartitionManager:
         self.ctx = ctx
         #: Share sessions kept at most (group.share.max.share.sessions).
         self.max_sessions = max_sessions
-        #: Who writes this manager's state: the broker and this incarnation of it (in every znode it writes).
+        #: Who writes this manager's state: the broker and this incarnation of it (in every znode it writes,
+        #: with the state epoch of its hold on the share partition).
         self.writer = f"{getattr(ctx, 'broker_id', '?')}-{uuid.uuid4().hex[:12]}"
+        #: Share partitions another leader took over from this one: the partition's replicas in this broker's
+        #: view then.  Not served (NOT_LEADER_OR_FOLLOWER) until the view shows other replicas.
+        self.fenced: dict[Key, tuple[int, ...] | None] = {}
         self.init_wait_s = init_wait_s
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
@@ -270,6 +291,7 @@ class SharePartitionManager:
         """The share partition (loaded or made on first use).  Raises ``OSError``-like errors of
         ZooKeeper to the caller, which answers an error for the partition."""
         key = (group, topic, partition)
+        self._check_fence(key)
         topic_id = self.ctx.view.topic_id(topic)
         held = self.held.get(key)
         if held is not None and not held.gone and held.topic_id == topic_id:
@@ -298,6 +320,8 @@ class SharePartitionManager:
         s = self.settings(group)
         limits = {"delivery_count_limit": s.delivery_count_limit, "max_in_flight": s.max_in_flight}
         data, version = await self.store.load(group, topic, partition)
+        # read before the start is chosen: a group deleted from now on fences the create (store.Write)
+        group_created = await self.store.group_created(group) if data is None else None
         plog = self.ctx.logs.get_or_create(topic, partition)
         sp = None
         if data is not None:
@@ -310,7 +334,6 @@ class SharePartitionManager:
             except ValueError as e:
                 log.error("share partition %s/%s-%d: stored state unreadable (%s); starting afresh", *key, e)
         fresh = sp is None
-        clipped = False
         if sp is None:
             sp = SharePartition(self._initial_offset(plog, s.auto_offset_reset), **limits)
         elif sp.end_offset > plog.log_end_offset:
@@ -318,33 +341,51 @@ class SharePartitionManager:
                         "or replaced): the state past the log end is dropped, records written there are new",
                         *key, sp.end_offset - 1, plog.log_end_offset)
             sp = SharePartition.restore(_clipped(sp.snapshot(), plog.log_end_offset), **limits)
-            clipped = True
-        held = _Held(key, sp, topic_id, zversion=version, written=-1 if fresh or clipped else sp.version,
-                     ready=not fresh)
+        # Every load is a takeover: the state is written back under this broker's name and the next state
+        # epoch before it is served, so the leader it was taken from is refused at its next write (Kafka's
+        # share coordinator records the leader epoch of ReadShareGroupState the same way).
+        held = _Held(key, sp, topic_id, zversion=version, written=-1, ready=False,
+                     epoch=identity_of(data)[1] + 1 if data is not None else 1, group_created=group_created)
         self.held[key] = held
         self._follow_log_start(held)
-        if clipped:
-            self._mark(held)
         if fresh:
             log.info("share partition %s/%s-%d starts at offset %d (share.auto.offset.reset=%s)", *key,
                      sp.start_offset, s.auto_offset_reset)
-            await self._initialized(held)
         else:
-            log.info("share partition %s/%s-%d restored at offset %d (%d in flight)", *key, sp.start_offset,
-                     sp.end_offset - sp.start_offset)
+            log.info("share partition %s/%s-%d restored at offset %d (%d in flight), state epoch %d", *key,
+                     sp.start_offset, sp.end_offset - sp.start_offset, held.epoch)
+        await self._initialized(held)
         return held
 
     async def _initialized(self, held: _Held) -> None:
-        """Wait until a new share partition's state (its start offset) is in ZooKeeper, as Kafka
-        initializes share-group state before serving it: written behind, a crash in between would
-        pick a new start on restart and the records produced meanwhile would never reach the group.
-        Raises ``ShareStateUnavailable`` after ``init_wait_s`` (the write goes on; the next request
-        waits for it again, and the start stays the one chosen first)."""
+        """Wait until a loaded share partition's state is in ZooKeeper under this broker's name and
+        state epoch: a new one's start offset, as Kafka initializes share-group state before serving
+        it (written behind, a crash in between would pick a new start on restart and the records
+        produced meanwhile would never reach the group); a stored one's takeover (the leader it was
+        taken from is refused from then on).  Raises ``ShareStateUnavailable`` after ``init_wait_s``
+        (the write goes on; the next request waits for it again, and the start stays the one chosen
+        first), ``ShareLeaderFenced`` when another leader took it over meanwhile."""
         code = await self.durable(held, held.sp.version, timeout=self.init_wait_s)
         if code != ErrorCode.NONE:
-            raise ShareStateUnavailable("share partition %s/%s-%d: its initial state is not in ZooKeeper (%s)"
+            self._check_fence(held.key)
+            raise ShareStateUnavailable("share partition %s/%s-%d: its state is not in ZooKeeper (%s)"
                                         % (*held.key, ErrorCode(code).name))
         held.ready = True
+
+    def _replicas(self, key: Key) -> tuple[int, ...] | None:
+        replicas = getattr(self.ctx.view, "topics", {}).get(key[1], {}).get(key[2])
+        return None if replicas is None else tuple(replicas)
+
+    def _check_fence(self, key: Key) -> None:
+        """Raise ``ShareLeaderFenced`` while another leader holds ``key`` and this broker's view of the
+        partition's replicas is the one it had when it was taken over (a new assignment lifts it)."""
+        if key not in self.fenced:
+            return
+        if self._replicas(key) == self.fenced[key]:
+            raise ShareLeaderFenced("share partition %s/%s-%d: another leader took it over" % key)
+        log.info("share partition %s/%s-%d: its replicas changed since another leader took it over; served "
+                 "again (taken over from the stored state)", *key)
+        del self.fenced[key]
 
     def _initial_offset(self, plog: Any, reset: str) -> int:
         if reset == "earliest":
@@ -387,6 +428,8 @@ class SharePartitionManager:
         """A topic went: its share partitions here are dropped (its znodes stay until the group goes)."""
         for key in [k for k in self.held if k[1] == topic]:
             self.held.pop(key).gone = True
+        for key in [k for k in self.fenced if k[1] == topic]:
+            del self.fenced[key]
 
     # ------------------------------------------------------------ sessions
 
@@ -488,7 +531,7 @@ class SharePartitionManager:
         them (a ``FileRegion``: sent with sendfile, never copied through Python).  Only the batch
         headers are read, and only as many batches as ``max_records`` needs."""
         offset = held.sp.fetch_offset()
-        if offset is None or max_records <= 0:
+        if offset is None or max_records <= 0 or held.gone:
             return [], None
         try:
             region = self.ctx.logs.get_or_create(held.key[1], held.key[2]).read(offset, min(READ_BYTES, max_bytes))
@@ -609,8 +652,8 @@ class SharePartitionManager:
             held = self.held.get(key)
             if held is None or held.gone or held.sp.version == held.written:
                 continue
-            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer), held.zversion,
-                                held.unsure))
+            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer, held.epoch),
+                                held.zversion, (self.writer, held.epoch), held.group_created))
             taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return
@@ -623,9 +666,8 @@ class SharePartitionManager:
             results = fut.result()
         except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: keep it dirty, try again soon
             log.warning("share state write failed (%r); retrying", e)
-            for held, _, data in taken:
-                # it may have been applied all the same (the answer was lost): the next write recognises it
-                held.unsure = (held.unsure + (data,))[-UNSURE_KEPT:]
+            # it may have been applied all the same (the answer was lost): the next write recognises it by
+            # this writer's identity in the znode
             self._dirty.update(h.key for h, _, _ in taken)
             if self._loop is not None and self._timer is None:
                 self._timer = self._loop.call_later(RETRY_S, self._timed)
@@ -633,6 +675,8 @@ class SharePartitionManager:
         for held, version, _ in taken:
             r = results.get(held.key)
             if isinstance(r, StateFenced) or r is None:
+                if isinstance(r, StateFenced):
+                    self._lost(held, r)
                 held.gone = True
                 if self.held.get(held.key) is held:
                     del self.held[held.key]
@@ -642,7 +686,6 @@ class SharePartitionManager:
                 held.waiters.clear()
                 continue
             held.zversion = r
-            held.unsure = ()
             held.written = max(held.written, version)
             keep = []
             for v, w in held.waiters:
@@ -658,6 +701,17 @@ class SharePartitionManager:
             self._submit()  # someone waits: at once
         elif self._dirty and self._timer is None and self._loop is not None:
             self._timer = self._loop.call_later(self.flush_interval_ms / 1000, self._timed)
+
+    def _lost(self, held: _Held, fenced: StateFenced) -> None:
+        """``held``'s write was refused.  Written by another leader since this broker served it: this
+        broker stops serving it (``fenced``) rather than reload and go on beside the other -- the newer
+        takeover wins.  Else (an admin reset or deletion, or a takeover of this broker's that lost to a
+        write of the leader it took over from, which is refused next) it is read again at next use."""
+        other = fenced.writer is not None and fenced.writer != self.writer
+        if other and held.ready and self.held.get(held.key) is held:
+            self.fenced[held.key] = self._replicas(held.key)
+            log.warning("share partition %s/%s-%d: taken over by %s (state epoch %d, ours %d); no longer served "
+                        "here", *held.key, fenced.writer, fenced.epoch, held.epoch)
 
     # ------------------------------------------------------------ locks
 

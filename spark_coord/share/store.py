@@ -1,12 +1,18 @@
 """Where share partitions are kept across crashes: one znode each, written by the partition's leader.
 
 ``/share-groups/<group>/<topic>/<partition>`` holds the share partition's snapshot
-(``SharePartition.snapshot``) and the id of the topic it belongs to (a topic deleted and created
-again under its name starts afresh).  Every write is conditional on the znode version the writer
-last saw, so a process that lost the partition (it is no longer its leader, or an older
-incarnation) cannot overwrite what the current leader wrote: its write fails (``StateFenced``)
-and it drops what it held.  Many partitions are written in one ZooKeeper multi (the writer's
-batch), so the write rate is bounded by the flush interval, not by the request rate.
+(``SharePartition.snapshot``), the id of the topic it belongs to (a topic deleted and created
+again under its name starts afresh) and who wrote it: the writer (a broker and its incarnation)
+and its state epoch (one more at each takeover of the share partition).  Every write is
+conditional on the znode version the writer last saw, so a process that lost the partition (it
+is no longer its leader, or an older incarnation) cannot overwrite what the current leader wrote:
+its write fails (``StateFenced``, naming the writer found) and it drops what it held.  A writer
+recognises its own earlier write whose answer was lost by its identity in the znode, never by
+the bytes.  A share partition's first write (a create) is conditional on its group's znode being
+the one the writer saw when it chose the state (``Write.group_created``), in the same multi, so a
+DeleteGroups is never undone by a create in flight.  Many partitions are written in one ZooKeeper
+multi (the writer's batch), so the write rate is bounded by the flush interval, not by the
+request rate.
 
 Blocking kazoo calls run through ``zk_call`` (off the event loop).
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
@@ -24,7 +30,7 @@ from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE"]
+__all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE", "Identity", "identity_of"]
 
 #: The version of a share partition that has no znode yet.
 NO_NODE = -1
@@ -52,7 +58,21 @@ def _batches(writes: list["Write"]) -> list[list["Write"]]:
 
 
 class StateFenced(Exception):
-    """The znode moved on since this writer last saw it: someone else writes this share partition now."""
+    """The znode moved on since this writer last saw it: someone else writes this share partition now.
+
+    ``writer`` and ``epoch`` say who wrote what the znode holds now (None: nobody -- the znode is
+    gone, or an admin wrote it: a coordinator's AlterShareGroupOffsets); ``group_gone``: the write
+    created the share partition's first state and its group was deleted since the writer chose it."""
+
+    def __init__(self, reason: str, writer: str | None = None, epoch: int = 0, group_gone: bool = False):
+        super().__init__(reason)
+        self.writer = writer
+        self.epoch = epoch
+        self.group_gone = group_gone
+
+
+#: Who wrote a znode: (writer, state epoch); the writer is a broker and its incarnation.
+Identity = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -63,20 +83,27 @@ class Write:
     data: bytes
     #: The znode version this writer last saw (``NO_NODE``: create it).
     version: int
-    #: What this writer sent in earlier writes whose answer it never got (the connection dropped):
-    #: finding one of them in the znode at a later version means the write was applied, not fenced.
-    unsure: tuple[bytes, ...] = ()
+    #: The writer's identity, which ``data`` carries too (``encode``): finding it in the znode at a later
+    #: version means an earlier write of this writer whose answer was lost was applied, not that someone
+    #: else wrote.  None: an anonymous write (any failed check fences it).
+    identity: Identity | None = None
+    #: For a create (``NO_NODE``): the creation zxid of the group's znode when the writer chose this
+    #: state (None: the group had none).  The group deleted since (its znode gone or created again) fences
+    #: the create, so a DeleteGroups is never undone by a first write in flight.
+    group_created: int | None = None
 
 
-def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None) -> bytes:
-    """A znode's bytes: the snapshot, the topic's id, and who wrote it (``writer``: the broker and
-    its incarnation), so that a writer never takes another's identical state for its own earlier
-    write (``Write.unsure``)."""
+def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None, epoch: int = 0) -> bytes:
+    """A znode's bytes: the snapshot, the topic's id, and who wrote it (``writer``: the broker and its
+    incarnation; ``epoch``: the state epoch of its hold on the share partition, one more at each
+    takeover), so a writer recognises its own earlier writes by identity and a leader that was taken
+    over from is refused (``StateFenced.writer``)."""
     doc = dict(snapshot)
     if topic_id is not None:
         doc["topic_id"] = topic_id.hex()
     if writer is not None:
         doc["writer"] = writer
+        doc["epoch"] = epoch
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -90,11 +117,30 @@ def decode(data: bytes) -> tuple[dict, bytes | None]:
         raise ValueError("not a JSON object")
     tid = doc.pop("topic_id", None)
     doc.pop("writer", None)
+    doc.pop("epoch", None)
     try:
         topic_id = bytes.fromhex(tid) if isinstance(tid, str) else None
     except ValueError:
         raise ValueError(f"bad topic_id {tid!r}") from None
     return doc, topic_id
+
+
+def identity_of(data: bytes | None) -> tuple[str | None, int]:
+    """(writer, state epoch) a znode's bytes name; (None, its epoch or 0) for an admin's write or
+    bytes that are not a state."""
+    try:
+        doc = json.loads((data or b"").decode())
+    except (UnicodeDecodeError, ValueError):
+        return None, 0
+    if not isinstance(doc, dict):
+        return None, 0
+    writer, epoch = doc.get("writer"), doc.get("epoch")
+    epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
+    return (writer if isinstance(writer, str) else None), epoch
+
+
+#: Rounds of one ``write`` at most when parents of new share partitions change meanwhile.
+MAX_ROUNDS = 10
 
 
 class ShareStateStore:
@@ -120,6 +166,17 @@ class ShareStateStore:
 
         return await self.zk_call(read)
 
+    async def group_created(self, group: str) -> int | None:
+        """The creation zxid of the group's znode (None: it has none), read before a new share
+        partition's state is chosen (``Write.group_created``)."""
+        path = paths.share_group(group)
+
+        def read() -> int | None:
+            stat = self.zk.exists(path)
+            return None if stat is None else stat.czxid
+
+        return await self.zk_call(read)
+
     async def write(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
         """Write every entry (in multis of ``MAX_OPS`` and ``MAX_MULTI_BYTES``); per share partition
         its new znode version, or ``StateFenced`` when its version check failed.  Connection errors
@@ -137,10 +194,55 @@ class ShareStateStore:
         return out
 
     def _multi(self, batch: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
+        out: dict[tuple[str, str, int], int | StateFenced] = {}
+        for _ in range(MAX_ROUNDS):
+            batch = self._round(batch, out)
+            if not batch:
+                return out
+        raise RuntimeError(f"share state: {len(batch)} write(s) kept meeting changes of their parents")
+
+    def _parents(self, batch: list[Write], out: dict) -> tuple[list[Write], list[tuple[str, Any]]]:
+        """The parents of the creates in ``batch``, as ops of the multi: the group's znode checked at the
+        version it has now -- unless it was deleted since the writer chose the state (the write is
+        fenced, into ``out``) -- or created when it had none then and has none now; the topic's znode
+        created when missing.  The writes left, and the parent ops with the path each concerns."""
+        ops: list[tuple[str, Any]] = []
+        seen: dict[str, bool] = {}
+        keep = []
         for w in batch:
-            if w.version == NO_NODE:
-                self.zk.ensure_path(paths.share_topic(w.group, w.topic))
+            if w.version != NO_NODE:
+                keep.append(w)
+                continue
+            gpath, tpath = paths.share_group(w.group), paths.share_topic(w.group, w.topic)
+            stat = self.zk.exists(gpath)
+            if w.group_created is not None and (stat is None or stat.czxid != w.group_created):
+                log.warning("share state %s/%s-%d: the group was deleted since its first state was chosen; "
+                            "not created", w.group, w.topic, w.partition)
+                out[(w.group, w.topic, w.partition)] = StateFenced("the group was deleted", group_gone=True)
+                continue
+            keep.append(w)
+            if gpath not in seen:
+                seen[gpath] = stat is not None
+                if stat is None:
+                    self.zk.ensure_path(paths.SHARE_GROUPS)
+                ops.append((gpath, ("check", stat.version) if stat is not None else ("create", None)))
+            if tpath not in seen:
+                seen[tpath] = True
+                if not seen[gpath] or self.zk.exists(tpath) is None:
+                    ops.append((tpath, ("create", None)))
+        return keep, ops
+
+    def _round(self, batch: list[Write], out: dict) -> list[Write]:
+        """One multi of ``batch`` (its results into ``out``); the writes to try again."""
+        batch, parents = self._parents(batch, out)
+        if not batch:
+            return []
         t = self.zk.transaction()
+        for path, (kind, version) in parents:
+            if kind == "check":
+                t.check(path, version)
+            else:
+                t.create(path, b"")
         for w in batch:
             path = paths.share_partition(w.group, w.topic, w.partition)
             if w.version == NO_NODE:
@@ -149,48 +251,46 @@ class ShareStateStore:
                 t.set_data(path, w.data, version=w.version)
         results = t.commit()
         self.multis += 1
-        out: dict[tuple[str, str, int], int | StateFenced] = {}
-        failed = [(w, r) for w, r in zip(batch, results, strict=False) if isinstance(r, Exception)]
-        if not failed:
+        head, results = results[:len(parents)], results[len(parents):]
+        failed = [r for r in results if isinstance(r, Exception)]
+        if not failed and not any(isinstance(r, Exception) for r in head):
             self.writes += len(batch)
-            for w, r in zip(batch, results, strict=False):
+            for w, r in zip(batch, results, strict=True):
                 out[(w.group, w.topic, w.partition)] = 0 if w.version == NO_NODE else r.version
-            return out
-        # A multi is all or nothing: an entry whose own check failed is fenced -- unless what the znode
-        # holds is this writer's own earlier write whose answer was lost (then it is written, or written
-        # again at the version found); the entries rolled back before it (RolledBackError) and never
-        # tried after it (RuntimeInconsistency) go again.
+            return []
+        # A multi is all or nothing.  A parent that changed meanwhile (a group saved, created or deleted, a
+        # topic created by another writer) sends its writes round again (their group checked again).  An entry
+        # whose own check failed is fenced -- unless the znode holds this writer's own earlier write whose
+        # answer was lost (then it is written, or written again at the version found); the entries rolled
+        # back before it (RolledBackError) and never tried after it (RuntimeInconsistency) go again.
         again = (RolledBackError, RuntimeInconsistency)
         rest: list[Write] = []
-        for w, r in zip(batch, results, strict=False):
+        for w, r in zip(batch, results, strict=True):
             if not isinstance(r, Exception) or isinstance(r, again):
                 rest.append(w)
                 continue
-            mine = self._own_earlier_write(w)
-            if mine is None:
-                log.warning("share state %s/%s-%d: written by someone else meanwhile (%s)", w.group, w.topic,
-                            w.partition, type(r).__name__)
-                out[(w.group, w.topic, w.partition)] = StateFenced(f"{type(r).__name__}")
-            elif mine[0] == w.data:
-                out[(w.group, w.topic, w.partition)] = mine[1]
-            else:
-                rest.append(Write(w.group, w.topic, w.partition, w.data, mine[1]))
-        if rest:
-            out.update(self._multi(rest))
-        return out
+            data, version = self._current(w)
+            writer, epoch = identity_of(data)
+            if data is not None and w.identity is not None and (writer, epoch) == w.identity \
+                    and version > w.version:
+                log.info("share state %s/%s-%d: an earlier write of this writer whose answer was lost had been "
+                         "applied (version %d)", w.group, w.topic, w.partition, version)
+                if data == w.data:
+                    out[(w.group, w.topic, w.partition)] = version
+                else:
+                    rest.append(replace(w, version=version))
+                continue
+            log.warning("share state %s/%s-%d: written by someone else meanwhile (%s; now %s, epoch %d)", w.group,
+                        w.topic, w.partition, type(r).__name__, writer or "no writer", epoch)
+            out[(w.group, w.topic, w.partition)] = StateFenced(type(r).__name__, writer, epoch)
+        return rest
 
-    def _own_earlier_write(self, w: Write) -> tuple[bytes, int] | None:
-        """(data, version) of ``w``'s znode when it holds what this writer sent in ``w`` or in an earlier
-        write whose answer was lost (``w.unsure``), at a version past ``w.version``; else None."""
+    def _current(self, w: Write) -> tuple[bytes | None, int]:
         try:
             data, stat = self.zk.get(paths.share_partition(w.group, w.topic, w.partition))
         except NoNodeError:
-            return None
-        if stat.version > w.version and (data == w.data or data in w.unsure):
-            log.info("share state %s/%s-%d: an earlier write whose answer was lost had been applied (version %d)",
-                     w.group, w.topic, w.partition, stat.version)
-            return data, stat.version
-        return None
+            return None, NO_NODE
+        return data, stat.version
 
     async def delete_group(self, group: str) -> None:
         """Remove every share partition of ``group`` (DeleteGroups, AlterShareGroupOffsets resets)."""

@@ -82,15 +82,22 @@ async def apply_acknowledgements(ctx, conn, group: str, member: str, topics: lis
                 continue
             try:
                 held = await share.partition(group, topic, index)
-            except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: this partition fails
-                log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
-                parts[(tid, index)] = result(index, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                             ack_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable, or another leader took it over
+                code = unavailable(group, topic, index, e)
+                parts[(tid, index)] = result(index, code, ack_code=code)
                 continue
             ack, written = share.acknowledge(held, member, batches, renew=renew)
             parts[(tid, index)] = result(index, ack_code=ack)
             pending.append((written, (tid, index)))
     return pending
+
+
+def unavailable(group: str, topic: str, index: int, e: Exception) -> ErrorCode:
+    """The error for a share partition that could not be had (``SharePartitionManager.partition``
+    raised ``e``): NOT_LEADER_OR_FOLLOWER once another leader took it over, else
+    COORDINATOR_NOT_AVAILABLE (its state could not be read or written in ZooKeeper)."""
+    log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
+    return ErrorCode(getattr(e, "error_code", ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
 
 async def await_acknowledgements(pending: list[tuple], parts: dict) -> None:

@@ -49,6 +49,7 @@ from spark_coord.broker.handlers.share_common import (
     partition_error,
     response,
     result,
+    unavailable,
 )
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
@@ -188,9 +189,8 @@ async def _servable(ctx, conn, session, parts: dict, allowed: dict) -> list[tupl
             continue
         try:
             held = await share.partition(group, topic, index)
-        except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable: this partition fails
-            log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
-            parts[(tid, index)] = result(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        except Exception as e:  # noqa: BLE001 -- ZooKeeper unreachable, or another leader took it over
+            parts[(tid, index)] = result(index, unavailable(group, topic, index, e))
             continue
         if not share.is_open(session):
             return None
