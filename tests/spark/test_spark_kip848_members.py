@@ -188,7 +188,8 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         return (f"{len(got)} of {produced} read; missing "
                 + "; ".join(f"p{p} {gap[0]}..{gap[-1]} ({len(gap)}, held by {holders.get(p)})"
                             for p, gap in gaps.items() if gap)
-                + f"; the group's offsets {committed(bootstrap, group)}")
+                + f"; the group's offsets {committed(bootstrap, group)}"
+                + f"; the query: active={query.isActive}, exception={query.exception()}, status={query.status}")
 
     def at_log_end() -> bool:
         return committed(bootstrap, group) == {p: produced // PARTITIONS for p in range(PARTITIONS)}
