@@ -293,9 +293,16 @@ class GroupPartitionSource:
                         out[tp] = off
             return out
 
-    def on_batch_planned(self, end: dict[TopicPartition, int]) -> None:
+    def on_batch_planned(self, end: dict[TopicPartition, int]) -> set[TopicPartition]:
+        """Record a batch's plan (its end offsets) and return the partitions it may read: those still
+        plannable now.  Checked under the lock a revocation takes to look for a batch in flight, so a
+        partition is either left out of the batch or its revocation waits for the batch to commit --
+        never handed over below a batch that reads it."""
         with self.lock:
-            self.planned.update(end)
+            plannable = self.assigned()
+            accepted = {tp for tp in end if tp in plannable}
+            self.planned.update({tp: end[tp] for tp in accepted})
+            return accepted
 
     def on_batch_committed(self, end: dict[TopicPartition, int]) -> None:
         """Record Spark's confirmation of a batch ending at ``end``.  An end below the start offset the

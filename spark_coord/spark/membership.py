@@ -25,7 +25,9 @@ Contract (what the reader relies on):
   last offset and resumes from it (or from a handed-out offset) if they return.
 - ``on_batch_planned(end)`` (optional) is called when ``latestOffset`` plans a
   batch, with its end offsets: a group source waits for such a batch to commit
-  before handing its partitions back on StopFetcher.
+  before handing its partitions back on StopFetcher.  It returns the partitions
+  the batch may read (None: all): one given up since ``assigned()`` answered is
+  left out of the batch.
 - ``on_batch_committed(end)`` is called with the end offsets
   ``{(topic, partition): next_offset}`` of a batch Spark confirmed (from the
   reader's ``commit(end)``, and from ``latestOffset``, whose ``start`` Spark has

@@ -209,11 +209,21 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 froms[tp] = base[tp]
         if end == from_json(start) and not froms:
             return start
-        self._applied.update(handed)
-        self._last_batch_at = time.monotonic()
         planned = getattr(self._source, "on_batch_planned", None)
         if planned is not None:
-            planned({tp: end[tp] for tp in assigned})
+            accepted = planned({tp: end[tp] for tp in assigned})
+            if accepted is not None:
+                for tp in set(assigned) - set(accepted):  # revoked since the look above: not in this batch
+                    froms.pop(tp, None)
+                    handed.pop(tp, None)
+                    if tp in start_offsets:
+                        end[tp] = start_offsets[tp]
+                    else:
+                        end.pop(tp, None)
+                if end == from_json(start) and not froms:
+                    return start
+        self._applied.update(handed)
+        self._last_batch_at = time.monotonic()
         return to_json(end, froms)
 
     def _data_loss(self, message: str) -> None:

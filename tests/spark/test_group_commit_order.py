@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from helpers import wait_until
+
 from spark_coord.consumer.kip848 import Kip848Member, MemberState
 from spark_coord.spark.group import GroupPartitionSource
 from spark_coord.spark.options import parse_source_options
@@ -78,3 +80,65 @@ def test_a_revocation_commits_after_the_active_commit_under_way():
     assert not revoking.is_alive() and not active.is_alive()
     assert io.landed == [{TP: 10}, {TP: 12}]
     assert member.owned == set() and member.state is MemberState.ACKNOWLEDGING
+
+
+class FixedResolver:
+    """The driver's offsets as ``OffsetResolver`` gives them: every log ends at ``end``."""
+
+    def __init__(self, end: int):
+        self.end = end
+
+    def latest(self, tps):
+        return {tp: self.end for tp in tps}
+
+    def earliest(self, tps):
+        return {tp: 0 for tp in tps}
+
+    def gone(self, tps):
+        return []
+
+
+def test_a_partition_revoked_while_a_batch_is_planned_is_either_left_out_or_waited_for():
+    """The revocation's check for a batch in flight and the batch's planning raced: the member found
+    no batch in flight, handed the partition over at 10, and the batch planned right after read
+    10..20 again beside the next owner.  The batch's plan is now checked against the revocation
+    atomically: either it leaves the partition out, or the revocation waits for it to commit."""
+    from spark_coord.spark.offsets import from_json, to_json
+    from spark_coord.spark.stream import CoordKafkaStreamReader
+
+    opts = parse_source_options({"bootstrap.brokers": "127.0.0.1:9092", "subscribe": "t", "group.id": "g",
+                                 "session.timeout.ms": "4000"}, streaming=True)
+    other = ("t", 1)
+    handed_over: list = []
+
+    class RevokedMidPlan(GroupPartitionSource):
+        """The member gives ``TP`` up right after the reader's last look at what it may plan."""
+
+        looks = 0
+
+        def assigned(self):
+            out = super().assigned()
+            self.looks += 1
+            if self.looks == 2:  # latestOffset's second look, just before it plans
+                revoking = threading.Thread(target=lambda: handed_over.append(self.members[0].stop_fetchers({TP})))
+                revoking.start()
+                revoking.join(0.5)  # it finds no batch in flight on TP; one that waits for this plan is fine too
+            return out
+
+    source = RevokedMidPlan(opts)
+    source.members[0].owned = {TP: None, other: None}
+    source.members[0].lease_until = float("inf")
+    reader = CoordKafkaStreamReader(opts)
+    reader._source, reader._resolver = source, FixedResolver(20)
+    start = to_json({TP: 10, other: 10})
+    source.on_batch_committed({TP: 10, other: 10})
+    end = from_json(reader.latestOffset(start, reader.getDefaultReadLimit()))
+    assert end[other] == 20
+    if end[TP] > 10:  # planned: the revocation must wait for this batch and hand over its end
+        assert handed_over == [], f"handed over at {handed_over} while a batch reads {TP} up to {end[TP]}"
+        reader.commit(to_json(end))
+        wait_until(lambda: handed_over, timeout=10, message="the revocation after the batch committed")
+        assert handed_over == [[{"topic": "t", "partition": 0, "offset": end[TP]}]]
+    else:  # left out of the batch: handed over at what the query read
+        wait_until(lambda: handed_over, timeout=10, message="the revocation")
+        assert handed_over == [[{"topic": "t", "partition": 0, "offset": 10}]]
