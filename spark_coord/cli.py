@@ -228,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--pattern", help="subscribe to every topic matching this regex (also topics created later)")
     p.add_argument("--from-beginning", action="store_true",
                    help="with no committed offset, start at the earliest offset (auto.offset.reset=smallest)")
+    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default=None,
+                   help="read_committed: only records of committed transactions (and non-transactional ones), "
+                        "up to the last stable offset; read_uncommitted (the default, isolation.level): every record")
     p.add_argument("--key-separator", "-K", metavar="SEP", default=None, help="print key SEP value")
     p.add_argument("--count", "-c", type=int, default=None, help="stop after this many records")
     add_client_options(p)

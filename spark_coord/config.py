@@ -694,6 +694,12 @@ CONSUMER = KeySet("consumer",
         aliases=("enable.auto.commit",)),
     Key("auto.offset.reset", "str", "largest",
         "Where to start when the group has no committed offset or it is out of range: smallest or largest."),
+    Key("isolation.level", "str", "read_uncommitted",
+        "How to read records written in transactions: read_uncommitted, every record (aborted transactions'\n"
+        "too), up to the high watermark; read_committed, only records below the last stable offset (the first\n"
+        "offset of a transaction still open), without those of aborted transactions. Kafka's Java consumer's\n"
+        "default (librdkafka's is read_committed). Transaction markers are never returned. Our brokers do not\n"
+        "serve transactions yet: there both read the same records."),
     Key("fetch.min.bytes", "int", 1, "Fetch requests wait until at least this many bytes are available...", minimum=0),
     Key("fetch.wait.max.ms", "int", 500, "...or this long, whichever comes first.", minimum=0,
         aliases=("fetch.max.wait.ms",)),

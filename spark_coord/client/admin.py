@@ -82,10 +82,12 @@ class AdminClient:
     def list_topics(self) -> list[str]:
         return sorted(t for t, info in self.cluster.refresh(None).items() if info.error == 0)
 
-    def list_offsets(self, topic: str, partitions: list[int] | None, timestamp: int | dict[int, int]) -> dict[int, int]:
+    def list_offsets(self, topic: str, partitions: list[int] | None, timestamp: int | dict[int, int],
+                     isolation_level: int = 0) -> dict[int, int]:
         """Offsets per partition for ``timestamp`` (EARLIEST, LATEST, or epoch ms: the first record at or
         after it, -1 when there is none), asking each leader; ``timestamp`` may also be a dict
-        ``{partition: timestamp}`` (``partitions`` is then its keys when None)."""
+        ``{partition: timestamp}`` (``partitions`` is then its keys when None).  ``isolation_level`` 1
+        (read_committed): LATEST is the last stable offset, and a timestamp finds only records below it."""
         info = self.cluster.topic(topic)
         if isinstance(timestamp, dict):
             stamps = timestamp
@@ -97,7 +99,7 @@ class AdminClient:
         pending = list(wanted)
         deadline = time.monotonic() + self.retry_timeout_s
         while True:
-            again, failure = self._list_offsets_once(topic, pending, stamps, out)
+            again, failure = self._list_offsets_once(topic, pending, stamps, out, isolation_level)
             if not again:
                 return out
             if time.monotonic() >= deadline:
@@ -108,7 +110,7 @@ class AdminClient:
             pending = again
 
     def _list_offsets_once(self, topic: str, wanted: list[int], stamps: dict[int, int],
-                           out: dict[int, int]) -> tuple[list[int], Exception | None]:
+                           out: dict[int, int], isolation_level: int = 0) -> tuple[list[int], Exception | None]:
         """One ListOffsets per leader of ``wanted`` into ``out``; the partitions to ask again (their
         leader moved, is gone, or has no offset yet: Kafka's retriable answers), with the last failure."""
         again: list[int] = []
@@ -123,7 +125,7 @@ class AdminClient:
                 again.append(p)
                 failure = e
         for leader, parts in by_leader.items():
-            body = {"replica_id": -1, "isolation_level": 0,
+            body = {"replica_id": -1, "isolation_level": isolation_level,
                     "topics": [{"name": topic, "partitions": [
                         {"partition_index": p, "current_leader_epoch": -1, "timestamp": stamps[p], "max_num_offsets": 1}
                         for p in parts]}]}

@@ -71,6 +71,7 @@ def consume(args) -> int:
         consumer = Consumer(bootstrap, group, topics=topics, pattern=pattern, consumer_id=cfg["consumer.id"],
                             session_timeout_ms=cfg["session.timeout.ms"], auto_commit=cfg["auto.commit.enable"],
                             auto_offset_reset=reset, config=cfg,
+                            isolation_level=getattr(args, "isolation_level", None) or cfg["isolation.level"],
                             coordinator_bootstrap=getattr(args, "coordinator", None),
                             group_protocol=getattr(args, "group_protocol", None) or cfg["group.protocol"],
                             group_instance_id=getattr(args, "group_instance_id", None) or cfg["group.instance.id"]

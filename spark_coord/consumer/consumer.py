@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
+from spark_coord.client.fetcher import isolation_level_of
 from spark_coord.client.metadata import ClusterClient, parse_bootstrap
 from spark_coord.common import LARGEST, TopicPartition, normalize_offset_reset
 from spark_coord.consumer.buffer import PartitionBuffer
@@ -114,6 +115,10 @@ class Consumer:
     cluster: ``group_instance_id`` (static membership), ``group_remote_assignor`` and
     ``auto_commit_interval_ms`` apply to it; ``commit()`` commits with the member epoch and
     ``close()`` commits and leaves.
+
+    ``isolation_level`` (Kafka's ``isolation.level``; None: the config's, read_uncommitted by default):
+    ``"read_committed"`` fetches only below the last stable offset and drops the records of aborted
+    transactions; ``"read_uncommitted"`` returns every record.  Transaction markers are never returned.
     """
 
     def __init__(self, bootstrap: str | list[str], group: str, topics=None, pattern: str | None = None,
@@ -122,7 +127,7 @@ class Consumer:
                  include_headers: bool = False, queued_batches: int = 16, security=None,
                  coordinator_bootstrap: str | list[str] | None = None, group_protocol: str = COORDKAFKA,
                  group_instance_id: str | None = None, group_remote_assignor: str | None = None,
-                 auto_commit_interval_ms: int = 5000):
+                 auto_commit_interval_ms: int = 5000, isolation_level: str | None = None):
         from spark_coord import config as config_mod
 
         if not group or not isinstance(group, str):
@@ -153,11 +158,13 @@ class Consumer:
         self.security = None if security.protocol == "PLAINTEXT" else security
         self._cluster = ClusterClient([f"{h}:{p}" for h, p in addresses], client_id=client_id,
                                       timeout=socket_timeout_ms / 1000, security=self.security)
+        level = isolation_level_of(cfg["isolation.level"] if isolation_level is None else isolation_level,
+                                   "isolation_level (isolation.level)")
         self._buffer = PartitionBuffer(queued_batches)
         self._fetchers = FetcherManager(self._cluster, self._buffer, FetchSettings(
             auto_offset_reset=reset, max_wait_ms=cfg["fetch.wait.max.ms"], min_bytes=cfg["fetch.min.bytes"],
             max_bytes=cfg["fetch.max.bytes"], partition_max_bytes=cfg["max.partition.fetch.bytes"],
-            include_headers=include_headers))
+            include_headers=include_headers, isolation_level=level))
         self._lock = threading.Lock()
         self._committed: dict[TopicPartition, int] = {}
         self._generation = -1

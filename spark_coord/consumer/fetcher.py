@@ -45,7 +45,7 @@ from collections import defaultdict
 
 from spark_coord.client.admin import EARLIEST, LATEST, AdminClient
 from spark_coord.client.connection import BrokerConnectionError
-from spark_coord.client.fetcher import fetch
+from spark_coord.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED, fetch
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.common import LARGEST, OFFSET_RESETS, SMALLEST, TopicPartition
 from spark_coord.consumer.buffer import Item, PartitionBuffer
@@ -68,13 +68,19 @@ AUDIT_INTERVAL = 1.0
 
 
 class FetchSettings:
-    """Fetch sizes and waits (the consumer's fetch.* keys) and the reset policy."""
+    """Fetch sizes and waits (the consumer's fetch.* keys), the reset policy and the isolation level
+    (``client.fetcher.READ_UNCOMMITTED`` or ``READ_COMMITTED``: fetches and the latest offset of a reset
+    stop at the last stable offset, and the records of aborted transactions are dropped)."""
 
     def __init__(self, auto_offset_reset: str = LARGEST, max_wait_ms: int = 500, min_bytes: int = 1,
                  max_bytes: int = 52428800, partition_max_bytes: int = 1048576, include_headers: bool = False,
-                 retry_backoff_ms: int = 200):
+                 retry_backoff_ms: int = 200, isolation_level: int = READ_UNCOMMITTED):
         if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be 'smallest' or 'largest', got {auto_offset_reset!r}")
+        if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise ValueError(f"isolation_level must be {READ_UNCOMMITTED} (read_uncommitted) or {READ_COMMITTED} "
+                             f"(read_committed), got {isolation_level!r}")
+        self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
@@ -130,7 +136,8 @@ class FetcherThread(threading.Thread):
             try:
                 conn = m.cluster.connection(self.leader)
                 answer = fetch(conn, offsets, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
-                               max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes)
+                               max_bytes=s.max_bytes, partition_max_bytes=s.partition_max_bytes,
+                               isolation_level=s.isolation_level)
             except _NETWORK_ERRORS as e:
                 if self._halt.is_set():
                     break
@@ -176,7 +183,7 @@ class FetcherThread(threading.Thread):
             if records is None or len(records) == 0:
                 return
             try:
-                batch = m.decode(records, pd.topic, pd.partition, offset)
+                batch = m.decode(records, pd.topic, pd.partition, offset, pd.aborted_transactions)
                 after = next_offset(records)
             except (InvalidBatch, ValueError) as e:
                 log.error("bad record set for %s-%d at offset %d from broker %d: %s", pd.topic, pd.partition,
@@ -269,11 +276,16 @@ class FetcherManager:
                 log.info("broker %d answers fetches again (after %d failures)", leader, n)
 
     # ------------------------------------------------------------------- decoding
-    def decode(self, records, topic: str, partition: int, offset: int):
+    def decode(self, records, topic: str, partition: int, offset: int, aborted_transactions=None):
+        """A fetched record set as Arrow from ``offset`` on: control batches skipped, and with a read_committed
+        answer's ``aborted_transactions``, the batches of aborted transactions dropped."""
         from spark_coord.records.arrow import decode_to_arrow
 
+        if self.settings.isolation_level != READ_COMMITTED:
+            aborted_transactions = None
         return decode_to_arrow(records, topic, partition, start_offset=offset,
-                               include_headers=self.settings.include_headers)
+                               include_headers=self.settings.include_headers,
+                               aborted_transactions=aborted_transactions)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -480,10 +492,11 @@ class FetcherManager:
         return placed
 
     def reset_offset(self, tp: TopicPartition) -> int | None:
-        """auto.offset.reset for ``tp`` via ListOffsets (None if the leader could not answer)."""
+        """auto.offset.reset for ``tp`` via ListOffsets (None if the leader could not answer); read_committed:
+        latest is the last stable offset, as Kafka's Java consumer resets."""
         when = EARLIEST if self.settings.auto_offset_reset == SMALLEST else LATEST
         try:
-            return self.admin.list_offsets(tp[0], [tp[1]], when)[tp[1]]
+            return self.admin.list_offsets(tp[0], [tp[1]], when, self.settings.isolation_level)[tp[1]]
         except (*_NETWORK_ERRORS, KeyError) as e:
             log.warning("ListOffsets for %s-%d failed: %s", tp[0], tp[1], e)
             return None

@@ -111,7 +111,8 @@ class OffsetResolver:
     def list_offsets(self, tps: Iterable[TopicPartition], timestamp: int | dict[TopicPartition, int]
                      ) -> dict[TopicPartition, int]:
         """Offsets of ``tps`` for ``timestamp`` (EARLIEST, LATEST, epoch ms, or one of those per
-        partition: the first record at or after it, -1 when none is), grouped per topic.  A retriable
+        partition: the first record at or after it, -1 when none is), grouped per topic; with
+        ``kafka.isolation.level=read_committed`` latest is the last stable offset.  A retriable
         failure is retried ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart."""
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
@@ -119,7 +120,7 @@ class OffsetResolver:
         out = {}
         for t, parts in by_topic.items():
             stamps = {p: timestamp[(t, p)] for p in parts} if isinstance(timestamp, dict) else timestamp
-            call = functools.partial(self.admin.list_offsets, t, sorted(parts), stamps)
+            call = functools.partial(self.admin.list_offsets, t, sorted(parts), stamps, self.opts.isolation_level)
             for p, off in self._retrying(call, t).items():
                 out[(t, p)] = off
         return out
@@ -244,7 +245,8 @@ def make_partition(opts: SourceOptions, tp: TopicPartition, start: int, end: int
         fetch_max_bytes=opts.fetch_max_bytes, max_partition_fetch_bytes=opts.max_partition_fetch_bytes,
         fetch_max_wait_ms=opts.fetch_max_wait_ms, fetch_min_bytes=opts.fetch_min_bytes,
         socket_timeout_ms=opts.poll_timeout_ms or opts.socket_timeout_ms, client_id=opts.client_id,
-        security=opts.security, connections_max_idle_ms=opts.connections_max_idle_ms)
+        security=opts.security, connections_max_idle_ms=opts.connections_max_idle_ms,
+        isolation_level=opts.isolation_level)
 
 
 def split_ranges(ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None,

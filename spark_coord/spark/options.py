@@ -56,7 +56,7 @@ _SOURCE_KEYS = {
     "fetch.min.bytes", "socket.timeout.ms", "client.id", "coordinator.bootstrap", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "connections.max.idle.ms",
     "share.group.id", "share.parallelism", "share.acknowledgements.path", "group.protocol",
-    "group.instance.id", "group.remote.assignor",
+    "group.instance.id", "group.remote.assignor", "isolation.level",
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
@@ -78,6 +78,8 @@ KAFKA_CONSUMER_SETTINGS = {
     # with group.protocol=consumer: static membership (KIP-345; one id per member) and the coordinator's assignor
     "group.instance.id": "group.instance.id",
     "group.remote.assignor": "group.remote.assignor",
+    # read_committed: latest offsets are the last stable offsets, aborted transactions' records are dropped
+    "isolation.level": "isolation.level",
     # reading a share group (KIP-932), under the names of Spark's kafka-share proposal (SPARK-54321)
     "share.group.id": "share.group.id",
     "share.parallelism": "share.parallelism",
@@ -125,7 +127,7 @@ KAFKA_REFUSED = {
     "partitioner.class": "Java classes do not run in a Python data source; rows go to their partition column, else "
                          "Kafka's default partitioner (murmur2 of the key, sticky without one)",
     "transactional.id": "transactions are not supported; the sink is idempotent (enable.idempotence, on by default)",
-    "isolation.level": "transactions are not supported, so every record is committed (read_uncommitted)",
+    "isolation.level": "a consumer setting (the source's kafka.isolation.level); the sink writes no transactions",
     "heartbeat.interval.ms": "the coordinator pings group members every third of session.timeout.ms",
 }
 
@@ -186,6 +188,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    #: ``kafka.isolation.level``: 0 read_uncommitted (the default, as Spark's Kafka source), 1 read_committed
+    #: (the latest offsets are the last stable offsets, executors drop the records of aborted transactions).
+    isolation_level: int = 0
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     #: ``members``: group members the query registers (threads of the driver-side reader
     #: process, not executors): the query's share of the group's partitions.
@@ -581,6 +586,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool | None) -> 
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
+        isolation_level=_isolation_level(opts),
         session_timeout_ms=_int(opts, "session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, 100),
         members=_int(opts, "members", None, 1),
         min_partitions=_int(opts, "minPartitions", None, 1),
@@ -666,7 +672,16 @@ _NOT_FOR_SHARE = {
     "members": "a query is one member of its share group (kafka.share.parallelism sets how many tasks read)",
     "minPartitions": "kafka.share.parallelism sets how many tasks read a micro-batch of a share group",
     "maxRecordsPerPartition": "kafka.share.parallelism sets how many tasks read a micro-batch of a share group",
+    "isolation.level": "a share group reads as the group's share.isolation.level config says",
 }
+
+
+def _isolation_level(opts: _Opts) -> int:
+    """``kafka.isolation.level``: read_uncommitted (0, the default) or read_committed (1)."""
+    from spark_coord.client.fetcher import isolation_level_of
+
+    raw = opts.get("isolation.level")
+    return 0 if raw is None else isolation_level_of(raw, opts.label("isolation.level"))
 
 
 def _share_group(opts: _Opts, streaming: bool | None, group_id, subscribe) -> str | None:

@@ -14,7 +14,11 @@ task's memory stays at about two fetches plus two decoded batches, and no fetch
 faults in fresh pages.  Records that retention removed before we got to them are data loss:
 with ``failOnDataLoss`` (the default) the task fails with a message naming the
 topic, partition and offsets; without it a WARNING is logged and the read skips
-ahead to the log start offset.
+ahead to the log start offset.  With ``kafka.isolation.level=read_committed`` the fetches stop at the
+last stable offset and the batches of aborted transactions are dropped (the answer's
+``aborted_transactions``); the offsets they and the transaction markers take are gaps in a range,
+not data loss, and a range that ends on them ends when the fetches pass its end, as Spark's Kafka
+source does.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class KafkaInputPartition(InputPartition):
     security: Any = None  # a security.client.ClientSecurity (pickled to executors; its repr hides secrets)
     #: how long the executor's Python worker keeps the connections for the next task (0: none)
     connections_max_idle_ms: int = 540_000
+    #: 1: read_committed (fetch below the last stable offset, drop aborted transactions), 0: read_uncommitted
+    isolation_level: int = 0
 
     @property
     def name(self) -> str:
@@ -205,7 +211,8 @@ class _RangeReader:
         self._turn ^= 1
         pending = send_fetch(self._connection(), {(p.topic, p.partition): offset}, max_wait_ms=p.fetch_max_wait_ms,
                              min_bytes=p.fetch_min_bytes, max_bytes=p.fetch_max_bytes,
-                             partition_max_bytes=self.partition_max_bytes, into=buf)
+                             partition_max_bytes=self.partition_max_bytes, into=buf,
+                             isolation_level=p.isolation_level)
         return _Fetch(offset, pending, self._scratch[slot])
 
     def _prefetch(self, offset: int) -> "_Fetch | None":
@@ -240,7 +247,8 @@ class _RangeReader:
             if next_offset is None:
                 return None
             return next_offset, decode_to_arrow(data.records, p.topic, p.partition, offset, p.until_offset,
-                                                p.include_headers, scratch=scratch)
+                                                p.include_headers, scratch=scratch,
+                                                aborted_transactions=self._aborted(data))
         return decode
 
     def batches(self):
@@ -293,16 +301,22 @@ class _RangeReader:
                              self.partition_max_bytes)
                     continue
                 failures = self._retry(failures, f"no complete batch at offset {offset} (high watermark "
-                                                  f"{data.high_watermark}, {len(records or b'')} bytes)")
+                                                  f"{data.high_watermark}, last stable offset "
+                                                  f"{data.last_stable_offset}, {len(records or b'')} bytes)")
                 continue
             if max(offset, next_offset) < until:
                 ahead = self._in_flight = self._prefetch(max(offset, next_offset))
             rb = decoded[1] if decoded is not None else decode_to_arrow(records, p.topic, p.partition, offset, until,
-                                                                         p.include_headers, scratch=fetch.scratch)
+                                                                         p.include_headers, scratch=fetch.scratch,
+                                                                         aborted_transactions=self._aborted(data))
             del records, data, decoded, fetch  # the receive buffer is reused two fetches later
             if rb.num_rows:
                 yield rb
             offset = max(offset, next_offset)
+
+    def _aborted(self, data):
+        """The aborted transactions of a fetch answer to drop (read_committed only)."""
+        return data.aborted_transactions if self.p.isolation_level else None
 
     def _retry(self, failures: int, why: str) -> int:
         failures += 1

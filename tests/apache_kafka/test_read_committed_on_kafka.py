@@ -1,0 +1,445 @@
+"""read_committed in every reader of ours, on Apache Kafka 4.2 (one node) where a transactional
+confluent-kafka producer writes: committed transactions, aborted ones, a transaction of another
+producer interleaved with them, plain non-transactional records in between, and at the end one
+transaction left open with plain records after it.
+
+With ``isolation.level=read_committed`` the thin consumer (Kafka 4's consumer group protocol), a
+coordkafka batch read and a coordkafka stream (``Trigger.AvailableNow``) return exactly the
+committed and the non-transactional records, in offset order, and stop at the last stable offset
+while the transaction is open; once it commits, the rest appears (the stream goes on from its
+checkpoint).  With read_uncommitted they return every data record, aborted and open ones too, and
+never a transaction marker.  Spark's own Kafka source (``format("kafka")``, its jars on
+``spark.jars``) reads the same topic in both isolation levels, batch and stream, and gives the
+same records (topic, partition, offset, key, value) as coordkafka.
+
+Spark runs in a process of its own (this file run as a script, ``SparkReads``): ``spark.jars`` can
+only be set when a JVM starts, and the test session's SparkSession may already be up without them.
+
+One test on our brokers (which do not serve transactions yet): read_committed reads every record
+there, the last stable offset being the high watermark.  And the options: bad values are refused
+naming the option."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import local_cluster, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 2
+COLUMNS = "topic, partition, offset, CAST(key AS STRING) AS key, CAST(value AS STRING) AS value"
+
+
+# ---------------------------------------------------------------------------------------- options
+
+def test_isolation_level_options_are_checked():
+    from spark_coord.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED
+    from spark_coord.consumer.fetcher import FetchSettings
+    from spark_coord.spark.options import parse_sink_options, parse_source_options
+
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+    assert parse_source_options(base, False).isolation_level == READ_UNCOMMITTED
+    for value, level in (("read_committed", READ_COMMITTED), ("READ_UNCOMMITTED", READ_UNCOMMITTED)):
+        assert parse_source_options({**base, "kafka.isolation.level": value}, False).isolation_level == level
+    with pytest.raises(ValueError, match=r"kafka\.isolation\.level must be read_uncommitted or read_committed"):
+        parse_source_options({**base, "kafka.isolation.level": "serializable"}, False)
+    with pytest.raises(ValueError, match=r"kafka\.isolation\.level: not with kafka\.share\.group\.id"):
+        parse_source_options({**base, "kafka.share.group.id": "q", "kafka.isolation.level": "read_committed"},
+                             streaming=True)
+    with pytest.raises(ValueError, match=r"kafka\.isolation\.level: not taken by coordkafka: a consumer setting"):
+        parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                            "kafka.isolation.level": "read_committed"})
+    with pytest.raises(ValueError, match="isolation_level must be"):
+        FetchSettings(isolation_level=2)
+
+
+def test_consumer_isolation_level_is_checked_and_defaults_to_read_uncommitted():
+    from spark_coord import config
+    from spark_coord.consumer.consumer import Consumer
+
+    assert config.load(config.CONSUMER, None, {})["isolation.level"] == "read_uncommitted"
+    with pytest.raises(ValueError, match=r"isolation_level \(isolation.level\) must be read_uncommitted or "
+                                         r"read_committed, got 'committed'"):
+        Consumer("127.0.0.1:9", "g", topics=["t"], isolation_level="committed")
+    with pytest.raises(ValueError, match=r"isolation.level\) must be .* got 'dirty'"):
+        Consumer("127.0.0.1:9", "g", topics=["t"], config={"isolation.level": "dirty"})
+
+
+# ------------------------------------------------------------------------------- the Spark process
+
+class SparkReads:
+    """A local[2] Spark driver in a process of its own, with Spark's Kafka connector on ``spark.jars``:
+    ``read(...)`` sends it one read (a JSON line), and returns its rows, sorted by partition and offset."""
+
+    def __init__(self, jars: list[str], workdir: Path) -> None:
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")]
+                                            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self._log = open(workdir / "spark.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, __file__, ",".join(jars), str(workdir)], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self.workdir = workdir
+        self._answer({"ready": True})
+
+    def _answer(self, request: dict) -> dict:
+        if "ready" not in request:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the Spark process ended (status {self.proc.wait(30)}); see "
+                                 f"{self.workdir / 'spark.log'}: {self._tail()}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise AssertionError(f"{request}: {answer['error']}")
+        return answer
+
+    def _tail(self) -> str:
+        self._log.flush()
+        return (self.workdir / "spark.log").read_text(errors="replace")[-3000:]
+
+    def read(self, source: str, topic: str, bootstrap: str, isolation: str, mode: str,
+             checkpoint: str | None = None) -> list[tuple]:
+        answer = self._answer({"source": source, "topic": topic, "bootstrap": bootstrap, "isolation": isolation,
+                               "mode": mode, "checkpoint": checkpoint})
+        return sorted(tuple(r) for r in answer["rows"])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+def _spark_main(jars: str, workdir: str) -> None:
+    """The Spark process: one JSON line of rows per read asked on stdin."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("read-committed-on-kafka")
+             .config("spark.jars", jars)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.python.daemon.module", "pyspark_coordkafka.daemon")
+             .config("spark.sql.warehouse.dir", os.path.join(workdir, "warehouse"))
+             .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + os.path.join(workdir, "derby"))
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        ask = json.loads(line)
+        try:
+            reader = spark.read if ask["mode"] == "batch" else spark.readStream
+            reader = (reader.format(ask["source"]).option("kafka.bootstrap.servers", ask["bootstrap"])
+                      .option("subscribe", ask["topic"]).option("startingOffsets", "earliest")
+                      .option("kafka.isolation.level", ask["isolation"]))
+            if ask["mode"] == "batch":
+                rows = reader.option("endingOffsets", "latest").load().selectExpr(*COLUMNS.split(", ")).collect()
+            else:
+                rows = []
+                query = (reader.load().selectExpr(*COLUMNS.split(", ")).writeStream
+                         .foreachBatch(lambda df, _id, into=rows: into.extend(df.collect()))
+                         .option("checkpointLocation", ask["checkpoint"]).trigger(availableNow=True).start())
+                if not query.awaitTermination(120):
+                    query.stop()
+                    raise TimeoutError("the AvailableNow query did not end within 120 s")
+                if query.exception() is not None:
+                    raise RuntimeError(str(query.exception()))
+            out.write(json.dumps({"rows": [list(r) for r in rows]}) + "\n")
+        except Exception as e:  # noqa: BLE001 -- handed to the test, which fails with it
+            out.write(json.dumps({"error": f"{type(e).__name__}: {e}"[:4000]}) + "\n")
+        out.flush()
+    spark.stop()
+
+
+# ------------------------------------------------------------------------------ writing the topic
+
+class Log:
+    """What the producers wrote, per partition in offset order: (key, value, kind) with kind one of
+    plain, committed, aborted, open."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[tuple[str, str, str]]] = {p: [] for p in range(PARTITIONS)}
+        self.n = 0
+
+    def record(self, partition: int, kind: str) -> tuple[str, str]:
+        self.n += 1
+        key, value = f"k{self.n}", f"{kind}-{self.n}"
+        self.rows[partition].append((key, value, kind))
+        return key, value
+
+
+def _transactional(bootstrap: str, name: str):
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-{uuid.uuid4().hex[:6]}",
+                         "linger.ms": 0})
+    producer.init_transactions(60)
+    return producer
+
+
+def _send(producer, topic: str, log: Log, kind: str, per_partition: int = 2) -> None:
+    failed: list = []
+    for p in range(PARTITIONS):
+        for _ in range(per_partition):
+            key, value = log.record(p, kind)
+            producer.produce(topic, value.encode(), key.encode(), partition=p,
+                             on_delivery=lambda err, _msg: failed.append(err) if err else None)
+    assert producer.flush(60) == 0 and not failed, failed
+
+
+def _offsets(bootstrap: str, topic: str, level: int) -> dict[int, int]:
+    from spark_coord.client.admin import LATEST, AdminClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc:
+        return dict(AdminClient(cc).list_offsets(topic, None, LATEST, level))
+
+
+def _settled(bootstrap: str, topic: str) -> dict[int, int]:
+    """Wait until every transaction's marker is written (last stable offset = high watermark)."""
+    def stable():
+        hw = _offsets(bootstrap, topic, 0)
+        return hw if _offsets(bootstrap, topic, 1) == hw else None
+    return wait_until(stable, 30, message="the last stable offsets reach the high watermarks")
+
+
+class Topic:
+    """The topic and what was written to it, with the transaction left open."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        self.bootstrap = bootstrap
+        self.name = f"txn-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(self.name, PARTITIONS, 1)])[self.name].result(30)
+        self.log = Log()
+        plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        a, b = _transactional(bootstrap, "a"), _transactional(bootstrap, "b")
+        _send(plain, self.name, self.log, "plain")
+        for kind in ("committed", "aborted", "committed"):
+            a.begin_transaction()
+            _send(a, self.name, self.log, kind)
+            _send(plain, self.name, self.log, "plain", 1)
+            if kind == "committed":
+                a.commit_transaction(60)
+            else:
+                a.abort_transaction(60)
+        # two producers interleaved: a aborts, b commits
+        a.begin_transaction()
+        b.begin_transaction()
+        _send(a, self.name, self.log, "aborted", 1)
+        _send(b, self.name, self.log, "committed", 1)
+        _send(a, self.name, self.log, "aborted", 1)
+        _send(plain, self.name, self.log, "plain", 1)
+        _send(b, self.name, self.log, "committed", 1)
+        a.abort_transaction(60)
+        b.commit_transaction(60)
+        self.stable = _settled(bootstrap, self.name)
+        # left open, with plain records after it
+        self.open = _transactional(bootstrap, "open")
+        self.open.begin_transaction()
+        _send(self.open, self.name, self.log, "open")
+        _send(plain, self.name, self.log, "plain")
+        self.committed_open = False
+
+    def commit_open(self) -> None:
+        self.open.commit_transaction(60)
+        self.committed_open = True
+        _settled(self.bootstrap, self.name)
+
+    def expected(self, committed: bool, phase: int) -> list[tuple]:
+        """(partition, key, value) of what a reader should return, in the order the producers wrote
+        them: read_committed leaves out aborted transactions and, in phase 1, everything from the
+        open transaction on."""
+        out = []
+        for p, rows in self.log.rows.items():
+            for i, (key, value, kind) in enumerate(rows):
+                if committed and (kind == "aborted" or (phase == 1 and i >= self._first_open(p))):
+                    continue
+                out.append((p, key, value))
+        return sorted(out)
+
+    def _first_open(self, partition: int) -> int:
+        return next(i for i, (_, _, kind) in enumerate(self.log.rows[partition]) if kind == "open")
+
+
+def _without_offsets(rows: list[tuple], topic: str) -> list[tuple]:
+    """(partition, key, value) of reader rows, checking they are of ``topic`` and in offset order."""
+    assert all(r[0] == topic for r in rows)
+    for p in range(PARTITIONS):
+        offsets = [r[2] for r in rows if r[1] == p]
+        assert offsets == sorted(set(offsets)), (p, offsets)
+    return sorted((r[1], r[3], r[4]) for r in rows)
+
+
+# ------------------------------------------------------------------------------------- the readers
+
+class ThinReader(threading.Thread):
+    """The thin consumer (Kafka 4's group protocol) reading the topic into ``rows`` until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, isolation: str) -> None:
+        from spark_coord.consumer.consumer import Consumer
+
+        super().__init__(name=f"thin-{isolation}", daemon=True)
+        self.consumer = Consumer(bootstrap, f"g-{isolation}-{uuid.uuid4().hex[:6]}", topics=[topic],
+                                 group_protocol="consumer", auto_offset_reset="smallest", isolation_level=isolation)
+        self.rows: list[tuple] = []
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                for r in self.consumer.messages(timeout=0.1):
+                    with self._lock:
+                        self.rows.append((r.topic, r.partition, r.offset, r.key.decode(), r.value.decode()))
+                    if self._halt.is_set():
+                        break
+        except BaseException as e:  # noqa: BLE001 -- the test asserts on it
+            self.error = e
+
+    def read(self) -> list[tuple]:
+        assert self.error is None, self.error
+        with self._lock:
+            return list(self.rows)
+
+    def wait_for(self, expected: list[tuple], topic: str) -> list[tuple]:
+        wait_until(lambda: len(self.read()) >= len(expected), 60,
+                   message=lambda: f"{self.name}: {len(self.read())} of {len(expected)} records")
+        rows = self.read()
+        assert _without_offsets(rows, topic) == expected
+        return sorted(rows, key=lambda r: (r[1], r[2]))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+        self.consumer.close()
+
+
+# ------------------------------------------------------------------------------------------- tests
+
+@pytest.fixture(scope="module")
+def topic(apache_kafka):
+    t = Topic(apache_kafka.bootstrap)
+    yield t
+    if not t.committed_open:
+        t.open.abort_transaction(60)
+
+
+@pytest.fixture(scope="module")
+def spark_reads(spark_kafka_jars, tmp_path_factory):
+    reads = SparkReads(spark_kafka_jars, tmp_path_factory.mktemp("spark-read-committed"))
+    yield reads
+    reads.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_read_committed_and_uncommitted_on_apache_kafka(apache_kafka, topic, spark_reads, tmp_path):
+    """Every reader of ours in both isolation levels against the transactional topic, the open
+    transaction open, then committed; Spark's Kafka source reads the same records."""
+    from spark_coord.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED
+
+    bootstrap, name = apache_kafka.bootstrap, topic.name
+    hw, lso = _offsets(bootstrap, name, READ_UNCOMMITTED), _offsets(bootstrap, name, READ_COMMITTED)
+    assert all(lso[p] < hw[p] for p in hw) and lso == topic.stable, (lso, hw, topic.stable)
+    thin = {level: ThinReader(bootstrap, name, level) for level in ("read_committed", "read_uncommitted")}
+    for reader in thin.values():
+        reader.start()
+    checkpoints = {(s, level): str(tmp_path / f"cp-{s}-{level}") for s in ("coordkafka", "kafka")
+                   for level in ("read_committed", "read_uncommitted")}
+    streamed: dict[tuple, list] = {key: [] for key in checkpoints}
+    try:
+        for phase in (1, 2):
+            if phase == 2:
+                topic.commit_open()
+            for level in ("read_committed", "read_uncommitted"):
+                expected = topic.expected(level == "read_committed", phase)
+                rows = {}
+                for source in ("coordkafka", "kafka"):
+                    rows[source] = spark_reads.read(source, name, bootstrap, level, "batch")
+                    assert _without_offsets(rows[source], name) == expected, (phase, level, source, "batch")
+                    streamed[(source, level)] += spark_reads.read(source, name, bootstrap, level, "stream",
+                                                                  checkpoints[(source, level)])
+                    got = sorted(streamed[(source, level)])
+                    assert got == rows[source], (phase, level, source, "stream")
+                assert rows["coordkafka"] == rows["kafka"], (phase, level)
+                assert thin[level].wait_for(expected, name) == rows["kafka"], (phase, level, "thin consumer")
+                if level == "read_committed" and phase == 1:  # stopped at the last stable offset
+                    assert all(r[2] < lso[r[1]] for r in rows["kafka"])
+                    assert max(r[2] for r in rows["kafka"] if r[1] == 0) < lso[0] - 1  # markers are not data
+        # read_uncommitted: the commit of the open transaction added no row (its marker is not data)
+        assert len(streamed[("coordkafka", "read_uncommitted")]) == sum(len(r) for r in topic.log.rows.values())
+    finally:
+        for reader in thin.values():
+            reader.stop()
+
+
+def test_read_committed_on_our_brokers(zookeeper, tmp_path):
+    """Our brokers serve no transactions: the last stable offset is the high watermark, a
+    read_committed fetch lists no aborted transaction, and every reader of ours (the thin consumer,
+    the driver's latest offsets, an executor's range read) returns every record."""
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.fetcher import READ_COMMITTED, fetch
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.producer import Producer
+    from spark_coord.consumer.consumer import Consumer
+    from spark_coord.spark.offsets import OffsetResolver, make_partition
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.partition import read_partition
+
+    topic = "rc"
+    with local_cluster(zookeeper, tmp_path / "cluster", 1, "read-committed") as cluster:
+        with ClusterClient(cluster.bootstrap) as cc:
+            AdminClient(cc).create_topic(topic, PARTITIONS)
+            cc.topic(topic, refresh=True, wait=30)
+            producer = Producer(cc)
+            for i in range(40):
+                producer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % PARTITIONS)
+            producer.flush()
+            answer = fetch(cc.connection(cc.leader(topic, 0)), {(topic, 0): 0}, isolation_level=READ_COMMITTED)
+            assert [(a.error, a.high_watermark, a.last_stable_offset, a.aborted_transactions) for a in answer] == \
+                [(0, 20, 20, None)]
+        opts = parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                                     "kafka.isolation.level": "read_committed"}, False)
+        resolver = OffsetResolver(opts)
+        try:
+            tps = resolver.topic_partitions()
+            latest = resolver.latest(tps)
+            assert latest == {(topic, 0): 20, (topic, 1): 20}
+            leaders = resolver.leaders(tps)
+        finally:
+            resolver.close()
+        rows = [r for tp in tps for rb in read_partition(make_partition(opts, tp, 0, latest[tp], leaders[tp]))
+                for r in rb.to_pylist()]
+        assert sorted((r["partition"], r["offset"]) for r in rows) == [(p, o) for p in range(2) for o in range(20)]
+        consumer = Consumer(cluster.bootstrap, "rc-group", topics=[topic], auto_offset_reset="smallest",
+                            isolation_level="read_committed")
+        try:
+            seen: list = []
+            wait_until(lambda: seen.extend(consumer.messages(timeout=0.2)) or len(seen) >= 40, 60,
+                       message=lambda: f"{len(seen)} of 40 records")
+            assert sorted(r.value for r in seen) == sorted(b"v%d" % i for i in range(40))
+        finally:
+            consumer.close()
+
+
+if __name__ == "__main__":
+    _spark_main(sys.argv[1], sys.argv[2])
