@@ -70,14 +70,19 @@ def start_query(spark, bootstrap: str, topic: str, group: str, client_id: str, s
 
 def members(bootstrap: str, group: str) -> list[tuple[str, str, set[int]]]:
     """(client id, member id, partitions) of each member, as the group's coordinator describes it
-    (ConsumerGroupDescribe, through confluent-kafka's AdminClient)."""
+    (ConsumerGroupDescribe, through confluent-kafka's AdminClient); none while no coordinator answers.
+    librdkafka's FindCoordinator gives up after two retries of COORDINATOR_NOT_AVAILABLE (a broker that
+    just started, its shards not all elected) and then waits for a broker state change that never comes:
+    the next call asks again with a new client."""
+    from concurrent.futures import TimeoutError as NoAnswer
+
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient as KafkaAdmin
 
     admin = KafkaAdmin({"bootstrap.servers": bootstrap, "log_level": 3})
     try:
-        described = admin.describe_consumer_groups([group]).get(group).result(30)
-    except KafkaException:  # no such group yet
+        described = admin.describe_consumer_groups([group], request_timeout=10).get(group).result(15)
+    except (KafkaException, NoAnswer):  # no such group yet, or no coordinator found yet
         return []
     return [(m.client_id, m.member_id, {tp.partition for tp in m.assignment.topic_partitions})
             for m in described.members]
