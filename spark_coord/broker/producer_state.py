@@ -7,6 +7,11 @@ handed to any broker, ``{"version":1,"broker":<id>,"block_start":"<n>","block_en
 version-checked set, so two brokers can never hand out the same id, and a
 restarted broker starts a fresh block (ids are never reused).
 
+Transactional batches (attributes bit 4) go through the same checks; the log
+(``log.txn``) opens the producer's transaction on the partition at the first one.
+Control batches are refused (INVALID_RECORD): markers come from WriteTxnMarkers only,
+checked with ``check_marker`` (an older producer epoch: INVALID_PRODUCER_EPOCH).
+
 Sequences (Produce): for every (producer id, topic, partition) the broker keeps
 the producer's epoch and the metadata of its last ``MAX_CACHED_BATCHES`` batches
 (Kafka keeps five: the most a producer has in flight).  A batch with
@@ -245,6 +250,22 @@ class PartitionProducers:
                       MAX_PRODUCERS_PER_PARTITION)
 
 
+    def check_marker(self, producer_id: int, producer_epoch: int) -> Verdict:
+        """Judge a transaction marker (WriteTxnMarkers) of ``producer_id`` at ``producer_epoch``: an epoch
+        older than the producer's -> INVALID_PRODUCER_EPOCH, as Kafka's ``appendEndTxnMarker`` refuses it."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH, message=f"producer {producer_id}: marker epoch "
+                           f"{producer_epoch} is older than {entry.epoch}")
+        return ACCEPT
+
+    def record_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A marker was appended: a newer epoch is adopted (the producer's next batch must start at
+        sequence 0 of it, and older epochs are refused)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch > entry.epoch:
+            self.producers[producer_id] = ProducerEntry(producer_epoch)
+
     def active(self) -> list[tuple[int, int, int, int]]:
         """(producer id, epoch, last sequence, last timestamp) of every producer remembered here
         (DescribeProducers), oldest contact first."""
@@ -273,6 +294,9 @@ class ProducerStateTable:
         An entry with an idempotent batch must hold exactly that one batch (Kafka
         requires one batch per partition from Produce v3 on); INVALID_RECORD otherwise.
         """
+        if any(h.is_control for h in headers):
+            return Verdict(ErrorCode.INVALID_RECORD, message="control batches are written by the transaction "
+                           "coordinator's markers (WriteTxnMarkers), not produced")
         idempotent = [h for h in headers if h.producer_id >= 0]
         if not idempotent:
             return ACCEPT

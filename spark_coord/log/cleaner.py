@@ -16,9 +16,18 @@ log whose oldest dirty record is older than ``max.compaction.lag.ms`` -- and in 
    always when its offset is at or above ``map_end``); a tombstone (null value) is dropped
    once it is older than ``delete.retention.ms`` (counted from its batch's timestamp); a
    record without a key is dropped (a compacted topic cannot hold one); control batches are
-   kept as they are;
+   kept as they are; the batches of aborted transactions (the log's aborted-transaction index,
+   ``txn``) are dropped whole, and never count in the map (an aborted record does not supersede a
+   committed one of its key);
 3. swaps each cleaned group in (``swap``: ``.cleaned`` then ``.swap``, crash-safe) and moves
    the checkpoint to ``map_end``.
+
+Transactions: only closed segments wholly below the last stable offset are cleaned (as Kafka
+cleans up to its first unstable offset), so a transaction not yet decided is never judged; the
+markers stay (Kafka drops a marker ``delete.retention.ms`` after its transaction has no data left;
+ours are kept, one small batch per transaction), so a ``read_committed`` reader of a cleaned log sees
+exactly the committed records, and the ``.txnindex`` files stay as they are (their entries name
+offsets whose data is gone: harmless to a reader).
 
 Batches keep their offsets, as Kafka's cleaner keeps them: a batch whose records all stay is
 copied byte for byte; one that loses some is rebuilt with the kept records' bytes unchanged
@@ -49,7 +58,16 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..records import compression
-from ..records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc32c
+from ..records.header import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    crc32c,
+)
 from ..records.reader import batch_records, read_varint
 from .checkpoint import fsync_dir, read_offset, write_offset
 from .config import INT32_MAX
@@ -261,7 +279,10 @@ def dirty_state(plog, now_ms: int) -> tuple[float, list[tuple[LogSegment, int]],
     cfg = plog.config
     closed = plog.closed_segments()
     cleanable = []
+    lso = plog.last_stable_offset
     for seg, size in closed:
+        if seg.next_offset > lso:
+            break  # an open transaction: nothing from its first offset on is cleaned yet
         if cfg.min_compaction_lag_ms > 0 and seg.max_timestamp(size) > now_ms - cfg.min_compaction_lag_ms:
             break  # this one and later ones hold records too young to compact
         cleanable.append((seg, size))
@@ -296,12 +317,13 @@ def clean_log(plog, settings: CleanerSettings, now_ms: int | None = None, stop: 
                        dirty_bytes=sum(n for _, n in dirty), segments_before=len(cleanable))
     expected = sum(h.records_count for s, n in dirty for _, h in s.headers(n))
     offsets = OffsetMap(settings.dedupe_buffer_size, expected)
-    map_end = _build_map(dirty, first_dirty, offsets, throttler, stop, stats)
+    aborted = _aborted_test(plog.aborted_ranges())
+    map_end = _build_map(dirty, first_dirty, offsets, throttler, stop, stats, aborted)
     stats.map_entries, stats.map_bytes, stats.map_end = offsets.size, offsets.memory_bytes, map_end
     to_clean = [(s, n) for s, n in cleanable if s.base_offset < map_end]
     for group in _groups(to_clean, cfg.segment_bytes):
         written = _clean_group(plog, group, offsets, map_end, now_ms, cfg.delete_retention_ms, throttler, stop,
-                               stats)
+                               stats, aborted)
         if written is None:
             log.info("%s: the log changed during cleaning; the pass stops here", plog)
             break
@@ -317,15 +339,24 @@ def clean_log(plog, settings: CleanerSettings, now_ms: int | None = None, stop: 
     return stats
 
 
+def _aborted_test(ranges: dict[int, list[tuple[int, int]]]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch belongs to an aborted transaction (a transactional data batch of a producer inside
+    one of its aborted transactions' offsets)."""
+    def aborted(h: BatchHeader) -> bool:
+        spans = ranges.get(h.producer_id) if h.attributes & TRANSACTIONAL_MASK and not h.is_control else None
+        return bool(spans) and any(first <= h.base_offset <= last for first, last in spans or ())
+    return aborted
+
+
 def _build_map(dirty, first_dirty: int, offsets: OffsetMap, throttler: Throttler, stop: threading.Event,
-               stats: CleanStats) -> int:
+               stats: CleanStats, aborted: Callable[[BatchHeader], bool] = lambda h: False) -> int:
     """Fill the map from the dirty segments; returns the offset it covers up to (exclusive)."""
     end = first_dirty
     for seg, size in dirty:
         for header, raw in _batches(seg, size, throttler, stop):
             if header.next_offset <= first_dirty:
                 continue
-            if header.is_control:
+            if header.is_control or aborted(header):
                 end = header.next_offset
                 continue
             if offsets.size + header.records_count > offsets.limit and offsets.size:
@@ -356,7 +387,8 @@ def _groups(segments: list[tuple[LogSegment, int]], max_bytes: int) -> list[list
 
 
 def _clean_group(plog, group, offsets: OffsetMap, map_end: int, now_ms: int, delete_retention_ms: int,
-                 throttler: Throttler, stop: threading.Event, stats: CleanStats) -> int | None:
+                 throttler: Throttler, stop: threading.Event, stats: CleanStats,
+                 aborted: Callable[[BatchHeader], bool] = lambda h: False) -> int | None:
     """Write the cleaned form of ``group`` and swap it in; returns the bytes written, None when the log
     changed meanwhile (nothing swapped)."""
     directory: Path = plog.directory
@@ -371,6 +403,9 @@ def _clean_group(plog, group, offsets: OffsetMap, map_end: int, now_ms: int, del
             for seg, size in group:
                 for header, raw in _batches(seg, size, throttler, stop):
                     stats.bytes_read += header.size
+                    if aborted(header):
+                        stats.records_read += header.records_count
+                        continue
                     kept = _filter(header, raw, offsets, map_end, now_ms, delete_retention_ms, stats)
                     if kept is None:
                         continue

@@ -33,9 +33,11 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..records.builder import control_batch
 from ..records.header import (
     BatchHeader,
     InvalidBatch,
+    parse_header,
     set_base_offset,
     set_partition_leader_epoch,
     stamp_log_append_time,
@@ -55,6 +57,20 @@ from .names import (
 )
 from .segment import LogSegment
 from .swap import CLEANER_CHECKPOINT, recover_cleaner_files
+from .txn import (
+    SNAPSHOT_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    AbortedTxn,
+    TxnState,
+    encode_entries,
+    is_transactional,
+    parse_marker,
+    parse_txn_file,
+    read_txn_index,
+    snapshot_name,
+    txn_index_name,
+    write_file_atomically,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +115,17 @@ class PartitionLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         recover_cleaner_files(self.directory)  # finish or discard a log cleaner's swap cut short
         logs, indexes = set(), set()
+        txn_files: dict[str, set[int]] = {TXN_INDEX_SUFFIX: set(), SNAPSHOT_SUFFIX: set()}
         for entry in os.scandir(self.directory):
             if entry.name.endswith(TMP_SUFFIX):
                 log.info("%s: removing leftover temp file %s", self.directory, entry.name)
                 os.unlink(entry.path)
                 continue
             parsed = parse_segment_name(entry.name)
-            if parsed is None:
+            txn_file = parse_txn_file(entry.name)
+            if txn_file is not None:
+                txn_files[txn_file[1]].add(txn_file[0])
+            elif parsed is None:
                 if entry.name not in (LOG_START_CHECKPOINT, CLEANER_CHECKPOINT):
                     log.warning("%s: ignoring unexpected file %s", self.directory, entry.name)
             elif parsed[1] == "log":
@@ -137,6 +157,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         self._log_start = min(max(checkpoint or 0, self._bases[0]), self.log_end_offset)
         self.idempotent_tail = self._idempotent_tail(self._segments[-1])
+        self.txns = TxnState()
+        self._recover_txns(txn_files[TXN_INDEX_SUFFIX], txn_files[SNAPSHOT_SUFFIX])
         log.info("opened %s: %d segment(s), offsets [%d, %d)", self.directory, len(self._segments),
                  self._log_start, self.log_end_offset)
 
@@ -153,6 +175,72 @@ class PartitionLog:
                 newest.setdefault(h.producer_id, deque(maxlen=PRODUCER_TAIL)).append(h)
         return sorted((h for batches in newest.values() for h in batches), key=lambda h: h.base_offset)
 
+    def _recover_txns(self, index_bases: set[int], snapshot_bases: set[int]) -> None:
+        """Rebuild the transactions (``txn.TxnState``): the newest usable snapshot, then the batch headers
+        after it (and the values of the markers there); the aborted entries of that range are computed
+        again and the ``.txnindex`` files holding them rewritten."""
+        start = self._segments[0].base_offset
+        for base in sorted(snapshot_bases, reverse=True):
+            if base > self.log_end_offset:
+                continue
+            try:
+                parsed = TxnState.parse_snapshot((self.directory / snapshot_name(base)).read_bytes())
+            except OSError:
+                parsed = None
+            if parsed is not None and parsed[0] == base:
+                self.txns.producers = parsed[1]
+                start = max(base, start)
+                break
+            log.warning("%s: ignoring a damaged transaction snapshot at %d", self.directory, base)
+        kept: list[AbortedTxn] = []
+        for base in sorted(index_bases):
+            kept.extend(e for e in read_txn_index(self.directory / txn_index_name(base)) if e.last_offset < start)
+        self.txns.aborted = sorted(set(kept), key=lambda e: e.last_offset)
+        rewrite = bool([b for b in index_bases if b >= start])
+        for seg in self._segments:
+            if seg.next_offset <= start or not seg.size:
+                continue
+            for pos, h in seg.headers(seg.size):
+                if h.base_offset < start:
+                    continue
+                if h.is_control and is_transactional(h):
+                    marker, coordinator_epoch = self._read_marker(seg, pos, h)
+                    if self.txns.on_marker(h.producer_id, h.producer_epoch, marker, coordinator_epoch,
+                                           h.base_offset, h.base_offset) is not None:
+                        rewrite = True
+                else:
+                    self.txns.on_batch(h, h.base_offset)
+        if rewrite:
+            self._rewrite_txn_indexes(start, index_bases)
+        opened = self.txns.open_transactions()
+        if opened or self.txns.aborted:
+            log.info("%s: %d open transaction(s), %d aborted, last stable offset %d", self.directory, len(opened),
+                     len(self.txns.aborted), self.last_stable_offset)
+
+    def _read_marker(self, seg: LogSegment, pos: int, h: BatchHeader) -> tuple[int, int]:
+        """(marker type, coordinator epoch) of the control batch at ``pos``; (ABORT, -1) if undecodable."""
+        try:
+            return parse_marker(os.pread(seg.file.fileno(), h.size, pos))
+        except (ValueError, IndexError, OSError) as e:
+            log.warning("%s: cannot decode the control batch at offset %d: %s", self, h.base_offset, e)
+        return 0, -1
+
+    def _rewrite_txn_indexes(self, start: int, index_bases: set[int]) -> None:
+        """Write each segment's ``.txnindex`` from ``txns.aborted`` for the segments holding offsets >= ``start``;
+        remove the files of that range that belong to no segment (a cleaner merged theirs)."""
+        bases = [s.base_offset for s in self._segments]
+        by_segment: dict[int, list[AbortedTxn]] = {}
+        for e in self.txns.aborted:
+            by_segment.setdefault(bases[max(bisect.bisect_right(bases, e.last_offset) - 1, 0)], []).append(e)
+        for seg in self._segments:
+            if seg.next_offset > start or seg.base_offset >= start:
+                entries = by_segment.get(seg.base_offset, [])
+                if entries or seg.base_offset in index_bases:
+                    write_file_atomically(self.directory / txn_index_name(seg.base_offset), encode_entries(entries))
+        for base in index_bases:
+            if base >= start and base not in bases:
+                (self.directory / txn_index_name(base)).unlink(missing_ok=True)
+
     # ------------------------------------------------------------------ offsets
 
     @property
@@ -163,6 +251,34 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         """The next offset to be assigned (with one replica, also the high watermark)."""
         return self._segments[-1].next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark (KIP-98's LSO); never
+        below the log start (DeleteRecords or retention may have taken a transaction's first batches)."""
+        with self._lock:
+            return max(self.txns.lso(self.log_end_offset), self._log_start)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start, upper)`` (Kafka's ``collectAbortedTxns``)."""
+        with self._lock:
+            return self.txns.aborted_between(start, upper)
+
+    def aborted_ranges(self) -> dict[int, list[tuple[int, int]]]:
+        """Producer id -> the (first, last offset) of each of its aborted transactions (the cleaner drops
+        their batches)."""
+        with self._lock:
+            out: dict[int, list[tuple[int, int]]] = {}
+            for e in self.txns.aborted:
+                out.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+            return out
+
+    def transaction_info(self, producer_id: int) -> tuple[int, int, int]:
+        """(epoch, last coordinator epoch, first offset of its open transaction or -1) of ``producer_id``;
+        (-1, -1, -1) for a producer with no transactional state here."""
+        with self._lock:
+            p = self.txns.producers.get(producer_id)
+            return (p.epoch, p.coordinator_epoch, p.first_offset) if p is not None else (-1, -1, -1)
 
     @property
     def size_bytes(self) -> int:
@@ -207,6 +323,12 @@ class PartitionLog:
         Raises ``InvalidBatch`` for a batch whose lastOffsetDelta is not recordsCount - 1,
         ``LogClosed``, or ``OSError`` from the disk.
         """
+        return self._append(records, headers)
+
+    def _append(self, records, headers: Sequence[BatchHeader],
+                marker: tuple[int, int, int, int] | None = None) -> tuple[int, bool]:
+        """``append_deferred``; with ``marker`` (producer id, epoch, type, coordinator epoch) ``records``
+        is that marker's control batch, applied to the transactions under the same lock."""
         if not headers:
             raise ValueError("append needs at least one batch")
         total = 0
@@ -246,12 +368,37 @@ class PartitionLog:
                 offset += h.last_offset_delta + 1
                 pos += h.size
             seg.append(buf, headers, first, now_ms)
+            if marker is None:
+                pos = first
+                for h in headers:
+                    self.txns.on_batch(h, pos)
+                    pos += h.last_offset_delta + 1
+            else:
+                entry = self.txns.on_marker(*marker, first, self.log_end_offset)
+                if entry is not None:
+                    with open(self.directory / txn_index_name(seg.base_offset), "ab") as f:
+                        f.write(encode_entries([entry]))
             self._unflushed_messages += records_count
             flush_now = self._unflushed_messages >= self.config.flush_interval_messages
         return first, flush_now
 
+    def append_marker(self, producer_id: int, producer_epoch: int, marker: int,
+                      coordinator_epoch: int) -> tuple[int, bool]:
+        """Append a transaction marker (a control batch, Kafka's ``EndTransactionMarker``) for ``producer_id``
+        and close its open transaction; an ABORT of an open transaction gets its entry in the active segment's
+        ``.txnindex``.  Returns (the marker's offset, whether the flush policy wants an fsync now).
+        Raises ``LogClosed`` or ``OSError``."""
+        raw = control_batch(marker, producer_id, producer_epoch, coordinator_epoch=coordinator_epoch,
+                            timestamp_ms=self._now_ms())
+        return self._append(raw, [parse_header(raw)], (producer_id, producer_epoch, marker, coordinator_epoch))
+
     def _roll(self, base_offset: int) -> LogSegment:
-        """Start a new active segment at ``base_offset`` (under ``_lock``: two file creations)."""
+        """Start a new active segment at ``base_offset`` (under ``_lock``: two file creations and the
+        transaction snapshot at that offset)."""
+        try:
+            write_file_atomically(self.directory / snapshot_name(base_offset), self.txns.snapshot_bytes(base_offset))
+        except OSError as e:  # recovery then starts from an older snapshot: slower, not wrong
+            log.warning("%s: cannot write the transaction snapshot at %d: %s", self, base_offset, e)
         old = self._segments[-1]
         seg = LogSegment.create(self.directory, base_offset, self.config.index_interval_bytes, self._now_ms())
         old.seal()
@@ -263,7 +410,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ read
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+    def read(self, offset: int, max_bytes: int, upper_offset: int | None = None) -> FileRegion | None:
         """The log's bytes from the batch containing ``offset``, as one region of one segment.
 
         The region starts at the batch containing ``offset`` (the client skips records
@@ -272,14 +419,15 @@ class PartitionLog:
         (KIP-74; also when ``max_bytes`` <= 0).  It never crosses a segment boundary;
         the next read continues.
         ``offset == log_end_offset`` -> None; below the log start or above the end ->
-        ``OffsetOutOfRange``.
+        ``OffsetOutOfRange``.  ``upper_offset`` (a batch boundary: read_committed's last stable offset)
+        keeps the region below it; a read at or above it -> None.
         """
         with self._lock:
             self._check_open()
             start, end = self._log_start, self.log_end_offset
             if offset < start or offset > end:
                 raise OffsetOutOfRange(offset, start, end)
-            if offset == end:
+            if offset == end or (upper_offset is not None and offset >= upper_offset):
                 return None
             # The segment holding ``offset``, plus (across a gap left by recovery or by the
             # log cleaner) the following ones up to the first that has data at or after it.
@@ -294,6 +442,12 @@ class PartitionLog:
             if found is None:
                 continue  # a gap left by recovery; the next segment holds the offset
             pos, h = found
+            if upper_offset is not None and upper_offset < seg.next_offset:
+                stop = seg.find_batch(upper_offset, size)
+                if stop is not None:
+                    if stop[0] <= pos:
+                        return None
+                    size = stop[0]
             limit = min(pos + max(max_bytes, 0), size)
             if pos + h.size >= limit:
                 return FileRegion(seg.file, pos, h.size)
@@ -386,7 +540,10 @@ class PartitionLog:
             try:
                 for seg, _ in dirty:
                     seg.fsync()
+                    self._fsync_if_present(txn_index_name(seg.base_offset))
                 if dir_dirty:
+                    for seg, _ in dirty:
+                        self._fsync_if_present(snapshot_name(seg.base_offset))
                     fsync_dir(self.directory)
             except BaseException:
                 with self._lock:
@@ -397,6 +554,17 @@ class PartitionLog:
                     seg.flushed_size = max(seg.flushed_size, size)
                 self._unflushed_messages -= messages
                 self._last_flush_ms = self._now_ms()
+
+    def _fsync_if_present(self, name: str) -> None:
+        """fsync a transaction file beside the segments (``.txnindex``, ``.txnsnapshot``) if there is one."""
+        try:
+            fd = os.open(self.directory / name, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def maybe_flush_by_time(self) -> None:
         """Flush if ``log.flush.interval.ms`` has passed since the last flush and data is unflushed."""
@@ -514,9 +682,19 @@ class PartitionLog:
             write_offset(self.directory / LOG_START_CHECKPOINT, new_start)
             for seg in victims:
                 seg.unlink()
+            self._drop_txn_files_below(new_start)
             fsync_dir(self.directory)
         log.info("%s: retention deleted %d segment(s); log start offset now %d", self, doomed, new_start)
         return doomed
+
+    def _drop_txn_files_below(self, first_base: int) -> None:
+        """Retention took the segments below ``first_base``: their aborted entries and snapshots go too."""
+        with self._lock:
+            self.txns.drop_below(first_base)
+        for entry in os.scandir(self.directory):
+            parsed = parse_txn_file(entry.name)
+            if parsed is not None and parsed[0] < first_base:
+                os.unlink(entry.path)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -57,6 +57,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -123,6 +124,7 @@ MODULES: dict[int, str] = {
     ApiKey.LIST_GROUPS: "list_groups", ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.API_VERSIONS: "api_versions",
     ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
+    ApiKey.WRITE_TXN_MARKERS: "write_txn_markers",
     ApiKey.DESCRIBE_ACLS: "describe_acls", ApiKey.CREATE_ACLS: "create_acls", ApiKey.DELETE_ACLS: "delete_acls",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs", ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.DESCRIBE_LOG_DIRS: "describe_log_dirs", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",

@@ -47,6 +47,7 @@ def data_handlers() -> "list[Handler]":
         scram_credentials,
         share_acknowledge,
         share_fetch,
+        write_txn_markers,
     )
 
     return [api_versions.HANDLER, metadata.HANDLER, produce.HANDLER, fetch.HANDLER, list_offsets.HANDLER,
@@ -55,4 +56,5 @@ def data_handlers() -> "list[Handler]":
             describe_configs.HANDLER, alter_configs.HANDLER, incremental_alter_configs.HANDLER, share_fetch.HANDLER,
             share_acknowledge.HANDLER, create_partitions.HANDLER, delete_records.HANDLER,
             describe_log_dirs.HANDLER, describe_producers.HANDLER, scram_credentials.DESCRIBE,
-            scram_credentials.ALTER, describe_client_quotas.HANDLER]
+            scram_credentials.ALTER, describe_client_quotas.HANDLER,
+            write_txn_markers.HANDLER]

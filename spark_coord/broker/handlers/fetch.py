@@ -1,25 +1,23 @@
 """Fetch (key 1): record batches straight from the segment files, with long poll.
 
-Versions served per the wire registry (4-17): v4 adds isolation_level,
-last_stable_offset and aborted_transactions, v5 log_start_offset, v7 fetch
-sessions (we never create one: session_id 0, so clients keep sending full
-fetches), v11 rack_id and preferred_read_replica, v12 is flexible, v13 names
-topics by id instead of by name (KIP-516), v14 and v15 change nothing a consumer
-sends (v15 moves the follower's replica id into a tagged ReplicaState), v16 adds
-NodeEndpoints (KIP-951: with NOT_LEADER_OR_FOLLOWER the partition's CurrentLeader
-and that broker's endpoint on the client's listener, so the client need not ask
-Metadata first), v17 a follower's directory id.  From v13 a topic is resolved by
-id on every pass of a long poll: an id that names no topic -- unknown, the zero
-uuid, a topic deleted (and perhaps created again under its name, which gives it a
-new id) -- answers UNKNOWN_TOPIC_ID for each of its partitions.  Per partition:
-NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE outside
-[log_start, log_end].  partition_max_bytes and the
-response max_bytes are honoured, except that the first non-empty partition
-always gets at least one whole batch (KIP-74).  If fewer than min_bytes are
-available the request waits up to max_wait_ms for an append to any requested
-partition (no polling: Produce wakes it).  A topic the principal may not Read
-answers TOPIC_AUTHORIZATION_FAILED for each of its partitions.
-"""
+Versions served per the wire registry (4-17): v4 adds isolation_level, last_stable_offset and
+aborted_transactions, v5 log_start_offset, v7 fetch sessions (we never create one: session_id 0, so
+clients keep sending full fetches), v11 rack_id and preferred_read_replica, v12 is flexible, v13
+names topics by id instead of by name (KIP-516), v14 and v15 change nothing a consumer sends (v15
+moves the follower's replica id into a tagged ReplicaState), v16 adds NodeEndpoints (KIP-951: with
+NOT_LEADER_OR_FOLLOWER the partition's CurrentLeader and that broker's endpoint on the client's
+listener, so the client need not ask Metadata first), v17 a follower's directory id. From v13 a
+topic is resolved by id on every pass of a long poll: an id that names no topic -- unknown, the zero
+uuid, a topic deleted (and perhaps created again under its name, which gives it a new id) -- answers
+UNKNOWN_TOPIC_ID for each of its partitions. Per partition: NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE outside [log_start, log_end]. partition_max_bytes
+and the response max_bytes are honoured, except that the first non-empty partition always gets at
+least one whole batch (KIP-74). If fewer than min_bytes are available the request waits up to
+max_wait_ms for an append to any requested partition (no polling: Produce and WriteTxnMarkers wake
+it). Every answer carries the partition's last stable offset (KIP-98: the first offset of its oldest
+open transaction, else the high watermark); with isolation_level=1 (read_committed) only batches
+below it are returned, with the aborted transactions (producer id, first offset) that overlap them.
+A topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED for each of its partitions."""
 
 from __future__ import annotations
 
@@ -41,12 +39,30 @@ FIRST_BY_ID = 13
 FIRST_NODE_ENDPOINTS = 16
 
 
-def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records=b"") -> dict:
+def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records=b"", lso: int | None = None,
+               aborted: list | None = None) -> dict:
     # Records are empty, never null, with an error: as Kafka answers, and what librdkafka parses (a
     # null record set is a protocol error to it, so it would retry without ever seeing the code)
-    return {"partition_index": index, "error_code": code, "high_watermark": hw, "last_stable_offset": hw,
-            "log_start_offset": log_start, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": records}
+    return {"partition_index": index, "error_code": code, "high_watermark": hw,
+            "last_stable_offset": hw if lso is None else lso, "log_start_offset": log_start,
+            "aborted_transactions": aborted, "preferred_read_replica": -1, "records": records}
+
+
+def _aborted(plog, offset: int, region, lso: int) -> list[dict] | None:
+    """read_committed: the aborted transactions overlapping the fetched batches (Kafka's
+    ``collectAbortedTxns`` from the fetch offset to the offset after the last batch returned)."""
+    from spark_coord.log.scan import iter_headers
+
+    if region is None:
+        return None
+    candidates = plog.aborted_transactions(offset, lso)
+    if not candidates:
+        return None
+    upper = offset
+    for _, h in iter_headers(region.fileobj, region.offset, region.offset + region.length):
+        upper = h.next_offset
+    return [{"producer_id": e.producer_id, "first_offset": e.first_offset} for e in candidates
+            if e.first_offset < upper] or None
 
 
 def _resolve(ctx, version: int, t: dict) -> tuple[str | None, bytes]:
@@ -70,6 +86,7 @@ def _read_all(ctx, version: int, body: dict, resolved: list[tuple[str | None, by
         budget = 0x7FFFFFFF
     total = 0
     error = False
+    read_committed = body.get("isolation_level", 0) == 1
     responses = []
     for t, (topic, topic_id) in zip(body.get("topics") or [], resolved, strict=True):
         parts = []
@@ -89,9 +106,10 @@ def _read_all(ctx, version: int, body: dict, resolved: list[tuple[str | None, by
             offset = p.get("fetch_offset", 0)
             limit = min(max(p.get("partition_max_bytes", 0), 0), budget - total)
             region = None
+            lso = plog.last_stable_offset
             try:
                 if limit > 0 or total == 0:
-                    region = plog.read(offset, max(limit, 1))
+                    region = plog.read(offset, max(limit, 1), lso if read_committed else None)
             except OffsetOutOfRange:
                 parts.append(_partition(index, ErrorCode.OFFSET_OUT_OF_RANGE, plog.log_end_offset,
                                         plog.log_start_offset))
@@ -101,8 +119,9 @@ def _read_all(ctx, version: int, body: dict, resolved: list[tuple[str | None, by
                 region = None  # only the first non-empty partition may exceed the limits (KIP-74)
             size = region.length if region is not None else 0
             total += size
+            aborted = _aborted(plog, offset, region, lso) if read_committed and size else None
             parts.append(_partition(index, ErrorCode.NONE, plog.log_end_offset, plog.log_start_offset,
-                                    region if size else b""))
+                                    region if size else b"", lso, aborted))
         responses.append({"topic": t.get("topic") if version < FIRST_BY_ID else topic, "topic_id": topic_id,
                           "partitions": parts})
     return responses, total, error
