@@ -35,7 +35,9 @@ __all__ = ["PartitionBuffer", "Item"]
 
 @dataclass(frozen=True)
 class Item:
-    """One fetched batch of one partition; ``next_offset`` = last offset in it + 1."""
+    """One fetched batch of one partition; ``next_offset``: where the partition's next fetch starts (the last
+    offset in it + 1, or beyond: past the transaction markers and aborted transactions after its records).
+    ``batch`` may have no rows: a fetch of nothing but those."""
 
     token: int
     topic: str

@@ -215,7 +215,8 @@ class Consumer:
             item = self._buffer.take(timeout, mark=True)
             if item is None:
                 return
-            yield item.batch
+            if item.batch.num_rows:  # an empty one only moved the position past transaction markers
+                yield item.batch
 
     def messages(self, timeout: float | None = None) -> Iterator[Record]:
         """One ``Record`` at a time (convenience; ``batches()`` is the fast path).  Each record
@@ -231,6 +232,8 @@ class Consumer:
             item, rows, i = self._pending
             if i >= len(rows) or not self._buffer.is_current(item):  # done, or its partition was taken away
                 self._pending = None
+                if i >= len(rows):  # past the transaction markers after its records too (ignored if taken away)
+                    self._buffer.mark(item, item.next_offset)
                 continue
             self._pending = (item, rows, i + 1)
             self._buffer.mark(item, rows[i][0] + 1)

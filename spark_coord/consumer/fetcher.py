@@ -196,9 +196,12 @@ class FetcherThread(threading.Thread):
                 log.warning("%s-%d: fetch at %d returned no complete batch (raise max.partition.fetch.bytes?)",
                             pd.topic, pd.partition, offset)
                 return
-            if batch.num_rows:
-                last = batch.column(4)[batch.num_rows - 1].as_py()
-                item = Item(self.token, pd.topic, pd.partition, batch, last + 1, self.incarnation(tp))
+            # the consumed position goes past the records and any control batches or aborted transactions
+            # after them (a fetch of nothing else is an empty item), as Kafka's Java consumer's position does:
+            # a group that read to the end commits the log end, not the offset of a transaction marker
+            if batch.num_rows or after > offset:
+                last = batch.column(4)[batch.num_rows - 1].as_py() if batch.num_rows else offset - 1
+                item = Item(self.token, pd.topic, pd.partition, batch, max(last + 1, after), self.incarnation(tp))
                 if not m.buffer.put(item, self._halt):
                     return
             self._advance(tp, offset, max(after, offset))

@@ -297,7 +297,8 @@ class ThinReader(threading.Thread):
         from spark_coord.consumer.consumer import Consumer
 
         super().__init__(name=f"thin-{isolation}", daemon=True)
-        self.consumer = Consumer(bootstrap, f"g-{isolation}-{uuid.uuid4().hex[:6]}", topics=[topic],
+        self.group = f"g-{isolation}-{uuid.uuid4().hex[:6]}"
+        self.consumer = Consumer(bootstrap, self.group, topics=[topic],
                                  group_protocol="consumer", auto_offset_reset="smallest", isolation_level=isolation)
         self.rows: list[tuple] = []
         self.error: BaseException | None = None
@@ -382,6 +383,10 @@ def test_read_committed_and_uncommitted_on_apache_kafka(apache_kafka, topic, spa
                     assert got == rows[source], (phase, level, source, "stream")
                 assert rows["coordkafka"] == rows["kafka"], (phase, level)
                 assert thin[level].wait_for(expected, name) == rows["kafka"], (phase, level, "thin consumer")
+                # its position passes the transaction markers after its last record: at the last stable
+                # offset while the transaction is open, else at the log end (the open one's commit marker)
+                end = lso if level == "read_committed" and phase == 1 else _offsets(bootstrap, name, READ_UNCOMMITTED)
+                _wait_position(thin[level], {(name, p): o for p, o in end.items()})
                 if level == "read_committed" and phase == 1:  # stopped at the last stable offset
                     assert all(r[2] < lso[r[1]] for r in rows["kafka"])
                     assert max(r[2] for r in rows["kafka"] if r[1] == 0) < lso[0] - 1  # markers are not data
@@ -390,6 +395,23 @@ def test_read_committed_and_uncommitted_on_apache_kafka(apache_kafka, topic, spa
     finally:
         for reader in thin.values():
             reader.stop()
+    # closing, the members committed the log end, not the offset of a marker
+    log_end = _offsets(bootstrap, name, READ_UNCOMMITTED)
+    assert {level: _committed(bootstrap, reader.group) for level, reader in thin.items()} == \
+        {level: log_end for level in thin}
+
+
+def _wait_position(reader: ThinReader, want: dict) -> None:
+    wait_until(lambda: reader.consumer.positions() == want, 30,
+               message=lambda: f"{reader.name}: positions {reader.consumer.positions()}, not {want}")
+
+
+def _committed(bootstrap: str, group: str) -> dict[int, int]:
+    from spark_coord.client.groups import GroupClient
+    from spark_coord.client.metadata import ClusterClient
+
+    with ClusterClient(bootstrap) as cc, GroupClient(cc) as gc:
+        return {p: c.offset for (_, p), c in gc.fetch_offsets(group).items()}
 
 
 def test_read_committed_on_our_brokers(zookeeper, tmp_path):
