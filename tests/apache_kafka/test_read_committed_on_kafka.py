@@ -15,9 +15,11 @@ same records (topic, partition, offset, key, value) as coordkafka.
 Spark runs in a process of its own (this file run as a script, ``SparkReads``): ``spark.jars`` can
 only be set when a JVM starts, and the test session's SparkSession may already be up without them.
 
-One test on our brokers (which do not serve transactions yet): read_committed reads every record
-there, the last stable offset being the high watermark.  And the options: bad values are refused
-naming the option."""
+On our brokers, which have the partition side of transactions but no transaction coordinator yet:
+without transactions read_committed reads every record (the last stable offset is the high
+watermark); with transactions written by hand (markers sent with WriteTxnMarkers, as a coordinator
+would) our readers read the committed records only, up to the last stable offset.  And the options:
+bad values are refused naming the option."""
 
 from __future__ import annotations
 
@@ -461,6 +463,104 @@ def test_read_committed_on_our_brokers(zookeeper, tmp_path):
             assert sorted(r.value for r in seen) == sorted(b"v%d" % i for i in range(40))
         finally:
             consumer.close()
+
+
+def test_read_committed_on_our_brokers_with_transactions_written_by_hand(zookeeper, tmp_path):
+    """Our brokers keep the partition side of transactions (no transaction coordinator yet: the markers
+    are sent by hand, with WriteTxnMarkers, as a coordinator sends them): an aborted transaction, a
+    committed one interleaved with it, plain records, and one left open.  The driver's latest offsets,
+    an executor's range read and the thin consumer read the committed and plain records only, up to the
+    last stable offset; the consumer's position passes the markers; after the commit the rest appears."""
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.consumer.consumer import Consumer
+    from spark_coord.records.builder import BatchBuilder
+    from spark_coord.spark.offsets import OffsetResolver, make_partition
+    from spark_coord.spark.options import parse_source_options
+    from spark_coord.spark.partition import read_partition
+    from spark_coord.wire.registry import ApiKey
+
+    topic = "rc-txn"
+
+    def batch(values, pid=-1, epoch=-1, seq=-1):
+        b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=pid >= 0)
+        for v in values:
+            b.append(v.encode(), key=v.encode())
+        return b.build()
+
+    with local_cluster(zookeeper, tmp_path / "cluster", 1, "read-committed-txn") as cluster, \
+            ClusterClient(cluster.bootstrap) as cc:
+        AdminClient(cc).create_topic(topic, 1)
+        cc.topic(topic, refresh=True, wait=30)
+        conn = cc.connection(cc.leader(topic, 0))
+
+        def produce(records: bytes) -> None:
+            r = conn.request(ApiKey.PRODUCE, {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+            assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+        def marker(pid: int, epoch: int, commit: bool) -> None:
+            r = conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [
+                {"producer_id": pid, "producer_epoch": epoch, "transaction_result": commit, "coordinator_epoch": 0,
+                 "topics": [{"name": topic, "partition_indexes": [0]}]}]})
+            assert [p["error_code"] for t in r["markers"][0]["topics"] for p in t["partitions"]] == [0]
+
+        pids = []
+        for _ in range(3):
+            r = conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout_ms": 60000})
+            pids.append((r["producer_id"], r["producer_epoch"]))
+        (aborted, a_epoch), (committed, c_epoch), (open_, o_epoch) = pids
+        produce(batch(["p0", "p1"]))                      # 0-1
+        produce(batch(["a0", "a1"], aborted, a_epoch, 0))  # 2-3, aborted
+        produce(batch(["c0"], committed, c_epoch, 0))      # 4, committed
+        produce(batch(["a2"], aborted, a_epoch, 2))        # 5, aborted
+        marker(aborted, a_epoch, False)                    # 6
+        marker(committed, c_epoch, True)                   # 7
+        produce(batch(["p2"]))                             # 8
+        produce(batch(["o0"], open_, o_epoch, 0))          # 9, open
+        produce(batch(["p3"]))                             # 10
+        committed_values = ["p0", "p1", "c0", "p2"]
+
+        def source(level: str):
+            return parse_source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                                         "kafka.isolation.level": level}, False)
+
+        def spark_read(level: str) -> tuple[int, list[str]]:
+            opts = source(level)
+            resolver = OffsetResolver(opts)
+            try:
+                tp = (topic, 0)
+                latest = resolver.latest([tp])[tp]
+                rows = [r for rb in read_partition(make_partition(opts, tp, 0, latest, resolver.leaders([tp])[tp]))
+                        for r in rb.to_pylist()]
+            finally:
+                resolver.close()
+            offsets = [r["offset"] for r in rows]
+            assert offsets == sorted(offsets)
+            return latest, [r["value"].decode() for r in rows]
+
+        assert spark_read("read_committed") == (9, committed_values)
+        assert spark_read("read_uncommitted") == (11, ["p0", "p1", "a0", "a1", "c0", "a2", "p2", "o0", "p3"])
+        assert AdminClient(cc).list_offsets(topic, [0], -1, READ_COMMITTED) == {0: 9}
+        consumer = Consumer(cluster.bootstrap, "rc-txn-group", topics=[topic], auto_offset_reset="smallest",
+                            isolation_level="read_committed", config={"fetch.wait.max.ms": 100})
+        try:
+            seen: list = []
+
+            def read(n: int, position: int):
+                seen.extend(r.value.decode() for r in consumer.messages(timeout=0.2))
+                return len(seen) >= n and consumer.positions().get((topic, 0)) == position
+
+            wait_until(lambda: read(4, 9), 60, message=lambda: f"{seen}, position {consumer.positions()}")
+            assert seen == committed_values
+            marker(open_, o_epoch, True)                   # 11
+            wait_until(lambda: read(6, 12), 60, message=lambda: f"{seen}, position {consumer.positions()}")
+            assert seen == committed_values + ["o0", "p3"]
+        finally:
+            consumer.close()
+        assert spark_read("read_committed") == (12, committed_values + ["o0", "p3"])
+        assert AdminClient(cc).list_offsets(topic, [0], -1, READ_UNCOMMITTED) == {0: 12}
 
 
 if __name__ == "__main__":
