@@ -200,7 +200,10 @@ class PartitionProducers:
         self._log = weakref.ref(plog)
         self.producers: OrderedDict[int, ProducerEntry] = OrderedDict()
         for h in getattr(plog, "idempotent_tail", ()):  # what the log held when this broker opened it
-            self.record(h, h.base_offset)
+            if h.is_control:  # a transaction marker: no sequence of the producer's, perhaps a newer epoch
+                self.record_marker(h.producer_id, h.producer_epoch)
+            else:
+                self.record(h, h.base_offset)
 
     def belongs_to(self, plog: object) -> bool:
         return self._log() is plog

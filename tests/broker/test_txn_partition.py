@@ -152,6 +152,7 @@ def test_lso_fetch_and_list_offsets_follow_transactions_and_markers(txn_cluster)
         # a read_committed fetch past the aborted transaction does not list it
         assert _aborted(_fetch(conn, topic, READ_COMMITTED, offset=8)) == []
         assert _fetch(conn, topic, READ_UNCOMMITTED)["aborted_transactions"] is None
+        assert _fetch(conn, topic, READ_COMMITTED, offset=8)["aborted_transactions"] == []  # as Kafka answers
         assert _latest(conn, topic, READ_COMMITTED) == 8
         # a marker for a producer with no open transaction here is appended and changes nothing
         assert _marker(conn, pid_a, epoch_a, False, 3, {topic: [0]}) == {(topic, 0): ErrorCode.NONE}
@@ -238,6 +239,12 @@ def test_sigkill_and_restart_keep_open_transactions_the_lso_and_the_aborted_inde
         final = _fetch(conn, topic, READ_COMMITTED)
         assert final["last_stable_offset"] == final["high_watermark"] == 7
         assert _aborted(final) == [(aborted_pid, 1)]
+        # the producer whose last batch before the kill was its marker goes on with its next sequence
+        # (a marker has none), and a retry of that batch is answered as a duplicate
+        again = _produce(conn, topic, _batch([b"x3"], aborted_pid, ae, 2, True))
+        assert (again["error_code"], again["base_offset"]) == (ErrorCode.NONE, 7)
+        assert _produce(conn, topic, _batch([b"x3"], aborted_pid, ae, 2, True))["base_offset"] == 7
+        assert _fetch(conn, topic, READ_COMMITTED)["last_stable_offset"] == 7
 
 
 def test_confluent_read_committed_consumer_reads_exactly_the_committed_records(txn_cluster):
@@ -284,3 +291,13 @@ def test_confluent_read_committed_consumer_reads_exactly_the_committed_records(t
     assert read("read_committed") == [b"plain-1", b"c1", b"c2", b"c3", b"plain-2"]
     assert read("read_uncommitted") == [b"plain-1", b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain-2"]
     assert end == 10
+
+
+def test_write_txn_markers_needs_cluster_action(broker_factory):
+    """An inter-broker request: without ClusterAction on the cluster every partition answers
+    CLUSTER_AUTHORIZATION_FAILED, nothing is appended, and the connection keeps being served."""
+    b = broker_factory(0, **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    with BrokerConnection(*b.address, timeout=10) as conn:
+        assert _marker(conn, 1, 0, True, 0, {"t": [0, 1]}) == {
+            ("t", 0): ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ("t", 1): ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+        assert conn.request(ApiKey.API_VERSIONS, {})["error_code"] == ErrorCode.NONE

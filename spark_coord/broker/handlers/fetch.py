@@ -48,21 +48,22 @@ def _partition(index: int, code: int, hw: int = -1, log_start: int = -1, records
             "aborted_transactions": aborted, "preferred_read_replica": -1, "records": records}
 
 
-def _aborted(plog, offset: int, region, lso: int) -> list[dict] | None:
+def _aborted(plog, offset: int, region, lso: int) -> list[dict]:
     """read_committed: the aborted transactions overlapping the fetched batches (Kafka's
-    ``collectAbortedTxns`` from the fetch offset to the offset after the last batch returned)."""
+    ``collectAbortedTxns`` from the fetch offset to the offset after the last batch returned); an
+    empty list when there are none, as Kafka answers a read_committed fetch (null is read_uncommitted's)."""
     from spark_coord.log.scan import iter_headers
 
     if region is None:
-        return None
+        return []
     candidates = plog.aborted_transactions(offset, lso)
     if not candidates:
-        return None
+        return []
     upper = offset
     for _, h in iter_headers(region.fileobj, region.offset, region.offset + region.length):
         upper = h.next_offset
     return [{"producer_id": e.producer_id, "first_offset": e.first_offset} for e in candidates
-            if e.first_offset < upper] or None
+            if e.first_offset < upper]
 
 
 def _resolve(ctx, version: int, t: dict) -> tuple[str | None, bytes]:
@@ -119,7 +120,7 @@ def _read_all(ctx, version: int, body: dict, resolved: list[tuple[str | None, by
                 region = None  # only the first non-empty partition may exceed the limits (KIP-74)
             size = region.length if region is not None else 0
             total += size
-            aborted = _aborted(plog, offset, region, lso) if read_committed and size else None
+            aborted = (_aborted(plog, offset, region if size else None, lso) if read_committed else None)
             parts.append(_partition(index, ErrorCode.NONE, plog.log_end_offset, plog.log_start_offset,
                                     region if size else b"", lso, aborted))
         responses.append({"topic": t.get("topic") if version < FIRST_BY_ID else topic, "topic_id": topic_id,
