@@ -6,7 +6,8 @@ replicated 3 times).  The node that is the group's coordinator (FindCoordinator,
 AdminClient's group description names it) is SIGKILLed while records keep coming.
 
 Checks: the coordinator moves to another node; both members go on reading records produced after
-the kill; every record is read; nothing the group had committed when the coordinator died is read
+the kill, and their commits reach the new coordinator (the group's offsets at the log end while the
+node is still dead); every record is read; nothing the group had committed when the coordinator died is read
 again (precisely: with C the group's committed offsets read just before the SIGKILL, no record
 of a partition p below C[p] is read twice, by the same member or by both; the query's sink keeps
 a replayed micro-batch once, by batch id); and once the node is back, the group's committed
@@ -230,6 +231,10 @@ def test_members_follow_a_sigkilled_group_coordinator(spark, kafka3, tmp_path):
         wait_until(lambda: read_all(ends), timeout=120, interval=0.3,
                    message=lambda: f"every record read with node {victim} dead (coordinator now {moved_to}): "
                                    f"{missing(ends)}")
+        # the members' commits go to the new coordinator: the group's offsets reach the log end with the node dead
+        wait_until(lambda: admin.committed(group) == ends, timeout=90, interval=0.5,
+                   message=lambda: f"the group's offsets at the log end {ends} through coordinator {moved_to}: "
+                                   f"{admin.committed(group)}")
         assert len(sink.rows()) > read_at_kill["query"], "the query read nothing after the coordinator died"
         assert len(thin.read()) > read_at_kill["thin"], "the thin consumer read nothing after the coordinator died"
         assert thin.error is None, thin.error
