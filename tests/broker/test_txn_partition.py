@@ -34,11 +34,27 @@ def txn_cluster(zookeeper, tmp_path_factory):
         yield c
 
 
-def _topic(cluster, partitions: int = 1) -> str:
+def _topic(cluster, partitions: int = 1, leaders: list[int] | None = None) -> str:
+    """A new topic; with ``leaders``, partition i is placed on broker ``leaders[i]``."""
     name = f"txn-{uuid.uuid4().hex[:8]}"
     with ClusterClient(cluster.bootstrap) as c:
-        AdminClient(c).create_topic(name, partitions)
-        c.topic(name, wait=10.0)
+        if leaders is None:
+            AdminClient(c).create_topic(name, partitions)
+        else:
+            r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
+                {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
+                 "assignments": [{"partition_index": i, "broker_ids": [b]} for i, b in enumerate(leaders)]}]})
+            assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
+        count = len(c.topic(name, wait=10.0).partitions)
+    for broker_id in cluster.brokers:  # every broker's view has it (each follows ZooKeeper on its own)
+        with _conn(cluster, broker_id) as conn:
+            def known() -> bool:
+                r = conn.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+                    {"name": name, "partitions": [{"partition_index": p, "timestamp": -1} for p in range(count)]}]},
+                    version=LIST_OFFSETS_V)
+                return all(p["error_code"] in (ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                           for p in r["topics"][0]["partitions"])
+            wait_until(known, timeout=10, message=f"broker {broker_id} knows {name}")
     return name
 
 
@@ -112,6 +128,14 @@ def _latest(conn, topic: str, isolation: int, partition: int = 0) -> int:
     return p["offset"]
 
 
+def _open_transactions(conn, topic: str, partition: int = 0) -> dict[int, int]:
+    """DescribeProducers: producer id -> the first offset of its open transaction (-1: none)."""
+    r = conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": [partition]}]})
+    p = r["topics"][0]["partitions"][0]
+    assert p["error_code"] == ErrorCode.NONE
+    return {a["producer_id"]: a["current_txn_start_offset"] for a in p["active_producers"]}
+
+
 def _aborted(p: dict) -> list[tuple[int, int]]:
     return sorted((a["producer_id"], a["first_offset"]) for a in p["aborted_transactions"] or [])
 
@@ -138,12 +162,14 @@ def test_lso_fetch_and_list_offsets_follow_transactions_and_markers(txn_cluster)
         assert uncommitted["last_stable_offset"] == 1
         assert [o for o, *_ in _batches(uncommitted["records"])] == [0, 1, 3, 4, 5]
         assert (_latest(conn, topic, READ_COMMITTED), _latest(conn, topic, READ_UNCOMMITTED)) == (1, 6)
+        assert _open_transactions(conn, topic) == {pid_a: 1, pid_b: 3}
 
         assert _marker(conn, pid_a, epoch_a, True, 3, {topic: [0]}) == {(topic, 0): ErrorCode.NONE}
         # A committed: the LSO moves to B's first offset
         assert _fetch(conn, topic, READ_COMMITTED)["last_stable_offset"] == 3
         assert _latest(conn, topic, READ_COMMITTED) == 3
         assert _marker(conn, pid_b, epoch_b, False, 3, {topic: [0]}) == {(topic, 0): ErrorCode.NONE}
+        assert _open_transactions(conn, topic) == {pid_a: -1, pid_b: -1}
         done = _fetch(conn, topic, READ_COMMITTED)
         assert done["last_stable_offset"] == done["high_watermark"] == 8
         assert _batches(done["records"]) == [(0, -1, False), (1, pid_a, False), (3, pid_b, False),
@@ -161,13 +187,10 @@ def test_lso_fetch_and_list_offsets_follow_transactions_and_markers(txn_cluster)
 
 
 def test_bad_markers_get_kafkas_codes_and_change_nothing(txn_cluster):
-    topic = _topic(txn_cluster, partitions=4)
-    with ClusterClient(txn_cluster.bootstrap) as c:
-        c.topic(topic, wait=10.0)
-        leaders = {p: c.leader(topic, p) for p in range(4)}
-    here = leaders[0]
-    elsewhere = [p for p, b in leaders.items() if b != here]
-    assert elsewhere, f"all partitions on broker {here}: {leaders}"
+    topic = _topic(txn_cluster, leaders=[0, 1])
+    leaders = {p: _leader(txn_cluster, topic, p) for p in (0, 1)}
+    assert leaders == {0: 0, 1: 1}
+    here, elsewhere = leaders[0], [1]
     with _conn(txn_cluster, here) as conn:
         pid, epoch = _producer_id(conn)
         assert _produce(conn, topic, _batch([b"t"], pid, epoch, 0, True))["error_code"] == ErrorCode.NONE

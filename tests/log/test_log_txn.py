@@ -166,7 +166,13 @@ def test_cleaner_drops_aborted_batches_keeps_markers_and_stops_at_the_lso(kit):
     assert 1 not in offsets and 2 not in offsets, "aborted batches are gone"
     assert (3, 5, True) in kept and (5, 6, True) in kept, "markers are kept"
     assert 4 in offsets and open_at in offsets
+    state = (plog.last_stable_offset, plog.txns.open_transactions(), plog.aborted_transactions(0, 1 << 40))
     plog.close()
+    # the cleaned log opens with the same transactions (snapshots may now fall inside a merged segment)
+    reopened = kit.open(segment_bytes=1024, cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.0)
+    assert (reopened.last_stable_offset, reopened.txns.open_transactions(),
+            reopened.aborted_transactions(0, 1 << 40)) == state
+    reopened.close()
 
 
 def test_lso_is_never_below_the_log_start(kit):

@@ -3,9 +3,9 @@
 Versions served per the wire registry (0).  Per partition: the producers of the
 leader's sequence table (``broker.producer_state``: rebuilt at start from the last
 segment, at most ``MAX_PRODUCERS_PER_PARTITION``) with epoch, last sequence and the
-max timestamp of their last batch; no transactions here, so CoordinatorEpoch and
-CurrentTxnStartOffset are -1.  NOT_LEADER_OR_FOLLOWER elsewhere,
-UNKNOWN_TOPIC_OR_PARTITION for what does not exist.  Read on the topic is needed
+max timestamp of their last batch, and from the log's transactions (``log.txn``) the coordinator
+epoch of the producer's last marker and the first offset of its open transaction (-1 for none).
+NOT_LEADER_OR_FOLLOWER elsewhere, UNKNOWN_TOPIC_OR_PARTITION for what does not exist.  Read on the topic is needed
 (Kafka's rule), else TOPIC_AUTHORIZATION_FAILED.
 """
 
@@ -30,10 +30,12 @@ def _describe(ctx, topic: str, index: int) -> dict:
         return _partition(index, code)
     plog = ctx.logs.get_or_create(topic, index)
     state = ctx.producers.sequences.partition(topic, index, plog)
-    return _partition(index, ErrorCode.NONE, None, [
-        {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq, "last_timestamp": ts,
-         "coordinator_epoch": -1, "current_txn_start_offset": -1}
-        for pid, epoch, seq, ts in state.active()])
+    producers = []
+    for pid, epoch, seq, ts in state.active():
+        _, coordinator_epoch, txn_start = plog.transaction_info(pid)
+        producers.append({"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq, "last_timestamp": ts,
+                          "coordinator_epoch": coordinator_epoch, "current_txn_start_offset": txn_start})
+    return _partition(index, ErrorCode.NONE, None, producers)
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:
