@@ -76,6 +76,10 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]  # seconds since the epoch, like time.time
 
+#: Transaction snapshots kept (``txn``): the newest is what recovery reads; an older one stands in when a
+#: crash damaged it.
+KEPT_SNAPSHOTS = 2
+
 #: Idempotent batches kept per producer in ``idempotent_tail``: the most an idempotent producer
 #: has in flight (Kafka's rule), so every batch it may retry.
 PRODUCER_TAIL = 5
@@ -206,7 +210,7 @@ class PartitionLog:
                 if h.is_control and is_transactional(h):
                     marker, coordinator_epoch = self._read_marker(seg, pos, h)
                     if self.txns.on_marker(h.producer_id, h.producer_epoch, marker, coordinator_epoch,
-                                           h.base_offset, h.base_offset) is not None:
+                                           h.base_offset, h.next_offset) is not None:
                         rewrite = True
                 else:
                     self.txns.on_batch(h, h.base_offset)
@@ -397,6 +401,10 @@ class PartitionLog:
         transaction snapshot at that offset)."""
         try:
             write_file_atomically(self.directory / snapshot_name(base_offset), self.txns.snapshot_bytes(base_offset))
+            older = sorted(parsed[0] for parsed in map(parse_txn_file, os.listdir(self.directory))
+                           if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX and parsed[0] < base_offset)
+            for base in older[:max(len(older) - (KEPT_SNAPSHOTS - 1), 0)]:  # the newest are enough for recovery
+                (self.directory / snapshot_name(base)).unlink(missing_ok=True)
         except OSError as e:  # recovery then starts from an older snapshot: slower, not wrong
             log.warning("%s: cannot write the transaction snapshot at %d: %s", self, base_offset, e)
         old = self._segments[-1]

@@ -186,3 +186,20 @@ def test_lso_is_never_below_the_log_start(kit):
     plog.append_marker(3, 0, COMMIT, 0)
     assert plog.last_stable_offset == plog.log_end_offset == 3
     plog.close()
+
+
+def test_recovered_aborted_entries_equal_the_written_ones_and_old_snapshots_go(kit):
+    plog = kit.open(segment_bytes=1024)
+    for i in range(8):
+        append(plog, txn_batch(-1, [b"s%d" % i * 150], seq=-1, epoch=-1, transactional=False))
+    append(plog, txn_batch(6, [b"gone"]))
+    plog.append_marker(6, 0, ABORT, 2)  # no other transaction open: its LSO is the offset after the marker
+    written = plog.aborted_transactions(0, 1 << 40)
+    assert written[0].last_stable_offset == written[0].last_offset + 1
+    plog.close()
+    assert len(list(kit.dir.glob("*.txnsnapshot"))) == 2, "only the newest snapshots are kept"
+    for f in kit.dir.glob("*.txnindex"):
+        f.unlink()
+    reopened = kit.open(segment_bytes=1024)
+    assert reopened.aborted_transactions(0, 1 << 40) == written
+    reopened.close()
