@@ -2,8 +2,9 @@
 Produce open a producer's transaction, WriteTxnMarkers (27) closes it with a COMMIT or ABORT marker,
 Fetch with isolation_level=1 stops at the last stable offset and lists the aborted transactions,
 ListOffsets answers the LSO for read_committed, a SIGKILL and restart keep all of it, bad markers get
-Kafka's error codes and change nothing, and confluent-kafka's read_committed consumer reads exactly
-the committed records.  The transaction coordinator is not built yet: the markers are sent by hand,
+Kafka's error codes and change nothing, confluent-kafka's read_committed consumer reads exactly the
+committed records, and the cleaner of a compacted topic removes aborted batches without changing
+what read_committed reads.  The transaction coordinator is not built yet: the markers are sent by hand,
 as a coordinator would send them."""
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 @pytest.fixture(scope="module")
 def txn_cluster(zookeeper, tmp_path_factory):
     with local_cluster(zookeeper, tmp_path_factory.mktemp("txn"), 2, "txn-partition",
-                       {"zookeeper.session.timeout.ms": 6000, "num.partitions": 1}) as c:
+                       {"zookeeper.session.timeout.ms": 6000, "num.partitions": 1,
+                        "log.cleaner.backoff.ms": 100}) as c:
         yield c
 
 
-def _topic(cluster, partitions: int = 1, leaders: list[int] | None = None) -> str:
+def _topic(cluster, partitions: int = 1, leaders: list[int] | None = None, configs: dict | None = None) -> str:
     """A new topic; with ``leaders``, partition i is placed on broker ``leaders[i]``."""
     name = f"txn-{uuid.uuid4().hex[:8]}"
     with ClusterClient(cluster.bootstrap) as c:
         if leaders is None:
-            AdminClient(c).create_topic(name, partitions)
+            AdminClient(c).create_topic(name, partitions, configs=configs)
         else:
             r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
                 {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
@@ -118,6 +120,20 @@ def _batches(records) -> list[tuple[int, int, bool]]:
         out.append((h.base_offset, h.producer_id, h.is_control))
         pos += h.size
     return out
+
+
+def _all_batches(conn, topic: str) -> list[tuple[int, int, bool]]:
+    """Every batch of partition 0 (read_uncommitted), fetch after fetch (a read stops at a segment's end)."""
+    out: list[tuple[int, int, bool]] = []
+    offset = 0
+    while True:
+        p = _fetch(conn, topic, READ_UNCOMMITTED, offset=offset)
+        batches = _batches(p["records"])
+        if not batches:
+            assert offset >= p["high_watermark"], f"nothing read at {offset} below {p['high_watermark']}"
+            return out
+        out.extend(b for b in batches if b[0] >= offset)
+        offset = max(offset, batches[-1][0] + 1)
 
 
 def _latest(conn, topic: str, isolation: int, partition: int = 0) -> int:
@@ -270,9 +286,64 @@ def test_sigkill_and_restart_keep_open_transactions_the_lso_and_the_aborted_inde
         assert _fetch(conn, topic, READ_COMMITTED)["last_stable_offset"] == 7
 
 
-def test_confluent_read_committed_consumer_reads_exactly_the_committed_records(txn_cluster):
+def _read_confluent(cluster, topic: str, isolation: str) -> list[bytes]:
+    """Every value of partition 0 as confluent-kafka's consumer reads it at ``isolation``, up to the end."""
     from confluent_kafka import Consumer, TopicPartition
 
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True, "log_level": 3})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+
+        def step():
+            msg = consumer.poll(0.5)
+            if msg is None:
+                return False
+            if msg.error():
+                assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
+                return True
+            got.append(msg.value())
+            return False
+        wait_until(step, timeout=30, interval=0, message=lambda: f"the end of the partition ({got})")
+        return got
+    finally:
+        consumer.close()
+
+
+def test_the_cleaner_drops_aborted_batches_and_read_committed_sees_the_same(txn_cluster):
+    """A compacted topic: an aborted record of a key never supersedes its committed one, the cleaner removes
+    the aborted batches and keeps the markers, and read_committed reads the same records before and after."""
+    topic = _topic(txn_cluster, configs={"cleanup.policy": "compact", "segment.bytes": "1024",
+                                         "min.cleanable.dirty.ratio": "0.01"})
+    leader = _leader(txn_cluster, topic)
+    pad = b"." * 300
+    with _conn(txn_cluster, leader) as conn:
+        aborter, ae = _producer_id(conn)
+        committer, ce = _producer_id(conn)
+        _produce(conn, topic, _batch([b"k" + pad]))  # key = value: "k..." committed
+        _produce(conn, topic, _batch([b"k" + pad + b"aborted"], aborter, ae, 0, True))
+        aborted_at = _produce(conn, topic, _batch([b"j" + pad], aborter, ae, 1, True))["base_offset"]
+        assert _marker(conn, aborter, ae, False, 0, {topic: [0]}) == {(topic, 0): ErrorCode.NONE}
+        _produce(conn, topic, _batch([b"c" + pad], committer, ce, 0, True))
+        assert _marker(conn, committer, ce, True, 0, {topic: [0]}) == {(topic, 0): ErrorCode.NONE}
+        for i in range(6):  # roll: everything above sits in closed segments the cleaner may take
+            _produce(conn, topic, _batch([b"f%d" % i + pad * 2]))
+        before = _read_confluent(txn_cluster, topic, "read_committed")  # the cleaner may have run already
+        assert [v[:2] for v in before] == [b"k.", b"c.", b"f0", b"f1", b"f2", b"f3", b"f4", b"f5"]
+
+        wait_until(lambda: aborted_at not in [o for o, *_ in _all_batches(conn, topic)], timeout=30,
+                   message="the cleaner removed the aborted batches")
+        kept = _all_batches(conn, topic)
+        assert (0, -1, False) in kept, "the committed record of k is kept"
+        assert sum(1 for *_, control in kept if control) == 2, "both markers are kept"
+        assert not [o for o, pid, control in kept if pid == aborter and not control], "no aborted batch is left"
+    assert _read_confluent(txn_cluster, topic, "read_committed") == before
+    assert _read_confluent(txn_cluster, topic, "read_uncommitted") == before
+
+
+def test_confluent_read_committed_consumer_reads_exactly_the_committed_records(txn_cluster):
     topic = _topic(txn_cluster)
     with _conn(txn_cluster, _leader(txn_cluster, topic)) as conn:
         committer, ce = _producer_id(conn)
@@ -287,32 +358,9 @@ def test_confluent_read_committed_consumer_reads_exactly_the_committed_records(t
         _produce(conn, topic, _batch([b"plain-2"]))
         end = _fetch(conn, topic, READ_UNCOMMITTED)["high_watermark"]
 
-    def read(isolation: str) -> list[bytes]:
-        consumer = Consumer({"bootstrap.servers": txn_cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                             "isolation.level": isolation, "enable.auto.commit": False,
-                             "enable.partition.eof": True, "log_level": 3})
-        try:
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            got: list[bytes] = []
-            eof = []
-
-            def step():
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    return False
-                if msg.error():
-                    assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
-                    eof.append(msg.offset())
-                    return True
-                got.append(msg.value())
-                return False
-            wait_until(step, timeout=30, interval=0, message=lambda: f"the end of the partition ({got})")
-            return got
-        finally:
-            consumer.close()
-
-    assert read("read_committed") == [b"plain-1", b"c1", b"c2", b"c3", b"plain-2"]
-    assert read("read_uncommitted") == [b"plain-1", b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain-2"]
+    assert _read_confluent(txn_cluster, topic, "read_committed") == [b"plain-1", b"c1", b"c2", b"c3", b"plain-2"]
+    assert _read_confluent(txn_cluster, topic, "read_uncommitted") == [
+        b"plain-1", b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain-2"]
     assert end == 10
 
 
