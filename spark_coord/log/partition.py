@@ -192,7 +192,7 @@ class PartitionLog:
             except OSError:
                 parsed = None
             if parsed is not None and parsed[0] == base:
-                self.txns.producers = parsed[1]
+                self.txns.load(parsed[1])
                 start = max(base, start)
                 break
             log.warning("%s: ignoring a damaged transaction snapshot at %d", self.directory, base)

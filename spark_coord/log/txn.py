@@ -139,6 +139,13 @@ class TxnState:
 
     producers: dict[int, ProducerTxn] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)  # by last offset (marker order)
+    #: Producer id -> first offset of its open transaction (the few open ones, for the LSO of every fetch).
+    open: dict[int, int] = field(default_factory=dict)
+
+    def load(self, producers: dict[int, ProducerTxn]) -> None:
+        """Take the producers of a snapshot."""
+        self.producers = producers
+        self.open = {pid: p.first_offset for pid, p in producers.items() if p.first_offset >= 0}
 
     # ------------------------------------------------------------------ changes
 
@@ -150,6 +157,7 @@ class TxnState:
         p.epoch = max(p.epoch, h.producer_epoch)
         if p.first_offset < 0:
             p.first_offset = base_offset
+            self.open[h.producer_id] = base_offset
 
     def on_marker(self, producer_id: int, producer_epoch: int, marker: int, coordinator_epoch: int, offset: int,
                   high_watermark: int) -> AbortedTxn | None:
@@ -159,6 +167,7 @@ class TxnState:
         p.epoch = max(p.epoch, producer_epoch)
         p.coordinator_epoch = max(p.coordinator_epoch, coordinator_epoch)
         first, p.first_offset = p.first_offset, -1
+        self.open.pop(producer_id, None)
         if marker != ABORT or first < 0:
             return None
         entry = AbortedTxn(producer_id, first, offset, self.lso(high_watermark))
@@ -168,8 +177,7 @@ class TxnState:
     # ------------------------------------------------------------------ queries
 
     def first_unstable(self) -> int | None:
-        firsts = [p.first_offset for p in self.producers.values() if p.first_offset >= 0]
-        return min(firsts) if firsts else None
+        return min(self.open.values()) if self.open else None
 
     def lso(self, high_watermark: int) -> int:
         first = self.first_unstable()
@@ -177,13 +185,12 @@ class TxnState:
 
     def open_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of its open transaction."""
-        return {pid: p.first_offset for pid, p in self.producers.items() if p.first_offset >= 0}
+        return dict(self.open)
 
     def aborted_between(self, start: int, upper: int) -> list[AbortedTxn]:
         """Kafka's ``collectAbortedTxns``: the aborted transactions whose last offset is >= ``start``
         and whose first offset is < ``upper``."""
-        lasts = [e.last_offset for e in self.aborted]
-        i = bisect.bisect_left(lasts, start)
+        i = bisect.bisect_left(self.aborted, start, key=lambda e: e.last_offset)
         return [e for e in self.aborted[i:] if e.first_offset < upper]
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
