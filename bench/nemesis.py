@@ -6,6 +6,9 @@
     .venv/bin/python bench/nemesis.py --cleanup           # remove what a killed run left (namespaces, veths, bridge)
     .venv/bin/python bench/nemesis.py --runs 10 --faults 60 --duration 720 --summary nemesis-10.json
     .venv/bin/python bench/nemesis.py --aggregate nemesis-report.seed*.json   # the table of earlier runs
+    .venv/bin/python bench/nemesis.py --kinds share,share,share --share-release 0.3 --share-reject 0.02 \
+        --share-count-limit 3 --weights share_leader_zk_cut=1,share_leader_clock_step=1,share_leader_kill=1,\
+truncated_restart=1,share_member_stop=1 --faults 32 --duration 540   # the share nemesis (docs/benchmarks/share.md)
 
 Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need libfaketime
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
@@ -43,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=24)
     p.add_argument("--duration", type=float, default=330.0, help="seconds of faults and load")
     p.add_argument("--kinds", default="thin,thin,eager,cooperative",
-                   help="member kinds, one per member: thin, eager, cooperative, kip848, spark")
+                   help="member kinds, one per member: thin, eager, cooperative, kip848, spark, share")
+    p.add_argument("--share-lock-ms", type=int, default=5000, help="the brokers' share record lock")
+    p.add_argument("--share-release", type=float, default=0.0,
+                   help="share members release each record with this chance instead of accepting it")
+    p.add_argument("--share-reject", type=float, default=0.0,
+                   help="share members reject each record with this chance instead of accepting it")
+    p.add_argument("--share-count-limit", type=int, default=0,
+                   help="the brokers' group.share.delivery.count.limit (0: their default, 5)")
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--session-ms", type=int, default=10000,
                    help="members' session timeout (default: outlasts a coordinator failover -- the brokers' "
@@ -95,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                                        combine=args.combine, zk_nodes=args.zk_nodes,
                                        spare_brokers=args.spare_brokers, proxied=args.proxied,
                                        kip848_heartbeat_ms=args.kip848_heartbeat_ms,
-                                       cut_s=(3.0, max(12.0, args.session_ms / 1000 + 6.0)))
+                                       cut_s=(3.0, max(12.0, args.session_ms / 1000 + 6.0)),
+                                       share_lock_ms=args.share_lock_ms, share_release=args.share_release,
+                                       share_reject=args.share_reject, share_count_limit=args.share_count_limit)
     if args.weights:
         weights = {}
         for item in args.weights.split(","):

@@ -97,11 +97,14 @@ class RunAnalysis:
                     reassigned.append((e["ts"], e["ts"] + 10.0))
                 elif e["ev"] == "closed":
                     reassigned.append((e["ts"] - 1.0, e["ts"] + 3.0))
+        # records a member released (``--release``): delivered again by design, the release lets the lock go
+        record_released = invariants.share_released(journals)
         redeliveries = invariants.share_redeliveries(
             journals, lock_s, margin, holder_faults=holder_faults, leader_faults=leader_faults,
-            reassigned=reassigned, slack=slack, deliveries=deliveries)
+            reassigned=reassigned, slack=slack, deliveries=deliveries, record_released=record_released)
         overlaps = invariants.share_lock_overlaps(journals, lock_s, released=released, leader_lost=leader_lost,
-                                                  reassigned=reassigned, slack=slack, deliveries=deliveries)
+                                                  reassigned=reassigned, slack=slack, deliveries=deliveries,
+                                                  record_released=record_released)
         again = invariants.share_confirmed_again(journals, slack, deliveries=deliveries)
         acks = [e for events in journals.values() for e in events if e["ev"] == "ack"]
         codes: dict[str, int] = {}
@@ -118,6 +121,7 @@ class RunAnalysis:
             "redelivered_pct": 100.0 * redeliveries["redeliveries"] / max(1, n_records),
             "by_holder": redeliveries["holder"], "by_leader": redeliveries["leader"],
             "by_reassignment": redeliveries["reassigned"], "unexplained": redeliveries["unexplained"],
+            "by_release": redeliveries.get("released", 0),
             "max_count": max((d.count for v in deliveries.values() for d in v), default=0),
             # acquired before, by a member that died before journaling them (or by a fetch lost in a crash)
             "first_count_above_1": sum(1 for v in deliveries.values() if v[0].count > 1),

@@ -612,7 +612,8 @@ def share_lock_overlaps(journals: Mapping[str, Journal], lock_s: float, *,
                         released: Mapping[str, Sequence[float]] | None = None,
                         leader_lost: Mapping[TopicPartition, Sequence[float]] | None = None,
                         reassigned: Sequence[Interval] = (), slack: float = 1.0,
-                        deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+                        deliveries: Mapping[Record, list[ShareDelivery]] | None = None,
+                        record_released: Mapping[Record, Sequence[tuple[float, str]]] | None = None) -> list[str]:
     """No record has two lock holders: each delivery of a record after the first (acquisition
     order) was acquired only once the one before it no longer held it.
 
@@ -624,10 +625,12 @@ def share_lock_overlaps(journals: Mapping[str, Journal], lock_s: float, *,
     ``lock_s``) needs a release in between: its holder killed or closed (``released``: member ->
     times), the leader SIGKILLed, or a reassignment of the group (``reassigned`` windows: a
     member whose assignment loses a partition forgets it in its share session, and what it held
-    there goes back)."""
+    there goes back).  ``record_released`` (``share_released``: record -> [(sent, member)]): a
+    release of the record by the earlier holder, sent in between, also lets it go."""
     deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
     released = released or {}
     leader_lost = leader_lost or {}
+    record_released = record_released or {}
     bad = []
     for (t, p, o), ds in sorted(deliveries.items()):
         for d1, d2 in zip(ds, ds[1:], strict=False):
@@ -640,6 +643,8 @@ def share_lock_overlaps(journals: Mapping[str, Journal], lock_s: float, *,
             if d2.ts >= d1.lo + lock_s or lost:
                 continue
             if any(d1.lo <= k <= d2.ts for k in released.get(d1.member, ())):
+                continue
+            if any(m == d1.member and d1.lo <= k <= d2.ts for k, m in record_released.get((t, p, o), ())):
                 continue
             if _during(reassigned, d1.lo, d2.ts):
                 continue
@@ -685,7 +690,9 @@ def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s:
                        holder_faults: Mapping[str, Sequence[Interval]] | None = None,
                        leader_faults: Mapping[TopicPartition, Sequence[Interval]] | None = None,
                        reassigned: Sequence[Interval] = (), slack: float = 1.0,
-                       deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> dict[str, Any]:
+                       deliveries: Mapping[Record, list[ShareDelivery]] | None = None,
+                       record_released: Mapping[Record, Sequence[tuple[float, str]]] | None = None
+                       ) -> dict[str, Any]:
     """Every redelivery (a delivery after a record's first, in acquisition order) explained by a
     fault that caught the earlier delivery in flight: one that began at most ``lock_s +
     margin_s`` after that delivery's earliest acquisition and ended (SIGCONT, restart) at most
@@ -697,8 +704,11 @@ def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s:
 
     Returns ``redeliveries``, ``records`` (distinct records redelivered), ``holder``,
     ``leader``, ``reassigned`` (how many each explains, first match in that order),
-    ``unexplained`` (count) and ``violations`` (the unexplained ones, described)."""
+    ``unexplained`` (count) and ``violations`` (the unexplained ones, described).  With
+    ``record_released`` (``share_released``), a redelivery after the earlier holder released the
+    record (the release sent between the two deliveries) is explained first, counted as ``released``."""
     deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
+    record_released_map = record_released or {}
     holder_faults = holder_faults or {}
     leader_faults = leader_faults or {}
     n = Counter()
@@ -714,7 +724,9 @@ def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s:
             records += 1
         for d1, d2 in zip(ds, ds[1:], strict=False):
             n["redeliveries"] += 1
-            if caught(holder_faults.get(d1.member, ()), d1, d2):
+            if any(m == d1.member and d1.lo <= k <= d2.ts for k, m in record_released_map.get((t, p, o), ())):
+                n["released"] += 1
+            elif caught(holder_faults.get(d1.member, ()), d1, d2):
                 n["holder"] += 1
             elif caught(leader_faults.get((t, p), ()), d1, d2):
                 n["leader"] += 1
@@ -726,7 +738,129 @@ def share_redeliveries(journals: Mapping[str, Journal], lock_s: float, margin_s:
                            f"{d1.member} or of the partition's leader caught it in flight, no reassignment "
                            f"in between")
     return {"redeliveries": n["redeliveries"], "records": records, "holder": n["holder"], "leader": n["leader"],
-            "reassigned": n["reassigned"], "unexplained": n["unexplained"], "violations": bad}
+            "reassigned": n["reassigned"], "unexplained": n["unexplained"], "violations": bad,
+            **({"released": n["released"]} if record_released is not None else {})}
+
+
+def share_released(journals: Mapping[str, Journal]) -> dict[Record, list[tuple[float, str]]]:
+    """record -> [(sent, member)]: releases a member sent (``release`` lines of ``testkit.share_member``)
+    that the broker confirmed or did not answer (``code`` 0 or null: it may have applied them)."""
+    out: dict[Record, list[tuple[float, str]]] = defaultdict(list)
+    for member, events in journals.items():
+        for e in events:
+            if e["ev"] == "release" and e.get("code") in (0, None):
+                for o in e["offs"]:
+                    out[(e["t"], e["p"], o)].append((e.get("sent", e["ts"]), member))
+    return dict(out)
+
+
+def share_rejected_again(journals: Mapping[str, Journal], slack: float = 1.0,
+                         deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+    """No record whose rejection the broker confirmed (a ``reject`` line with ``code`` 0: archived for
+    good) is acquired again: as ``share_confirmed_again`` for acceptances."""
+    deliveries = share_deliveries(journals, slack) if deliveries is None else deliveries
+    rejected = {m: [dict(e, ev="ack") for e in events if e["ev"] == "reject"] for m, events in journals.items()}
+    return [v.replace("acceptance", "rejection") for v in share_confirmed_again(rejected, slack, deliveries)]
+
+
+def share_count_limit(journals: Mapping[str, Journal], limit: int,
+                      deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+    """No record is delivered with a delivery count above ``limit`` (the brokers'
+    ``group.share.delivery.count.limit``): one released or expired ``limit`` times is archived."""
+    deliveries = share_deliveries(journals) if deliveries is None else deliveries
+    return [f"{t}-{p} offset {o}: delivered to {_fmt(d)}, above the delivery count limit {limit}"
+            for (t, p, o), ds in sorted(deliveries.items()) for d in ds if d.count > limit]
+
+
+def share_settled(journals: Mapping[str, Journal], expected: Mapping[TopicPartition, Iterable[int]], limit: int,
+                  deliveries: Mapping[Record, list[ShareDelivery]] | None = None) -> list[str]:
+    """Every expected record ended accepted or archived, by the members' journals: an acceptance or a
+    rejection of it was sent (``ack`` / ``reject`` lines, whatever the answer: one answered with an
+    error -- a request timed out, a connection lost -- may have been applied; the stored state at the
+    end, ``share_final_state``, says which were), or it was delivered with the count ``limit``
+    (released or expired after it, it was archived)."""
+    deliveries = share_deliveries(journals) if deliveries is None else deliveries
+    done = {(e["t"], e["p"], o) for events in journals.values() for e in events
+            if e["ev"] in ("ack", "reject") for o in e["offs"]}
+    bad = []
+    for (t, p), offs in sorted(expected.items()):
+        left = [o for o in offs if (t, p, o) not in done
+                and not any(d.count >= limit for d in deliveries.get((t, p, o), ()))]
+        if left:
+            counts = sorted({max((d.count for d in deliveries.get((t, p, o), ())), default=0) for o in left})
+            bad.append(f"share group: {t}-{p}: {len(left)} records ended neither accepted nor archived (no "
+                       f"acceptance or rejection, no delivery at the count limit {limit}; highest counts {counts}): "
+                       f"offsets {_ranges(left)}")
+    return bad
+
+
+#: Share-partition record states (``spark_coord.share.partition.RecordState``) that are final.
+SHARE_FINAL_STATES = (2, 4)   # ACKNOWLEDGED, ARCHIVED
+
+
+def share_final_state(state: Mapping[TopicPartition, Mapping[str, Any] | None],
+                      log_end: Mapping[TopicPartition, int]) -> list[str]:
+    """At the end (members drained), by the share group's stored state per partition (``{"start": N,
+    "ranges": [[first, last, state, count], ...]}``, the znode ``/share-groups/<g>/<t>/<p>``): every
+    record below the log end is accepted or archived -- the start offset is the log end, or every
+    range from it to the log end is in a final state -- and the start is not past the log end."""
+    bad = []
+    for tp, end in sorted(log_end.items()):
+        st = state.get(tp)
+        if st is None:
+            if end > 0:
+                bad.append(f"share group: {tp[0]}-{tp[1]}: no stored state, the log ends at {end}")
+            continue
+        start = int(st["start"])
+        if start > end:
+            bad.append(f"share group: {tp[0]}-{tp[1]}: the start offset {start} is past the log end {end} at the end")
+            continue
+        covered, pos = [], start
+        for first, last, state_id, _count in sorted(st.get("ranges") or ()):
+            if last < pos or first >= end:
+                continue
+            if first > pos:
+                covered.append((pos, first - 1, "no state (available)"))
+            if state_id not in SHARE_FINAL_STATES:
+                covered.append((max(first, pos), min(last, end - 1), f"state {state_id}"))
+            pos = max(pos, last + 1)
+        if pos < end:
+            covered.append((pos, end - 1, "no state (available)"))
+        for a, b, what in covered:
+            bad.append(f"share group: {tp[0]}-{tp[1]}: offsets {a}-{b} ended neither accepted nor archived "
+                       f"({what}; start {start}, log end {end})")
+    return bad
+
+
+def share_start_within_log(starts: Mapping[TopicPartition, Sequence[tuple[float, int, int]]],
+                           log_ends: Mapping[TopicPartition, Sequence[tuple[float, int]]],
+                           stale: Mapping[TopicPartition, Iterable[int]] | None = None,
+                           cuts: Mapping[TopicPartition, Sequence[float]] | None = None) -> list[str]:
+    """The share start offset never past the log end.  ``starts``: partition -> [(ts, start, version)],
+    the stored start read at ``ts`` (its znode version); ``log_ends``: partition -> [(ts, end)], sampled.
+    A start read at ``ts`` is compared with the first log end sampled at or after it (the last one when
+    none is: a log end only grows, but for a truncated log).  ``stale``: partition -> znode versions
+    written before its log was truncated and not since (a stored state its leader has not loaded
+    again: the leader clips it on load, ``SharePartitionManager``) -- those samples are left out, as are
+    those whose log end was sampled only after a truncation (``cuts``: partition -> when its log was cut)."""
+    stale = stale or {}
+    cuts = cuts or {}
+    bad = []
+    for tp, samples in sorted(starts.items()):
+        ends = sorted(log_ends.get(tp, ()))
+        times = [t for t, _ in ends]
+        skip = set(stale.get(tp, ()))
+        for ts, start, version in samples:
+            if not ends or version in skip:
+                continue
+            i = bisect.bisect_left(times, ts)
+            t_end, end = ends[min(i, len(ends) - 1)]
+            if any(ts <= c <= t_end for c in cuts.get(tp, ())):
+                continue
+            if start > end:
+                bad.append(f"share group: {tp[0]}-{tp[1]}: start offset {start} (znode version {version}, read at "
+                           f"{ts:.3f}) past the log end {end} (sampled at {t_end:.3f})")
+    return bad
 
 
 def check_all(journals: Mapping[str, Journal], samples: Sequence[Sample],

@@ -33,8 +33,15 @@ group's own events (``testkit.invariants``' ``share_*`` checks read them):
   ``name``, ``msg``;
 - ``closed``: ``close()`` returned (``ok`` false when it raised).
 
+- ``release`` / ``reject``: as ``ack``, for the records of one commit the member released
+  (``--release``) or rejected (``--reject``) instead of accepting them: ``t``, ``p``, ``offs``,
+  ``sent``, ``code`` (0: the broker confirmed it; a rejected record is archived for good, a
+  released one is delivered again, with a higher delivery count, or archived at the limit).
+
 ``--hold S`` holds each poll's records S seconds before acknowledging them (a slower
-workload: more records in flight when a fault lands).
+workload: more records in flight when a fault lands).  ``--release P`` / ``--reject P``
+release / reject each record with probability P (seeded by ``--seed`` and the client id)
+instead of accepting it: delivery counts rise to the brokers' limit, and records end archived.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import argparse
 import faulthandler
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -75,6 +83,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-poll-records", type=int, default=0, help="max.poll.records (0: the client's default)")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to hold each poll's records before accepting")
     p.add_argument("--commit-timeout", type=float, default=COMMIT_TIMEOUT_S)
+    p.add_argument("--release", type=float, default=0.0, help="chance of releasing a record instead of accepting it")
+    p.add_argument("--reject", type=float, default=0.0, help="chance of rejecting a record instead of accepting it")
+    p.add_argument("--seed", type=int, default=0, help="seeds the release/reject draws (with the client id)")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -98,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
     journal = Journal(args.journal)
+    rng = random.Random(f"{args.seed}:{args.client_id}:{os.getpid()}")
 
     def on_error(err) -> None:
         log.warning("client error: %s", err)
@@ -143,15 +155,21 @@ def main(argv: list[str] | None = None) -> int:
             if args.hold > 0:
                 stop.wait(args.hold)
             accepted: dict[tuple[str, int], list[int]] = defaultdict(list)
+            others: dict[str, dict[tuple[str, int], list[int]]] = {"release": defaultdict(list),
+                                                                   "reject": defaultdict(list)}
             for (t, p), ms in sorted(taken.items()):
                 for m in ms:
+                    draw = rng.random() if args.release > 0 or args.reject > 0 else 1.0
+                    how, into = ((AcknowledgeType.RELEASE, others["release"]) if draw < args.release else
+                                 (AcknowledgeType.REJECT, others["reject"]) if draw < args.release + args.reject
+                                 else (AcknowledgeType.ACCEPT, accepted))
                     try:
-                        sc.acknowledge(m, AcknowledgeType.ACCEPT)
-                        accepted[(t, p)].append(m.offset())
+                        sc.acknowledge(m, how)
+                        into[(t, p)].append(m.offset())
                     except Exception as e:  # noqa: BLE001 -- the client no longer holds it
                         journal.write("ack_refused", t=t, p=p, off=m.offset(), msg=str(e))
-            if accepted:
-                _commit(sc, journal, accepted, args.commit_timeout)
+            if accepted or any(others.values()):
+                _commit(sc, journal, accepted, args.commit_timeout, others)
     finally:
         try:
             sc.close()
@@ -163,27 +181,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _commit(sc, journal: Journal, accepted: dict[tuple[str, int], list[int]], timeout: float) -> None:
-    """commit_sync; journal each partition's answer (``code`` 0: confirmed)."""
+def _commit(sc, journal: Journal, accepted: dict[tuple[str, int], list[int]], timeout: float,
+            others: dict[str, dict[tuple[str, int], list[int]]] | None = None) -> None:
+    """commit_sync; journal each partition's answer (``code`` 0: confirmed): ``ack`` lines for the
+    accepted records, ``release`` / ``reject`` lines for ``others``' (event -> partition -> offsets)."""
     sent = time.time()
+    groups = [("ack", accepted)] + sorted((others or {}).items())
     try:
         results = sc.commit_sync(timeout)
     except Exception as e:  # noqa: BLE001 -- nothing is known of these acknowledgements
         code, msg = _code(e)
-        for (t, p), offs in sorted(accepted.items()):
-            journal.write("ack", t=t, p=p, offs=offs, sent=sent, code=None, msg=f"commit_sync raised {code}: {msg}")
+        for ev, parts in groups:
+            for (t, p), offs in sorted(parts.items()):
+                journal.write(ev, t=t, p=p, offs=offs, sent=sent, code=None, msg=f"commit_sync raised {code}: {msg}")
         return
     answered = {(tp.topic, tp.partition): err for tp, err in (results or {}).items()}
-    for (t, p), offs in sorted(accepted.items()):
-        if (t, p) not in answered:
-            journal.write("ack", t=t, p=p, offs=offs, sent=sent, code=None, msg="no result for the partition")
-            continue
-        err = answered[(t, p)]
-        if err is None:
-            journal.write("ack", t=t, p=p, offs=offs, sent=sent, code=0)
-        else:
-            code, msg = _code(err)
-            journal.write("ack", t=t, p=p, offs=offs, sent=sent, code=code, msg=msg)
+    for ev, parts in groups:
+        for (t, p), offs in sorted(parts.items()):
+            if not offs:
+                continue
+            if (t, p) not in answered:
+                journal.write(ev, t=t, p=p, offs=offs, sent=sent, code=None, msg="no result for the partition")
+                continue
+            err = answered[(t, p)]
+            if err is None:
+                journal.write(ev, t=t, p=p, offs=offs, sent=sent, code=0)
+            else:
+                code, msg = _code(err)
+                journal.write(ev, t=t, p=p, offs=offs, sent=sent, code=code, msg=msg)
 
 
 def set_share_group_config(bootstrap: str, group: str, configs: dict[str, str], timeout: float = 60.0) -> None:
@@ -214,7 +239,8 @@ class ShareMemberProcess(MemberProcess):
     stop, read its journal).  A share member owns no partition: ``owned()`` is empty."""
 
     def __init__(self, name: str, workdir: str | os.PathLike, bootstrap: str, group: str, *, topics: list[str],
-                 consumer_id: str | None = None, max_poll_records: int = 0, hold_s: float = 0.0):
+                 consumer_id: str | None = None, max_poll_records: int = 0, hold_s: float = 0.0,
+                 release: float = 0.0, reject: float = 0.0, seed: int = 0):
         self.name = name
         self.kind = "share"
         workdir = Path(workdir)
@@ -224,6 +250,8 @@ class ShareMemberProcess(MemberProcess):
         cmd = [sys.executable, "-m", "testkit.share_member", "--bootstrap", bootstrap, "--group", group,
                "--topics", ",".join(topics), "--journal", str(self.journal_path), "--client-id", self.consumer_id,
                "--max-poll-records", str(max_poll_records), "--hold", str(hold_s)]
+        if release > 0 or reject > 0:
+            cmd += ["--release", str(release), "--reject", str(reject), "--seed", str(seed)]
         self._log = open(self.log_path, "ab")
         env = child_env(PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

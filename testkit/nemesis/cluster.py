@@ -184,6 +184,9 @@ class LogTail(threading.Thread):
         super().__init__(name=f"log-tail-{topic}", daemon=True)
         self.bootstrap, self.topic, self.interval = bootstrap, topic, interval
         self.seen: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+        #: partition -> the next offset to read.
+        self.positions: dict[int, int] = {}
+        self._seen_lock = threading.Lock()
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -191,7 +194,7 @@ class LogTail(threading.Thread):
         from spark_coord.client.metadata import ClusterClient
         from spark_coord.records.reader import iter_records
 
-        positions: dict[int, int] = {}
+        positions = self.positions
         while not self._stop_event.is_set():
             try:
                 with ClusterClient(self.bootstrap, timeout=2.0) as cc:
@@ -203,16 +206,26 @@ class LogTail(threading.Thread):
                                                 {(self.topic, p): positions.get(p, 0)}, max_wait_ms=0):
                                     if pd.error:
                                         continue
-                                    for rec in iter_records(pd.records or b"", min_offset=positions.get(p, 0)):
-                                        self.seen.setdefault((self.topic, p), []).append((rec.offset,
-                                                                                         rec.value or b""))
-                                        positions[p] = rec.offset + 1
+                                    with self._seen_lock:
+                                        for rec in iter_records(pd.records or b"",
+                                                                min_offset=positions.get(p, 0)):
+                                            self.seen.setdefault((self.topic, p), []).append((rec.offset,
+                                                                                             rec.value or b""))
+                                            positions[p] = rec.offset + 1
                             except Exception as e:  # noqa: BLE001 -- a leader cut off or down: next round
                                 log.debug("log tail of %s-%d: %s", self.topic, p, e)
                         self._stop_event.wait(self.interval)
             except Exception as e:  # noqa: BLE001 -- no broker reachable now: the tail goes on until stopped
                 log.debug("log tail: %s", e)
                 self._stop_event.wait(self.interval)
+
+    def truncated(self, partition: int, log_end: int) -> None:
+        """Partition ``partition``'s log was cut back to ``log_end`` (a restart on a truncated log): forget
+        what was read at or past it (the offsets are written again, with other records) and read on from it."""
+        with self._seen_lock:
+            key = (self.topic, partition)
+            self.seen[key] = [(o, v) for o, v in self.seen.get(key, []) if o < log_end]
+            self.positions[partition] = min(self.positions.get(partition, 0), log_end)
 
     def stop(self) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
         self._stop_event.set()

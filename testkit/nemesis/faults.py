@@ -41,11 +41,19 @@ PROCESS_KINDS = ("member_kill", "member_stop", "coordinator_kill", "broker_kill"
 MEMBERSHIP_KINDS = ("broker_add", "broker_remove")
 #: A broker's client links made slow, narrow or stuck by its proxy (``testkit.linkproxy``; ``proxied`` runs).
 PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker", "stuck_links")
-ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS
+#: The share nemesis (issue 46), each on a broker leading partitions of the topic (a share partition's
+#: leader) but the last: ZooKeeper cut from it for longer than a record lock; its wall clock stepped
+#: forward (a restart under ``FAKETIME="+<n>s"``) and back (a restart on the real clock); SIGKILL while
+#: the producer and the share members write to it; SIGKILL, the tail of one of its partitions' last
+#: segment cut off, restart; a share member SIGSTOPped for longer than its lock, then SIGCONT.
+SHARE_KINDS = ("share_leader_zk_cut", "share_leader_clock_step", "share_leader_kill", "truncated_restart",
+               "share_member_stop")
+SHARE_SERVER_KINDS = SHARE_KINDS[:4]
+ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS + SHARE_KINDS
 #: Fault kinds that take a broker (at most one at a time, as in ``ChaosRun``).
 SERVER_KINDS = ("isolate_broker", "coordinator_zk_cut", "broker_clients_cut", "bridge", "flap",
                 "clock_coordinator_offset", "clock_coordinator_fast", "zk_split") + BROKER_KINDS + MEMBERSHIP_KINDS \
-    + PROXY_KINDS
+    + PROXY_KINDS + SHARE_SERVER_KINDS
 #: Faults that leave the brokers among their nodes unreachable to clients (the reachable lag leaves them out).
 LEADER_AWAY_KINDS = ("isolate_broker", "broker_clients_cut", "stall_broker")
 #: Faults after which a share member may find what it held released (``_share_leaders_hit``).
@@ -91,6 +99,18 @@ class NemesisSettings(ChaosSettings):
     stall_window_s: float = 10.0
     #: Draw every kind of weight > 0 at least once when there are at least as many faults as kinds.
     every_kind: bool = True
+    #: Share members release / reject each record with this chance instead of accepting it
+    #: (``testkit.share_member --release/--reject``).
+    share_release: float = 0.0
+    share_reject: float = 0.0
+    #: The brokers' ``group.share.delivery.count.limit`` (0: their default).
+    share_count_limit: int = 0
+    #: ``share_member_stop``: the pause beyond the record lock (seconds, drawn uniformly).
+    share_stop_past_lock_s: tuple[float, float] = (1.0, 4.0)
+    #: ``truncated_restart``: bytes cut off the tail of the partition's last segment (drawn uniformly).
+    truncate_bytes: tuple[int, int] = (1, 4096)
+    #: How long to wait at the end for the share group's state to settle (every record accepted or archived).
+    share_settle_s: float = 120.0
 
 
 class NemesisRun(ChaosRun):
@@ -126,6 +146,15 @@ class NemesisRun(ChaosRun):
         self.added_brokers: list[int] = []
         self.removed_brokers: list[int] = []
         self.next_broker_id = settings.brokers + settings.spare_brokers
+        #: Per ``truncated_restart``: partition, when, the log end before and after, bytes cut, the boundary.
+        self.truncations: list[dict] = []
+        #: Share state read from ZooKeeper during the run: partition -> [(ts, start, znode version)].
+        self.share_starts: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
+        #: partition -> znode versions of its share state when its log was truncated (stale until reloaded).
+        self.share_stale: dict[tuple[str, int], set[int]] = {}
+        self._share_sampler: threading.Thread | None = None
+        self._share_sampling = threading.Event()
+        self.drain_members: list[Any] = []
 
     # ------------------------------------------------------------------ network and processes
     def run(self) -> NemesisReport:  # type: ignore[override]
@@ -174,10 +203,34 @@ class NemesisRun(ChaosRun):
         nemesis_zk.create_topic(self.cluster.bootstrap, self.topic,
                                 nemesis_zk.topic_assignment(self.s.partitions, list(range(self.s.brokers))))
 
+    def _broker_overrides(self) -> dict[str, object]:
+        overrides = ChaosRun._broker_overrides(self)
+        if self.s.has_share() and self.s.share_count_limit:
+            overrides["group.share.delivery.count.limit"] = self.s.share_count_limit
+        return overrides
+
+    def _make_member(self, slot: int):
+        """``ChaosRun._member``; a share member with the run's release and reject chances."""
+        if self.kinds[slot] != "share" or not (self.s.share_release or self.s.share_reject):
+            return ChaosRun._member(self, slot)
+        from testkit.share_member import ShareMemberProcess
+
+        base = f"m{slot}"
+        n = sum(1 for name in self.members if name == base or name.startswith(base + "."))
+        name = base if n == 0 else f"{base}.{n}"
+        m = ShareMemberProcess(name, self.workdir / "members", self.cluster.bootstrap, self.share_group,
+                               topics=[self.topic], consumer_id=name, max_poll_records=self.s.share_max_poll_records,
+                               hold_s=self.s.share_hold_s, release=self.s.share_release, reject=self.s.share_reject,
+                               seed=self.s.seed)
+        m.kind = "share"  # type: ignore[attr-defined]
+        self.members[name] = m
+        self.current[slot] = m
+        return m
+
     def _member(self, slot: int):
         clock = self._next_clock.pop(slot, None)
         with spawn_env(clock[0] if clock else None):
-            m = self.net.call(f"m{slot}", ChaosRun._member, self, slot)
+            m = self.net.call(f"m{slot}", self._make_member, slot)
         if clock:
             # libfaketime's clock starts at the process's start: read it from /proc, not after the spawn
             self.clocks[m.name] = (process_start(m.pid), clock[1], clock[2])
@@ -199,6 +252,281 @@ class NemesisRun(ChaosRun):
                 fixed.append(e)
             out[name] = fixed
         return out
+
+    def _share_journals(self) -> dict[str, list[dict]]:
+        """The share members' journals, times mapped back to real time as ``_journals``, and the lines of
+        records a ``truncated_restart`` cut off (on its partition, at or past the log end it left, written
+        before the restart) moved to a topic of their own, ``<topic>~<n>``: the offsets were written
+        again with other records, which are other records to the checks.  Read again only when a
+        journal grew (the checks and the wait for the share group read them many times)."""
+        key = (len(self.truncations), tuple(sorted(self.clocks)),
+               tuple((name, _size(m.journal_path)) for name, m in sorted(self.members.items())
+                     if self._kind_of(name) == "share"))
+        cached = getattr(self, "_share_cache", None)
+        if cached is not None and cached[0] == key:
+            return dict(cached[1])
+        out = ChaosRun._share_journals(self)
+        for name, (start, offset, rate) in self.clocks.items():
+            if name in out:
+                out[name] = [dict(e, **{k: real_time(e[k], start, offset, rate) for k in ("ts", "sent")
+                                        if isinstance(e.get(k), (int, float))}) for e in out[name]]
+        for k, tr in enumerate(self.truncations):
+            moved = f"{self.topic}~{k}"
+            for name, events in out.items():
+                out[name] = [x for e in events for x in _split_truncated(e, self.topic, tr["partition"],
+                                                                         tr["new_end"], tr["restarted"], moved)]
+        self._share_cache = (key, out)
+        return dict(out)
+
+    # ------------------------------------------------------------------ the share nemesis (SHARE_KINDS)
+    def _share_leader(self) -> int | None:
+        """A running broker leading partitions of the topic (a share partition's leader)."""
+        procs = self.cluster.procs
+        leaders = sorted({b for b in self.leaders.values() if b in procs and procs[b].poll() is None})
+        return self.rng.choice(leaders) if leaders else None
+
+    def _share_fault(self, kind: str) -> Fault | None:
+        s, rng = self.s, self.rng
+        lock_s = s.share_lock_ms / 1000
+        if kind == "share_member_stop":
+            slots = [i for i, m in sorted(self.current.items()) if self.kinds[i] == "share" and m.alive()]
+            if not slots:
+                self.note_skipped("share_member_stop: no running share member")
+                return None
+            m = self.current[rng.choice(slots)]
+            pause = lock_s + rng.uniform(*s.share_stop_past_lock_s)
+            m.signal(signal.SIGSTOP)
+            fault = Fault(time.time(), kind, m.name)
+            self.details[id(fault)] = f"SIGSTOP {pause:.1f} s (lock {lock_s:.1f} s)"
+            self._touch(fault, {self._node_of_member(m.name)})
+            self._later(pause, self._resume_member, m, fault)
+            return fault
+        if self._broker_busy.is_set():
+            return None
+        victim = self._share_leader()
+        if victim is None:
+            return None
+        self._broker_busy.set()
+        try:
+            return self._share_server_fault(kind, victim, lock_s)
+        except Exception:
+            self._broker_busy.clear()
+            raise
+
+    def _share_server_fault(self, kind: str, victim: int, lock_s: float) -> Fault:
+        s, rng, cluster = self.s, self.rng, self.cluster
+        node = f"b{victim}"
+        fault = Fault(time.time(), kind, str(victim))
+        if kind == "share_leader_zk_cut":
+            hold = rng.uniform(lock_s + 2.0, max(lock_s + 4.0, s.cut_s[1]))
+            self.details[id(fault)] = f"{hold:.1f} s (lock {lock_s:.1f} s)"
+            self._cut_zk(node)
+            self._touch(fault, {node})
+            self._later(hold, self._end, fault, lambda: self._heal_zk(node), True)
+        elif kind == "share_leader_clock_step":
+            clock = self._clock("clock_coordinator_offset")
+            hold = rng.uniform(*s.clock_s)
+            self.details[id(fault)] = f"FAKETIME={clock} for {hold:.1f} s, then the real clock"
+            self._allow(victim, False)
+            cluster.kill_broker(victim, signal.SIGKILL)
+            cluster.clocks[victim] = clock
+            try:
+                cluster.start_broker(victim)
+            finally:
+                cluster.clocks.pop(victim, None)
+            self._allow(victim, True)
+            self._touch(fault, {node})
+
+            def back() -> None:
+                self._allow(victim, False)
+                cluster.kill_broker(victim, signal.SIGKILL)
+                cluster.start_broker(victim)
+                self._allow(victim, True)
+            self._later(hold, self._end, fault, back, True, [victim])
+        elif kind == "share_leader_kill":
+            delay = rng.uniform(*s.restart_delay_s)
+            self.details[id(fault)] = f"restarted after {delay:.1f} s"
+            self._allow(victim, False)
+            cluster.kill_broker(victim, signal.SIGKILL)
+            fault.at = time.time()
+            self._touch(fault, {node})
+            self._later(delay, self._restart_broker, victim, fault, fault.at)
+        else:  # truncated_restart
+            parts = sorted(p for p, b in self.leaders.items() if b == victim)
+            part = rng.choice(parts)
+            cut = rng.randint(*s.truncate_bytes)
+            self._allow(victim, False)
+            cluster.kill_broker(victim, signal.SIGKILL)
+            fault.at = time.time()
+            self._touch(fault, {node})
+            stale = self._share_znode_version(part)
+            if stale is not None:
+                self.share_stale.setdefault((self.topic, part), set()).add(stale)
+            segment, before, after = _truncate_tail(cluster.data_dir / f"broker-{victim}" / f"{self.topic}-{part}",
+                                                    cut)
+            self.details[id(fault)] = f"{self.topic}-{part}: {segment} cut from {before} to {after} bytes"
+            delay = rng.uniform(*s.restart_delay_s)
+
+            def restart() -> None:
+                try:
+                    cluster.start_broker(victim)
+                except Exception:
+                    log.exception("restarting broker %d on a truncated log failed", victim)
+                restarted = time.time()
+                seq_next = self.producer._seq[part]   # the producer sends nothing to the partition while it is down
+                new_end, boundary = self._partition_tail(part)
+                self.tail.truncated(part, new_end)
+                self.truncations.append(dict(partition=part, broker=victim, at=fault.at, restarted=restarted,
+                                             new_end=new_end, boundary_seq=boundary, seq_next=seq_next,
+                                             segment=segment, bytes_before=before, bytes_after=after))
+                self.details[id(fault)] += f"; the log ends at {new_end} after the restart"
+                fault.until = time.time()
+                self.broker_down.setdefault(victim, []).append((fault.at, fault.until))
+                self._allow(victim, True)
+                self._broker_busy.clear()
+            self._later(delay, restart)
+        return fault
+
+    def _share_znode_version(self, partition: int) -> int | None:
+        from spark_coord.zk import paths
+
+        try:
+            _, stat = self.zk.get(paths.share_partition(self.share_group, self.topic, partition))
+            return stat.version
+        except Exception:  # noqa: BLE001 -- no state yet
+            return None
+
+    def _partition_tail(self, partition: int) -> tuple[int, int]:
+        """(log end, the producer's sequence number of the record just below it; -1: none) of a partition."""
+        from spark_coord.client.admin import LATEST, AdminClient
+        from spark_coord.client.fetcher import fetch
+        from spark_coord.client.metadata import ClusterClient
+        from spark_coord.records.reader import iter_records
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with ClusterClient(self.cluster.bootstrap, timeout=5.0) as cc:
+                    end = AdminClient(cc).list_offsets(self.topic, [partition], LATEST)[partition]
+                    if end == 0:
+                        return 0, -1
+                    pos = max(0, end - 50)
+                    last = -1
+                    for pd in fetch(cc.connection(cc.leader(self.topic, partition)), {(self.topic, partition): pos},
+                                    max_wait_ms=100):
+                        for rec in iter_records(pd.records or b"", min_offset=pos):
+                            if rec.offset < end:
+                                last = int((rec.value or b"-1:-1").split(b":")[1])
+                    return end, last
+            except Exception:  # noqa: BLE001 -- the broker is still starting
+                if time.monotonic() > deadline:
+                    log.exception("reading the tail of %s-%d failed", self.topic, partition)
+                    return -1, -1
+                time.sleep(0.5)
+
+    def _sample_share_state(self) -> None:
+        """Read every partition's share state from ZooKeeper every 0.5 s: its start offset and znode version."""
+        import json as _json
+
+        from spark_coord.zk import paths
+
+        while not self._share_sampling.wait(0.5):
+            for part in range(self.s.partitions):
+                try:
+                    data, stat = self.zk.get(paths.share_partition(self.share_group, self.topic, part))
+                    start = int(_json.loads(data)["start"])
+                except Exception:  # noqa: BLE001 -- no state yet, or ZooKeeper busy: the next round
+                    continue
+                samples = self.share_starts.setdefault((self.topic, part), [])
+                if not samples or samples[-1][1:] != (start, stat.version):
+                    samples.append((time.time(), start, stat.version))
+
+    def _share_state(self) -> dict[tuple[str, int], dict | None]:
+        import json as _json
+
+        from spark_coord.zk import paths
+
+        out: dict[tuple[str, int], dict | None] = {}
+        for part in range(self.s.partitions):
+            try:
+                data, _ = self.zk.get(paths.share_partition(self.share_group, self.topic, part))
+                out[(self.topic, part)] = _json.loads(data)
+            except Exception:  # noqa: BLE001 -- no state
+                out[(self.topic, part)] = None
+        return out
+
+    def _drain_share_group(self) -> None:
+        """After the run's members closed: share members that accept everything, in the members'
+        namespaces, until the share group's stored state has every record below the log end accepted
+        or archived (``s.share_settle_s`` at most), then closed."""
+        from testkit.share_member import ShareMemberProcess
+
+        ends = self._log_ends()
+        n = max(1, self.kinds.count("share"))
+        slots = [i for i, k in enumerate(self.kinds) if k == "share"][:n]
+        for i, slot in enumerate(slots):
+            name = f"drain{i}"
+            m = self.net.call(f"m{slot}", lambda name=name: ShareMemberProcess(
+                name, self.workdir / "members", self.cluster.bootstrap, self.share_group, topics=[self.topic],
+                consumer_id=name))
+            m.kind = "share"  # type: ignore[attr-defined]
+            self.drain_members.append(m)
+        deadline = time.monotonic() + self.s.share_settle_s
+        while time.monotonic() < deadline:
+            state = self._share_state()
+            if not invariants.share_final_state(state, ends):
+                break
+            time.sleep(1.0)
+        for m in self.drain_members:
+            m.stop(60)
+
+    def _share_nemesis_checks(self) -> dict:
+        """The share nemesis's checks (issue 46) over every share journal (the drain members' too) and
+        the group's state at the end; figures and violations."""
+        s = self.s
+        ends = self._log_ends()
+        self._drain_share_group()
+        final = self._share_state()
+        self._share_sampling.set()
+        if self._share_sampler is not None:
+            self._share_sampler.join(5)
+        journals = self._share_journals()
+        for m in self.drain_members:
+            journals[m.name] = m.events()
+        deliveries = invariants.share_deliveries(journals, s.share_slack_s)
+        limit = s.share_count_limit or 5
+        expected = {tp: range(end) for tp, end in ends.items()}
+        checks = {
+            "accepted_again": invariants.share_confirmed_again(journals, s.share_slack_s, deliveries=deliveries),
+            "rejected_again": invariants.share_rejected_again(journals, s.share_slack_s, deliveries=deliveries),
+            "beyond_count_limit": invariants.share_count_limit(journals, limit, deliveries=deliveries),
+            "unsettled_by_journals": invariants.share_settled(journals, expected, limit, deliveries=deliveries),
+            "unsettled_by_state": invariants.share_final_state(final, ends),
+            "start_past_log_end": invariants.share_start_within_log(
+                self.share_starts, self.sampler.samples, self.share_stale,
+                cuts={(self.topic, tr["partition"]): [tr["at"]] for tr in self.truncations}),
+        }
+        evs = [e for events in journals.values() for e in events]
+
+        def n(ev: str, code=...) -> int:
+            return sum(len(e["offs"]) for e in evs if e["ev"] == ev and (code is ... or e.get("code") == code))
+        counts = [d.count for v in deliveries.values() for d in v]
+        figures = {
+            "records": sum(ends.values()), "records_delivered": len(deliveries), "deliveries": len(counts),
+            "redeliveries": len(counts) - len(deliveries), "count_limit": limit,
+            "records_at_limit": sum(1 for v in deliveries.values() if max(d.count for d in v) >= limit),
+            "max_count": max(counts, default=0),
+            "accepted": n("ack"), "accepted_confirmed": n("ack", 0), "rejected": n("reject"),
+            "rejected_confirmed": n("reject", 0), "released": n("release"), "released_confirmed": n("release", 0),
+            "drain_deliveries": sum(1 for v in deliveries.values() for d in v if d.member.startswith("drain")),
+            "start_samples": sum(len(v) for v in self.share_starts.values()),
+            "final_start_at_log_end": sum(1 for tp, end in ends.items()
+                                          if final.get(tp) and int(final[tp]["start"]) == end),
+            "partitions": len(ends), "truncations": self.truncations,
+            "truncated_records": len(self.truncated_records),
+            "violations": {k: len(v) for k, v in checks.items()},
+        }
+        return {"figures": figures, "violations": [f"{k}: {v}" for k, vs in checks.items() for v in vs]}
 
     # ------------------------------------------------------------------ faults
     def _node_of_member(self, name: str) -> str:
@@ -226,6 +554,14 @@ class NemesisRun(ChaosRun):
             self._broker_busy.clear()
 
     def _inject(self, kind: str) -> Fault | None:
+        if kind in SHARE_KINDS:
+            if not self.s.has_share():
+                self.note_skipped(f"{kind}: the run has no share members")
+                return None
+            if kind == "share_leader_clock_step" and not self.clock_ok:
+                self.note_skipped(f"{kind}: {clock_unavailable_reason()}")
+                return None
+            return self._share_fault(kind)
         if kind in CLOCK_KINDS and not self.clock_ok:
             note = f"{kind}: {clock_unavailable_reason()}"
             if note not in self.skipped:
@@ -486,6 +822,10 @@ class NemesisRun(ChaosRun):
 
     def _fault_loop(self, t0: float) -> None:
         s = self.s
+        if s.has_share():
+            self._share_sampler = threading.Thread(target=self._sample_share_state, daemon=True,
+                                                   name="share-state")
+            self._share_sampler.start()
         for at, kind in self._plan():
             time.sleep(max(0.0, t0 + at - time.time()))
             group = [kind]
@@ -525,8 +865,28 @@ class NemesisRun(ChaosRun):
 
     def _finish(self, started: float):
         report = ChaosRun._finish(self, started)
+        self.truncated_records = self._truncated_records()
+        if self.truncated_records:   # acknowledged records a truncated_restart cut off: lost by the fault
+            keep = [x for x in report.lost if not any(x == f"{self.topic}-{p}: acknowledged record {n} is not in the "
+                                                           f"log" for p, n in self.truncated_records)]
+            report.lost = keep
+        share = self._share_nemesis_checks() if self.s.has_share() else {}
         self._nemesis_report = self._nemesis(report)
+        self._nemesis_report.share = share.get("figures", {})
+        self._nemesis_report.share_violations = share.get("violations", [])
         return report
+
+    def _truncated_records(self) -> set[tuple[int, int]]:
+        """Acknowledged records a ``truncated_restart`` cut off: of its partition, missing from the log at
+        the end, above the record just below the log end it left and sent before its restart."""
+        if not self.truncations:
+            return set()
+        present = set(log_offsets(self.cluster.bootstrap, self.topic))
+        out = set()
+        for tr in self.truncations:
+            out |= {(p, n) for p, n in self.producer.acked - present
+                    if p == tr["partition"] and tr["boundary_seq"] < n < tr["seq_next"]}
+        return out
 
     # ------------------------------------------------------------------ checks
     def _nemesis(self, chaos: ChaosReport) -> NemesisReport:
@@ -537,10 +897,12 @@ class NemesisRun(ChaosRun):
         for (p, n), off in offsets.items():
             log_recs.setdefault((self.topic, p), {})[off] = f"{p}:{n}".encode()
         acked: dict[tuple[str, int], set[bytes]] = {}
-        for p, n in self.producer.acked:
+        for p, n in self.producer.acked - getattr(self, "truncated_records", set()):
             acked.setdefault((self.topic, p), set()).add(f"{p}:{n}".encode())
         log_ends = self.sampler.samples
         result = jepsen_checks.check(acked, log_recs, journals, seen, log_ends, self._leader_away())
+        if not self.s.has_group() and hasattr(result, "unseen"):
+            result.unseen = []   # no consumer group member polls (share members are checked apart)
         first = first_deliveries(journals)
         by_kind: dict[str, dict] = {}
         anomalies = result.violations + chaos.violations
@@ -582,6 +944,12 @@ class NemesisRun(ChaosRun):
         session, and the leader releases what the old one held), or that a clock fault restarted -- at its
         start and again at its end (the broker is restarted with the real clock)."""
         hit = ChaosRun._share_leaders_hit(self, f)
+        if f.kind in ("share_leader_kill", "truncated_restart"):
+            return {int(f.target): [f.at]}
+        if f.kind == "share_leader_clock_step":
+            return {int(f.target): [f.at, f.until or f.at]}
+        if f.kind == "share_leader_zk_cut":   # a fault of the leader (redeliveries), its memory kept
+            return {int(f.target): []}
         if f.kind in SHARE_LEADER_KINDS:
             for fault, nodes in self.fault_nodes:
                 if fault is f:
@@ -647,6 +1015,48 @@ class NemesisRun(ChaosRun):
                       and e["ts"] >= f.at]
             out.setdefault(name, []).append((f.at + session_s, (min(learnt) if learnt else f.until) + 5.0))
         return out
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _split_truncated(e: dict, topic: str, partition: int, new_end: int, restarted: float, moved: str) -> list[dict]:
+    """A share journal line, its offsets of ``topic``-``partition`` at or past ``new_end`` moved to topic
+    ``moved`` when it was written (sent, for an acknowledgement) before ``restarted``."""
+    if e.get("t") != topic or e.get("p") != partition or "offs" not in e or e.get("sent", e["ts"]) >= restarted:
+        return [e]
+    offs = e["offs"]
+    counts = e.get("counts")
+    keep = [i for i, o in enumerate(offs) if o < new_end]
+    gone = [i for i, o in enumerate(offs) if o >= new_end]
+    if not gone:
+        return [e]
+    out = []
+    for idx, t in ((keep, topic), (gone, moved)):
+        if idx:
+            x = dict(e, t=t, offs=[offs[i] for i in idx])
+            if counts is not None:
+                x["counts"] = [counts[i] for i in idx]
+            out.append(x)
+    return out
+
+
+def _truncate_tail(directory: Path, cut: int) -> tuple[str, int, int]:
+    """Cut ``cut`` bytes (at most all) off the end of the last non-empty segment file (``*.log``) of a
+    partition's directory: (its name, size before, size after)."""
+    segments = sorted((f for f in directory.glob("*.log") if f.stat().st_size > 0), key=lambda f: f.name)
+    if not segments:
+        return "(no segment)", 0, 0
+    seg = segments[-1]
+    before = seg.stat().st_size
+    after = max(0, before - cut)
+    with open(seg, "r+b") as fh:
+        fh.truncate(after)
+    return seg.name, before, after
 
 
 def plan(s: NemesisSettings, rng) -> list[tuple[float, str]]:

@@ -23,10 +23,15 @@ class NemesisReport:
     faults: list[dict] = field(default_factory=list)
     #: What the run was: seed, faults, duration, member kinds, members' session (ms).
     settings: dict = field(default_factory=dict)
+    #: The share nemesis (runs with share members): figures, and the violations of its checks
+    #: (accepted or rejected records delivered again, deliveries beyond the count limit, records
+    #: ending neither accepted nor archived, the start offset past the log end).
+    share: dict = field(default_factory=dict)
+    share_violations: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:
-        return self.chaos.violations + self.jepsen_violations
+        return self.chaos.violations + self.jepsen_violations + self.share_violations
 
     @property
     def jepsen_violations(self) -> list[str]:
@@ -52,16 +57,30 @@ class NemesisReport:
             + f"; worst realtime lag {j.get('worst_realtime_lag_s', 0):.2f} s"
             + f" ({j.get('worst_reachable_lag_s', 0):.2f} s leaving out the time leaders were unreachable)",
             *(f"skipped: {s}" for s in self.skipped),
+            *([self.share_summary()] if self.share else []),
             "faults: " + "; ".join(f"+{f['at']:.0f}s {f['kind']} {f['target']}"
                                    + (f" ({f['detail']})" if f["detail"] else "")
                                    + (" [combined]" if f["combined"] else "") for f in self.faults),
             self.table(),
         ])
 
+    def share_summary(self) -> str:
+        sh = self.share
+        v = sh.get("violations", {})
+        return (f"share nemesis: {sh['records']} records in {sh['partitions']} partitions, {sh['records_delivered']} "
+                f"delivered, {sh['deliveries']} deliveries ({sh['redeliveries']} redeliveries, highest count "
+                f"{sh['max_count']}, {sh['records_at_limit']} records reached the limit {sh['count_limit']}); "
+                f"accepted {sh['accepted']} ({sh['accepted_confirmed']} confirmed), rejected {sh['rejected']} "
+                f"({sh['rejected_confirmed']}), released {sh['released']} ({sh['released_confirmed']}); drain "
+                f"deliveries {sh['drain_deliveries']}; start at the log end at the end on "
+                f"{sh['final_start_at_log_end']} of {sh['partitions']} partitions; {sh['start_samples']} start "
+                f"samples; truncations {len(sh['truncations'])} ({sh['truncated_records']} acknowledged records cut "
+                f"off); violations: " + ", ".join(f"{k} {n}" for k, n in v.items()))
+
     def to_dict(self) -> dict:
         out = {"chaos": asdict(self.chaos), "prefix": self.prefix, "jepsen": self.jepsen, "by_kind": self.by_kind,
                "clock": self.clock, "skipped": self.skipped, "faults": self.faults, "settings": self.settings,
-               "violations": self.violations}
+               "share": self.share, "violations": self.violations}
         out["chaos"]["duplicate_pct"] = self.chaos.duplicate_pct
         return out
 
