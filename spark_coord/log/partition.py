@@ -105,6 +105,9 @@ class PartitionLog:
         #: When the last append happened (its LogAppendTime, what Produce answers as log_append_time_ms).
         self.last_append_time_ms = -1
         self._open()
+        #: The log end this log recovered to when this process opened it: a share group's state saved by an
+        #: earlier process about offsets at or past it is about records a crash cut off (share.manager).
+        self.opened_end_offset = self.log_end_offset
 
     def __repr__(self) -> str:
         end = self._segments[-1].next_offset if self._segments else "?"

@@ -334,13 +334,20 @@ class SharePartitionManager:
             except ValueError as e:
                 log.error("share partition %s/%s-%d: stored state unreadable (%s); starting afresh", *key, e)
         fresh = sp is None
+        # State another process wrote is about the log as it was before this process opened it: what lies
+        # at or past the end the log recovered to was cut off by a crash (or the disk replaced), and records
+        # appended there since are new, even when they are in the log by the time of this load.  An admin's
+        # write (no writer: AlterShareGroupOffsets, a reset) is taken as of now.
+        bound = plog.log_end_offset
+        if data is not None and identity_of(data)[0] not in (None, self.writer):
+            bound = min(bound, getattr(plog, "opened_end_offset", bound))
         if sp is None:
             sp = SharePartition(self._initial_offset(plog, s.auto_offset_reset), **limits)
-        elif sp.end_offset > plog.log_end_offset:
-            log.warning("share partition %s/%s-%d: its state reaches offset %d but the log ends at %d (truncated "
-                        "or replaced): the state past the log end is dropped, records written there are new",
-                        *key, sp.end_offset - 1, plog.log_end_offset)
-            sp = SharePartition.restore(_clipped(sp.snapshot(), plog.log_end_offset), **limits)
+        elif sp.end_offset > bound:
+            log.warning("share partition %s/%s-%d: its state reaches offset %d but the log ended at %d when it was "
+                        "opened (truncated or replaced): the state from there on is dropped, records written there "
+                        "are new", *key, sp.end_offset - 1, bound)
+            sp = SharePartition.restore(_clipped(sp.snapshot(), bound), **limits)
         # Every load is a takeover: the state is written back under this broker's name and the next state
         # epoch before it is served, so the leader it was taken from is refused at its next write (Kafka's
         # share coordinator records the leader epoch of ReadShareGroupState the same way).
