@@ -125,19 +125,21 @@ def lags(described: str, topic: str) -> dict[int, str]:
 
 
 class Rounds(threading.Thread):
-    """Produces one record to every partition each round (values numbered on from ``start``) until
-    ``stop()``; ``produced``: the number of the next value."""
+    """Produces one record to every partition each half second (values numbered on from ``start``)
+    until ``stop()`` or ``most`` rounds, whichever comes first (records keep coming, never more than
+    a query reading 24 a batch catches up with on a loaded machine); ``produced``: the number of the
+    next value."""
 
-    def __init__(self, bootstrap: str, topic: str, start: int):
+    def __init__(self, bootstrap: str, topic: str, start: int, most: int = 40):
         super().__init__(name="rounds", daemon=True)
         self.bootstrap, self.topic, self.produced = bootstrap, topic, start
-        self.rounds = 0
+        self.rounds, self.most = 0, most
         self._stop_event = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while not self._stop_event.wait(0.1):
+            while self.rounds < self.most and not self._stop_event.wait(0.5):
                 produce(self.bootstrap, self.topic, PARTITIONS, 1, start=self.produced)
                 self.produced += PARTITIONS
                 self.rounds += 1
@@ -246,8 +248,8 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
 
         # a third consumer joins while the query has a backlog and records keep coming
         held_before = by_client()
-        produce(bootstrap, topic, PARTITIONS, 40, start=produced)
-        produced += PARTITIONS * 40
+        produce(bootstrap, topic, PARTITIONS, 20, start=produced)
+        produced += PARTITIONS * 20
         rounds = Rounds(bootstrap, topic, produced)
         rounds.start()
         joined_at = time.time()
@@ -279,7 +281,7 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
                    interval=0.3, message=lambda: f"new micro-batch rows on each of the query's partitions {kept}: "
                    f"{ {p for _, p, o, _ in sinks[0].rows() if (p, o) not in seen} }")
         produced = rounds.stop()
-        wait_until(everything_read, timeout=60, interval=0.3, message=lambda: f"every record read: {missing()}")
+        wait_until(everything_read, timeout=120, interval=0.3, message=lambda: f"every record read: {missing()}")
         wait_until(at_log_end, timeout=30, interval=0.3,
                    message=lambda: f"the group's offsets at the log end: {committed(bootstrap, group)}")
 
