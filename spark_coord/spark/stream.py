@@ -85,6 +85,8 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._latest: dict[TopicPartition, int] = {}
         #: the starting offsets resolved by policy (earliest, latest, a timestamp) for initialOffset
         self._initial: dict[TopicPartition, int] = {}
+        #: initialOffset's answer, given again on every later call of this process (see there)
+        self._initial_json: dict | None = None
         #: partitions of deleted topics the group still assigns, reported as data loss: not planned
         self._deleted: set[TopicPartition] = set()
         self._last_batch_at = time.monotonic()
@@ -114,6 +116,13 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         from spark_coord.spark.offsets import to_json
 
         self._ensure_started()
+        # One answer per process: Spark asks for batch 0's start twice, when it plans the batch (our
+        # latestOffset's start) and when it runs it (partitions()' start).  A group source's assignment
+        # may move in between -- partitions taken away were then missing from the second answer, and
+        # the batch read nothing of them though its end was committed.  Partitions that come or go
+        # later are latestOffset's to plan, as for every other batch.
+        if self._initial_json is not None:
+            return self._initial_json
         assigned = self._source.assigned()
         # Not marked applied here: Spark also asks for the initial offset as the start of a batch 0 it
         # replays from the checkpoint, and the batch after that one starts at the logged end, not
@@ -129,7 +138,8 @@ class CoordKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # written -- a second answer would start the batch past the end the first one led to
         offsets.update({tp: self._initial[tp] for tp in rest})
         log.info("initial offsets %s", offsets)
-        return to_json(offsets)
+        self._initial_json = to_json(offsets)
+        return self._initial_json
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
