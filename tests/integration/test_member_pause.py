@@ -43,6 +43,11 @@ def test_sigstopped_member_is_failed_by_pings_then_rejoins(cluster, czk, members
     gen1, owned = wait_balanced(ms, parts)
     assert sorted(len(v) for v in owned.values()) == [2, 2, 2], owned
     coordinator = _coordinator_id(czk)
+    # members journal a StartFetcher before they answer it: paused between the two, the victim fails the round
+    # (and the next) instead of its pings -- so it is paused once the coordinator settled the group with all three
+    wait_until(lambda: _last_settled(cluster, coordinator, group) == "3 member(s), 6 partition(s) held, 0 absent",
+               timeout=30, message=lambda: f"the coordinator to settle {group} with all three members; last: "
+                                           f"{_last_settled(cluster, coordinator, group)}")
 
     victim = ms[1]
     others = [m for m in ms if m is not victim]
@@ -75,6 +80,13 @@ def test_sigstopped_member_is_failed_by_pings_then_rejoins(cluster, czk, members
     assert sorted(len(v) for v in owned3.values()) == [2, 2, 2], owned3
     assert broker_log_has(cluster, coordinator, f"consumer {victim.consumer_id} registered")
     log.info("member %s rejoined in generation %d", victim.name, gen3)
+
+
+def _last_settled(cluster, coordinator: int, group: str) -> str | None:
+    """The tail of the coordinator's last "group G rebalanced (how): N member(s), ..." line."""
+    marker = f"group {group} rebalanced ("
+    lines = [line for line in cluster.log_path(coordinator).read_text(errors="replace").splitlines() if marker in line]
+    return lines[-1].split("): ", 1)[-1] if lines else None
 
 
 def owned_by(result, member) -> bool:
