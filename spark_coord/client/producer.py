@@ -166,9 +166,15 @@ class Producer:
         last_error: int | str = ""
         for attempt in range(self.retries + 1):
             by_leader: dict[int, dict] = defaultdict(dict)
-            for (topic, part), batch in pending.items():
-                by_leader[self.cluster.leader(topic, part)][(topic, part)] = batch
             failed: dict = {}
+            for (topic, part), batch in pending.items():
+                try:
+                    by_leader[self.cluster.leader(topic, part)][(topic, part)] = batch
+                except KafkaError as e:  # no leader now (its broker restarting): retried as a Produce answer is
+                    if not self.retriable(e.code):
+                        raise
+                    failed[(topic, part)] = batch
+                    last_error = ErrorCode.name_of(e.code)
             for leader, group in by_leader.items():
                 try:
                     errors = self._produce(leader, group)
