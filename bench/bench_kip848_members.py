@@ -63,21 +63,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_vs_kafka_broker import create_topic  # noqa: E402
+from bench_vs_kafka_groups import fill  # noqa: E402
 
 PROGRAM = ROOT / "bench" / "java" / "JoinToFetch.java"
-RECORDS_PER_PARTITION = 20
-
-
-# ------------------------------------------------------------------ join-to-fetch
-def fill(bootstrap: str, topic: str, partitions: int) -> None:
-    from confluent_kafka import Producer
-
-    create_topic(bootstrap, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for p in range(partitions):
-        for i in range(RECORDS_PER_PARTITION):
-            producer.produce(topic, b"v%d" % i, partition=p)
-    assert producer.flush(60) == 0
 
 
 def java_round(jars: Path, bootstrap: str, topic: str, members: int) -> dict:

@@ -44,28 +44,9 @@ def kafka3(kafka_jars, tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     """A local[2] SparkSession as tests/spark/conftest.py's (the same session if that one is up: getOrCreate)."""
-    import importlib.util
-    from pathlib import Path
+    from spark_session import shared_session
 
-    here = Path(__file__).resolve().parents[1] / "spark" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("spark_conftest_env", here)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.spark_env()
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("spark-coord-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .config("spark.python.daemon.module", "pyspark_coordkafka.daemon")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .config("spark.driver.extraJavaOptions",
-                       "-Dderby.system.home=" + str(tmp_path_factory.mktemp("derby")))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("WARN")
+    session = shared_session(tmp_path_factory)
     yield session  # left running: a later module's session-scoped fixture may share it
 
 

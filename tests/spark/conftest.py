@@ -1,49 +1,16 @@
-"""Spark test fixtures: one local[2] SparkSession for the whole test session, and a
-one-broker LocalCluster per test module on its own ZooKeeper chroot.
-
-Spark's Python workers run ``PYSPARK_PYTHON``; it is set to this interpreter, and
-the project root is put on ``PYTHONPATH``, BEFORE the session (and its JVM) starts,
-so the workers import the same ``spark_coord`` and find ``pyspark_coordkafka``
-(Spark's data-source lookup scans ``sys.path`` for ``pyspark_*`` modules).
-"""
+"""Spark test fixtures: one local[2] SparkSession for the whole test session (``spark_session``),
+and a one-broker LocalCluster per test module on its own ZooKeeper chroot."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 from helpers import local_cluster
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def spark_env() -> None:
-    """Point Spark's Python workers at this interpreter and this checkout."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + paths)
+from spark_session import shared_session
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    spark_env()
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("spark-coord-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .config("spark.python.daemon.module", "pyspark_coordkafka.daemon")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + str(tmp_path_factory.mktemp("derby")))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("WARN")
+    session = shared_session(tmp_path_factory)
     try:
         yield session
     finally:

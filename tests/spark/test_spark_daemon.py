@@ -18,7 +18,7 @@ import subprocess
 import sys
 import uuid
 
-from conftest import ROOT, spark_env
+from spark_session import ROOT, spark_env
 
 from spark_coord.client.admin import AdminClient
 from spark_coord.client.metadata import ClusterClient
