@@ -184,11 +184,18 @@ class Log:
         return key, value
 
 
-def _transactional(bootstrap: str, name: str):
+#: How long the transaction left open may stay open before Kafka's coordinator aborts it: the test
+#: reads while it is open, and with librdkafka's default (60 s) a loaded machine starting Spark and
+#: the thin readers saw it aborted mid-test (its records gone, the plain ones after it readable).
+#: Kafka's transaction.max.timeout.ms is 15 min.
+OPEN_TIMEOUT_MS = 900_000
+
+
+def _transactional(bootstrap: str, name: str, timeout_ms: int = 60_000):
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-{uuid.uuid4().hex[:6]}",
-                         "linger.ms": 0})
+                         "linger.ms": 0, "transaction.timeout.ms": timeout_ms})
     producer.init_transactions(60)
     return producer
 
@@ -254,7 +261,7 @@ class Topic:
         b.commit_transaction(60)
         self.stable = _settled(bootstrap, self.name)
         # left open, with plain records after it
-        self.open = _transactional(bootstrap, "open")
+        self.open = _transactional(bootstrap, "open", OPEN_TIMEOUT_MS)
         self.open.begin_transaction()
         _send(self.open, self.name, self.log, "open")
         _send(plain, self.name, self.log, "plain")
@@ -339,7 +346,8 @@ class ThinReader(threading.Thread):
 # ------------------------------------------------------------------------------------------- tests
 
 @pytest.fixture(scope="module")
-def topic(apache_kafka):
+def topic(apache_kafka, spark_reads):
+    """Written once Spark is up, so the open transaction is open for the reads only."""
     t = Topic(apache_kafka.bootstrap)
     yield t
     if not t.committed_open:
@@ -392,6 +400,8 @@ def test_read_committed_and_uncommitted_on_apache_kafka(apache_kafka, topic, spa
                 if level == "read_committed" and phase == 1:  # stopped at the last stable offset
                     assert all(r[2] < lso[r[1]] for r in rows["kafka"])
                     assert max(r[2] for r in rows["kafka"] if r[1] == 0) < lso[0] - 1  # markers are not data
+            if phase == 1:  # the reads above saw the transaction open, not aborted by its timeout
+                assert _offsets(bootstrap, name, READ_COMMITTED) == lso, "the open transaction ended during phase 1"
         # read_uncommitted: the commit of the open transaction added no row (its marker is not data)
         assert len(streamed[("coordkafka", "read_uncommitted")]) == sum(len(r) for r in topic.log.rows.values())
     finally:
