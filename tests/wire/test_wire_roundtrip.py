@@ -34,8 +34,8 @@ def test_every_kafka_api_is_served_at_the_documented_versions():
                      # the admin surface (issue 30): CreatePartitions, DeleteRecords, OffsetDelete,
                      # DescribeLogDirs, Describe/AlterUserScramCredentials, DescribeProducers, DescribeClientQuotas
                      37: (0, 3), 21: (0, 2), 47: (0, 0), 35: (0, 4), 50: (0, 0), 51: (0, 0), 61: (0, 0), 48: (0, 1),
-                     # a transaction coordinator's markers (KIP-98)
-                     27: (0, 1),
+                     # a transaction coordinator's markers, and the transaction coordinator's APIs (KIP-98, KIP-664)
+                     27: (0, 1), 24: (0, 3), 25: (0, 4), 26: (0, 4), 28: (0, 4), 65: (0, 0), 66: (0, 1),
                      **{key: {1000: (0, 1), 1001: (0, 2), 1003: (0, 1), 1004: (0, 1), 1005: (0, 1)}.get(key, (0, 0))
                         for key in range(1000, 1007)}}
     assert protocol.served_versions(1) == (4, 17)
