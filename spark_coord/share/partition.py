@@ -20,11 +20,18 @@ every change of state goes through ``SharePartition._move``, which checks it::
     ACQUIRED      reject / gap                 ARCHIVED
     ACQUIRED      release / lock expiry        AVAILABLE, or ARCHIVED when the delivery
                                                count reached delivery_count_limit
+    ACQUIRED      abort (data of an aborted    ARCHIVED      (count kept; never handed out)
+                  transaction, read_committed)
     ACQUIRED      renew                        ACQUIRED      (new lock deadline)
     AVAILABLE     skip (offset beyond the      ARCHIVED      (count 0: a gap of a compacted
                   window with no record; or     log, never handed out; or a
                   reached by an acquisition     record delivered as often as
                   at a lowered limit)           a lowered limit allows)
+
+A read_committed group (``share.isolation.level``) acquires only below the last stable offset
+(``acquire``'s ``stable_offset``), and the records of aborted transactions it acquires are
+ARCHIVED at once, as Kafka's ``SharePartition.filterAbortedTransactionalAcquiredRecords`` does:
+acquired (their delivery count goes up) and archived in the same step, never handed out.
 
 ACKNOWLEDGED and ARCHIVED are final.  The SPSO moves up over the lowest offsets while they are
 final (they leave the window), never past ``end_offset``; ``move_start`` moves it by decree
@@ -90,8 +97,8 @@ _AVAILABLE, _ACQUIRED, _ACKNOWLEDGED, _ARCHIVED = 0, 1, 2, 4
 _DONE = _ACKNOWLEDGED  # a state >= this one is final
 
 # Moves.
-_ACQUIRE, _ACCEPT, _REJECT, _GAP, _RELEASE, _EXPIRE, _RENEW, _SKIP = range(8)
-_MOVE_NAMES = ("acquire", "accept", "reject", "gap", "release", "lock expiry", "renew", "skip")
+_ACQUIRE, _ACCEPT, _REJECT, _GAP, _RELEASE, _EXPIRE, _RENEW, _SKIP, _ABORT = range(9)
+_MOVE_NAMES = ("acquire", "accept", "reject", "gap", "release", "lock expiry", "renew", "skip", "abort")
 
 #: (from state, move) -> to state: the whole state machine.  RELEASE and EXPIRE lead to
 #: ARCHIVED instead when the delivery count reached the limit (``SharePartition._move``).
@@ -104,6 +111,7 @@ _MOVES: dict[tuple[int, int], int] = {
     (_ACQUIRED, _EXPIRE): _AVAILABLE,
     (_ACQUIRED, _RENEW): _ACQUIRED,
     (_AVAILABLE, _SKIP): _ARCHIVED,
+    (_ACQUIRED, _ABORT): _ARCHIVED,
 }
 
 #: Wire acknowledge type -> move.
@@ -327,19 +335,32 @@ class SharePartition:
     # ------------------------------------------------------------------ acquire
 
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int]], *, max_records: int,
-                lock_deadline: float, batch_optimized: bool = False) -> list[Acquired]:
+                lock_deadline: float, batch_optimized: bool = False, stable_offset: int | None = None,
+                aborted: Sequence[tuple[int, int]] = (), read_end: int | None = None) -> list[Acquired]:
         """Acquire records for ``member_id`` from ``batches``, the ``(first_offset, last_offset)``
-        of the record batches the leader read from the log at ``fetch_offset()`` (ascending,
+        of the data batches the leader read from the log at ``fetch_offset()`` (ascending,
         non-overlapping; a batch may start before it).
 
         In offset order: AVAILABLE offsets inside the window that lie within a batch are
         acquired; then offsets beyond ``end_offset`` within a batch (they extend the window).
         Offsets beyond ``end_offset`` that no batch holds -- between batches, or between
-        ``end_offset`` and the first batch past it: gaps of a compacted log -- become ARCHIVED
-        with delivery count 0 and are never handed out (when the window is empty such a gap
-        moves the SPSO at once).  Stops at ``max_records`` acquired offsets (``batch_optimized``:
-        finishes the batch it is in, as Kafka's default batch-optimized mode does) and never
-        grows the window beyond ``start_offset + max_in_flight``.
+        ``end_offset`` and the first batch past it: gaps of a compacted log, and the offsets of
+        control batches (transaction markers), which are no data -- become ARCHIVED with delivery
+        count 0 and are never handed out (when the window is empty such a gap moves the SPSO at
+        once).  ``read_end``: one past the last offset the read covered, control batches
+        included; the offsets from the last batch's end up to it are such a gap too, once every
+        batch is in the window (a marker after the last data batch does not hold the SPSO back).
+        Stops at ``max_records`` acquired offsets (``batch_optimized``: finishes the batch it is
+        in, as Kafka's default batch-optimized mode does) and never grows the window beyond
+        ``start_offset + max_in_flight``.
+
+        read_committed (``share.isolation.level``): nothing at or past ``stable_offset`` (the log's
+        last stable offset) is acquired or archived -- a batch there is left for a later fetch,
+        once its transaction ended; ``aborted`` are the ``(first_offset, last_offset)`` of the
+        batches among ``batches`` that belong to aborted transactions: their offsets acquired here
+        are ARCHIVED at once, the delivery count the acquisition gave them kept, and not returned
+        (Kafka's ``filterAbortedTransactionalAcquiredRecords``: acquire, then archive; they count
+        against ``max_records`` as there).
 
         Each acquired offset's delivery count goes up by one; it is ACQUIRED by ``member_id``
         until ``lock_deadline``.  Returns the acquired offsets as ranges, contiguous offsets with
@@ -351,13 +372,19 @@ class SharePartition:
                 raise ValueError(f"share partition: batches must be ascending and disjoint, got {bf}-{bl} "
                                  f"after one ending at {prev}")
             prev = bl
+        if stable_offset is not None:
+            batches = [(bf, min(bl, stable_offset - 1)) for bf, bl in batches if bf < stable_offset]
+            if read_end is not None:
+                read_end = min(read_end, stable_offset)
         got_list: list[list[int]] = []
         remaining = max_records
         archived_before = self._archived_total
         changed = False
         total = 0
+        stopped = False
         for bf, bl in batches:
             if remaining <= 0:
+                stopped = True
                 break
             if bl < self._start:
                 continue
@@ -371,18 +398,8 @@ class SharePartition:
             if bl >= end and got < budget:
                 rs = self._ranges
                 if bf > end:  # no records in [end, bf)
-                    if self._start == end:
-                        self._archived_total += bf - end
-                        self._start = self._end = end = bf
-                        changed = True
-                    else:
-                        hi = min(bf, self._start + self._max_in_flight) - 1
-                        if hi >= end:
-                            self._replace(len(rs), len(rs),
-                                          [self._move((end, hi, _AVAILABLE, 0, None, None), _SKIP)])
-                            self._archived_total += hi - end + 1
-                            self._end = end = hi + 1
-                            changed = True
+                    changed |= self._skip_gap(bf)
+                    end = self._end
                 limit = self._start + self._max_in_flight
                 lo = max(bf, end)
                 hi = min(bl, limit - 1, lo + (budget - got) - 1)
@@ -396,7 +413,15 @@ class SharePartition:
             remaining -= got
             total += got
             if full:
+                stopped = True
                 break
+        if read_end is not None and not stopped and read_end > self._end and \
+                (not batches or self._end > batches[-1][1]):
+            changed |= self._skip_gap(read_end)
+        if aborted and got_list:
+            dropped = self._archive_aborted(got_list, aborted)
+            total -= dropped
+            self._archived_total += dropped
         if total:
             self._deliveries_total += total
             changed = True
@@ -404,6 +429,67 @@ class SharePartition:
             self._advance()
             self._version += 1
         return [Acquired(first, last, count) for first, last, count in got_list]
+
+    def _skip_gap(self, upto: int) -> bool:
+        """``[end_offset, upto)`` holds no records: ARCHIVED with delivery count 0 (within the
+        window's limit), or, when the window is empty, the SPSO moves to ``upto``.  Whether
+        anything changed."""
+        end = self._end
+        if upto <= end:
+            return False
+        if self._start == end:
+            self._archived_total += upto - end
+            self._start = self._end = upto
+            return True
+        hi = min(upto, self._start + self._max_in_flight) - 1
+        if hi < end:
+            return False
+        rs = self._ranges
+        self._replace(len(rs), len(rs), [self._move((end, hi, _AVAILABLE, 0, None, None), _SKIP)])
+        self._archived_total += hi - end + 1
+        self._end = hi + 1
+        return True
+
+    def _archive_aborted(self, got_list: list[list[int]], aborted: Sequence[tuple[int, int]]) -> int:
+        """The offsets of ``got_list`` (just acquired) inside ``aborted`` ranges become ARCHIVED
+        (move abort) and leave ``got_list``.  Returns how many."""
+        kept: list[list[int]] = []
+        cuts: list[tuple[int, int]] = []
+        k, n = 0, len(aborted)
+        for first, last, count in got_list:
+            while k < n and aborted[k][1] < first:
+                k += 1
+            o, j = first, k
+            while o <= last:
+                if j < n and aborted[j][0] <= last:
+                    af, al = aborted[j]
+                    if af > o:
+                        _add_acquired(kept, o, af - 1, count)
+                        o = af
+                    e = min(al, last)
+                    if e >= o:
+                        cuts.append((o, e))
+                        o = e + 1
+                    if al <= last:
+                        j += 1
+                else:
+                    _add_acquired(kept, o, last, count)
+                    o = last + 1
+        for s, e in cuts:
+            rs = self._ranges
+            i = j = self._index(s)
+            new: list[_Range] = []
+            if rs[i][0] < s:
+                new.append((rs[i][0], s - 1) + rs[i][2:])
+            while j < len(rs) and rs[j][0] <= e:
+                r = rs[j]
+                new.append(self._move((max(r[0], s), min(r[1], e)) + r[2:], _ABORT))
+                j += 1
+            if rs[j - 1][1] > e:
+                new.append((e + 1, rs[j - 1][1]) + rs[j - 1][2:])
+            self._replace(i, j, new)
+        got_list[:] = kept
+        return sum(e - s + 1 for s, e in cuts)
 
     def _acquire_window(self, a: int, b: int, budget: int, member_id: str, deadline: float,
                         got_list: list) -> int:

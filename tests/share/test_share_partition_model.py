@@ -38,11 +38,28 @@ class Model:
                 return o
         return self.end if self.end - self.start < MAX_IN_FLIGHT else None
 
-    def acquire(self, member, batches, max_records, deadline, batch_optimized) -> list[tuple[int, int]]:
+    def gap(self, upto: int) -> None:
+        """No records in ``[end, upto)``: archived with count 0 (the start moves when the window is empty)."""
+        if self.start == self.end:
+            self.archived += max(upto - self.end, 0)
+            self.start = self.end = max(upto, self.end)
+            return
+        while self.end < upto and self.end < self.start + MAX_IN_FLIGHT:
+            self.recs[self.end] = [ARCHIVED, 0, None, None]
+            self.archived += 1
+            self.end += 1
+
+    def acquire(self, member, batches, max_records, deadline, batch_optimized, stable=None, aborted=(),
+                read_end=None) -> list[tuple[int, int]]:
+        if stable is not None:  # read_committed: nothing at or past the last stable offset
+            batches = [(bf, min(bl, stable - 1)) for bf, bl in batches if bf < stable]
+            read_end = None if read_end is None else min(read_end, stable)
         got = []  # (offset, count)
         remaining = max_records
+        stopped = False
         for bf, bl in batches:
             if remaining <= 0:
+                stopped = True
                 break
             if bl < self.start:
                 continue
@@ -60,14 +77,7 @@ class Model:
                         n += 1
                     continue
                 if o == bf and bf > self.end:  # a gap before this batch
-                    if self.start == self.end:
-                        self.archived += bf - self.end
-                        self.start = self.end = bf
-                    else:
-                        while self.end < bf and self.end < self.start + MAX_IN_FLIGHT:
-                            self.recs[self.end] = [ARCHIVED, 0, None, None]
-                            self.archived += 1
-                            self.end += 1
+                    self.gap(bf)
                 if self.end != o or self.end >= self.start + MAX_IN_FLIGHT:
                     full = True
                     break
@@ -78,9 +88,20 @@ class Model:
             remaining -= n
             self.delivered += n
             if full:
+                stopped = True
                 break
+        if read_end is not None and not stopped and (not batches or self.end > batches[-1][1]):
+            self.gap(read_end)  # control batches after the last data batch
+        kept = []
+        for o, c in got:  # an aborted transaction's records: acquired, then archived at once
+            if any(af <= o <= al for af, al in aborted):
+                self.recs[o] = [ARCHIVED, c, None, None]
+                self.archived += 1
+                self.delivered -= 1
+            else:
+                kept.append((o, c))
         self.advance()
-        return got
+        return kept
 
     def give_back(self, o: int) -> None:
         r = self.recs[o]
@@ -168,6 +189,21 @@ class SharePartitionMachine(RuleBasedStateMachine):
           max_records=st.integers(0, 25), lock=st.integers(0, 100), batch_optimized=st.booleans(),
           from_end=st.booleans())
     def acquire(self, member, back, shapes, max_records, lock, batch_optimized, from_end):
+        self._acquire(member, back, shapes, max_records, lock, batch_optimized, from_end)
+
+    @rule(member=st.sampled_from(MEMBERS), back=st.integers(-3, 6), shapes=batch_shapes,
+          max_records=st.integers(0, 25), lock=st.integers(0, 100), batch_optimized=st.booleans(),
+          from_end=st.booleans(), stable_back=st.one_of(st.none(), st.integers(-2, 14)),
+          aborted=st.lists(st.booleans(), min_size=4, max_size=4), tail=st.one_of(st.none(), st.integers(0, 4)))
+    def acquire_transactional(self, member, back, shapes, max_records, lock, batch_optimized, from_end,
+                              stable_back, aborted, tail):
+        """A read with control batches after the data (``tail``), a last stable offset (``stable_back``
+        before the read's end) and some batches of aborted transactions (read_committed)."""
+        self._acquire(member, back, shapes, max_records, lock, batch_optimized, from_end, stable_back=stable_back,
+                      aborted_mask=aborted, tail=tail)
+
+    def _acquire(self, member, back, shapes, max_records, lock, batch_optimized, from_end, stable_back=None,
+                 aborted_mask=(), tail=None):
         fetch = self.sp.fetch_offset()
         assert fetch == self.model.fetch_offset()
         base = (self.sp.end_offset if from_end or fetch is None else fetch) - back
@@ -178,9 +214,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
             o += size
         before = {o: list(r) for o, r in self.model.recs.items()}
         deadline = self.now + lock
+        read_end = None if tail is None else batches[-1][1] + 1 + tail
+        stable = None if stable_back is None else batches[-1][1] + 1 - stable_back
+        aborted = [b for b, m in zip(batches, aborted_mask, strict=False) if m]
         got = self.sp.acquire(member, batches, max_records=max_records, lock_deadline=deadline,
-                              batch_optimized=batch_optimized)
-        expect = self.model.acquire(member, batches, max_records, deadline, batch_optimized)
+                              batch_optimized=batch_optimized, stable_offset=stable, aborted=aborted,
+                              read_end=read_end)
+        expect = self.model.acquire(member, batches, max_records, deadline, batch_optimized, stable, aborted,
+                                    read_end)
+        if stable is not None:
+            assert all(a.last_offset < stable for a in got)
+        assert not any(af <= a.last_offset and a.first_offset <= al for a in got for af, al in aborted)
         flat = [(o, a.delivery_count) for a in got for o in range(a.first_offset, a.last_offset + 1)]
         event("acquire: " + ("nothing" if not flat else "redelivery" if any(c > 1 for _, c in flat) else "new"))
         if fetch is None:
