@@ -17,6 +17,9 @@ offset) instead of storing it twice, and refuses one that would skip a sequence
 (OUT_OF_ORDER_SEQUENCE_NUMBER, retried once the batches before it are in), so
 nothing is duplicated or reordered.  Without it a retried batch may be stored
 twice (at least once, as Kafka's producer with idempotence off).
+
+``client.transactions.TransactionalProducer`` is this producer with a transactional id: its
+batches are marked transactional and carry the id in Produce.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class Producer:
         if idempotence and acks != -1:
             raise ValueError(f"an idempotent producer needs acks=-1 (all), not {acks!r}")
         self.idempotence = idempotence
+        #: set by ``TransactionalProducer``: sent in Produce, and its batches are marked transactional
+        self.transactional_id: str | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         #: (topic, partition) -> the base sequence of its next batch (idempotence)
@@ -110,7 +115,8 @@ class Producer:
         builder = self._builders.get(tp)
         if builder is None:
             pid, epoch = self.ensure_producer_id()
-            builder = self._builders[tp] = BatchBuilder(codec=self.codec, producer_id=pid, producer_epoch=epoch)
+            builder = self._builders[tp] = BatchBuilder(codec=self.codec, producer_id=pid, producer_epoch=epoch,
+                                                         is_transactional=self.transactional_id is not None)
         builder.append(value, key=key, headers=headers,
                        timestamp_ms=timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         self._counts[tp] += 1
@@ -202,7 +208,7 @@ class Producer:
         topics: dict[str, list] = defaultdict(list)
         for (topic, part), (records, _) in group.items():
             topics[topic].append({"index": part, "records": records})
-        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
+        body = {"transactional_id": self.transactional_id, "acks": self.acks, "timeout_ms": self.timeout_ms,
                 "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
         conn = self.cluster.connection(leader)
         if self.acks == 0:
