@@ -1,7 +1,12 @@
-"""read_committed in every reader of ours, on Apache Kafka 4.2 (one node) where a transactional
-confluent-kafka producer writes: committed transactions, aborted ones, a transaction of another
-producer interleaved with them, plain non-transactional records in between, and at the end one
-transaction left open with plain records after it.
+"""read_committed in every reader of ours, on Apache Kafka 4.2 (one node) where transactional
+producers write: committed transactions, aborted ones, a transaction of another producer
+interleaved with them, plain non-transactional records in between, and at the end one transaction
+left open with plain records after it.  Two writers write that same pattern, each to a topic of its
+own, and every assertion runs for both: confluent-kafka (librdkafka, Kafka's transaction protocol
+version 1: AddPartitionsToTxn, one producer epoch for every transaction) and Kafka's own Java
+``KafkaProducer`` 4.2 (``tests/peers/java/TxnProducer.java``; against a 4.2 cluster it takes
+transaction version 2, KIP-890: no AddPartitionsToTxn, and the epoch bumped at every commit or
+abort, so markers and aborted transactions carry a new epoch each time).
 
 With ``isolation.level=read_committed`` the thin consumer (Kafka 4's consumer group protocol), a
 coordkafka batch read and a coordkafka stream (``Trigger.AvailableNow``) return exactly the
@@ -12,8 +17,9 @@ never a transaction marker.  Spark's own Kafka source (``format("kafka")``, its 
 ``spark.jars``) reads the same topic in both isolation levels, batch and stream, and gives the
 same records (topic, partition, offset, key, value) as coordkafka.
 
-Spark runs in a process of its own (this file run as a script, ``SparkReads``): ``spark.jars`` can
-only be set when a JVM starts, and the test session's SparkSession may already be up without them.
+Spark runs in a process of its own (``spark_reads.SparkReads``, shared by both writers' topics):
+``spark.jars`` can only be set when a JVM starts, and the test session's SparkSession may already be
+up without them.
 
 On our brokers, which have the partition side of transactions but no transaction coordinator yet:
 without transactions read_committed reads every record (the last stable offset is the high
@@ -24,19 +30,20 @@ bad values are refused naming the option."""
 from __future__ import annotations
 
 import json
-import os
+import queue
 import subprocess
-import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from helpers import local_cluster, wait_until
+from spark_reads import SparkReads
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
-COLUMNS = "topic, partition, offset, CAST(key AS STRING) AS key, CAST(value AS STRING) AS value"
+#: Kafka's Java transactional producer writing Topic's pattern (run from source with Kafka's jars).
+JAVA_WRITER = Path(__file__).resolve().parents[1] / "peers" / "java" / "TxnProducer.java"
 
 
 # ---------------------------------------------------------------------------------------- options
@@ -74,99 +81,6 @@ def test_consumer_isolation_level_is_checked_and_defaults_to_read_uncommitted():
         Consumer("127.0.0.1:9", "g", topics=["t"], config={"isolation.level": "dirty"})
 
 
-# ------------------------------------------------------------------------------- the Spark process
-
-class SparkReads:
-    """A local[2] Spark driver in a process of its own, with Spark's Kafka connector on ``spark.jars``:
-    ``read(...)`` sends it one read (a JSON line), and returns its rows, sorted by partition and offset."""
-
-    def __init__(self, jars: list[str], workdir: Path) -> None:
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")]
-                                            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._log = open(workdir / "spark.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, __file__, ",".join(jars), str(workdir)], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
-        self.workdir = workdir
-        self._answer({"ready": True})
-
-    def _answer(self, request: dict) -> dict:
-        if "ready" not in request:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"the Spark process ended (status {self.proc.wait(30)}); see "
-                                 f"{self.workdir / 'spark.log'}: {self._tail()}")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise AssertionError(f"{request}: {answer['error']}")
-        return answer
-
-    def _tail(self) -> str:
-        self._log.flush()
-        return (self.workdir / "spark.log").read_text(errors="replace")[-3000:]
-
-    def read(self, source: str, topic: str, bootstrap: str, isolation: str, mode: str,
-             checkpoint: str | None = None) -> list[tuple]:
-        answer = self._answer({"source": source, "topic": topic, "bootstrap": bootstrap, "isolation": isolation,
-                               "mode": mode, "checkpoint": checkpoint})
-        return sorted(tuple(r) for r in answer["rows"])
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
-
-
-def _spark_main(jars: str, workdir: str) -> None:
-    """The Spark process: one JSON line of rows per read asked on stdin."""
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("read-committed-on-kafka")
-             .config("spark.jars", jars)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.python.daemon.module", "pyspark_coordkafka.daemon")
-             .config("spark.sql.warehouse.dir", os.path.join(workdir, "warehouse"))
-             .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + os.path.join(workdir, "derby"))
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        ask = json.loads(line)
-        try:
-            reader = spark.read if ask["mode"] == "batch" else spark.readStream
-            reader = (reader.format(ask["source"]).option("kafka.bootstrap.servers", ask["bootstrap"])
-                      .option("subscribe", ask["topic"]).option("startingOffsets", "earliest")
-                      .option("kafka.isolation.level", ask["isolation"]))
-            if ask["mode"] == "batch":
-                rows = reader.option("endingOffsets", "latest").load().selectExpr(*COLUMNS.split(", ")).collect()
-            else:
-                rows = []
-                query = (reader.load().selectExpr(*COLUMNS.split(", ")).writeStream
-                         .foreachBatch(lambda df, _id, into=rows: into.extend(df.collect()))
-                         .option("checkpointLocation", ask["checkpoint"]).trigger(availableNow=True).start())
-                if not query.awaitTermination(120):
-                    query.stop()
-                    raise TimeoutError("the AvailableNow query did not end within 120 s")
-                if query.exception() is not None:
-                    raise RuntimeError(str(query.exception()))
-            out.write(json.dumps({"rows": [list(r) for r in rows]}) + "\n")
-        except Exception as e:  # noqa: BLE001 -- handed to the test, which fails with it
-            out.write(json.dumps({"error": f"{type(e).__name__}: {e}"[:4000]}) + "\n")
-        out.flush()
-    spark.stop()
-
-
 # ------------------------------------------------------------------------------ writing the topic
 
 class Log:
@@ -182,6 +96,12 @@ class Log:
         key, value = f"k{self.n}", f"{kind}-{self.n}"
         self.rows[partition].append((key, value, kind))
         return key, value
+
+    def add(self, partition: int, offset: int, key: str, value: str, kind: str) -> None:
+        """A record another process wrote (the Java writer), numbered as ``record`` numbers them."""
+        self.n += 1
+        assert (key, value) == (f"k{self.n}", f"{kind}-{self.n}"), (partition, offset, key, value, self.n)
+        self.rows[partition].append((key, value, kind))
 
 
 #: How long the transaction left open may stay open before Kafka's coordinator aborts it: the test
@@ -227,17 +147,35 @@ def _settled(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 class Topic:
-    """The topic and what was written to it, with the transaction left open."""
+    """The topic and what ``writer`` wrote to it (``confluent-kafka``, or ``java``: Kafka's Java
+    producer, ``JavaWriter``), with the transaction left open."""
 
-    def __init__(self, bootstrap: str) -> None:
-        from confluent_kafka import Producer
+    def __init__(self, bootstrap: str, writer: str = "confluent-kafka", jars: Path | None = None,
+                 workdir: Path | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         self.bootstrap = bootstrap
-        self.name = f"txn-{uuid.uuid4().hex[:8]}"
+        self.writer = writer
+        self.name = f"txn-{writer.split('-')[0]}-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(self.name, PARTITIONS, 1)])[self.name].result(30)
         self.log = Log()
+        self.committed_open = False
+        if writer == "java":
+            assert jars is not None and workdir is not None
+            self._java: JavaWriter | None = JavaWriter(bootstrap, self.name, jars, workdir)
+            self._java.until("written", self.log)
+            self.stable = _settled(bootstrap, self.name)
+            self._java.tell("open")
+            self._java.until("open", self.log)
+        else:
+            self._java = None
+            self._write_with_confluent_kafka()
+
+    def _write_with_confluent_kafka(self) -> None:
+        from confluent_kafka import Producer
+
+        bootstrap = self.bootstrap
         plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         a, b = _transactional(bootstrap, "a"), _transactional(bootstrap, "b")
         _send(plain, self.name, self.log, "plain")
@@ -265,12 +203,25 @@ class Topic:
         self.open.begin_transaction()
         _send(self.open, self.name, self.log, "open")
         _send(plain, self.name, self.log, "plain")
-        self.committed_open = False
 
     def commit_open(self) -> None:
-        self.open.commit_transaction(60)
+        if self._java is not None:
+            self._java.tell("commit")
+            self._java.until("committed", self.log)
+        else:
+            self.open.commit_transaction(60)
         self.committed_open = True
         _settled(self.bootstrap, self.name)
+
+    def close(self) -> None:
+        """Abort the transaction left open unless it was committed; the Java writer ends either way."""
+        if self._java is not None:
+            if not self.committed_open:
+                self._java.tell("abort")
+                self._java.until("aborted", self.log)
+            self._java.close()
+        elif not self.committed_open:
+            self.open.abort_transaction(60)
 
     def expected(self, committed: bool, phase: int) -> list[tuple]:
         """(partition, key, value) of what a reader should return, in the order the producers wrote
@@ -286,6 +237,67 @@ class Topic:
 
     def _first_open(self, partition: int) -> int:
         return next(i for i, (_, _, kind) in enumerate(self.log.rows[partition]) if kind == "open")
+
+
+class JavaWriter:
+    """Kafka's Java transactional producer (``tests/peers/java/TxnProducer.java``) writing Topic's
+    pattern in a process of its own: its JSON lines go through a thread into a queue; ``tell``
+    gives it the word to open the last transaction and to commit or abort it."""
+
+    def __init__(self, bootstrap: str, topic: str, jars: Path, workdir: Path) -> None:
+        from peers.apache_kafka import JVM_FLAGS, TOOL_HEAP, TOOLS_LOG4J, java_binary
+
+        self.stderr = workdir / f"{topic}-java.stderr"
+        self._err = open(self.stderr, "wb")
+        command = [java_binary(), *TOOL_HEAP, *JVM_FLAGS, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
+                   "-cp", f"{jars}/*", str(JAVA_WRITER), bootstrap, topic, str(PARTITIONS)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                     text=True)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, name=f"java-writer-{topic}", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def tell(self, word: str) -> None:
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+
+    def until(self, event: str, log: Log, timeout: float = 120.0) -> None:
+        """Put the records it reports into ``log`` until it says ``event``; AssertionError with its
+        stderr if it ends or the deadline passes first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the Java producer did not say {event!r} within {timeout} s: "
+                                     f"{self._tail()}") from None
+            if line is None:
+                raise AssertionError(f"the Java producer ended ({self.proc.wait(10)}) before {event!r}: "
+                                     f"{self._tail()}")
+            if not line.startswith("{"):
+                continue
+            said = json.loads(line)
+            if said["event"] == "record":
+                log.add(said["partition"], said["offset"], said["key"], said["value"], said["kind"])
+            elif said["event"] == event:
+                return
+
+    def _tail(self) -> str:
+        self._err.flush()
+        return self.stderr.read_text(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._err.close()
 
 
 def _without_offsets(rows: list[tuple], topic: str) -> list[tuple]:
@@ -345,13 +357,14 @@ class ThinReader(threading.Thread):
 
 # ------------------------------------------------------------------------------------------- tests
 
-@pytest.fixture(scope="module")
-def topic(apache_kafka, spark_reads):
-    """Written once Spark is up, so the open transaction is open for the reads only."""
-    t = Topic(apache_kafka.bootstrap)
+@pytest.fixture(scope="module", params=["confluent-kafka", "java"])
+def topic(request, apache_kafka, spark_reads, tmp_path_factory):
+    """The pattern written by each writer in turn, to a topic of its own, on the module's Kafka node
+    and read by the module's Spark process; written once Spark is up, so the open transaction is
+    open for the reads only."""
+    t = Topic(apache_kafka.bootstrap, request.param, apache_kafka.jars, tmp_path_factory.mktemp("writer"))
     yield t
-    if not t.committed_open:
-        t.open.abort_transaction(60)
+    t.close()
 
 
 @pytest.fixture(scope="module")
@@ -572,6 +585,3 @@ def test_read_committed_on_our_brokers_with_transactions_written_by_hand(zookeep
         assert spark_read("read_committed") == (12, committed_values + ["o0", "p3"])
         assert AdminClient(cc).list_offsets(topic, [0], -1, READ_UNCOMMITTED) == {0: 12}
 
-
-if __name__ == "__main__":
-    _spark_main(sys.argv[1], sys.argv[2])
