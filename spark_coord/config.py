@@ -460,6 +460,14 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "restore on failover; 50 rather than 16 because groups named alike (orders-1, orders-2...) hash\n"
         "close together, and more shards spread them more evenly over the coordinators.",
         minimum=1),
+    Key("transaction.max.timeout.ms", "int", 900000,
+        "The longest transaction.timeout.ms a transactional producer may ask for (KIP-98): InitProducerId\n"
+        "with a longer one is refused INVALID_TRANSACTION_TIMEOUT. Kafka's default (15 minutes). The\n"
+        "transaction coordinator is the holder of the transactional id's coordinator shard (see\n"
+        "coordinator.shards).", minimum=1),
+    Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+        "How often a transaction coordinator looks for transactions open past their timeout and aborts\n"
+        "them with the producer's epoch bumped (its next request is fenced). Kafka's default.", minimum=1),
     Key("coordinator.rebalance.threads", "int", 3,
         "Rebalance workers; a group is only ever rebalanced by one worker at a time.", minimum=1),
     Key("coordinator.min.session.timeout.ms", "int", 1000,

@@ -42,6 +42,7 @@ import asyncio
 import functools
 import json
 import logging
+import threading
 import time
 from typing import Any, Awaitable, Callable
 
@@ -65,6 +66,8 @@ from spark_coord.coordinator.doors.share_group import ShareGroups
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.storage.store import StoreError
 from spark_coord.coordinator.storage.zk_store import ZkGroupStore, read_committed_offsets
+from spark_coord.coordinator.txn.coordinator import NO_PARTITION, TxnCoordinator, TxnSettings
+from spark_coord.coordinator.txn.store import TxnStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import ResourceType
 from spark_coord.wire import coordinator as api
@@ -139,6 +142,27 @@ class ShardRole:
         self.offsets = GroupOffsets(self.coordinator, self.classic, self.consumer)
         self.admin = GroupAdmin(self.coordinator, self.classic.initial)
         self.share = ShareGroups(self.coordinator, service.share_timeouts)
+        #: The transaction coordinator of the transactional ids that hash to this shard (None in a
+        #: process without producer ids to hand out: a standalone coordinator).
+        self.txn: TxnCoordinator | None = None
+        if service.txn_settings is not None:
+            self.txn = TxnCoordinator(
+                TxnStore(broker.zk, self.elector.current_check, lambda t: shard_of(t, count) == shard),
+                broker.ctx.producers.ids.next_id, service.leader_of, service.send_markers,
+                self._coordinator_epoch, service.txn_settings, label=f"transactions of shard {shard}")
+
+    def _coordinator_epoch(self) -> int:
+        """The epoch the markers of this shard carry: the data version of the shard's fencing node as this
+        election left it (every election of the shard bumps it, and it fits Kafka's int32, where the
+        election node's czxid does not)."""
+        check = self.elector.current_check()
+        return check.consumers_version if check is not None else -1
+
+    def txn_not_serving(self) -> ErrorCode | None:
+        """Why this shard's transactional ids are not served here now (None: they are)."""
+        if self.txn is not None and self.txn.active and self.coordinator.active:
+            return None
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.elected else ErrorCode.NOT_COORDINATOR
 
     @property
     def elected(self) -> bool:
@@ -166,6 +190,8 @@ class ShardRole:
         delay = ACTIVATE_RETRY_S[0]
         while True:
             try:
+                if self.txn is not None:  # first: a shard serving its groups serves its transactional ids
+                    await self.txn.activate()
                 await self.coordinator.activate(epoch)
                 break
             except StoreError as e:
@@ -190,6 +216,8 @@ class ShardRole:
         await self._resigned()
 
     async def _resigned(self) -> None:
+        if self.txn is not None:
+            await self.txn.deactivate()
         await self.coordinator.deactivate()
         self.classic.reset()
         self.consumer.reset()
@@ -242,6 +270,19 @@ class CoordinationService:
         self._member_channels: dict[int, BrokerMemberChannel] = {}
         self._answers: set[asyncio.Task] = set()
         self._tasks: set[asyncio.Task] = set()
+        #: The transaction coordinators' settings; None where there is no producer id block to hand ids
+        #: from (a standalone coordinator: transactional ids are refused there).
+        self.txn_settings: TxnSettings | None = None
+        ctx = getattr(broker, "ctx", None)
+        if getattr(ctx, "producers", None) is not None:
+            self.txn_settings = TxnSettings(
+                max_timeout_ms=broker.config.get("transaction.max.timeout.ms", 900000),
+                abort_interval_s=broker.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                                                   10000) / 1000)
+            ctx.transactions = self  # InitProducerId with a transactional id is answered through for_transaction
+        #: Connections to other brokers for markers: broker id -> connection (made on a worker thread).
+        self._marker_conns: dict[int, Any] = {}
+        self._marker_lock = threading.Lock()
 
     # ------------------------------------------------------------------ compatibility views
     def share_timeouts(self, group_id: str) -> tuple[int, int] | None:
@@ -382,6 +423,10 @@ class CoordinationService:
         for task in list(self._answers) + list(self._tasks):
             task.cancel()
         self._watches.clear()
+        with self._marker_lock:
+            for conn in self._marker_conns.values():
+                conn.close()
+            self._marker_conns.clear()
 
     # ------------------------------------------------------------------ ZooKeeper views (loop thread)
     def _on_legacy_node(self, data: bytes | None, stat: Any) -> None:
@@ -571,6 +616,53 @@ class CoordinationService:
             return None, ErrorCode.NOT_COORDINATOR
         code = role.not_serving()
         return (role, None) if code is None else (None, code)
+
+    def for_transaction(self, transactional_id: str) -> tuple[TxnCoordinator | None, ErrorCode | None]:
+        """The transaction coordinator serving ``transactional_id`` here (the holder of the shard it hashes
+        to, as a group id), or why none does (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
+        s = self.shard_of(transactional_id)
+        role = self.shards.get(s) if s is not None else None
+        if role is None or role.txn is None:
+            return None, ErrorCode.NOT_COORDINATOR
+        code = role.txn_not_serving()
+        return (role.txn, None) if code is None else (None, code)
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        """A partition's leader for its markers (``NO_PARTITION`` when the partition does not exist)."""
+        leader = self.broker.view.leader(topic, partition)
+        return NO_PARTITION if leader is None else leader
+
+    async def send_markers(self, leader: int, markers: list[dict]) -> dict[tuple[str, int], int]:
+        """WriteTxnMarkers to ``leader`` over the wire (this broker's own partitions too, so there is
+        one path), on its inter-broker listener; the error code per partition.  Raises
+        ConnectionError/OSError when the leader is out of reach (the caller tries again)."""
+        from spark_coord.client.connection import BrokerConnection
+        from spark_coord.wire.registry import ApiKey
+
+        listener = self.broker.security.listener_config.inter_broker
+        info = self.broker.view.brokers.get(leader)
+        ep = info.endpoint_for(listener) if info is not None else None
+        if ep is None:
+            raise ConnectionError(f"broker {leader} has no endpoint on {listener}")
+
+        def call() -> dict:
+            with self._marker_lock:
+                conn = self._marker_conns.get(leader)
+                if conn is None or (conn.host, conn.port) != (ep.host, ep.port) or not conn.usable():
+                    if conn is not None:
+                        conn.close()
+                    conn = self._marker_conns[leader] = BrokerConnection(
+                        ep.host, ep.port, client_id=f"spark-coord-txn-{self.broker.broker_id}", timeout=10.0)
+            try:
+                return conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": markers})
+            except BaseException:
+                conn.close()
+                self._marker_conns.pop(leader, None)
+                raise
+
+        answer = await asyncio.get_running_loop().run_in_executor(None, call)
+        return {(t.get("name"), p.get("partition_index")): p.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                for m in answer.get("markers") or [] for t in m.get("topics") or [] for p in t.get("partitions") or []}
 
     def holder_of(self, group_id: Any) -> tuple[int, int]:
         """(coordinator id, epoch) holding ``group_id``'s shard (None: shard 0's), (-1, -1) if none."""

@@ -247,13 +247,18 @@ def test_idempotent_batch_without_epoch_or_with_company_is_refused(broker):
 
 
 @pytest.mark.parametrize("version", range(0, 5))
-def test_init_producer_id_every_version_and_transactions_refused(broker, version):
+def test_init_producer_id_every_version_and_a_transactional_id(broker, version):
     s = connect(broker.address)
     a, b = _init_pid(s, version), _init_pid(s, version)
     assert a["error_code"] == b["error_code"] == 0
     assert b["producer_id"] == a["producer_id"] + 1 and a["producer_epoch"] == 0
-    txn = _init_pid(s, version, transactional_id="my-txn")
-    assert txn["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and txn["producer_id"] == -1
+    # a transactional id gets its producer id from the transaction coordinator (this broker holds every
+    # shard): a new one at epoch 0, the same one at the next epoch when asked again
+    tid = f"my-txn-{version}"
+    first, again = _init_pid(s, version, transactional_id=tid), _init_pid(s, version, transactional_id=tid)
+    assert first["error_code"] == again["error_code"] == ErrorCode.NONE
+    assert first["producer_id"] > b["producer_id"] and first["producer_epoch"] == 0
+    assert (again["producer_id"], again["producer_epoch"]) == (first["producer_id"], 1)
 
 
 def test_a_restarted_broker_claims_a_fresh_block(broker_factory, zk):

@@ -16,7 +16,10 @@ and Kafka 4's consumer group protocol, ConsumerGroupHeartbeat and ConsumerGroupD
 through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHeartbeat and
 ShareGroupDescribe, through ``share_group.ShareGroups``, and their offsets' admin APIs,
 DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, through
-``share_admin`` (the share-partition state the leaders keep in ZooKeeper).
+``share_admin`` (the share-partition state the leaders keep in ZooKeeper).  The transaction
+coordinator's APIs (KIP-98, KIP-664), AddPartitionsToTxn, EndTxn, DescribeTransactions and
+ListTransactions, through the shard's ``txn.coordinator.TxnCoordinator`` (FindCoordinator with key
+type 1 names it; InitProducerId, a broker handler, reaches it through the same door).
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -32,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def group_apis() -> "list[GroupApi]":
     """Every API of the front door."""
     from spark_coord.coordinator.handlers import (
+        add_partitions_to_txn,
         alter_share_group_offsets,
         cluster_metadata,
         commit_offsets,
@@ -42,11 +46,14 @@ def group_apis() -> "list[GroupApi]":
         describe_groups,
         describe_members,
         describe_share_group_offsets,
+        describe_transactions,
+        end_txn,
         find_coordinator,
         heartbeat,
         join_group,
         leave_group,
         list_groups,
+        list_transactions,
         offset_commit,
         offset_delete,
         offset_fetch,
@@ -61,4 +68,5 @@ def group_apis() -> "list[GroupApi]":
             offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
             consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
             share_group_describe.API, describe_share_group_offsets.API, alter_share_group_offsets.API,
-            delete_share_group_offsets.API, offset_delete.API]
+            delete_share_group_offsets.API, offset_delete.API, add_partitions_to_txn.API, end_txn.API,
+            describe_transactions.API, list_transactions.API]

@@ -3,27 +3,30 @@
 Every broker answers each key with the coordinator holding the key's shard (the
 group's ``__consumer_offsets`` partition in Kafka), at its endpoint of the listener
 the request came in on (COORDINATOR_NOT_AVAILABLE while nobody holds the shard);
-v4+ answer each key of a batch.  Only group keys exist here; a group the principal
-may not Describe is refused.
+v4+ answer each key of a batch.  A group the principal may not Describe is refused
+(GROUP_AUTHORIZATION_FAILED).
 
-Transactions are not supported: a transaction key is answered at once with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and a message saying so.  That code is
-fatal in librdkafka and kafka-python, so ``init_transactions()`` fails within a
-round trip; COORDINATOR_NOT_AVAILABLE (retriable) made clients retry until their
-timeout.  InitProducerId refuses a transactional id the same way.
+A transactional id (key type 1) is answered the same way: its transaction coordinator
+is the holder of the shard the id hashes to, as a group id would (DESIGN, "Transactions
+(KIP-98)"); an id the principal may not Describe is TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+A process that hands out no producer ids (a standalone coordinator) runs no transaction
+coordinator: it answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and a message saying
+so, fatal in librdkafka and kafka-python, so ``init_transactions()`` fails within a round
+trip instead of retrying until its timeout.
 """
 
 from __future__ import annotations
 
 from spark_coord.coordinator.handlers import authz
 from spark_coord.coordinator.handlers.base import GroupApi
+from spark_coord.coordinator.handlers.txn_common import txn_refused
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import AclOperation
 from spark_coord.wire.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from spark_coord.wire.registry import ApiKey
 
 #: What a transactional client is told (FindCoordinator's error_message, v1+).
-TRANSACTIONS_REFUSED = "transactions are not supported by this broker (spark-coord): use an idempotent producer"
+TRANSACTIONS_REFUSED = "this coordinator runs no transaction coordinator (spark-coord): use a broker"
 
 
 def _refusal(key: str, code: int, message: str | None) -> dict:
@@ -35,16 +38,18 @@ async def handle(door, ctx, conn, header, body) -> dict:
     key_type = body.get("key_type", KEY_TYPE_GROUP)
     results = []
     for key in keys or []:
-        if key_type == KEY_TYPE_TRANSACTION:
+        if key_type == KEY_TYPE_TRANSACTION and getattr(door, "txn_settings", None) is None:
             results.append(_refusal(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED))
-        elif key_type != KEY_TYPE_GROUP:
+        elif key_type == KEY_TYPE_TRANSACTION and txn_refused(ctx, conn, AclOperation.DESCRIBE, key):
+            results.append(_refusal(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None))
+        elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                     "only group coordinators exist here"))
-        elif authz.group_refused(ctx, conn, AclOperation.DESCRIBE, key):
+        elif key_type == KEY_TYPE_GROUP and authz.group_refused(ctx, conn, AclOperation.DESCRIBE, key):
             results.append(_refusal(key, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
         elif (found := door.coordinator_endpoint(conn, key)) is None:
             results.append(_refusal(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                    "no coordinator holds the group's shard right now"))
+                                    "no coordinator holds the key's shard right now"))
         else:
             node, host, port = found
             results.append({"key": key, "node_id": node, "host": host, "port": port,

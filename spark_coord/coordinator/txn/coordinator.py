@@ -84,7 +84,9 @@ class TxnCoordinator:
     # ------------------------------------------------------------------ life cycle
     async def activate(self) -> None:
         """Load the shard's ids (raises StoreError when ZooKeeper fails), serve them, and complete the
-        transactions found preparing."""
+        transactions found preparing (again after a failed load: what a first one started is dropped)."""
+        if self.active or self._tasks:
+            await self.deactivate()
         self._term += 1
         term = self._term
         loaded = await self.store.load()
@@ -158,8 +160,7 @@ class TxnCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         found = self.txns.get(tid)
         if found is None:
-            if expected is not None and expected[0] >= 0:
-                return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+            # a new id: a producer id the request names (KIP-360) is not checked, Kafka starts it afresh too
             self.pending.add(tid)
             try:
                 pid = await self.allocate_producer_id()

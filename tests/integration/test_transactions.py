@@ -1,0 +1,348 @@
+"""The transaction coordinator (KIP-98) on three real broker processes, driven by real Kafka clients.
+
+confluent-kafka's transactional Producer commits and aborts transactions over partitions led by all
+three brokers (so most markers cross the wire from the coordinator to another leader); confluent-kafka's
+read_committed Consumer and our thin consumer read exactly the committed records, in order, and
+read_uncommitted every data record.  A second producer with the same transactional id fences the first
+(its open transaction aborted, its commit fatal).  A transaction left open past its
+``transaction.timeout.ms`` is aborted by the coordinator, and the last stable offset moves on.  The
+broker holding the id's shard is SIGKILLed mid-transaction: the next holder completes it, and its
+records are read once.  Bad requests, sent raw, get Kafka's codes, and the brokers keep serving.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from helpers import local_cluster, wait_until
+
+from spark_coord.client.connection import BrokerConnection
+from spark_coord.client.metadata import ClusterClient
+from spark_coord.errors import ErrorCode
+from spark_coord.wire.registry import ApiKey
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+ZK_SESSION_MS = 4000
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("transactions"), 3, "transactions", {
+            "zookeeper.session.timeout.ms": ZK_SESSION_MS,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+            "transaction.max.timeout.ms": 120000}) as c:
+        yield c
+
+
+def _conn(cluster, broker_id: int) -> BrokerConnection:
+    return BrokerConnection(*cluster.brokers[broker_id], timeout=10)
+
+
+def _topic(cluster) -> str:
+    """A new topic with partition i led by broker i (every broker knows it before it is used)."""
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    with ClusterClient(cluster.bootstrap) as c:
+        r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
+            {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
+             "assignments": [{"partition_index": i, "broker_ids": [b]}
+                             for i, b in enumerate(sorted(cluster.brokers))]}]})
+        assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
+    for broker_id in cluster.brokers:
+        with _conn(cluster, broker_id) as conn:
+            wait_until(lambda: all(t["error_code"] == ErrorCode.NONE and len(t["partitions"]) == PARTITIONS
+                                   for t in conn.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
+                       timeout=15, message=f"broker {broker_id} knows {name}")
+    return name
+
+
+def _holder(cluster, tid: str) -> int:
+    """The broker FindCoordinator names for ``tid``, once it serves the id (waits while its shard is
+    being elected or loaded)."""
+    def ask():
+        for broker_id in cluster.brokers:
+            if cluster.procs[broker_id].poll() is not None:
+                continue
+            with _conn(cluster, broker_id) as conn:
+                r = conn.request(ApiKey.FIND_COORDINATOR, {"key": tid, "key_type": 1}, version=3)
+            if r["error_code"] != ErrorCode.NONE or cluster.procs[r["node_id"]].poll() is not None:
+                return None
+            with _conn(cluster, r["node_id"]) as conn:
+                (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})[
+                    "transaction_states"]
+            serving = state["error_code"] in (ErrorCode.NONE, TRANSACTIONAL_ID_NOT_FOUND)
+            return (r["node_id"],) if serving else None  # a tuple: broker 0 is falsy
+        return None
+    return wait_until(ask, timeout=30, message=f"a coordinator for {tid}")[0]
+
+
+def _producer(cluster, tid: str, **extra) -> Producer:
+    return Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "linger.ms": 5, **extra})
+
+
+def _produce(p: Producer, topic: str, values: list[bytes]) -> None:
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=v, partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+
+
+def _read_all(cluster, topic: str, isolation: str) -> dict[int, list[bytes]]:
+    """Every record confluent-kafka reads with ``isolation``, by partition, up to each partition's end
+    (its position past the high watermark's last marker for read_committed: the LSO reached it)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
+        c.assign(tps)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+        seen: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+
+        def done() -> bool:
+            msg = c.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                seen[msg.partition()].append(msg.value())
+            positions = c.position([TopicPartition(topic, p) for p in range(PARTITIONS)])
+            return all(tp.offset >= ends[tp.partition] for tp in positions)
+
+        wait_until(done, timeout=30, interval=0, message=lambda: f"{isolation} read of {topic} to {ends}: {seen}")
+        return seen
+    finally:
+        c.close()
+
+
+def _thin_read(cluster, topic: str, count: int) -> list[bytes]:
+    from spark_coord.consumer.consumer import Consumer as ThinConsumer
+
+    consumer = ThinConsumer(cluster.bootstrap, f"thin-{uuid.uuid4().hex[:6]}", topics=[topic],
+                            auto_offset_reset="smallest", isolation_level="read_committed")
+    try:
+        seen: list = []
+        wait_until(lambda: seen.extend(consumer.messages(timeout=0.2)) or len(seen) >= count, 60,
+                   message=lambda: f"{len(seen)} of {count} records")
+        return [r.value for r in seen]
+    finally:
+        consumer.close()
+
+
+def _by_partition(values: list[bytes]) -> dict[int, list[bytes]]:
+    return {p: values[p::PARTITIONS] for p in range(PARTITIONS)}
+
+
+def _describe(cluster, tid: str) -> dict:
+    with _conn(cluster, _holder(cluster, tid)) as conn:
+        (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})["transaction_states"]
+        return state
+
+
+def _lso_is_log_end(cluster, topic: str) -> bool:
+    """ListOffsets read_committed answers the log end of every partition (no transaction open)."""
+    for p in range(PARTITIONS):
+        with _conn(cluster, sorted(cluster.brokers)[p]) as conn:
+            ends = []
+            for isolation in (0, 1):
+                r = conn.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "isolation_level": isolation, "topics": [
+                    {"name": topic, "partitions": [{"partition_index": p, "timestamp": -1}]}]}, version=5)
+                ends.append(r["topics"][0]["partitions"][0]["offset"])
+            if ends[0] != ends[1]:
+                return False
+    return True
+
+
+def test_commits_and_aborts_are_read_exactly_by_read_committed(cluster):
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    p = _producer(cluster, tid)
+    p.init_transactions(30)
+    first = [b"c1-%d" % i for i in range(9)]
+    aborted = [b"a-%d" % i for i in range(9)]
+    second = [b"c2-%d" % i for i in range(9)]
+    p.begin_transaction()
+    _produce(p, topic, first)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    _produce(p, topic, aborted)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    _produce(p, topic, second)
+    p.commit_transaction(30)
+
+    state = wait_until(lambda: (s := _describe(cluster, tid))["transaction_state"] == "CompleteCommit" and s,
+                       timeout=15, message="the last commit completed")
+    assert state["error_code"] == ErrorCode.NONE and state["topics"] == [] and state["producer_epoch"] == 0
+    committed = {q: _by_partition(first)[q] + _by_partition(second)[q] for q in range(PARTITIONS)}
+    assert _read_all(cluster, topic, READ_COMMITTED) == committed
+    everything = {q: _by_partition(first)[q] + _by_partition(aborted)[q] + _by_partition(second)[q]
+                  for q in range(PARTITIONS)}
+    assert _read_all(cluster, topic, READ_UNCOMMITTED) == everything
+    thin = _thin_read(cluster, topic, len(first) + len(second))
+    assert sorted(thin) == sorted(first + second)
+    for q in range(PARTITIONS):  # in order within each partition
+        assert [v for v in thin if v in committed[q]] == committed[q]
+    # every broker lists the id it holds (ListTransactions), and only there
+    listed = {}
+    for broker_id in cluster.brokers:
+        with _conn(cluster, broker_id) as conn:
+            r = conn.request(ApiKey.LIST_TRANSACTIONS, {"state_filters": ["CompleteCommit", "Bogus"],
+                                                        "producer_id_filters": []}, version=1)
+            assert r["error_code"] == ErrorCode.NONE and r["unknown_state_filters"] == ["Bogus"]
+            listed.update({s["transactional_id"]: broker_id for s in r["transaction_states"]})
+    assert listed.get(tid) == _holder(cluster, tid)
+
+
+def test_a_second_producer_fences_the_first(cluster):
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    zombie = _producer(cluster, tid)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    _produce(zombie, topic, [b"zombie-%d" % i for i in range(6)])
+    assert _describe(cluster, tid)["transaction_state"] == "Ongoing"
+
+    fresh = _producer(cluster, tid)
+    fresh.init_transactions(30)  # aborts the zombie's open transaction first (CONCURRENT_TRANSACTIONS, retried)
+    fresh.begin_transaction()
+    _produce(fresh, topic, [b"fresh-%d" % i for i in range(6)])
+    fresh.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as e:
+        zombie.commit_transaction(10)
+    error = e.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, KafkaError._FENCED), error
+    state = _describe(cluster, tid)
+    assert state["producer_epoch"] == 2  # 0 for the zombie, 1 its abort, 2 the fresh producer
+    assert sorted(v for vs in _read_all(cluster, topic, READ_COMMITTED).values() for v in vs) == \
+        sorted(b"fresh-%d" % i for i in range(6))
+
+
+def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(cluster):
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    p = _producer(cluster, tid, **{"transaction.timeout.ms": 3000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    _produce(p, topic, [b"late-%d" % i for i in range(6)])
+    assert not _lso_is_log_end(cluster, topic)  # open: the LSO holds back
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteAbort", timeout=20,
+               message="the coordinator aborted the timed-out transaction")
+    assert _describe(cluster, tid)["producer_epoch"] == 1  # bumped: the producer is fenced
+    wait_until(lambda: _lso_is_log_end(cluster, topic), timeout=10, message="the LSO at the log end")
+    assert _read_all(cluster, topic, READ_COMMITTED) == {q: [] for q in range(PARTITIONS)}
+    with pytest.raises(KafkaException):
+        p.commit_transaction(10)
+
+
+def _init(conn, tid: str, timeout_ms: int = 60000, version: int = 4) -> dict:
+    return conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": tid, "transaction_timeout_ms": timeout_ms},
+                        version=version)
+
+
+def _end(conn, tid: str, pid: int, epoch: int, commit: bool = True, version: int = 3) -> int:
+    return conn.request(ApiKey.END_TXN, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                         "committed": commit}, version=version)["error_code"]
+
+
+def _add(conn, tid: str, pid: int, epoch: int, topic: str, version: int = 3) -> list[int]:
+    r = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, {
+        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0, 1]}]}, version=version)
+    return [p["partition_error_code"] for t in r["results_by_topic_v3_and_below"] for p in t["results_by_partition"]]
+
+
+def test_bad_requests_get_kafkas_codes_and_the_brokers_keep_serving(cluster):
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    other = next(b for b in cluster.brokers if b != holder)
+    with _conn(cluster, holder) as conn, _conn(cluster, other) as elsewhere:
+        assert _init(elsewhere, tid)["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert _init(conn, tid, timeout_ms=120001)["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        assert _init(conn, "")["error_code"] == ErrorCode.INVALID_REQUEST
+        r = _init(conn, tid)
+        assert r["error_code"] == ErrorCode.NONE
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+        assert _end(conn, tid, pid, epoch) == ErrorCode.INVALID_TXN_STATE  # no AddPartitionsToTxn
+        assert _end(conn, tid, pid + 1000, epoch) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert _end(conn, f"{tid}-unknown", pid, epoch) in (ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                                            ErrorCode.NOT_COORDINATOR)
+        assert _add(conn, tid, pid, epoch, "no-such-topic") == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+        assert _add(conn, tid, pid, epoch, topic) == [ErrorCode.NONE] * 2
+        assert _end(elsewhere, tid, pid, epoch) == ErrorCode.NOT_COORDINATOR
+        r2 = _init(conn, tid)  # a new producer: the open transaction is aborted first
+        assert r2["error_code"] == ErrorCode.CONCURRENT_TRANSACTIONS
+        r2 = wait_until(lambda: (r := _init(conn, tid))["error_code"] == ErrorCode.NONE and r, timeout=10,
+                        message="InitProducerId once the abort completed")
+        assert (r2["producer_id"], r2["producer_epoch"]) == (pid, epoch + 2)
+        assert _end(conn, tid, pid, epoch) == ErrorCode.PRODUCER_FENCED  # the stale epoch
+        assert _end(conn, tid, pid, epoch, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH  # an older client
+        assert _add(conn, tid, pid, epoch, topic, version=1) == [ErrorCode.INVALID_PRODUCER_EPOCH] * 2
+        # KIP-360: resuming another producer's epoch is fenced
+        r3 = conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": tid, "transaction_timeout_ms": 60000,
+                                                    "producer_id": pid, "producer_epoch": epoch}, version=4)
+        assert r3["error_code"] == ErrorCode.PRODUCER_FENCED
+        # still serving: the current producer's transaction, an idempotent producer, a group key
+        assert _add(conn, tid, pid, epoch + 2, topic) == [ErrorCode.NONE] * 2
+        assert _end(conn, tid, pid, epoch + 2, commit=False) == ErrorCode.NONE
+        assert _init(elsewhere, None)["error_code"] == ErrorCode.NONE
+        assert conn.request(ApiKey.FIND_COORDINATOR, {"key": "g", "key_type": 0}, version=3)["error_code"] == 0
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteAbort", timeout=10,
+               message="the abort completed")
+
+
+def test_the_next_holder_completes_a_transaction_whose_coordinator_was_killed(cluster):
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    p = _producer(cluster, tid)
+    p.init_transactions(30)
+    p.begin_transaction()
+    values = [b"k-%d" % i for i in range(9)]
+    _produce(p, topic, values)
+    cluster.kill_broker(holder)
+    started = time.monotonic()
+    try:
+        # once the killed broker's ZooKeeper session expires another broker wins the id's shard and
+        # loads the transaction Ongoing; the client's EndTxn reaches it and is answered once
+        # PrepareCommit is written, but the marker of the killed broker's partition waits for it
+        new_holder = wait_until(lambda: (h := _holder(cluster, tid)) != holder and (h,), timeout=30,
+                                message="another broker holds the id's shard")[0]
+        p.commit_transaction(60)
+        moved_s = time.monotonic() - started
+        state = _describe(cluster, tid)
+        assert state["transaction_state"] == "PrepareCommit", state
+        assert state["topics"] == [{"topic": topic, "partitions": list(range(PARTITIONS))}], state
+    finally:
+        cluster.start_broker(holder)
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteCommit", timeout=30,
+               message="the commit completed by the next holder")
+    assert _read_all(cluster, topic, READ_COMMITTED) == _by_partition(values)  # each record once
+    assert _read_all(cluster, topic, READ_UNCOMMITTED) == _by_partition(values)
+    print(f"coordinator {holder} killed; {new_holder} committed {moved_s:.1f} s later")
+
+
+def test_kafka_python_transactional_producer(cluster):
+    from kafka import KafkaProducer
+
+    topic = _topic(cluster)
+    tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, max_block_ms=30000)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(6):
+            p.send(topic, value=b"kp-%d" % i, key=b"kp-%d" % i, partition=i % PARTITIONS)
+        p.commit_transaction()
+        p.begin_transaction()
+        for i in range(6):
+            p.send(topic, value=b"kp-aborted-%d" % i, partition=i % PARTITIONS)
+        p.abort_transaction()
+    finally:
+        p.close(timeout=5)
+    assert _read_all(cluster, topic, READ_COMMITTED) == _by_partition([b"kp-%d" % i for i in range(6)])
