@@ -5,7 +5,7 @@ consumer in read_committed (each partition in the order written); a second produ
 transactional id fences the first; ``send_offsets_to_transaction`` commits a group's offsets only
 with the transaction (OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT while it is
 open); ``end_transaction`` from another client commits a transaction its producer left open, which a
-later ``init_transactions`` of the id then leaves committed; EndTxn with a stale epoch or another
+later ``init_transactions`` of the id then leaves committed, or aborts one; EndTxn with a stale epoch or another
 producer id gets Kafka's error; a batch Kafka refuses makes the transaction abortable, and after the
 abort the producer goes on.  And a consume-transform-produce loop SIGKILLed in the middle of a
 transaction and started again writes each input record's output exactly once.
@@ -319,6 +319,30 @@ def test_end_transaction_from_another_client_commits_what_the_producer_left_open
         assert nothing_open.value.code == ErrorCode.INVALID_TXN_STATE
 
 
+def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(kafka):
+    """end_transaction(commit=False) on a fresh client: the left-open transaction's records are in the log
+    but no read_committed reader sees them, and its offsets are not committed."""
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.transactions import committed_offsets_stable, end_transaction
+
+    topic = _new_topic(kafka)
+    tid, group = f"eoa-{uuid.uuid4().hex[:6]}", f"eoa-{uuid.uuid4().hex[:6]}"
+    with ClusterClient(kafka) as cc:
+        producer = _producer(cc, tid)
+        pid, epoch = producer.init_transactions()
+        producer.begin_transaction()
+        sent = _send(producer, topic, "left-open")
+        producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+        producer.flush()
+        producer.close()
+    with ClusterClient(kafka) as other:
+        end_transaction(other, tid, pid, epoch, commit=False)
+        assert committed_offsets_stable(other, group, [(topic, 0)]) == {}
+    assert read_confluent(kafka, topic) == {p: [] for p in range(PARTITIONS)}
+    assert read_thin(kafka, topic) == {p: [] for p in range(PARTITIONS)}
+    assert read_confluent(kafka, topic, "read_uncommitted") == sent
+
+
 def test_a_refused_batch_makes_the_transaction_abortable_and_the_producer_goes_on(kafka):
     """A record over the topic's max.message.bytes: the batch is refused, the transaction only takes
     abort_transaction; after it (a new epoch resets the refused batch's sequences) the next transaction
@@ -439,6 +463,7 @@ def test_consume_transform_produce_loop_killed_mid_transaction_writes_each_outpu
             fresh.wait(10)
     expected = {p: [f"out-{v}" for v in values] for p, values in inputs.items()}
     assert read_confluent(kafka, out) == expected
+    assert read_thin(kafka, out) == expected
     with ClusterClient(kafka) as cc:
         assert committed_offsets_stable(cc, group, [(source, p) for p in range(PARTITIONS)]) == \
             {(source, p): 20 for p in range(PARTITIONS)}
