@@ -37,7 +37,8 @@ class KafkaPeer:
         self.instance = instance
         self.out = Path(workdir) / f"{client_id}.jsonl"
         self._out = open(self.out, "w")
-        self._err = open(Path(workdir) / f"{client_id}.stderr", "w")
+        self.err = Path(workdir) / f"{client_id}.stderr"
+        self._err = open(self.err, "w")
         args = [kind, bootstrap, group, topic, client_id, str(session_ms)] + ([strategy] if strategy else [])
         if kind == "java":
             from peers.apache_kafka import JVM_FLAGS, TOOL_HEAP, TOOLS_LOG4J, java_binary, kafka_jars
@@ -91,6 +92,13 @@ class KafkaPeer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def report(self, chars: int = 1500) -> str:
+        """For a failure message: running or its exit status, its last callbacks, the tail of its stderr."""
+        self._err.flush()
+        state = "running" if self.alive() else f"exited {self.proc.returncode}"
+        tail = self.err.read_text(errors="replace")[-chars:] if self.err.exists() else ""
+        return f"{self.client_id} ({state}): callbacks {self.callbacks()[-4:]}; stderr: {tail!r}"
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:

@@ -225,7 +225,8 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         def disagreement() -> str:
             return f"coordinator: {by_client()}; callbacks: { {k.client_id: k.callbacks() for k in peers} }"
 
-        wait_until(settled, timeout=60, interval=0.3, message=lambda: f"the query and k1, k2 to share: {by_client()}")
+        wait_until(settled, timeout=60, interval=0.3, message=lambda: f"the query and k1, k2 to share: {by_client()}; "
+                   + "; ".join(k.report() for k in peers))
         wait_until(consumers_agree, timeout=30, interval=0.3,
                    message=lambda: f"the consumers' callbacks to match the coordinator: {disagreement()}")
         assert not any(what == "lost" for k in peers for _, what, _ in k.callbacks()), disagreement()
@@ -255,7 +256,8 @@ def run_scenario(spark, bootstrap: str, tmp_path, describe=None, second_protocol
         joined_at = time.time()
         peers.append(peer("k3"))
         wait_until(settled, timeout=60, interval=0.3,
-                   message=lambda: f"k3 to take partitions from the query, k1 and k2: {by_client()}")
+                   message=lambda: f"k3 to take partitions from the query, k1 and k2: {by_client()}; "
+                   + "; ".join(k.report() for k in peers))
         wait_until(consumers_agree, timeout=30, interval=0.3,
                    message=lambda: f"the consumers' callbacks to match the coordinator: {disagreement()}")
         held_after = by_client()
