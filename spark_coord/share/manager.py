@@ -42,12 +42,12 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
 from spark_coord.log import OffsetOutOfRange
-from spark_coord.records.header import HEADER_SIZE, parse_header
+from spark_coord.records.header import HEADER_SIZE, TRANSACTIONAL_MASK, parse_header
 from spark_coord.records.region import FileRegion
 from spark_coord.share.partition import AckType, Acquired, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of
@@ -72,6 +72,11 @@ INIT_WAIT_S = 5.0
 READ_BYTES = 1 << 20
 #: How long an acknowledgement waits for its write to ZooKeeper before it is answered REQUEST_TIMED_OUT.
 WRITE_WAIT_S = 30.0
+#: The most log reads of one acquisition that archived records of aborted transactions and acquired
+#: nothing else (each reads at most ``READ_BYTES``): past them the fetch is answered with nothing.
+ABORTED_READS = 16
+#: ``share.isolation.level`` values.
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 
 
 class ShareStateUnavailable(Exception):
@@ -98,25 +103,55 @@ def _clipped(snap: dict, end: int) -> dict:
     return {**snap, "start": min(snap["start"], end), "ranges": ranges}
 
 
-def _batch_bounds(region: Any, offset: int, max_records: int) -> list[tuple[int, int, int, int]]:
-    """(first offset, last offset, start byte, end byte) of the data batches of ``region`` (whole
-    batches from one segment file), reading only their headers, up to the batch that brings the
-    records at or after ``offset`` to ``max_records``."""
+class _Batch(NamedTuple):
+    """A data batch of a region read for an acquisition: its offsets, its bytes in the region, and
+    what read_committed needs of it."""
+
+    first: int
+    last: int
+    start: int
+    end: int
+    producer_id: int
+    transactional: bool
+
+
+def _batch_bounds(region: Any, offset: int, max_records: int) -> tuple[list[_Batch], int]:
+    """The data batches of ``region`` (whole batches from one segment file), reading only their
+    headers, up to the batch that brings the records at or after ``offset`` to ``max_records``;
+    and one past the last offset of the last batch read, control batches (transaction markers)
+    included (-1 when none was)."""
     out = []
     fd = region.fileobj.fileno()
-    pos, n, records = 0, region.length, 0
+    pos, n, records, read_end = 0, region.length, 0, -1
     while pos + HEADER_SIZE <= n:
         h = parse_header(os.pread(fd, HEADER_SIZE, region.offset + pos))
         end = pos + h.size
         if end > n:
             break
+        read_end = h.last_offset + 1
         if not h.is_control:
-            out.append((h.base_offset, h.last_offset, pos, end))
+            out.append(_Batch(h.base_offset, h.last_offset, pos, end, h.producer_id,
+                              bool(h.attributes & TRANSACTIONAL_MASK) and h.producer_id >= 0))
             records += h.last_offset - max(h.base_offset, offset) + 1
         pos = end
         if records >= max_records:
             break
-    return out
+    return out, read_end
+
+
+def _aborted(plog: Any, batches: list[_Batch], read_end: int) -> list[tuple[int, int]]:
+    """The ``(first, last)`` offsets of the ``batches`` that belong to aborted transactions: a
+    transactional batch whose producer has an aborted transaction holding it (from its first offset
+    to its ABORT marker), from the log's aborted-transaction index -- what Kafka's
+    ``SharePartition.fetchAbortedTransactionRecordBatches`` finds with the fetch's aborted
+    transactions."""
+    if not any(b.transactional for b in batches):
+        return []
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for e in plog.aborted_transactions(batches[0].first, read_end):
+        by_producer.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+    return [(b.first, b.last) for b in batches if b.transactional and any(
+        first <= b.first <= marker for first, marker in by_producer.get(b.producer_id, ()))]
 
 
 def _split(acquired: list[Acquired], firsts: list[int], batch_size: int) -> list[Acquired]:
@@ -508,22 +543,41 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------ acquire / acknowledge
 
+    def isolation_level(self, group: str) -> str:
+        """The group's ``share.isolation.level`` now (read at each fetch, as Kafka's share fetch reads
+        the group's config: a change applies from the next acquisition on): ``read_committed`` or
+        ``read_uncommitted`` (the default, also where the broker keeps no group configs)."""
+        configs = getattr(self.ctx, "group_configs", None)
+        if configs is None:
+            return READ_UNCOMMITTED
+        level = getattr(configs.get(group), "share_isolation_level", READ_UNCOMMITTED)
+        return READ_COMMITTED if level == READ_COMMITTED else READ_UNCOMMITTED
+
+    def _stable_offset(self, held: _Held, plog: Any) -> int | None:
+        """Where ``held``'s group may read up to: the log's last stable offset for read_committed
+        (records of an open transaction wait until it ends), None (the log end) for read_uncommitted."""
+        return plog.last_stable_offset if self.isolation_level(held.key[0]) == READ_COMMITTED else None
+
     def readable_bytes(self, held: _Held, limit: int) -> int | None:
         """The log's bytes from where ``held`` acquires next, counted up to ``limit`` (what a
-        ShareFetch's MinBytes weighs, as Kafka's ``DelayedShareFetch`` does); None when it can acquire
-        nothing now (its window is full).  A start on a segment older than the active one counts as
-        ``limit``, as Kafka answers such a fetch at once."""
+        ShareFetch's MinBytes weighs, as Kafka's ``DelayedShareFetch`` does) -- below the last stable
+        offset for a read_committed group; None when it can acquire nothing now (its window is full).
+        A start on a segment older than the active one counts as ``limit``, as Kafka answers such a
+        fetch at once."""
         offset = held.sp.fetch_offset()
         if offset is None:
             return None
         if limit <= 0:
             return 0
         plog = self.ctx.logs.get_or_create(held.key[1], held.key[2])
+        stable = self._stable_offset(held, plog)
+        if stable is not None and offset >= stable:
+            return 0
         bases = plog.segment_bases()
         if len(bases) > 1 and offset < bases[-1]:
             return limit
         try:
-            region = plog.read(offset, 0x7FFFFFFF)  # to the end of its segment, here the log end
+            region = plog.read(offset, 0x7FFFFFFF, stable)  # to the end of its segment (or the LSO)
         except OffsetOutOfRange:
             self._follow_log_start(held)
             return 0
@@ -536,33 +590,58 @@ class SharePartitionManager:
         ``READ_BYTES``): the acquired ranges -- in batch-optimized mode cut into ranges of about
         ``batch_size`` records at batch boundaries (``_split``) -- and the part of the log that holds
         them (a ``FileRegion``: sent with sendfile, never copied through Python).  Only the batch
-        headers are read, and only as many batches as ``max_records`` needs."""
+        headers are read, and only as many batches as ``max_records`` needs.
+
+        Control batches are no records of the share partition: their offsets are archived as gaps,
+        never acquired (the bytes of one between two acquired batches are sent; clients skip control
+        batches).  A read_committed group (``share.isolation.level``) reads below the last stable
+        offset only, and the records of aborted transactions it acquires are archived at once
+        (``SharePartition.acquire``); when a read acquired nothing else, the next is read at once
+        (up to ``ABORTED_READS``), so an aborted transaction does not make a fetch wait while
+        committed records follow it."""
+        for _ in range(ABORTED_READS):
+            before = held.sp.fetch_offset()
+            acquired, region = self._acquire_once(held, member_id, max_records=max_records, max_bytes=max_bytes,
+                                                  batch_optimized=batch_optimized, batch_size=batch_size)
+            if acquired or held.sp.fetch_offset() in (None, before):
+                return acquired, region
+        return [], None
+
+    def _acquire_once(self, held: _Held, member_id: str, *, max_records: int, max_bytes: int,
+                      batch_optimized: bool, batch_size: int) -> tuple[list[Acquired], FileRegion | None]:
+        """One read of the log and the acquisition from it (``acquire``)."""
         offset = held.sp.fetch_offset()
         if offset is None or max_records <= 0 or held.gone:
             return [], None
+        plog = self.ctx.logs.get_or_create(held.key[1], held.key[2])
+        stable = self._stable_offset(held, plog)
         try:
-            region = self.ctx.logs.get_or_create(held.key[1], held.key[2]).read(offset, min(READ_BYTES, max_bytes))
+            region = plog.read(offset, min(READ_BYTES, max_bytes), stable)
         except OffsetOutOfRange:  # the log start passed it since the partition was handed out
             self._follow_log_start(held)
             return [], None
-        batches = _batch_bounds(region, offset, max_records) if region is not None else []
-        if not batches:
+        if region is None:
             return [], None
+        batches, read_end = _batch_bounds(region, offset, max_records)
+        if read_end < 0:
+            return [], None
+        aborted = _aborted(plog, batches, read_end) if stable is not None else []
         s = self._settings(held)
-        acquired = held.sp.acquire(member_id, [(b[0], b[1]) for b in batches], max_records=max_records,
-                                   lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized)
-        self._mark(held)  # acquired, or gaps archived
+        acquired = held.sp.acquire(member_id, [(b.first, b.last) for b in batches], max_records=max_records,
+                                   lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized,
+                                   stable_offset=stable, aborted=aborted, read_end=read_end)
+        self._mark(held)  # acquired, or gaps, markers and aborted records archived
         if not acquired:
             return [], None
         self.acquired_total += sum(a.last_offset - a.first_offset + 1 for a in acquired)
         first_byte = last_byte = None
-        for first, last, start, end in batches:
-            if any(a.first_offset <= last and a.last_offset >= first for a in acquired):
-                first_byte = start if first_byte is None else first_byte
-                last_byte = end
+        for b in batches:
+            if any(a.first_offset <= b.last and a.last_offset >= b.first for a in acquired):
+                first_byte = b.start if first_byte is None else first_byte
+                last_byte = b.end
         assert first_byte is not None and last_byte is not None  # what was acquired came from these batches
         if batch_optimized:
-            acquired = _split(acquired, [b[0] for b in batches], batch_size)
+            acquired = _split(acquired, [b.first for b in batches], batch_size)
         return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)
 
     def _settings(self, held: _Held) -> ShareSettings:

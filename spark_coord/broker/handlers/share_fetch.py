@@ -30,7 +30,10 @@ coordinator whether the member is in the group).  One request, in this order:
 Per partition: NOT_LEADER_OR_FOLLOWER (with CurrentLeader and NodeEndpoints),
 UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED.  Read on the group and on each topic is needed.
 Records come as whole batches from the log; AcquiredRecords says which offsets of them the
-member holds (the client skips the others) and each range's delivery count.
+member holds (the client skips the others) and each range's delivery count.  The group's
+``share.isolation.level`` is read at each fetch: read_committed acquires below the last stable
+offset only and archives the records of aborted transactions instead of handing them out;
+transaction markers are never acquired in either level (``SharePartitionManager.acquire``).
 """
 
 from __future__ import annotations
