@@ -1,4 +1,5 @@
-"""Our transactional producer (``spark_coord.client.transactions``) against Apache Kafka 4.2 (one KRaft node).
+"""Our transactional producer (``spark_coord.client.transactions``) against Apache Kafka 4.2 (one KRaft node),
+and against our brokers.
 
 Committed transactions are read, aborted ones are not, by confluent-kafka's consumer and by our thin
 consumer in read_committed (each partition in the order written); a second producer of the same
@@ -9,6 +10,11 @@ later ``init_transactions`` of the id then leaves committed, or aborts one; EndT
 producer id gets Kafka's error; a batch Kafka refuses makes the transaction abortable, and after the
 abort the producer goes on.  And a consume-transform-produce loop SIGKILLed in the middle of a
 transaction and started again writes each input record's output exactly once.
+
+The same tests run against one broker process of ours, whose transaction coordinator serves
+InitProducerId, AddPartitionsToTxn and EndTxn: there the offsets are left out of the end_transaction
+tests, and the tests of offsets in transactions (AddOffsetsToTxn, TxnOffsetCommit, not served yet)
+are skipped.
 
 Readers stop at a sentinel: a plain record written to every partition after the transactions are
 ended, so everything before it is decided when it is read.  The loop runs as this file run as a
@@ -25,6 +31,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import local_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
@@ -163,9 +170,29 @@ def test_calls_out_of_order_are_refused_before_anything_is_sent():
 
 # ------------------------------------------------------------------------------------ on Kafka 4.2
 
-@pytest.fixture(scope="module")
-def kafka(apache_kafka):
-    return apache_kafka.bootstrap
+@pytest.fixture(scope="module", params=["apache_kafka", "our_brokers"])
+def kafka(request, tmp_path_factory):
+    """The bootstrap of Apache Kafka 4.2 (one KRaft node), or of one broker process of ours."""
+    if request.param == "apache_kafka":
+        yield request.getfixturevalue("apache_kafka").bootstrap
+        return
+    zookeeper = request.getfixturevalue("zookeeper")
+    with local_cluster(zookeeper, tmp_path_factory.mktemp("txn-client"), 1, "txn-client") as cluster:
+        yield cluster.bootstrap
+
+
+@pytest.fixture
+def offsets_served(request, kafka) -> bool:
+    """Whether ``kafka`` serves offsets in transactions (AddOffsetsToTxn, TxnOffsetCommit): our brokers
+    do not yet."""
+    return request.node.callspec.params.get("kafka") != "our_brokers"
+
+
+@pytest.fixture
+def txn_offsets(offsets_served):
+    """Skips where offsets in transactions are not served."""
+    if not offsets_served:
+        pytest.skip("our brokers serve no AddOffsetsToTxn / TxnOffsetCommit yet")
 
 
 def test_commit_and_abort_read_by_read_committed_consumers(kafka):
@@ -240,7 +267,7 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
     assert read_thin(kafka, topic) == sent
 
 
-def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka):
+def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka, txn_offsets):
     """send_offsets_to_transaction: nothing committed while the transaction is open (require_stable:
     UNSTABLE_OFFSET_COMMIT), nothing after an abort, the offsets after a commit."""
     from spark_coord.client.groups import GroupClient
@@ -274,7 +301,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka):
     assert read_confluent(kafka, out) == {0: ["committed"], 1: []}
 
 
-def test_end_transaction_from_another_client_commits_what_the_producer_left_open(kafka):
+def test_end_transaction_from_another_client_commits_what_the_producer_left_open(kafka, offsets_served):
     """The producer flushes and stops; end_transaction on a fresh client commits its records and
     offsets (sent again: Kafka answers the same end as done); a later init_transactions of the id does
     not abort them.  EndTxn with the old epoch or another producer id then gets Kafka's error."""
@@ -294,20 +321,22 @@ def test_end_transaction_from_another_client_commits_what_the_producer_left_open
         pid, epoch = producer.init_transactions()
         producer.begin_transaction()
         sent = _send(producer, topic, "left-open")
-        producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+        if offsets_served:
+            producer.send_offsets_to_transaction({(topic, 0): 3}, group)
         producer.flush()
         producer.close()
+    offsets = {(topic, 0): 3} if offsets_served else {}
     with ClusterClient(kafka) as other:  # another process: only the identity is known
         end_transaction(other, tid, pid, epoch, commit=True)
         end_transaction(other, tid, pid, epoch, commit=True)  # a retry after a lost answer: done already
-        assert committed_offsets_stable(other, group, [(topic, 0)]) == {(topic, 0): 3}
+        assert committed_offsets_stable(other, group, [(topic, 0)]) == offsets
         assert read_confluent(kafka, topic) == sent
         again = _producer(other, tid)
         pid2, epoch2 = again.init_transactions()
         assert (pid2, epoch2) == (pid, epoch + 1)
         assert read_confluent(kafka, topic) == sent
         assert read_thin(kafka, topic) == sent
-        assert committed_offsets_stable(other, group, [(topic, 0)]) == {(topic, 0): 3}
+        assert committed_offsets_stable(other, group, [(topic, 0)]) == offsets
         with pytest.raises(ProducerFencedError) as stale:
             end_transaction(other, tid, pid, epoch, commit=True)
         assert stale.value.code == ErrorCode.PRODUCER_FENCED
@@ -319,7 +348,7 @@ def test_end_transaction_from_another_client_commits_what_the_producer_left_open
         assert nothing_open.value.code == ErrorCode.INVALID_TXN_STATE
 
 
-def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(kafka):
+def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(kafka, offsets_served):
     """end_transaction(commit=False) on a fresh client: the left-open transaction's records are in the log
     but no read_committed reader sees them, and its offsets are not committed."""
     from spark_coord.client.metadata import ClusterClient
@@ -332,7 +361,8 @@ def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(
         pid, epoch = producer.init_transactions()
         producer.begin_transaction()
         sent = _send(producer, topic, "left-open")
-        producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+        if offsets_served:
+            producer.send_offsets_to_transaction({(topic, 0): 3}, group)
         producer.flush()
         producer.close()
     with ClusterClient(kafka) as other:
@@ -425,7 +455,7 @@ def _loop(bootstrap: str, *args: str) -> subprocess.Popen:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
-def test_consume_transform_produce_loop_killed_mid_transaction_writes_each_output_once(kafka):
+def test_consume_transform_produce_loop_killed_mid_transaction_writes_each_output_once(kafka, txn_offsets):
     """40 plain records in the source; the loop is SIGKILLed with its third transaction flushed but
     open; a fresh loop of the same transactional id (its init_transactions aborts that transaction)
     goes on from the group's committed offsets.  read_committed: each output exactly once, in order;
