@@ -308,6 +308,45 @@ def test_console_share_consumer_and_share_groups(produced, tool, client):
     assert f"Share group '{group}' has no active members." in members, members
 
 
+def test_share_groups_reset_delete_offsets_and_delete(tool, client):
+    """kafka-share-groups' Admin operations that change a share group, on an empty group that read
+    a topic to its end: ``--reset-offsets --to-earliest --execute`` (AlterShareGroupOffsets),
+    ``--delete-offsets --topic`` (DeleteShareGroupOffsets) and ``--delete`` (DeleteGroups); each
+    checked in the group's offsets as DescribeShareGroupOffsets answers them, through the tool's
+    ``--describe`` and our client."""
+    from spark_coord.client.groups import GroupClient
+
+    topic, group = _group("share-admin"), _group("share-admin")
+    values = _produce(client, topic, 3, 10)
+    tool(CONFIGS, "--alter", "--entity-type", "groups", "--entity-name", group,
+         "--add-config", "share.auto.offset.reset=earliest")
+    done = tool(CONSOLE_SHARE_CONSUMER, "--topic", topic, "--group", group, "--max-messages", str(len(values)),
+                "--timeout-ms", "60000")
+    assert sorted(_lines(done.stdout)) == sorted(values), done.stderr[-3000:]
+    ends = _log_ends(client, topic)
+    with GroupClient(client) as groups:
+        def offsets() -> dict[int, int]:
+            return {p: o.start_offset for (t, p), o in groups.share_group_offsets(group).items() if t == topic}
+
+        assert offsets() == ends
+
+        reset = tool(SHARE_GROUPS, "--reset-offsets", "--to-earliest", "--execute", "--group", group,
+                     "--topic", topic).stdout
+        assert {int(r["PARTITION"]): int(r["NEW-OFFSET"]) for r in _table(reset, "GROUP")} == dict.fromkeys(ends, 0), \
+            reset
+        assert offsets() == dict.fromkeys(ends, 0)
+        described = tool(SHARE_GROUPS, "--describe", "--group", group).stdout
+        assert _offsets(_table(described, "GROUP"), "START-OFFSET") == dict.fromkeys(ends, 0), described
+
+        deleted = _output(tool(SHARE_GROUPS, "--delete-offsets", "--group", group, "--topic", topic))
+        assert topic in deleted and "Error" not in deleted, deleted
+        assert offsets() == {}
+
+        gone = _output(tool(SHARE_GROUPS, "--delete", "--group", group))
+        assert "successful" in gone, gone
+        assert group not in [g.group_id for g in groups.list_share_groups()]
+
+
 # ---------------------------------------------------------------------------- admin
 def test_topics_create_list_describe_alter_delete(tool, client):
     from spark_coord.client.admin import AdminClient
