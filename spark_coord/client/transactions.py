@@ -403,7 +403,21 @@ class TransactionalProducer(Producer):
         super().flush()
 
     def send_batches(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
-        raise TypeError("a transactional producer builds its own batches: use send()")
+        """Produce record batches built elsewhere (a Spark task's Arrow rows) in the transaction, after
+        AddPartitionsToTxn for their new partitions.  They must be built as this producer's: transactional,
+        with its producer id and epoch, and base sequences from ``take_sequence``."""
+        self._in_transaction("send_batches")
+        super().send_batches(batches)
+
+    def add_partitions_to_transaction(self, partitions: Iterable[TopicPartition]) -> None:
+        """AddPartitionsToTxn for those of ``partitions`` not in the transaction yet, for a caller that sends
+        its own Produce requests (pipelined, with ``transactional_id`` in them): Kafka refuses a
+        transactional batch for a partition the transaction's coordinator was not told of."""
+        self._in_transaction("add_partitions_to_transaction")
+        try:
+            self._add_partitions([tp for tp in dict.fromkeys(partitions) if tp not in self.partitions_in_transaction])
+        except TransactionError as e:
+            raise self._failed(e) from None
 
     def _send(self, batches: dict[tuple[str, int], tuple[bytes, int]]) -> None:
         """Produce ``batches`` in the transaction: their new partitions added first (AddPartitionsToTxn),

@@ -2,7 +2,8 @@
 and against our brokers.
 
 Committed transactions are read, aborted ones are not, by confluent-kafka's consumer and by our thin
-consumer in read_committed (each partition in the order written); a second producer of the same
+consumer in read_committed (each partition in the order written), batches built outside the producer
+(``send_batches``, as the Spark sink builds them) too; a second producer of the same
 transactional id fences the first; ``send_offsets_to_transaction`` commits a group's offsets only
 with the transaction (OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT while it is
 open); ``end_transaction`` from another client commits a transaction its producer left open, which a
@@ -164,8 +165,10 @@ def test_calls_out_of_order_are_refused_before_anything_is_sent():
             producer.send("t", b"v")
         with pytest.raises(RuntimeError, match="commit_transaction: not in state uninitialized"):
             producer.commit_transaction()
-        with pytest.raises(TypeError, match="builds its own batches"):
+        with pytest.raises(RuntimeError, match="send_batches: no transaction begun"):
             producer.send_batches({})
+        with pytest.raises(RuntimeError, match="add_partitions_to_transaction: no transaction begun"):
+            producer.add_partitions_to_transaction([("t", 0)])
 
 
 # ------------------------------------------------------------------------------------ on Kafka 4.2
@@ -222,6 +225,43 @@ def test_commit_and_abort_read_by_read_committed_consumers(kafka):
     assert read_confluent(kafka, topic) == committed
     assert read_thin(kafka, topic) == committed
     assert read_confluent(kafka, topic, "read_uncommitted") == _merge(first, aborted, second)
+
+
+def test_batches_built_elsewhere_are_sent_in_the_transaction(kafka):
+    """send_batches with transactional batches built outside the producer (as the Spark sink builds its
+    Arrow rows' batches): their partitions are added to the transaction first; an aborted transaction's
+    batches are not read, a committed one's are."""
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.records.builder import BatchBuilder
+
+    topic = _new_topic(kafka)
+
+    def batches(producer, tag: str) -> tuple[dict, dict[int, list[str]]]:
+        built, sent = {}, {}
+        for p in range(PARTITIONS):
+            values = [f"{tag}-{p}-{i}" for i in range(3)]
+            b = BatchBuilder(producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                             base_sequence=producer.take_sequence((topic, p), len(values)), is_transactional=True)
+            for v in values:
+                b.append(v.encode())
+            built[(topic, p)], sent[p] = (b.build(), len(values)), values
+        return built, sent
+
+    with ClusterClient(kafka) as cc:
+        producer = _producer(cc)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.add_partitions_to_transaction([(topic, 0)])
+        assert producer.partitions_in_transaction == {(topic, 0)}
+        built, _ = batches(producer, "aborted")
+        producer.send_batches(built)
+        assert producer.partitions_in_transaction == {(topic, p) for p in range(PARTITIONS)}
+        producer.abort_transaction()
+        producer.begin_transaction()
+        built, sent = batches(producer, "committed")
+        producer.send_batches(built)
+        producer.commit_transaction()
+    assert read_confluent(kafka, topic) == sent
 
 
 def test_a_second_producer_of_the_id_fences_the_first(kafka):
