@@ -167,7 +167,7 @@ def cluster(zookeeper, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def zk(cluster):
+def state_zk(cluster):
     """A ZooKeeper client on the cluster's chroot: the share state the leader saved."""
     from spark_coord.zk.client import close, connect
 
@@ -178,7 +178,8 @@ def zk(cluster):
         close(client)
 
 
-def test_read_committed_share_groups_get_committed_records_only_and_read_uncommitted_every_data_record(cluster, zk):
+def test_read_committed_share_groups_get_committed_records_only_and_read_uncommitted_every_data_record(
+        cluster, state_zk):
     from spark_coord.client.metadata import ClusterClient
 
     bootstrap = cluster.bootstrap
@@ -205,18 +206,18 @@ def test_read_committed_share_groups_get_committed_records_only_and_read_uncommi
         try:
             # the open transaction holds read_committed at the last stable offset (9); the aborted
             # records (2, 3, 5) and the markers (6, 7) are archived, so the start offset reaches 9
-            _read_until(zk, readers, {**{r: (PLAIN_AND_COMMITTED, 9) for r in rc},
+            _read_until(state_zk, readers, {**{r: (PLAIN_AND_COMMITTED, 9) for r in rc},
                                       **{r: (EVERY_DATA_RECORD, 11) for r in ru}})
             w.marker(o, o_epoch, True)              # 11
             # the rest comes to read_committed; read_uncommitted passes the new marker, gets nothing
-            _read_until(zk, readers, {**{r: ({**PLAIN_AND_COMMITTED, **AFTER_COMMIT}, 12) for r in rc},
+            _read_until(state_zk, readers, {**{r: ({**PLAIN_AND_COMMITTED, **AFTER_COMMIT}, 12) for r in rc},
                                       **{r: (EVERY_DATA_RECORD, 12) for r in ru}})
         finally:
             for r in readers:
                 r.close()
 
 
-def test_archived_aborted_records_stay_archived_after_a_restart_and_a_change_of_the_level(cluster, zk):
+def test_archived_aborted_records_stay_archived_after_a_restart_and_a_change_of_the_level(cluster, state_zk):
     """A read_committed member holds the records around an aborted transaction (the transaction's
     records and marker archived) and goes without acknowledging; the broker restarts (SIGTERM); the
     group is switched to read_uncommitted: the records held come again (delivery count 2), the open
@@ -253,7 +254,7 @@ def test_archived_aborted_records_stay_archived_after_a_restart_and_a_change_of_
         set_group_config(bootstrap, group, share_isolation_level="read_uncommitted")
         reader = Reader("confluent", bootstrap, group, topic)
         try:
-            _read_until(zk, [reader], {reader: ({0: "p0", 4: "p1", 5: "o0", 6: "p2"}, 7)},
+            _read_until(state_zk, [reader], {reader: ({0: "p0", 4: "p1", 5: "o0", 6: "p2"}, 7)},
                         counts={0: 2, 4: 2, 5: 1, 6: 1})
         finally:
             reader.close()
