@@ -346,3 +346,38 @@ def test_kafka_python_transactional_producer(cluster):
     finally:
         p.close(timeout=5)
     assert _read_all(cluster, topic, READ_COMMITTED) == _by_partition([b"kp-%d" % i for i in range(6)])
+
+
+def test_a_new_holder_sends_the_markers_a_killed_coordinator_left_pending(cluster):
+    """EndTxn answered (PrepareCommit durable) while a partition's leader is down, then the coordinator
+    SIGKILLed before that marker is written: the shard's next holder loads the transaction in
+    PrepareCommit, sends every marker again once the leaders are back, and writes CompleteCommit;
+    read_committed reads each record once."""
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    leader = next(b for b in sorted(cluster.brokers) if b != holder)  # leads partition sorted(ids).index(leader)
+    p = _producer(cluster, tid)
+    p.init_transactions(30)
+    p.begin_transaction()
+    values = [b"m-%d" % i for i in range(9)]
+    _produce(p, topic, values)
+    cluster.kill_broker(leader)
+    try:
+        p.commit_transaction(30)  # answered once PrepareCommit is written; one marker cannot be
+        state = _describe(cluster, tid)
+        assert state["transaction_state"] == "PrepareCommit", state
+        cluster.kill_broker(holder)
+        try:
+            survivor = wait_until(lambda: (h := _holder(cluster, tid)) not in (holder, leader) and (h,), timeout=30,
+                                  message="the last live broker holds the id's shard")[0]
+            assert _describe(cluster, tid)["transaction_state"] == "PrepareCommit"  # loaded, still waiting
+        finally:
+            cluster.start_broker(holder)
+    finally:
+        cluster.start_broker(leader)
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteCommit", timeout=30,
+               message="the markers sent again and the commit completed")
+    assert _read_all(cluster, topic, READ_COMMITTED) == _by_partition(values)
+    assert _read_all(cluster, topic, READ_UNCOMMITTED) == _by_partition(values)
+    print(f"coordinator {holder} killed with a marker for broker {leader} pending; {survivor} loaded it")
