@@ -21,10 +21,11 @@ Spark runs in a process of its own (``spark_reads.SparkReads``, shared by both w
 ``spark.jars`` can only be set when a JVM starts, and the test session's SparkSession may already be
 up without them.
 
-On our brokers, which have the partition side of transactions but no transaction coordinator yet:
-without transactions read_committed reads every record (the last stable offset is the high
-watermark); with transactions written by hand (markers sent with WriteTxnMarkers, as a coordinator
-would) our readers read the committed records only, up to the last stable offset.  And the options:
+On our brokers: without transactions read_committed reads every record (the last stable offset is
+the high watermark); with transactions written by hand (the partition side alone: markers sent with
+WriteTxnMarkers, as a transaction coordinator sends them) our readers read the committed records
+only, up to the last stable offset (tests/integration/test_transactions.py has our brokers'
+transaction coordinator with real transactional producers).  And the options:
 bad values are refused naming the option."""
 
 from __future__ import annotations
@@ -440,7 +441,7 @@ def _committed(bootstrap: str, group: str) -> dict[int, int]:
 
 
 def test_read_committed_on_our_brokers(zookeeper, tmp_path):
-    """Our brokers serve no transactions: the last stable offset is the high watermark, a
+    """Our brokers, no transaction written: the last stable offset is the high watermark, a
     read_committed fetch lists no aborted transaction, and every reader of ours (the thin consumer,
     the driver's latest offsets, an executor's range read) returns every record."""
     from spark_coord.client.admin import AdminClient
@@ -489,8 +490,8 @@ def test_read_committed_on_our_brokers(zookeeper, tmp_path):
 
 
 def test_read_committed_on_our_brokers_with_transactions_written_by_hand(zookeeper, tmp_path):
-    """Our brokers keep the partition side of transactions (no transaction coordinator yet: the markers
-    are sent by hand, with WriteTxnMarkers, as a coordinator sends them): an aborted transaction, a
+    """The partition side of transactions on our brokers, without their transaction coordinator (the
+    markers are sent by hand, with WriteTxnMarkers, as a coordinator sends them): an aborted transaction, a
     committed one interleaved with it, plain records, and one left open.  The driver's latest offsets,
     an executor's range read and the thin consumer read the committed and plain records only, up to the
     last stable offset; the consumer's position passes the markers; after the commit the rest appears."""
