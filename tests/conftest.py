@@ -12,6 +12,12 @@ import os
 # its message raises UnknownKeyError instead of going out as the field's default.  The brokers and
 # coordinators the tests start as subprocesses inherit it (spark_coord.wire.schema.STRICT_ENV).
 os.environ["SPARK_COORD_STRICT_WIRE"] = "1"
+# Every JVM the tests start (ZooKeeper, Spark drivers, Apache Kafka, its tools and Java peers) compiles
+# with C1 only and collects with one thread: they live for seconds to minutes on small data, where C2's
+# compiler threads and a parallel collector cost more CPU than they save, and the suite runs four
+# workers on two cores (a Spark Declarative Pipeline run took 25-50% less time).  Benchmarks and the
+# product's own scripts keep the JVM's defaults.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 import pytest  # noqa: E402
 from helpers import fresh_chroot  # noqa: E402
