@@ -60,7 +60,7 @@ _SOURCE_KEYS = {
 }
 _SINK_KEYS = {"bootstrap.brokers", "topic", "compression", "acks", "batch.size", "retries", "socket.timeout.ms",
               "client.id", "includeHeaders", "linger.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
-              "connections.max.idle.ms"}
+              "connections.max.idle.ms", "transactional.id.prefix", "transaction.timeout.ms"}
 
 #: Kafka consumer settings (``kafka.`` + name) the source implements -> the option they set.
 KAFKA_CONSUMER_SETTINGS = {
@@ -98,6 +98,8 @@ KAFKA_PRODUCER_SETTINGS = {
     "enable.idempotence": "enable.idempotence",
     "max.in.flight.requests.per.connection": "max.in.flight.requests.per.connection",
     "connections.max.idle.ms": "connections.max.idle.ms",
+    "transactional.id.prefix": "transactional.id.prefix",
+    "transaction.timeout.ms": "transaction.timeout.ms",
 }
 #: librdkafka's (or older) names of those settings -> the Java client's.
 KAFKA_ALIASES = {
@@ -126,8 +128,10 @@ KAFKA_REFUSED = {
     "interceptor.classes": "Java classes do not run in a Python data source",
     "partitioner.class": "Java classes do not run in a Python data source; rows go to their partition column, else "
                          "Kafka's default partitioner (murmur2 of the key, sticky without one)",
-    "transactional.id": "transactions are not supported; the sink is idempotent (enable.idempotence, on by default)",
-    "isolation.level": "a consumer setting (the source's kafka.isolation.level); the sink writes no transactions",
+    "transactional.id": "a query writes from many tasks, each its own producer: set kafka.transactional.id.prefix "
+                        "(each task's transactional id is <prefix>-<partition>; docs/spark/exactly-once.md)",
+    "isolation.level": "a consumer setting (the source's kafka.isolation.level); readers of a transactional sink's "
+                       "output set it to read_committed",
     "heartbeat.interval.ms": "the coordinator pings group members every third of session.timeout.ms",
 }
 
@@ -255,6 +259,12 @@ class SinkOptions:
     #: for the next task (0: every task connects anew).
     connections_max_idle_ms: int = 540_000
     security: "ClientSecurity | None" = None
+    #: ``kafka.transactional.id.prefix``: exactly once (docs/spark/exactly-once.md): task ``p`` writes in
+    #: transactions of the id ``<prefix>-<p>``, ended by the driver's commit; None: at least once.
+    transactional_id_prefix: str | None = None
+    #: ``kafka.transaction.timeout.ms``: the coordinator aborts a task's transaction the driver has not
+    #: ended by then (Kafka's broker maximum, transaction.max.timeout.ms, is 15 min by default).
+    transaction_timeout_ms: int = 900_000
 
 
 class _Opts:
@@ -644,6 +654,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         if conflict:
             log.info("idempotence off: %s", conflict)
     _bool(opts, "includeHeaders", False)  # Spark's sink takes it too; a headers column is written when present
+    prefix = _transactional_id_prefix(opts, idempotence, conflict)
     return SinkOptions(
         bootstrap=bootstrap,
         topic=topic,
@@ -658,7 +669,38 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         max_in_flight=max_in_flight,
         connections_max_idle_ms=_int(opts, "connections.max.idle.ms", 540_000, 0),
         security=_security(opts),
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=_int(opts, "transaction.timeout.ms", 900_000, 1),
     )
+
+
+#: What a transactional sink adds to its prefix: the topic of its sink group's pseudo-partitions.
+SINK_TOPIC_SUFFIX = "-sink"
+
+
+def _transactional_id_prefix(opts: _Opts, idempotence: bool, conflict: str | None) -> str | None:
+    """``kafka.transactional.id.prefix``, checked: a transactional producer is idempotent with acks=all
+    (Kafka's rule: ``transactional.id`` requires ``enable.idempotence``), and ``<prefix>-sink`` (the topic of
+    the sink group's pseudo-partitions) must be a valid topic name."""
+    raw = opts.get("transactional.id.prefix")
+    if raw is None:
+        if "transaction.timeout.ms" in opts:
+            raise ValueError(f"{opts.label('transaction.timeout.ms')}: only taken with "
+                             "kafka.transactional.id.prefix (the sink writes no transactions without it)")
+        return None
+    label = opts.label("transactional.id.prefix")
+    prefix = str(raw).strip()
+    if not prefix:
+        raise ValueError(f"{label}: must not be empty")
+    if not _TOPIC_RE.match(prefix + SINK_TOPIC_SUFFIX):
+        raise ValueError(f"{label}: {prefix!r} + {SINK_TOPIC_SUFFIX!r} must be a topic name (letters, digits, "
+                         "'.', '_', '-', at most 249 characters): it names the topic of the sink group's offsets")
+    if conflict:
+        raise ValueError(f"{label}: a transactional producer is idempotent; {conflict}")
+    if not idempotence:
+        raise ValueError(f"{label}: a transactional producer is idempotent; "
+                         f"{opts.label('enable.idempotence')}=false refused")
+    return prefix
 
 
 #: Options that mean nothing to a share group, and why.

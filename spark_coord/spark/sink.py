@@ -23,6 +23,15 @@ murmur2 of the key, else Kafka's sticky partitioner: one partition until
 produced one batch per partition per request.  Older
 pyspark versions get the row writers, which produce row by row with
 ``client.producer.Producer``.
+
+With ``kafka.transactional.id.prefix`` the sink writes exactly once (DESIGN.md, "Exactly once into
+Kafka from Spark"; docs/spark/exactly-once.md): task ``p`` writes in a transaction of the
+transactional id ``<prefix>-<p>`` (``client.transactions.TransactionalProducer``; its
+InitProducerId fences and aborts an earlier attempt's), commits the sink group ``<prefix>``'s
+offset ``N + 1`` of the pseudo-partition ``(<prefix>-sink, p)`` inside it for micro-batch ``N``,
+and leaves it open: the driver's ``commit`` ends every task's transaction with EndTxn(commit),
+its ``abort`` with EndTxn(abort).  A replayed batch's task that finds the offset at ``N + 1``
+already (read with require_stable) writes nothing.
 """
 
 from __future__ import annotations
@@ -47,9 +56,15 @@ _ALLOWED = {"key", "value", "topic", "partition", "headers"}
 
 @dataclass
 class SinkCommitMessage(WriterCommitMessage):
-    """What one write task produced."""
+    """What one write task produced.
+
+    With ``kafka.transactional.id.prefix``: ``transaction`` is the task's open transaction
+    (transactional id, producer id, epoch) the driver's commit ends; None with ``done`` when the task
+    found its output of the micro-batch already committed (a replay) and wrote nothing."""
     records: int = 0
     topics: list[str] = field(default_factory=list)
+    transaction: tuple[str, int, int] | None = None
+    done: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,10 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
     topics = set()
     count = 0
     with _lease(opts) as lease:
-        producer = _producer(lease, opts)
+        txn = _Transaction.begin(lease, opts) if opts.transactional_id_prefix is not None else None
+        if txn is not None and txn.done:
+            return txn.message(0, [])
+        producer = txn.producer if txn is not None else _producer(lease, opts)
         for row in rows:
             topic = opts.topic if opts.topic is not None else row[cols.topic]
             if topic is None:
@@ -153,6 +171,8 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
             topics.add(topic)
             count += 1
         producer.flush()
+        if txn is not None:
+            return txn.prepared(count, sorted(topics))
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
@@ -165,7 +185,10 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
     topics: set[str] = set()
     count = 0
     with _lease(opts) as lease:
-        producer = _producer(lease, opts)
+        txn = _Transaction.begin(lease, opts) if opts.transactional_id_prefix is not None else None
+        if txn is not None and txn.done:
+            return txn.message(0, [])
+        producer = txn.producer if txn is not None else _producer(lease, opts)
         sticky: dict[str, tuple[int, int]] = {}
         # the record batches of one gathered Arrow batch, reused for the next (and the next task)
         arena = lease.state.setdefault("arena", BatchArena())
@@ -174,10 +197,17 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
             topics.update(_topics_of(rb, opts, cols))
             count += rb.num_rows
             try:
+                if txn is not None:  # Kafka refuses a transactional batch of a partition not added first
+                    pending = {tp: [(_transactional(b), n) for b, n in queue] for tp, queue in pending.items()}
+                    producer.add_partitions_to_transaction(pending)
                 _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
             finally:
                 arena.reset()
+        if txn is not None:
+            message = txn.prepared(count, sorted(topics))
     settle_worker()  # the worker's long-lived objects out of the collector's way
+    if txn is not None:
+        return message
     return SinkCommitMessage(records=count, topics=sorted(topics))
 
 
@@ -271,7 +301,8 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]],
             topics: dict[str, list] = {}
             for (topic, part), (records, _) in group.items():
                 topics.setdefault(topic, []).append({"index": part, "records": records})
-            body = {"transactional_id": None, "acks": producer.acks, "timeout_ms": producer.timeout_ms,
+            body = {"transactional_id": producer.transactional_id, "acks": producer.acks,
+                    "timeout_ms": producer.timeout_ms,
                     "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]}
             try:
                 answer = cluster.connection(leader).send(ApiKey.PRODUCE, body)
@@ -285,6 +316,180 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]],
                 settle()
     while in_flight:
         settle()
+
+
+def _transactional(batch) -> bytes:
+    """``batch`` (one v2 record batch) marked transactional (attributes bit 4) with its CRC-32C computed
+    again: the Arrow builder makes idempotent batches, and Kafka takes a transactional producer's batches
+    only marked so (INVALID_TXN_STATE otherwise)."""
+    from spark_coord.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_MASK, crc32c
+
+    buf = bytearray(batch)
+    buf[ATTRIBUTES_OFFSET + 1] |= TRANSACTIONAL_MASK  # the low byte of the big-endian int16 attributes
+    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    return bytes(buf)
+
+
+class _Transaction:
+    """A task's transaction of a ``kafka.transactional.id.prefix`` write (executor side).
+
+    ``begin`` makes the task's ``TransactionalProducer`` with the id ``<prefix>-<p>`` (``p``: the task's
+    partition id) on the leased client and calls InitProducerId, which fences any earlier producer of the
+    id and aborts its open transaction (a failed attempt's, or a replayed batch's whose driver never
+    ended it).  For micro-batch ``N`` (Spark's ``streaming.sql.batchId`` local property) it then reads
+    the sink group ``<prefix>``'s offset of ``(<prefix>-sink, p)`` with require_stable: ``N + 1`` (or
+    more) means the task's output of batch ``N`` is committed, and ``done`` is set; else the
+    transaction is begun.  ``prepared`` commits ``N + 1`` in the transaction (AddOffsetsToTxn,
+    TxnOffsetCommit with generation -1: the sink group has no members), after the rows were flushed,
+    and returns the message that carries the open transaction to the driver."""
+
+    def __init__(self, producer, opts: SinkOptions, partition: int, batch_id: int | None) -> None:
+        self.producer = producer
+        self.opts = opts
+        self.prefix = opts.transactional_id_prefix
+        self.partition = partition
+        self.batch_id = batch_id
+        self.done = False
+
+    @classmethod
+    def begin(cls, lease, opts: SinkOptions) -> "_Transaction":
+        from pyspark import TaskContext
+
+        from spark_coord.client.transactions import TransactionalProducer, committed_offsets_stable
+
+        context = TaskContext.get()
+        if context is None:
+            raise RuntimeError("kafka.transactional.id.prefix: a transactional write runs in a Spark task")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        prefix = opts.transactional_id_prefix
+        txn = cls(TransactionalProducer(lease.cluster, f"{prefix}-{context.partitionId()}",
+                                        transaction_timeout_ms=opts.transaction_timeout_ms,
+                                        compression=opts.compression, batch_size=opts.batch_size,
+                                        retries=opts.retries, timeout_ms=opts.socket_timeout_ms),
+                  opts, context.partitionId(), None if batch is None else int(batch))
+        txn.producer.init_transactions()
+        if txn.batch_id is not None:
+            _ensure_sink_topic(lease.cluster, txn.sink_partition)
+            committed = committed_offsets_stable(lease.cluster, prefix, [txn.sink_partition],
+                                                 timeout=opts.socket_timeout_ms / 1000)
+            if committed.get(txn.sink_partition, -1) >= txn.batch_id + 1:
+                log.info("batch %d, task %d: its output is committed already (sink group %r at %d); writing "
+                         "nothing", txn.batch_id, txn.partition, prefix, committed[txn.sink_partition])
+                txn.done = True
+                return txn
+        txn.producer.begin_transaction()
+        return txn
+
+    @property
+    def sink_partition(self) -> tuple[str, int]:
+        from spark_coord.spark.options import SINK_TOPIC_SUFFIX
+
+        return self.prefix + SINK_TOPIC_SUFFIX, self.partition
+
+    def message(self, records: int, topics: list[str]) -> SinkCommitMessage:
+        p = self.producer
+        return SinkCommitMessage(records=records, topics=topics, done=self.done,
+                                 transaction=None if self.done else (p.transactional_id, p.producer_id,
+                                                                     p.producer_epoch))
+
+    def prepared(self, records: int, topics: list[str]) -> SinkCommitMessage:
+        """The rows are flushed: add the sink group's ``N + 1`` (streaming) and hand the open transaction
+        to the driver."""
+        self.producer.flush()
+        if self.batch_id is not None:
+            self.producer.send_offsets_to_transaction({self.sink_partition: self.batch_id + 1}, self.prefix)
+        _fail_first_attempt(self.opts)
+        return self.message(records, topics)
+
+
+def _ensure_sink_topic(cluster, tp: tuple[str, int]) -> None:
+    """The topic of the sink group's pseudo-partitions, with partition ``tp[1]``: Kafka refuses
+    TxnOffsetCommit for a topic it does not have (UNKNOWN_TOPIC_OR_PARTITION), so a task creates it, or
+    adds partitions, when its own is missing.  It holds no records."""
+    from spark_coord.client.admin import AdminClient
+    from spark_coord.errors import ErrorCode, KafkaError
+
+    topic, partition = tp
+    admin = AdminClient(cluster)
+    try:
+        count = len(cluster.topic(topic, refresh=True).partitions)
+    except KafkaError:
+        count = 0
+    if count > partition:
+        return
+    try:
+        if count == 0:
+            admin.create_topic(topic, partitions=max(partition + 1, 8), if_not_exists=True)
+        count = len(cluster.topic(topic, refresh=True).partitions)
+        if count <= partition:
+            admin.add_partitions(topic, max(partition + 1, 2 * count))
+    except KafkaError as e:  # another task grew it first: fine when it has the partition now
+        if e.code not in (ErrorCode.INVALID_PARTITIONS, ErrorCode.TOPIC_ALREADY_EXISTS):
+            raise
+    if len(cluster.topic(topic, refresh=True, wait=30).partitions) <= partition:
+        raise RuntimeError(f"kafka.transactional.id.prefix: topic {topic!r} has no partition {partition} for the "
+                           "sink group's offset of this task")
+
+
+#: Test-only faults (tests/spark/test_spark_exactly_once_sink.py): a JSON object in this environment
+#: variable maps an output topic to ``{"fail_commit_after": k}`` (the driver's commit ends k transactions,
+#: then raises, as a driver dying mid-commit) and ``{"fail_first_attempt": true}`` (a task's first attempt
+#: raises after its rows were written and flushed, as an executor lost after the write).
+TEST_HOOK_ENV = "SPARK_COORD_SINK_TEST_HOOK"
+
+
+def _test_hook(opts: SinkOptions, name: str):
+    import os
+
+    raw = os.environ.get(TEST_HOOK_ENV)
+    if not raw:
+        return None
+    import json
+
+    return json.loads(raw).get(opts.topic or "", {}).get(name)
+
+
+def _fail_first_attempt(opts: SinkOptions) -> None:
+    if _test_hook(opts, "fail_first_attempt"):
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError(f"{TEST_HOOK_ENV}: the first attempt of a task fails after its write")
+
+
+def _end_transactions(opts: SinkOptions, messages, batch_id: int | None, commit: bool) -> int:
+    """EndTxn(commit or abort) of every task's open transaction (driver side); returns how many.  A
+    commit that Kafka refuses raises: the transaction was aborted (it outlived kafka.transaction.timeout.ms,
+    or a newer producer of its id fenced it), so the batch must not be marked done; the query stops and,
+    restarted, replays the batch, whose tasks write again what was aborted.  An abort refused as fenced
+    was aborted already, and is only logged."""
+    from spark_coord.client.metadata import ClusterClient
+    from spark_coord.client.transactions import TransactionError, end_transaction
+
+    open_ones = [m.transaction for m in messages if isinstance(m, SinkCommitMessage) and m.transaction]
+    if not open_ones:
+        if commit and _test_hook(opts, "fail_commit_after") is not None:
+            raise RuntimeError(f"{TEST_HOOK_ENV}: the driver's commit stops")
+        return 0
+    what = "write" if batch_id is None else f"batch {batch_id}"
+    stop_after = _test_hook(opts, "fail_commit_after") if commit else None
+    with ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
+                       security=opts.security) as cluster:
+        for i, (tid, producer_id, epoch) in enumerate(open_ones):
+            if stop_after is not None and i >= stop_after:
+                raise RuntimeError(f"{TEST_HOOK_ENV}: the driver's commit stops after {stop_after} transaction(s)")
+            try:
+                end_transaction(cluster, tid, producer_id, epoch, commit)
+            except TransactionError as e:
+                if not commit:
+                    log.warning("%s: abort of transactional id %r: %s", what, tid, e)
+                    continue
+                raise RuntimeError(
+                    f"{what}: the transaction of {tid!r} (producer id {producer_id}, epoch {epoch}) cannot be "
+                    f"committed: {e}. Kafka aborted it (it was open longer than kafka.transaction.timeout.ms="
+                    f"{opts.transaction_timeout_ms}, or a newer producer of the id fenced it); restart the query "
+                    "and the batch is replayed, each task writing again what was not committed") from e
+    return len(open_ones)
 
 
 def _topics_of(rb, opts: SinkOptions, cols: SinkColumns) -> list[str]:
@@ -378,9 +583,18 @@ class CoordKafkaRowWriter(DataSourceWriter):
         return produce_rows(iterator, self.opts, self.cols)
 
     def commit(self, messages) -> None:
+        if self.opts.transactional_id_prefix is not None:
+            ended = _end_transactions(self.opts, messages, None, True)
+            log.info("write committed: %d record(s) in %d transaction(s)", _total(messages), ended)
+            return
         log.info("write committed: %d record(s) produced", _total(messages))
 
     def abort(self, messages) -> None:
+        if self.opts.transactional_id_prefix is not None:
+            ended = _end_transactions(self.opts, messages, None, False)
+            log.warning("write aborted: %d transaction(s) aborted, their records never read by read_committed",
+                        ended)
+            return
         log.warning("write aborted after %d record(s) were produced; they stay in the log (at-least-once)",
                     _total(messages))
 
@@ -396,9 +610,20 @@ class CoordKafkaRowStreamWriter(DataSourceStreamWriter):
         return produce_rows(iterator, self.opts, self.cols)
 
     def commit(self, messages, batchId: int) -> None:
+        if self.opts.transactional_id_prefix is not None:
+            ended = _end_transactions(self.opts, messages, batchId, True)
+            log.info("batch %d committed: %d record(s) in %d transaction(s)", batchId, _total(messages), ended)
+            return
+        if _test_hook(self.opts, "fail_commit_after") is not None:
+            raise RuntimeError(f"{TEST_HOOK_ENV}: the driver's commit stops")
         log.info("batch %d committed: %d record(s) produced", batchId, _total(messages))
 
     def abort(self, messages, batchId: int) -> None:
+        if self.opts.transactional_id_prefix is not None:
+            ended = _end_transactions(self.opts, messages, batchId, False)
+            log.warning("batch %d aborted: %d transaction(s) aborted, their records never read by read_committed",
+                        batchId, ended)
+            return
         log.warning("batch %d aborted after %d record(s) were produced; they stay in the log (at-least-once)",
                     batchId, _total(messages))
 
