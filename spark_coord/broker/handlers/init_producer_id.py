@@ -64,17 +64,23 @@ async def _transactional(ctx, conn, header, body: dict, tid: str) -> dict:
     try:
         code, producer_id, producer_epoch = await coordinator.init_producer_id(
             tid, body.get("transaction_timeout_ms", -1), expected)
-    except producer_state.ProducerIdBlockError as e:
-        log.error("cannot allocate a producer id: %s", e)
-        return _answer(ErrorCode.UNKNOWN_SERVER_ERROR)
-    except KazooException as e:
-        log.warning("cannot allocate a producer id: ZooKeeper: %r", e)
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    except (producer_state.ProducerIdBlockError, KazooException) as e:
+        return _allocation_failed(e)
     if code == ErrorCode.PRODUCER_FENCED and header.api_version < 4:
         code = ErrorCode.INVALID_PRODUCER_EPOCH
     log.debug("%r: transactional id %r: %s, producer id %d, epoch %d", conn, tid, ErrorCode.name_of(code),
               producer_id, producer_epoch)
     return _answer(code, producer_id, producer_epoch) if code == ErrorCode.NONE else _answer(code)
+
+
+def _allocation_failed(e: Exception) -> dict:
+    """The answer when no producer id could be allocated: unusable block content in ZooKeeper is a
+    server error (logged), ZooKeeper out of reach is COORDINATOR_NOT_AVAILABLE (the client retries)."""
+    if isinstance(e, producer_state.ProducerIdBlockError):
+        log.error("cannot allocate a producer id: %s", e)
+        return _answer(ErrorCode.UNKNOWN_SERVER_ERROR)
+    log.warning("cannot allocate a producer id: ZooKeeper: %r", e)
+    return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
 async def handle(ctx, conn, header, body: dict) -> dict:
@@ -85,12 +91,8 @@ async def handle(ctx, conn, header, body: dict) -> dict:
         return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = await ctx.producers.ids.next_id()
-    except producer_state.ProducerIdBlockError as e:
-        log.error("cannot allocate a producer id: %s", e)
-        return _answer(ErrorCode.UNKNOWN_SERVER_ERROR)
-    except KazooException as e:
-        log.warning("cannot allocate a producer id: ZooKeeper: %r", e)
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    except (producer_state.ProducerIdBlockError, KazooException) as e:
+        return _allocation_failed(e)
     log.debug("%r: producer id %d, epoch 0", conn, producer_id)
     return _answer(ErrorCode.NONE, producer_id, 0)
 
