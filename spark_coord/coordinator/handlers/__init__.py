@@ -17,9 +17,10 @@ through ``consumer_group.ConsumerGroups``; share groups (KIP-932), ShareGroupHea
 ShareGroupDescribe, through ``share_group.ShareGroups``, and their offsets' admin APIs,
 DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, through
 ``share_admin`` (the share-partition state the leaders keep in ZooKeeper).  The transaction
-coordinator's APIs (KIP-98, KIP-664), AddPartitionsToTxn, EndTxn, DescribeTransactions and
-ListTransactions, through the shard's ``txn.coordinator.TxnCoordinator`` (FindCoordinator with key
-type 1 names it; InitProducerId, a broker handler, reaches it through the same door).
+coordinator's APIs (KIP-98, KIP-664), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions and ListTransactions, through the shard's ``txn.coordinator.TxnCoordinator``
+(FindCoordinator with key type 1 names it; InitProducerId, a broker handler, reaches it through the
+same door).
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def group_apis() -> "list[GroupApi]":
     """Every API of the front door."""
     from spark_coord.coordinator.handlers import (
+        add_offsets_to_txn,
         add_partitions_to_txn,
         alter_share_group_offsets,
         cluster_metadata,
@@ -68,5 +70,5 @@ def group_apis() -> "list[GroupApi]":
             offset_commit.API, offset_fetch.API, list_groups.API, describe_groups.API, delete_groups.API,
             consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
             share_group_describe.API, describe_share_group_offsets.API, alter_share_group_offsets.API,
-            delete_share_group_offsets.API, offset_delete.API, add_partitions_to_txn.API, end_txn.API,
-            describe_transactions.API, list_transactions.API]
+            delete_share_group_offsets.API, offset_delete.API, add_partitions_to_txn.API, add_offsets_to_txn.API,
+            end_txn.API, describe_transactions.API, list_transactions.API]

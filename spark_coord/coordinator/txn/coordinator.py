@@ -219,6 +219,17 @@ class TxnCoordinator:
             return decision.code
         return await self._write(decision.write)
 
+    async def add_group(self, tid: str, producer_id: int, epoch: int, group_id: str) -> int:
+        """AddOffsetsToTxn: the group joins the transaction (written before the answer, as Kafka writes
+        the group's ``__consumer_offsets`` partition into the transaction's log entry)."""
+        txn, code = self._current(tid)
+        if txn is None:
+            return code
+        decision = st.add_group(txn, producer_id, epoch, group_id, self.now_ms())
+        if decision.code or decision.write is None:
+            return decision.code
+        return await self._write(decision.write)
+
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> int:
         """EndTxn: answered once PrepareCommit / PrepareAbort is durable; the markers follow."""
         txn, code = self._current(tid)

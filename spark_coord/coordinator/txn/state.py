@@ -4,11 +4,12 @@
 (``VALID_PREVIOUS``), and ``TxnMetadata.transition_to`` refuses any other move.  ``TxnMetadata`` holds
 what the coordinator keeps per transactional id, what it writes to ZooKeeper
 (``/transactions/ids/<id>``, ``to_json`` / ``from_json``): producer id and epoch, the previous
-producer id and epoch (a retried InitProducerId is recognised by them), state, partitions, timeout,
-the start time of the open transaction and the time of the last change.
+producer id and epoch (a retried InitProducerId is recognised by them), state, partitions, the
+groups whose offsets are in the transaction (AddOffsetsToTxn), timeout, the start time of the open
+transaction and the time of the last change.
 
 The decisions of the coordinator's APIs are pure functions of a ``TxnMetadata`` and the request
-(``init_producer_id``, ``add_partitions``, ``end_txn``): each answers an error code, or the metadata to
+(``init_producer_id``, ``add_partitions``, ``add_group``, ``end_txn``): each answers an error code, or the metadata to
 write next (a copy: the caller writes it, fenced, and only then adopts it).  Error codes are Kafka's
 ``TransactionCoordinator``'s for transaction version 1 (the client sends AddPartitionsToTxn itself, the
 epoch moves only at InitProducerId and when the coordinator fences an open transaction).
@@ -23,7 +24,7 @@ from enum import Enum
 from spark_coord.errors import ErrorCode
 
 __all__ = ["TxnState", "TxnMetadata", "IllegalTransition", "MAX_EPOCH", "Decision",
-           "init_producer_id", "add_partitions", "end_txn", "fence_open", "fence_for_timeout", "complete"]
+           "init_producer_id", "add_partitions", "add_group", "end_txn", "fence_open", "fence_for_timeout", "complete"]
 
 #: The largest epoch a producer id may reach (Kafka: ``Short.MaxValue - 1``, so a bump of a fenced
 #: epoch still fits); at this epoch InitProducerId takes a new producer id.
@@ -108,6 +109,9 @@ class TxnMetadata:
     start_ms: int = -1
     #: When this state was entered.
     update_ms: int = -1
+    #: The groups whose offsets the transaction commits (AddOffsetsToTxn): Kafka adds each group's
+    #: ``__consumer_offsets`` partition to the transaction; the group id is kept here instead.
+    groups: frozenset[str] = field(default_factory=frozenset)
 
     def transition_to(self, state: TxnState, **changes) -> "TxnMetadata":
         """A copy in ``state`` with ``changes``; raises IllegalTransition when Kafka forbids the move."""
@@ -128,7 +132,7 @@ class TxnMetadata:
             "lastProducerId": self.last_producer_id, "lastProducerEpoch": self.last_producer_epoch,
             "timeoutMs": self.timeout_ms, "state": self.state.value,
             "partitions": [[t, p] for t, p in sorted(self.partitions)],
-            "startMs": self.start_ms, "updateMs": self.update_ms,
+            "startMs": self.start_ms, "updateMs": self.update_ms, "groups": sorted(self.groups),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -142,7 +146,8 @@ class TxnMetadata:
             return cls(transactional_id, int(d["producerId"]), int(d["producerEpoch"]), int(d["timeoutMs"]),
                        state, int(d.get("lastProducerId", -1)), int(d.get("lastProducerEpoch", -1)),
                        frozenset((str(t), int(p)) for t, p in d.get("partitions", [])),
-                       int(d.get("startMs", -1)), int(d.get("updateMs", -1)))
+                       int(d.get("startMs", -1)), int(d.get("updateMs", -1)),
+                       frozenset(str(g) for g in d.get("groups", [])))
         except (KeyError, TypeError, json.JSONDecodeError) as e:
             raise ValueError(f"transactional id {transactional_id!r}: unreadable state: {e!r}") from None
 
@@ -202,7 +207,7 @@ def init_producer_id(txn: TxnMetadata, timeout_ms: int, now_ms: int, new_produce
     return Decision(ErrorCode.NONE, txn.transition_to(
         TxnState.EMPTY, producer_id=pid, producer_epoch=epoch, last_producer_id=txn.producer_id,
         last_producer_epoch=txn.producer_epoch, timeout_ms=timeout_ms, partitions=frozenset(),
-        start_ms=-1, update_ms=now_ms))
+        groups=frozenset(), start_ms=-1, update_ms=now_ms))
 
 
 def fence_open(txn: TxnMetadata, now_ms: int) -> TxnMetadata:
@@ -226,18 +231,34 @@ def fence_for_timeout(txn: TxnMetadata, now_ms: int) -> TxnMetadata | None:
 
 def add_partitions(txn: TxnMetadata, producer_id: int, epoch: int, partitions: set[TopicPartition],
                    now_ms: int) -> Decision:
-    """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's pseudo-partition): Ongoing with the
-    partitions added; nothing to write when they are all in already."""
+    """AddPartitionsToTxn: Ongoing with the partitions added; nothing to write when they are all in
+    already (Kafka's ``handleAddPartitionsToTransaction``)."""
+    return _add(txn, producer_id, epoch, frozenset(partitions), frozenset(), now_ms)
+
+
+def add_group(txn: TxnMetadata, producer_id: int, epoch: int, group_id: str, now_ms: int) -> Decision:
+    """AddOffsetsToTxn: Ongoing with the group added.  Kafka's coordinator treats it as
+    AddPartitionsToTxn of the group's ``__consumer_offsets`` partition, so the codes are the same:
+    another producer id INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED, a transaction
+    being completed CONCURRENT_TRANSACTIONS; nothing to write when the group is in already."""
+    return _add(txn, producer_id, epoch, frozenset(), frozenset({group_id}), now_ms)
+
+
+def _add(txn: TxnMetadata, producer_id: int, epoch: int, partitions: frozenset[TopicPartition],
+         groups: frozenset[str], now_ms: int) -> Decision:
     code = _producer_matches(txn, producer_id, epoch)
     if code:
         return Decision.error(code)
     if txn.state.preparing or txn.state in (TxnState.PREPARE_EPOCH_FENCE, TxnState.DEAD):
         return Decision.error(ErrorCode.CONCURRENT_TRANSACTIONS)
-    if txn.state == TxnState.ONGOING and partitions <= txn.partitions:
+    if txn.state == TxnState.ONGOING and partitions <= txn.partitions and groups <= txn.groups:
         return Decision(ErrorCode.NONE)
     start = txn.start_ms if txn.state == TxnState.ONGOING else now_ms
+    kept_partitions = txn.partitions if txn.state == TxnState.ONGOING else frozenset()
+    kept_groups = txn.groups if txn.state == TxnState.ONGOING else frozenset()
     return Decision(ErrorCode.NONE, txn.transition_to(
-        TxnState.ONGOING, partitions=txn.partitions | frozenset(partitions), start_ms=start, update_ms=now_ms))
+        TxnState.ONGOING, partitions=kept_partitions | partitions, groups=kept_groups | groups, start_ms=start,
+        update_ms=now_ms))
 
 
 def end_txn(txn: TxnMetadata, producer_id: int, epoch: int, commit: bool, now_ms: int) -> Decision:
@@ -266,6 +287,6 @@ def end_txn(txn: TxnMetadata, producer_id: int, epoch: int, commit: bool, now_ms
 
 def complete(txn: TxnMetadata, now_ms: int) -> TxnMetadata:
     """The Complete state after every marker of a PrepareCommit / PrepareAbort was written: the
-    partitions cleared, no transaction open."""
+    partitions and groups cleared, no transaction open."""
     target = TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-    return txn.transition_to(target, partitions=frozenset(), start_ms=-1, update_ms=now_ms)
+    return txn.transition_to(target, partitions=frozenset(), groups=frozenset(), start_ms=-1, update_ms=now_ms)
