@@ -586,3 +586,40 @@ def test_read_committed_on_our_brokers_with_transactions_written_by_hand(zookeep
         assert spark_read("read_committed") == (12, committed_values + ["o0", "p3"])
         assert AdminClient(cc).list_offsets(topic, [0], -1, READ_UNCOMMITTED) == {0: 12}
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("writer", ["confluent-kafka", "java"])
+def test_kafka_transactional_producers_on_our_brokers(writer, zookeeper, kafka_jars, tmp_path):
+    """Kafka's own transactional producers (librdkafka's, and the Java KafkaProducer 4.2) write the
+    pattern to three of our brokers, whose transaction coordinator ends their transactions: our
+    readers see exactly the committed and plain records, in offset order, up to the last stable
+    offset while a transaction is open, and the rest once it commits; read_uncommitted sees every
+    data record and never a marker."""
+    from spark_coord.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED
+
+    with local_cluster(zookeeper, tmp_path / "cluster", 3, "txn-writers") as cluster:
+        topic = Topic(cluster.bootstrap, writer, kafka_jars, tmp_path)
+        readers = {level: ThinReader(cluster.bootstrap, topic.name, level)
+                   for level in ("read_committed", "read_uncommitted")}
+        try:
+            hw = _offsets(cluster.bootstrap, topic.name, READ_UNCOMMITTED)
+            lso = _offsets(cluster.bootstrap, topic.name, READ_COMMITTED)
+            assert lso == topic.stable and all(lso[p] < hw[p] for p in hw), (lso, hw, topic.stable)
+            for reader in readers.values():
+                reader.start()
+            for phase in (1, 2):
+                if phase == 2:
+                    topic.commit_open()
+                for level, reader in readers.items():
+                    rows = reader.wait_for(topic.expected(level == "read_committed", phase), topic.name)
+                    if level == "read_committed" and phase == 1:
+                        assert all(r[2] < lso[r[1]] for r in rows), (rows, lso)
+            assert _offsets(cluster.bootstrap, topic.name, READ_COMMITTED) == \
+                _offsets(cluster.bootstrap, topic.name, READ_UNCOMMITTED)
+        finally:
+            for reader in readers.values():
+                if reader.is_alive():
+                    reader.stop()
+            topic.close()
