@@ -128,8 +128,9 @@ KAFKA_REFUSED = {
     "interceptor.classes": "Java classes do not run in a Python data source",
     "partitioner.class": "Java classes do not run in a Python data source; rows go to their partition column, else "
                          "Kafka's default partitioner (murmur2 of the key, sticky without one)",
-    "transactional.id": "a query writes from many tasks, each its own producer: set kafka.transactional.id.prefix "
-                        "(each task's transactional id is <prefix>-<partition>; docs/spark/exactly-once.md)",
+    "transactional.id": "transactions are written with kafka.transactional.id.prefix: a query writes from many "
+                        "tasks, each its own producer, whose transactional id is <prefix>-<partition> "
+                        "(docs/spark/exactly-once.md)",
     "isolation.level": "a consumer setting (the source's kafka.isolation.level); readers of a transactional sink's "
                        "output set it to read_committed",
     "heartbeat.interval.ms": "the coordinator pings group members every third of session.timeout.ms",
