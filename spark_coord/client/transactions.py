@@ -81,6 +81,11 @@ _COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATO
                                  ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 #: Another request of the transactional id is being completed (markers of the last EndTxn): retry.
 _BUSY = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS})
+#: The first pause after CONCURRENT_TRANSACTIONS (doubling from there): the transaction before is
+#: completing, its markers a few milliseconds from written, so the next transaction's first
+#: AddPartitionsToTxn is asked again soon, as Kafka's Java client does (20 ms) instead of after its
+#: usual retry backoff; 100 ms there cost a transaction of 1,000 records 90% of its throughput.
+BUSY_BACKOFF_MS = 20
 #: A newer producer of the transactional id exists (epoch bumped by its InitProducerId, or by a timeout's abort).
 _FENCED = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
 #: Refusals after which the producer cannot go on, matching Java's TransactionManager.
@@ -208,6 +213,7 @@ def _retrying(what: str, max_block_ms: int, backoff_ms: int, backoff_max_ms: int
     TransactionTimeoutError with the last code once ``max_block_ms`` has passed."""
     deadline = time.monotonic() + max_block_ms / 1000
     pause = backoff_ms / 1000
+    busy = min(BUSY_BACKOFF_MS, backoff_ms) / 1000
     while True:
         try:
             return attempt()
@@ -215,9 +221,13 @@ def _retrying(what: str, max_block_ms: int, backoff_ms: int, backoff_max_ms: int
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TransactionTimeoutError(e.code, f"{what}: {e} (gave up after {max_block_ms} ms)") from None
-            log.info("%s: %s; retrying in %.2f s", what, e, min(pause, left))
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, backoff_max_ms / 1000)
+            if e.code in _BUSY:  # the previous transaction's markers: milliseconds away
+                wait, busy = busy, min(busy * 2, backoff_max_ms / 1000)
+            else:
+                wait, pause = pause, min(pause * 2, backoff_max_ms / 1000)
+            log.log(logging.DEBUG if e.code in _BUSY else logging.INFO, "%s: %s; retrying in %.3f s", what, e,
+                    min(wait, left))
+            time.sleep(min(wait, left))
 
 
 def _end_txn(coordinators: _Coordinators, transactional_id: str, producer_id: int, producer_epoch: int,
