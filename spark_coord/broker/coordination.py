@@ -65,7 +65,7 @@ from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.doors.share_group import ShareGroups
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.storage.store import StoreError
-from spark_coord.coordinator.storage.zk_store import ZkGroupStore, read_committed_offsets
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore, pending_root, read_committed_offsets
 from spark_coord.coordinator.txn.coordinator import NO_PARTITION, TxnCoordinator, TxnSettings
 from spark_coord.coordinator.txn.store import TxnStore
 from spark_coord.errors import ErrorCode
@@ -82,6 +82,9 @@ FREE_SHARD_GRACE_S = 10.0
 ACTIVATE_RETRY_S = (0.2, 5.0)
 #: How long OffsetFetch for a group this process does not serve waits on ZooKeeper for its offsets.
 STORED_OFFSETS_TIMEOUT_S = 3.0
+#: Kafka's group offsets topic: a transaction's marker for its groups names partition ``shard`` of it
+#: (``GroupOffsets.end_transaction`` on the shard's holder; no such topic exists here).
+GROUP_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class BrokerMemberChannel:
@@ -149,7 +152,8 @@ class ShardRole:
             self.txn = TxnCoordinator(
                 TxnStore(broker.zk, self.elector.current_check, lambda t: shard_of(t, count) == shard),
                 broker.ctx.producers.ids.next_id, service.leader_of, service.send_markers,
-                self._coordinator_epoch, service.txn_settings, label=f"transactions of shard {shard}")
+                self._coordinator_epoch, service.txn_settings, label=f"transactions of shard {shard}",
+                group_partition=service.group_partition)
 
     def _coordinator_epoch(self) -> int:
         """The epoch the markers of this shard carry: the data version of the shard's fencing node as this
@@ -192,6 +196,7 @@ class ShardRole:
             try:
                 if self.txn is not None:  # first: a shard serving its groups serves its transactional ids
                     await self.txn.activate()
+                await self.offsets.load_pending()  # before the groups are served: require_stable sees them
                 await self.coordinator.activate(epoch)
                 break
             except StoreError as e:
@@ -219,6 +224,7 @@ class ShardRole:
         if self.txn is not None:
             await self.txn.deactivate()
         await self.coordinator.deactivate()
+        self.offsets.reset_pending()
         self.classic.reset()
         self.consumer.reset()
         self.share.reset()
@@ -252,6 +258,9 @@ class CoordinationService:
         self.legacy_held = False
         self.observer = NO_METRICS
         self.on_committed: Callable[[str, dict], None] | None = None
+        ctx = getattr(broker, "ctx", None)
+        if ctx is not None:  # WriteTxnMarkers hands the markers of __consumer_offsets partitions here
+            ctx.group_marker = self.group_marker
         self._free_since: dict[int, float] = {}
         self._leaving: set[int] = set()
         #: Shards this process handed over and the new holder has not won yet: shard -> (the coordinator
@@ -628,9 +637,34 @@ class CoordinationService:
         return (role.txn, None) if code is None else (None, code)
 
     def leader_of(self, topic: str, partition: int) -> int | None:
-        """A partition's leader for its markers (``NO_PARTITION`` when the partition does not exist)."""
+        """A partition's leader for its markers (``NO_PARTITION`` when the partition does not exist);
+        for Kafka's ``__consumer_offsets`` partition ``n``, the holder of coordinator shard ``n`` (None
+        while nobody holds it), which takes the marker for the transaction's groups of that shard."""
+        if topic == GROUP_OFFSETS_TOPIC:
+            holder = self.holders.get(partition, (-1, -1))[0]
+            return holder if holder >= 0 else None
         leader = self.broker.view.leader(topic, partition)
         return NO_PARTITION if leader is None else leader
+
+    def group_partition(self, group_id: str) -> tuple[str, int] | None:
+        """The partition a transaction's marker for ``group_id`` goes to: Kafka's ``__consumer_offsets``
+        partition numbered by the group's shard (None while the shard count is unknown)."""
+        s = self.shard_of(group_id)
+        return None if s is None else (GROUP_OFFSETS_TOPIC, s)
+
+    async def group_marker(self, shard: int, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        """A transaction marker for the groups of ``shard`` (WriteTxnMarkers of ``__consumer_offsets``
+        partition ``shard``): their pending offsets of the producer committed or dropped by the shard's
+        coordinator here; NOT_LEADER_OR_FOLLOWER where this broker does not hold the shard (the
+        transaction coordinator asks the holder again), COORDINATOR_LOAD_IN_PROGRESS while it loads."""
+        role = self.shards.get(shard)
+        if role is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        code = role.not_serving()
+        if code is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NOT_COORDINATOR else code
+        code = await role.offsets.end_transaction(producer_id, producer_epoch, commit)
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NOT_COORDINATOR else code
 
     async def send_markers(self, leader: int, markers: list[dict]) -> dict[tuple[str, int], int]:
         """WriteTxnMarkers to ``leader`` over the wire (this broker's own partitions too, so there is
@@ -695,6 +729,34 @@ class CoordinationService:
             return await asyncio.wait_for(read_committed_offsets(zk, group_id), STORED_OFFSETS_TIMEOUT_S)
         except (asyncio.TimeoutError, KazooException) as e:
             log.info("offsets of group %s not read from ZooKeeper: %s", group_id, e.__class__.__name__)
+            return None
+
+    async def stored_pending(self, group_id: str) -> set[tuple[str, int]] | None:
+        """The group's partitions under ``/consumers/<group>/pending/*`` (offsets in open transactions);
+        None when ZooKeeper does not answer in time."""
+        from spark_coord.coordinator.doors.group_offsets import PendingOffsets
+        from spark_coord.coordinator.storage import zk_async
+
+        zk = getattr(self.broker, "zk", None)
+        if zk is None:
+            return None
+
+        async def read() -> set[tuple[str, int]]:
+            root = pending_root(group_id)
+            nodes = await zk_async.get_children(zk, root)
+            docs = await zk_async.get_many(zk, [f"{root}/{n}" for n in nodes])
+            out: set[tuple[str, int]] = set()
+            for data in docs.values():
+                try:
+                    out |= set(PendingOffsets.from_json(data).offsets)
+                except ValueError:
+                    continue
+            return out
+
+        try:
+            return await asyncio.wait_for(read(), STORED_OFFSETS_TIMEOUT_S)
+        except (asyncio.TimeoutError, KazooException, ValueError) as e:
+            log.info("pending offsets of group %s not read from ZooKeeper: %s", group_id, e.__class__.__name__)
             return None
 
     async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

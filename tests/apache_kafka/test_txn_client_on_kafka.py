@@ -13,9 +13,8 @@ abort the producer goes on.  And a consume-transform-produce loop SIGKILLed in t
 transaction and started again writes each input record's output exactly once.
 
 The same tests run against one broker process of ours, whose transaction coordinator serves
-InitProducerId, AddPartitionsToTxn and EndTxn: there the offsets are left out of the end_transaction
-tests, and the tests of offsets in transactions (AddOffsetsToTxn, TxnOffsetCommit, not served yet)
-are skipped.
+InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, and whose group coordinator serves
+TxnOffsetCommit.
 
 Readers stop at a sentinel: a plain record written to every partition after the transactions are
 ended, so everything before it is decided when it is read.  The loop runs as this file run as a
@@ -184,20 +183,6 @@ def kafka(request, tmp_path_factory):
         yield cluster.bootstrap
 
 
-@pytest.fixture
-def offsets_served(request, kafka) -> bool:
-    """Whether ``kafka`` serves offsets in transactions (AddOffsetsToTxn, TxnOffsetCommit): our brokers
-    do not yet."""
-    return request.node.callspec.params.get("kafka") != "our_brokers"
-
-
-@pytest.fixture
-def txn_offsets(offsets_served):
-    """Skips where offsets in transactions are not served."""
-    if not offsets_served:
-        pytest.skip("our brokers serve no AddOffsetsToTxn / TxnOffsetCommit yet")
-
-
 def test_commit_and_abort_read_by_read_committed_consumers(kafka):
     """Committed, aborted (flushed, so its records are in the log), committed: read_committed readers
     see the two committed transactions in order, read_uncommitted sees the aborted one too."""
@@ -307,7 +292,7 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
     assert read_thin(kafka, topic) == sent
 
 
-def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka, txn_offsets):
+def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka):
     """send_offsets_to_transaction: nothing committed while the transaction is open (require_stable:
     UNSTABLE_OFFSET_COMMIT), nothing after an abort, the offsets after a commit."""
     from spark_coord.client.groups import GroupClient
@@ -341,7 +326,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_only(kafka, txn_off
     assert read_confluent(kafka, out) == {0: ["committed"], 1: []}
 
 
-def test_end_transaction_from_another_client_commits_what_the_producer_left_open(kafka, offsets_served):
+def test_end_transaction_from_another_client_commits_what_the_producer_left_open(kafka):
     """The producer flushes and stops; end_transaction on a fresh client commits its records and
     offsets (sent again: Kafka answers the same end as done); a later init_transactions of the id does
     not abort them.  EndTxn with the old epoch or another producer id then gets Kafka's error."""
@@ -361,11 +346,10 @@ def test_end_transaction_from_another_client_commits_what_the_producer_left_open
         pid, epoch = producer.init_transactions()
         producer.begin_transaction()
         sent = _send(producer, topic, "left-open")
-        if offsets_served:
-            producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+        producer.send_offsets_to_transaction({(topic, 0): 3}, group)
         producer.flush()
         producer.close()
-    offsets = {(topic, 0): 3} if offsets_served else {}
+    offsets = {(topic, 0): 3}
     with ClusterClient(kafka) as other:  # another process: only the identity is known
         end_transaction(other, tid, pid, epoch, commit=True)
         end_transaction(other, tid, pid, epoch, commit=True)  # a retry after a lost answer: done already
@@ -388,7 +372,7 @@ def test_end_transaction_from_another_client_commits_what_the_producer_left_open
         assert nothing_open.value.code == ErrorCode.INVALID_TXN_STATE
 
 
-def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(kafka, offsets_served):
+def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(kafka):
     """end_transaction(commit=False) on a fresh client: the left-open transaction's records are in the log
     but no read_committed reader sees them, and its offsets are not committed."""
     from spark_coord.client.metadata import ClusterClient
@@ -401,8 +385,7 @@ def test_end_transaction_from_another_client_aborts_what_the_producer_left_open(
         pid, epoch = producer.init_transactions()
         producer.begin_transaction()
         sent = _send(producer, topic, "left-open")
-        if offsets_served:
-            producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+        producer.send_offsets_to_transaction({(topic, 0): 3}, group)
         producer.flush()
         producer.close()
     with ClusterClient(kafka) as other:
@@ -495,7 +478,7 @@ def _loop(bootstrap: str, *args: str) -> subprocess.Popen:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
-def test_consume_transform_produce_loop_killed_mid_transaction_writes_each_output_once(kafka, txn_offsets):
+def test_consume_transform_produce_loop_killed_mid_transaction_writes_each_output_once(kafka):
     """40 plain records in the source; the loop is SIGKILLed with its third transaction flushed but
     open; a fresh loop of the same transactional id (its init_transactions aborts that transaction)
     goes on from the group's committed offsets.  read_committed: each output exactly once, in order;

@@ -32,9 +32,10 @@ ADMIN_APIS = {ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_L
 #: What a broker dispatches: Kafka's data APIs, SASL, ACLs, the config APIs, the group APIs, share fetches and
 #: acknowledgements (KIP-932), a transaction coordinator's markers (WriteTxnMarkers, 27) and the transaction
 #: coordinator's APIs (AddPartitionsToTxn 24, AddOffsetsToTxn 25, EndTxn 26, DescribeTransactions 65,
-#: ListTransactions 66), and the coordinator protocol's requests to it (ClusterMetadata, RegisterConsumer,
-#: DescribeGroups, CommitOffsets).
-DISPATCHED = ({0, 1, 2, 3, 17, 18, 19, 20, 22, 24, 25, 26, 27, 29, 30, 31, 36, 65, 66, 78, 79, 1000, 1001, 1005, 1006}
+#: ListTransactions 66), TxnOffsetCommit (28) at the group's coordinator, and the coordinator protocol's
+#: requests to it (ClusterMetadata, RegisterConsumer, DescribeGroups, CommitOffsets).
+DISPATCHED = ({0, 1, 2, 3, 17, 18, 19, 20, 22, 24, 25, 26, 27, 28, 29, 30, 31, 36, 65, 66, 78, 79,
+               1000, 1001, 1005, 1006}
               | {int(k) for k in GROUP_APIS} | {int(k) for k in CONFIG_APIS} | {int(k) for k in ADMIN_APIS})
 
 

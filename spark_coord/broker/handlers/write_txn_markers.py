@@ -11,6 +11,13 @@ segment's aborted-transaction index (``log.txn``).  A marker for a producer with
 there is appended all the same, as Kafka does, and changes no transaction (so a coordinator sending its
 markers again after a failover applies none twice).  The answer waits for the fsync the flush policy asks.
 
+Kafka's group offsets topic, ``__consumer_offsets``, is no log here: its partition ``n`` stands for
+coordinator shard ``n``, and a marker for it (a transaction with offsets of that shard's groups,
+AddOffsetsToTxn) is handed to the shard's group coordinator on this broker (``ctx.group_marker``,
+``GroupOffsets.end_transaction``): COMMIT moves the producer's pending offsets of those groups into
+their offsets, ABORT drops them, nothing pending is a no-op; a broker not holding the shard answers
+NOT_LEADER_OR_FOLLOWER (the transaction coordinator asks the shard's holder again).
+
 It is an inter-broker request: ClusterAction on the cluster is needed, else every partition answers
 CLUSTER_AUTHORIZATION_FAILED (Kafka's rule).
 """
@@ -28,6 +35,8 @@ from spark_coord.wire.registry import ApiKey
 log = logging.getLogger(__name__)
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
+#: Kafka's group offsets topic: its partitions are the coordinator shards here (no log).
+GROUP_OFFSETS_TOPIC = "__consumer_offsets"
 ABORT, COMMIT = 0, 1
 
 
@@ -78,6 +87,21 @@ def _write_one(ctx, marker: dict, topic: str, partition: int) -> tuple[int, obje
     return ErrorCode.NONE, plog if flush_now else None
 
 
+async def _group_marker(ctx, marker: dict, shard: int) -> int:
+    """The marker of ``__consumer_offsets`` partition ``shard``: to the shard's group coordinator here."""
+    pid, epoch = marker.get("producer_id", -1), marker.get("producer_epoch", -1)
+    if pid < 0 or epoch < 0:
+        return ErrorCode.INVALID_REQUEST
+    handler = getattr(ctx, "group_marker", None)
+    if handler is None or not isinstance(shard, int):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    try:
+        return await handler(shard, pid, epoch, bool(marker.get("transaction_result")))
+    except Exception:
+        log.exception("marker of producer %d for the groups of shard %d failed", pid, shard)
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 async def handle(ctx, conn, header, body: dict) -> dict:
     markers = body.get("markers") or []
     if not ctx.authorized(conn, AclOperation.CLUSTER_ACTION, CLUSTER):
@@ -90,6 +114,9 @@ async def handle(ctx, conn, header, body: dict) -> dict:
             name = t.get("name")
             parts = []
             for index in t.get("partition_indexes") or []:
+                if name == GROUP_OFFSETS_TOPIC:
+                    parts.append({"partition_index": index, "error_code": await _group_marker(ctx, marker, index)})
+                    continue
                 code, plog = _write_one(ctx, marker, name, index)
                 answer = {"partition_index": index, "error_code": code}
                 parts.append(answer)

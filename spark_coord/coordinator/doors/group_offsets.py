@@ -14,13 +14,31 @@ queries' groups included.
   member id (tools resetting a group) are taken only while the group has no live member, as Kafka
   does, and may move offsets anywhere.  Answered once the offsets are in ZooKeeper.
 * **OffsetFetch**: the committed offsets, -1 where the group has none; v8+ ask for several groups.
+* **TxnOffsetCommit** (KIP-98, KIP-447): a transactional producer's offsets, held *pending* for its
+  producer id until the transaction's marker (``end_transaction``), written fenced to
+  ``/consumers/<group>/pending/<producer id>`` before the answer and loaded with the shard
+  (``load_pending``), so a failover keeps them.  Who may commit is Kafka's rule for transactional
+  commits: generation -1 with no member id is taken (a producer outside the group's membership,
+  whatever the group holds: TxnOffsetCommit v0-2 carry no member); a member's commit is checked as
+  OffsetCommit checks it (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, STALE_MEMBER_EPOCH for a KIP-848
+  member).  A producer epoch older than the newest this shard saw for the producer id (its pending
+  offsets, its markers) is INVALID_PRODUCER_EPOCH, as the group's ``__consumer_offsets`` partition
+  answers a fenced producer in Kafka.  The COMMIT marker moves the pending offsets into the group's
+  offsets and deletes the pending node in one multi; ABORT deletes it; a producer with nothing
+  pending is a no-op (a marker sent again after a failover).
+* **OffsetFetch** with ``require_stable`` (v7+, KIP-447): a partition with pending offsets answers
+  UNSTABLE_OFFSET_COMMIT (offset -1), at the partition, as Kafka's ``OffsetMetadataManager``
+  answers it (the group's error stays NONE; clients retry the fetch).
 * **OffsetDelete** (KIP-496): an unknown group is GROUP_ID_NOT_FOUND, a partition of no topic
   UNKNOWN_TOPIC_OR_PARTITION, a topic the group subscribes to GROUP_SUBSCRIBED_TO_TOPIC.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from spark_coord.coordinator.doors.common import ConsumerMembers, not_served, restored_consumer_member
@@ -32,7 +50,7 @@ if TYPE_CHECKING:
     from spark_coord.coordinator.core.group import ConsumerRegistry, GroupRegistry
     from spark_coord.coordinator.core.interface import GroupCoordinator
 
-__all__ = ["ClassicMembers", "GroupOffsets", "offsets_answer"]
+__all__ = ["ClassicMembers", "GroupOffsets", "PendingOffsets", "offsets_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +68,48 @@ class ClassicMembers(Protocol):
 
 
 def offsets_answer(group_id: str, offsets: Mapping[TopicPartition, int],
-                   wanted: Iterable[Mapping[str, Any]] | None) -> dict:
+                   wanted: Iterable[Mapping[str, Any]] | None, unstable: "set[TopicPartition] | None" = None) -> dict:
     """One group of an OffsetFetch v8+ answer: the ``wanted`` partitions (request topics; None: every
-    partition with an offset) with their committed offsets, -1 where the group has none."""
+    partition with an offset) with their committed offsets, -1 where the group has none; those in
+    ``unstable`` (pending in a transaction, asked with ``require_stable``) UNSTABLE_OFFSET_COMMIT and -1."""
     if wanted is None:
         pairs = sorted(offsets)
     else:
         pairs = [(t.get("name"), p) for t in wanted for p in t.get("partition_indexes") or []]
     topics: dict[str, list[dict]] = {}
     for t, p in pairs:
+        if unstable and (t, p) in unstable:
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                             "metadata": "", "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)})
+            continue
         topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offsets.get((t, p), -1),
                                          "committed_leader_epoch": -1, "metadata": "", "error_code": 0})
     return {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
             "error_code": 0}
+
+
+@dataclass
+class PendingOffsets:
+    """A producer's offsets of one group, committed in its open transaction (TxnOffsetCommit)."""
+
+    producer_id: int
+    producer_epoch: int
+    offsets: dict[TopicPartition, int]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": 1, "producerId": self.producer_id, "producerEpoch": self.producer_epoch,
+                           "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())]},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "PendingOffsets":
+        """Raises ValueError on anything ``to_json`` does not write."""
+        try:
+            d = json.loads(data)
+            return cls(int(d["producerId"]), int(d["producerEpoch"]),
+                       {(str(t), int(p)): int(o) for t, p, o in d["offsets"]})
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+            raise ValueError(f"unreadable pending offsets: {e!r}") from None
 
 
 class GroupOffsets:
@@ -74,6 +121,176 @@ class GroupOffsets:
         self.classic = classic
         #: Kafka 4's consumer group protocol door: its members commit here too.
         self.consumer = consumer
+        #: Offsets in open transactions: group -> producer id -> its pending offsets.
+        self.pending: dict[str, dict[int, PendingOffsets]] = {}
+        #: The newest producer epoch seen per producer id (pending offsets, markers): older ones are fenced.
+        self.producer_epochs: dict[int, int] = {}
+        #: One pending write of a group at a time (TxnOffsetCommit, the markers).
+        self._pending_locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------ offsets in transactions
+    async def load_pending(self) -> None:
+        """The shard's pending transactional offsets from the store (raises StoreError); an unreadable
+        node is logged and left out."""
+        loaded = await self.c.store.load_pending()
+        self.reset_pending()
+        for group_id, producers in loaded.items():
+            for producer_id, doc in producers.items():
+                try:
+                    pending = PendingOffsets.from_json(doc)
+                except ValueError as e:
+                    log.error("group %s, producer %d: %s", group_id, producer_id, e)
+                    continue
+                self.pending.setdefault(group_id, {})[producer_id] = pending
+                self._saw_epoch(producer_id, pending.producer_epoch)
+        if self.pending:
+            log.info("%d groups with offsets pending in transactions loaded", len(self.pending))
+
+    def reset_pending(self) -> None:
+        self.pending = {}
+        self.producer_epochs = {}
+        self._pending_locks = {}
+
+    def _saw_epoch(self, producer_id: int, epoch: int) -> None:
+        if epoch > self.producer_epochs.get(producer_id, -1):
+            self.producer_epochs[producer_id] = epoch
+
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with offsets pending in a transaction."""
+        return {tp for p in self.pending.get(group_id, {}).values() for tp in p.offsets}
+
+    def _lock(self, group_id: str) -> asyncio.Lock:
+        return self._pending_locks.setdefault(group_id, asyncio.Lock())
+
+    async def txn_offset_commit(self, body: Mapping[str, Any], version: int,
+                                refused: Callable[[str], int] | None = None) -> dict:
+        """TxnOffsetCommit: a code per partition (``refused(topic)``: the code of a topic the client
+        may not commit, NONE when it may)."""
+        group_id = body.get("group_id") or ""
+        producer_id = body.get("producer_id", -1)
+        epoch = body.get("producer_epoch", -1)
+        generation = body.get("generation_id", STANDALONE_GENERATION) if version >= 3 else STANDALONE_GENERATION
+        member_id = (body.get("member_id") or "") if version >= 3 else ""
+        wanted = [(t.get("name"), p.get("partition_index"), p.get("committed_offset"))
+                  for t in body.get("topics") or [] for p in t.get("partitions") or []]
+
+        def answer(codes: Mapping[TopicPartition, int] | int) -> dict:
+            topics: dict[str, list[dict]] = {}
+            for t, p, _ in wanted:
+                code = codes if isinstance(codes, int) else codes.get((t, p), ErrorCode.NONE)
+                topics.setdefault(t, []).append({"partition_index": p, "error_code": int(code)})
+            return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+        if (code := not_served(self.c, group_id)) is not None:
+            return answer(code)
+        if not isinstance(producer_id, int) or producer_id < 0 or not isinstance(epoch, int) or epoch < 0:
+            return answer(ErrorCode.INVALID_REQUEST)
+        if generation != STANDALONE_GENERATION or member_id:
+            code = self._member_may_commit(group_id, member_id, generation)
+            if code != ErrorCode.NONE:
+                return answer(code)
+        if epoch < self.producer_epochs.get(producer_id, -1):
+            return answer(ErrorCode.INVALID_PRODUCER_EPOCH)
+        codes: dict[TopicPartition, int] = {}
+        taken: dict[TopicPartition, int] = {}
+        for t, p, o in wanted:
+            if refused is not None and isinstance(t, str) and refused(t):
+                codes[(t, p)] = refused(t)
+            elif not isinstance(t, str) or not isinstance(p, int) or not isinstance(o, int) or o < 0:
+                codes[(t, p)] = ErrorCode.INVALID_REQUEST
+            elif not 0 <= p < self.c.topics.get(t, 0):
+                codes[(t, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                taken[(t, p)] = o
+        if not taken:
+            return answer(codes)
+        async with self._lock(group_id):
+            if epoch < self.producer_epochs.get(producer_id, -1):  # fenced while waiting
+                return answer(ErrorCode.INVALID_PRODUCER_EPOCH)
+            before = self.pending.get(group_id, {}).get(producer_id)
+            merged = PendingOffsets(producer_id, epoch, {**(before.offsets if before else {}), **taken})
+            failure: ErrorCode | None = None
+            try:
+                await self.c.store.write_pending(group_id, producer_id, merged.to_json())
+            except Fenced:
+                failure = ErrorCode.NOT_COORDINATOR
+            except StoreError as e:
+                log.warning("group %s: pending offsets of producer %d not written: %s", group_id, producer_id, e)
+                failure = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if failure is None and not self.c.active:
+                failure = ErrorCode.NOT_COORDINATOR
+            if failure is not None:
+                codes.update({tp: failure for tp in taken})
+                return answer(codes)
+            self.pending.setdefault(group_id, {})[producer_id] = merged
+            self._saw_epoch(producer_id, epoch)
+        log.debug("group %s: %d offsets pending for producer %d epoch %d", group_id, len(taken), producer_id, epoch)
+        return answer(codes)
+
+    def _member_may_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        """A member's transactional commit, checked as its OffsetCommit would be."""
+        if self.consumer is not None and self.consumer.live(group_id, member_id) is not None:
+            _, member = self.consumer.find(group_id, member_id)
+            return ErrorCode.NONE if member is not None and member.accepts_epoch(generation) \
+                else ErrorCode.STALE_MEMBER_EPOCH
+        committing = self.classic.validate_commit(group_id, member_id, generation)
+        if isinstance(committing, ErrorCode):
+            return committing
+        _, member, _ = committing
+        if member is None or not member.accepts_epoch(generation):
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    async def end_transaction(self, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        """A transaction marker for this shard's groups: the producer's pending offsets of each group
+        become the group's (COMMIT) or are dropped (ABORT), each group in one multi with its pending
+        node deleted.  NONE when done (nothing pending: done too), else why not (the sender retries)."""
+        if not self.c.active:
+            return ErrorCode.NOT_COORDINATOR
+        self._saw_epoch(producer_id, epoch)
+        for group_id in [g for g, producers in self.pending.items() if producer_id in producers]:
+            async with self._lock(group_id):
+                pending = self.pending.get(group_id, {}).get(producer_id)
+                if pending is None:
+                    continue
+                code = await self._end_group(group_id, pending, commit)
+                if code != ErrorCode.NONE:
+                    return code
+        return ErrorCode.NONE
+
+    async def _end_group(self, group_id: str, pending: PendingOffsets, commit: bool) -> ErrorCode:
+        from spark_coord.coordinator.core.group import GroupRegistry
+
+        group = self.c.groups.get(group_id)
+        if commit and group is None:
+            group = self.c.groups[group_id] = GroupRegistry(group_id)
+        lock = group.store_lock if group is not None else asyncio.Lock()
+        async with lock:
+            try:
+                await self.c.store.end_pending(group_id, pending.producer_id, dict(pending.offsets) if commit else None)
+            except Fenced:
+                return ErrorCode.NOT_COORDINATOR
+            except StoreError as e:
+                log.warning("group %s: %s of producer %d's offsets failed: %s", group_id,
+                            "commit" if commit else "abort", pending.producer_id, e)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if commit and group is not None:
+                for tp, offset in pending.offsets.items():
+                    group.offsets[tp] = offset
+                    group.offset_holding.pop(tp, None)
+                    group.dirty.discard(tp)
+        producers = self.pending.get(group_id, {})
+        producers.pop(pending.producer_id, None)
+        if not producers:
+            self.pending.pop(group_id, None)
+        log.info("group %s: %d offsets of producer %d %s", group_id, len(pending.offsets), pending.producer_id,
+                 "committed" if commit else "aborted")
+        if commit and self.c.on_committed is not None:
+            try:
+                self.c.on_committed(group_id, dict(pending.offsets))
+            except Exception:
+                log.exception("group %s: on_committed callback failed", group_id)
+        return ErrorCode.NONE
 
     # ------------------------------------------------------------ OffsetCommit
     async def offset_commit(self, body: Mapping[str, Any], version: int) -> dict:
@@ -152,10 +369,12 @@ class GroupOffsets:
 
     # ------------------------------------------------------------ OffsetFetch
     def offset_fetch(self, body: Mapping[str, Any], version: int) -> dict:
+        stable = bool(body.get("require_stable")) and version >= 7
         if version >= 8:
-            groups = [self._fetch_group(g.get("group_id") or "", g.get("topics")) for g in body.get("groups") or []]
+            groups = [self._fetch_group(g.get("group_id") or "", g.get("topics"), stable)
+                      for g in body.get("groups") or []]
             return {"throttle_time_ms": 0, "groups": groups}
-        one = self._fetch_group(body.get("group_id") or "", body.get("topics"))
+        one = self._fetch_group(body.get("group_id") or "", body.get("topics"), stable)
         code = one["error_code"]
         topics = one["topics"]
         if code != ErrorCode.NONE and version < 2:  # no group-level error code before v2
@@ -164,11 +383,12 @@ class GroupOffsets:
                 for p in t.get("partition_indexes") or []]} for t in body.get("topics") or []]
         return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
 
-    def _fetch_group(self, group_id: str, wanted: Iterable[Mapping[str, Any]] | None) -> dict:
+    def _fetch_group(self, group_id: str, wanted: Iterable[Mapping[str, Any]] | None, stable: bool = False) -> dict:
         if not self.c.active:
             return {"group_id": group_id, "topics": [], "error_code": int(ErrorCode.NOT_COORDINATOR)}
         group = self.c.groups.get(group_id)
-        return offsets_answer(group_id, dict(group.offsets) if group is not None else {}, wanted)
+        return offsets_answer(group_id, dict(group.offsets) if group is not None else {}, wanted,
+                              self.unstable(group_id) if stable else None)
 
     # ------------------------------------------------------------ OffsetDelete
     async def offset_delete(self, group_id: str, partitions: Iterable[TopicPartition],

@@ -20,7 +20,7 @@ DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, t
 coordinator's APIs (KIP-98, KIP-664), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions and ListTransactions, through the shard's ``txn.coordinator.TxnCoordinator``
 (FindCoordinator with key type 1 names it; InitProducerId, a broker handler, reaches it through the
-same door).
+same door); TxnOffsetCommit, the offsets of a transaction, through the group's ``GroupOffsets``.
 Authorization (Kafka's ACLs on groups and topics) is checked here, before
 anything reaches the coordinator (``authz``).
 """
@@ -63,6 +63,7 @@ def group_apis() -> "list[GroupApi]":
         share_group_describe,
         share_group_heartbeat,
         sync_group,
+        txn_offset_commit,
     )
 
     return [cluster_metadata.API, register_consumer.API, describe_members.API, commit_offsets.API,
@@ -71,4 +72,4 @@ def group_apis() -> "list[GroupApi]":
             consumer_group_heartbeat.API, consumer_group_describe.API, share_group_heartbeat.API,
             share_group_describe.API, describe_share_group_offsets.API, alter_share_group_offsets.API,
             delete_share_group_offsets.API, offset_delete.API, add_partitions_to_txn.API, add_offsets_to_txn.API,
-            end_txn.API, describe_transactions.API, list_transactions.API]
+            txn_offset_commit.API, end_txn.API, describe_transactions.API, list_transactions.API]

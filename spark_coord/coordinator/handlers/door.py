@@ -55,6 +55,11 @@ class FrontDoor(Protocol):
         acknowledges is written there first), for OffsetFetch where this process does not serve the
         group's shard now; None when ZooKeeper cannot be read in time."""
 
+    async def stored_pending(self, group_id: str) -> set[tuple[str, int]] | None:
+        """``group_id``'s partitions with offsets pending in a transaction, as ZooKeeper holds them
+        (``/consumers/<group>/pending``), for OffsetFetch with require_stable where this process does
+        not serve the group's shard now; None when ZooKeeper cannot be read in time."""
+
     async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The log end offset of each partition this process can learn: from its own logs, else
         from the partition's leader by ListOffsets (off the event loop); the others are left out

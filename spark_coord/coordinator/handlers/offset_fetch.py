@@ -10,6 +10,11 @@ commit a coordinator acknowledges is written first: Kafka would answer NOT_COORD
 librdkafka, given that while its assignment changes, never fetches the partitions it asked
 for.  Only when ZooKeeper cannot be read does the coordinator's error go back -- the group's
 (v2+), as Kafka answers it, not one per partition.
+
+With ``require_stable`` (v7+, KIP-447) a partition whose offset is pending in a transaction (a
+TxnOffsetCommit whose marker has not come yet) answers UNSTABLE_OFFSET_COMMIT with offset -1, at
+the partition (the group's error stays NONE, as Kafka answers it); read from ZooKeeper's
+``/consumers/<group>/pending`` too when another broker coordinates the group.
 """
 
 from __future__ import annotations
@@ -49,8 +54,12 @@ async def _group_answer(door, body: dict, g: dict) -> dict:
             return one
         code = ErrorCode.NOT_COORDINATOR
     stored = await door.stored_offsets(gid)
+    unstable = None
+    if stored is not None and body.get("require_stable"):
+        unstable = await door.stored_pending(gid)
+        stored = None if unstable is None else stored
     if stored is not None:
-        return offsets_answer(gid, stored, g.get("topics"))
+        return offsets_answer(gid, stored, g.get("topics"), unstable)
     return {"group_id": gid, "topics": [], "error_code": int(code)}
 
 

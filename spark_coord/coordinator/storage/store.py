@@ -132,6 +132,21 @@ class GroupStore(ABC):
         for group_id, batch in offsets.items():
             await self.commit_offsets(group_id, batch)
 
+    # Offsets in a transaction (KIP-98): a producer's TxnOffsetCommit, held until its marker.
+    async def load_pending(self) -> dict[str, dict[int, bytes]]:
+        """Every group's pending transactional offsets ``{group: {producer id: document}}`` (a store
+        without them: none)."""
+        return {}
+
+    async def write_pending(self, group_id: str, producer_id: int, doc: bytes) -> None:
+        """Write a producer's pending offsets of ``group_id`` (the whole document, replaced)."""
+        raise StoreError(f"group {group_id}: this store keeps no pending transactional offsets")
+
+    async def end_pending(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, int] | None) -> None:
+        """A producer's transaction ended for ``group_id``: ``offsets`` (a commit) become the group's and
+        the pending document is deleted in the same write; None (an abort): just deleted."""
+        raise StoreError(f"group {group_id}: this store keeps no pending transactional offsets")
+
     @abstractmethod
     async def delete_topic(self, group_id: str, topic: str) -> None:
         """Forget the group's offsets and owners of a (deleted) topic."""

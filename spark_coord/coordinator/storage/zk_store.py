@@ -7,6 +7,8 @@ Layout (paths from ``zk.paths``)::
     /consumers/<g>/state                      {"version": 1, "generation": N}
     /consumers/<g>/offsets/<t>/<p>            next offset to consume, decimal
     /consumers/<g>/owners/<t>/<p>             owning consumer thread id
+    /consumers/<g>/pending/<producer id>      a producer's offsets committed in its open transaction
+                                              (TxnOffsetCommit): JSON, until the transaction's marker
 
 Fencing (DESIGN.md "Coordinator shards"): every write is one ZooKeeper multi-op that starts
 with two ``check`` operations from the coordinator's ``EpochCheck``:
@@ -47,7 +49,8 @@ from spark_coord.coordinator.storage.zk_cache import ZnodeCache
 from spark_coord.coordinator.storage.zk_fenced import MAX_OPS_PER_MULTI, FencedWriter, Op
 from spark_coord.zk import model, paths
 
-__all__ = ["EpochCheck", "MAX_OPS_PER_MULTI", "ZkGroupStore", "encode_state", "parse_state"]
+__all__ = ["EpochCheck", "MAX_OPS_PER_MULTI", "ZkGroupStore", "encode_state", "parse_state", "pending_path",
+           "pending_root"]
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +186,42 @@ class ZkGroupStore(GroupStore):
 
     async def verify(self) -> None:
         await self.writer.write("verify the election", [])  # just the two checks
+
+    # ------------------------------------------------------------------ offsets in transactions
+    async def load_pending(self) -> dict[str, dict[int, bytes]]:
+        """The pending transactional offsets of the shard's groups (pipelined reads: the groups'
+        ``pending`` children, then their documents); a node that is not a producer id is skipped."""
+        try:
+            names = [g for g in map(paths.parse_group_node, await zk_async.get_children(self.client, paths.CONSUMERS))
+                     if g is not None and (self.owns is None or self.owns(g))]
+            parents = {pending_root(g): g for g in names}
+            children = await zk_async.children_many(self.client, parents)
+            wanted: dict[str, tuple[str, int]] = {}
+            for parent, nodes in children.items():
+                for node in nodes:
+                    if node.isdigit():
+                        wanted[f"{parent}/{node}"] = (parents[parent], int(node))
+            docs = await zk_async.get_many(self.client, wanted)
+        except KazooException as e:
+            raise StoreError(f"load pending transactional offsets: {e.__class__.__name__}") from None
+        out: dict[str, dict[int, bytes]] = {}
+        for path, data in docs.items():
+            group_id, producer_id = wanted[path]
+            out.setdefault(group_id, {})[producer_id] = data
+        return out
+
+    async def write_pending(self, group_id: str, producer_id: int, doc: bytes) -> None:
+        await self.writer.write(f"pending offsets of producer {producer_id} in {group_id}",
+                                [("put", pending_path(group_id, producer_id), doc)])
+
+    async def end_pending(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, int] | None) -> None:
+        ops: list[Op] = [("put", paths.offset(group_id, t, p), model.encode_offset(o))
+                         for (t, p), o in sorted((offsets or {}).items())]
+        ops.append(("delete", pending_path(group_id, producer_id), None))
+        if len(ops) > MAX_OPS_PER_MULTI:  # one multi or none: the offsets land with the delete
+            raise StoreError(f"group {group_id}: {len(ops)} operations do not fit one multi")
+        await self.writer.write(f"{'commit' if offsets is not None else 'abort'} the offsets of producer "
+                                f"{producer_id} in {group_id}", ops)
 
     async def delete_topic(self, group_id: str, topic: str) -> None:
         ops: list[Op] = []
@@ -436,6 +475,16 @@ class ZkGroupStore(GroupStore):
         except KazooException as e:
             log.warning("share group %s: state changed, but the brokers were not notified (%s)", group_id,
                         e.__class__.__name__)
+
+
+def pending_root(group_id: str) -> str:
+    """``/consumers/<group>/pending``: the producers' offsets held until their transaction ends."""
+    return f"{paths.group(group_id)}/pending"
+
+
+def pending_path(group_id: str, producer_id: int) -> str:
+    """``/consumers/<group>/pending/<producer id>``."""
+    return f"{pending_root(group_id)}/{int(producer_id)}"
 
 
 def _valid_group(name: str) -> bool:

@@ -9,8 +9,10 @@ adopted and answered, so a deposed coordinator changes nothing.
 While a write of an id is in flight the id is *pending* (Kafka's ``pendingState``): its other
 requests are answered CONCURRENT_TRANSACTIONS.  EndTxn is answered once PrepareCommit/PrepareAbort is
 durable; the markers then go to every partition's leader (``send_markers``: WriteTxnMarkers carrying
-the shard's coordinator epoch), retried until each leader took them (a deleted topic's partition
-counts as done), and Complete is written.  A shard won with ids in PrepareCommit/PrepareAbort sends
+the shard's coordinator epoch), and for the transaction's groups (AddOffsetsToTxn) to Kafka's
+``__consumer_offsets`` partition of each group's shard, whose holder commits or drops the offsets
+pending there (``group_partition``), retried until each leader took them (a deleted topic's
+partition counts as done), and Complete is written.  A shard won with ids in PrepareCommit/PrepareAbort sends
 their markers again and completes them (a leader takes a marker for a transaction no longer open as
 a no-op).  Every ``abort_interval_s`` the transactions Ongoing past their timeout are aborted with
 the epoch bumped, as Kafka's ``abortTimedOutTransactions`` does, so their producer is fenced.
@@ -65,7 +67,8 @@ class TxnCoordinator:
     def __init__(self, store: TxnStore, allocate_producer_id: Callable[[], Awaitable[int]],
                  leader_of: Callable[[str, int], "int | None"], send_markers: MarkerSender,
                  coordinator_epoch: Callable[[], int], settings: TxnSettings = TxnSettings(),
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000), label: str = "transactions"):
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000), label: str = "transactions",
+                 group_partition: "Callable[[str], TopicPartition | None] | None" = None):
         self.store = store
         self.allocate_producer_id = allocate_producer_id
         self.leader_of = leader_of
@@ -74,6 +77,9 @@ class TxnCoordinator:
         self.settings = settings
         self.now_ms = now_ms
         self.label = label
+        #: The partition a group's marker goes to (Kafka's ``__consumer_offsets`` partition of the group,
+        #: ``leader_of`` names its holder); None: the groups of a transaction get no marker.
+        self.group_partition = group_partition
         self.active = False
         self.txns: dict[str, tuple[TxnMetadata, int]] = {}
         self.pending: set[str] = set()
@@ -268,10 +274,11 @@ class TxnCoordinator:
                 if found is None or not found[0].state.preparing:
                     return
                 txn = found[0]
-                todo = set(txn.partitions) - done
+                targets = set(txn.partitions) | self._group_partitions(txn)
+                todo = targets - done
                 if todo:
                     done |= await self._send_round(txn, todo)
-                if done >= txn.partitions and tid not in self.pending:
+                if done >= targets and tid not in self.pending:
                     code = await self._write(st.complete(txn, self.now_ms()))
                     if code == ErrorCode.NONE:
                         log.debug("%s: %r %s", self.label, tid, self.txns[tid][0].state.value)
@@ -283,6 +290,17 @@ class TxnCoordinator:
         finally:
             if term == self._term:
                 self._completing.discard(tid)
+
+    def _group_partitions(self, txn: TxnMetadata) -> set[TopicPartition]:
+        """The partitions the markers of the transaction's groups go to (one per group's shard)."""
+        if self.group_partition is None:
+            return set()
+        out = set()
+        for group_id in txn.groups:
+            tp = self.group_partition(group_id)
+            if tp is not None:
+                out.add(tp)
+        return out
 
     async def _send_round(self, txn: TxnMetadata, todo: set[TopicPartition]) -> set[TopicPartition]:
         """One marker request to each leader of ``todo``: the partitions whose marker is done."""
