@@ -9,6 +9,8 @@
     .venv/bin/python bench/nemesis.py --kinds share,share,share --share-release 0.3 --share-reject 0.02 \
         --share-count-limit 3 --weights share_leader_zk_cut=1,share_leader_clock_step=1,share_leader_kill=1,\
 truncated_restart=1,share_member_stop=1 --faults 32 --duration 540   # the share nemesis (docs/benchmarks/share.md)
+    .venv/bin/python bench/nemesis.py --kinds thin,thin --txn-writers 3 --txn-readers 2 --faults 32 \
+        --duration 420 --report bench/results/txn_nemesis.json   # transactions (docs/benchmarks/faults.md)
 
 Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need libfaketime
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
@@ -18,6 +20,11 @@ members -- by default two thin consumers, a confluent-kafka eager and a cooperat
 Seeded random faults of every kind of ``nemesis.ALL_KINDS`` (cuts by blackhole routes,
 a bridge, flapping cuts, clocks offset or running fast, pauses and kills), alone or two
 at once (``--combine``).
+
+With ``--txn-writers N`` a transactional workload runs beside it (``testkit.txn_member``: N
+``TransactionalProducer`` writers over a 6-partition topic ``txn``, read_committed readers and one
+read_uncommitted, each in a namespace of its own), the fault kind ``txn_writer_kill`` is added to
+the default weights, and its checks (``testkit.txn_checks``) are printed and count as violations.
 
 Prints the chaos report (``testkit.chaos``), the anomalies of Jepsen's Kafka workload
 (``testkit.jepsen_checks``) and a table per fault kind: how often it was injected, the
@@ -55,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share-count-limit", type=int, default=0,
                    help="the brokers' group.share.delivery.count.limit (0: their default, 5)")
     p.add_argument("--partitions", type=int, default=12)
+    p.add_argument("--txn-writers", type=int, default=0,
+                   help="transactional writers (testkit.txn_member), each with a transactional id of its own")
+    p.add_argument("--txn-readers", type=int, default=2, help="read_committed readers (plus one read_uncommitted)")
+    p.add_argument("--txn-partitions", type=int, default=6, help="partitions of the transactional topic")
+    p.add_argument("--txn-abort", type=float, default=0.2, help="chance a writer aborts a transaction")
     p.add_argument("--session-ms", type=int, default=10000,
                    help="members' session timeout (default: outlasts a coordinator failover -- the brokers' "
                         "ZooKeeper session, an election, the members finding the new coordinator -- as Kafka's "
@@ -107,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                                        kip848_heartbeat_ms=args.kip848_heartbeat_ms,
                                        cut_s=(3.0, max(12.0, args.session_ms / 1000 + 6.0)),
                                        share_lock_ms=args.share_lock_ms, share_release=args.share_release,
-                                       share_reject=args.share_reject, share_count_limit=args.share_count_limit)
+                                       share_reject=args.share_reject, share_count_limit=args.share_count_limit,
+                                       txn_writers=args.txn_writers, txn_readers=args.txn_readers,
+                                       txn_partitions=args.txn_partitions, txn_abort=args.txn_abort)
+    if args.txn_writers and not args.weights:
+        settings.weights = dict(settings.weights, txn_writer_kill=2)
     if args.weights:
         weights = {}
         for item in args.weights.split(","):

@@ -15,7 +15,8 @@ isolation level).  ``check`` returns a ``TxnResult``; its violations:
 - ``duplicate``: a value at two offsets (of the log read uncommitted, or in any reader's journal);
 - ``inconsistent_offsets``: a reader saw at a (partition, offset) another value than the log holds;
 - ``uncommitted_visible``: a value read committed that is in no journaled transaction at all;
-- ``realtime_cycle``: a cycle in the order of appends (below).
+- ``realtime_cycle``: a cycle in the order of appends (below);
+- ``unread``: a reader that never read every value of the final log at its isolation level.
 
 The cycle check.  Jepsen's Kafka workload infers write-write dependencies from each partition's
 order and write-read ones from what a transaction read; with writers that only write, the only
@@ -64,7 +65,7 @@ class Txn:
 @dataclass
 class TxnResult:
     VIOLATIONS = ("lost_write", "aborted_read", "partial", "duplicate", "inconsistent_offsets",
-                  "uncommitted_visible", "realtime_cycle")
+                  "uncommitted_visible", "realtime_cycle", "unread")
     transactions: int = 0
     committed: int = 0
     aborted: int = 0
@@ -82,6 +83,9 @@ class TxnResult:
     inconsistent_offsets: list[str] = field(default_factory=list)
     uncommitted_visible: list[str] = field(default_factory=list)
     realtime_cycle: list[str] = field(default_factory=list)
+    #: readers that never read, by the end of the run, every value of the final log at their level
+    #: (filled by the run, which knows when its readers stopped)
+    unread: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:

@@ -56,6 +56,9 @@ Jepsen-named checks of ``testkit.jepsen_checks``:
   connection lost, as when a NAT or firewall drops its state: a client recovers only by its own
   timeouts and a new connection; it lasts a cut plus the members' ``socket.timeout.ms``, so they
   do); each for as long as a cut, and each healed by setting ``pass``.
+- ``txn_writer_kill`` (``TXN_KINDS``, runs with ``txn_writers``): a transactional writer of the
+  transactional workload (``testkit.txn_member``, checked by ``testkit.txn_checks``) SIGKILLed,
+  maybe inside a transaction, and restarted: its ``init_transactions`` fences the dead one.
 
 Each fault may come with a second one at the same moment (``combine``, a member fault
 beside a broker fault).  The report adds, per fault kind: how often it was injected, the

@@ -33,6 +33,9 @@ from testkit.nemesis.report import NemesisReport
 
 log = logging.getLogger(__name__)
 
+#: The transactional workload's topic.
+TXN_TOPIC = "txn"
+
 NET_KINDS = ("isolate_broker", "coordinator_zk_cut", "member_coordinator_cut", "broker_clients_cut", "bridge",
              "flap", "isolate_member", "zk_split")
 CLOCK_KINDS = ("clock_member_offset", "clock_member_fast", "clock_coordinator_offset", "clock_coordinator_fast")
@@ -49,7 +52,10 @@ PROXY_KINDS = ("slow_broker", "throttle_broker", "stall_broker", "stuck_links")
 SHARE_KINDS = ("share_leader_zk_cut", "share_leader_clock_step", "share_leader_kill", "truncated_restart",
                "share_member_stop")
 SHARE_SERVER_KINDS = SHARE_KINDS[:4]
-ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS + SHARE_KINDS
+#: A transactional writer (``txn_writers``) SIGKILLed, maybe inside a transaction, restarted after a delay:
+#: its next ``init_transactions`` fences the dead one's epoch (and aborts its open transaction).
+TXN_KINDS = ("txn_writer_kill",)
+ALL_KINDS = NET_KINDS + CLOCK_KINDS + PROCESS_KINDS + MEMBERSHIP_KINDS + PROXY_KINDS + SHARE_KINDS + TXN_KINDS
 #: Fault kinds that take a broker (at most one at a time, as in ``ChaosRun``).
 SERVER_KINDS = ("isolate_broker", "coordinator_zk_cut", "broker_clients_cut", "bridge", "flap",
                 "clock_coordinator_offset", "clock_coordinator_fast", "zk_split") + BROKER_KINDS + MEMBERSHIP_KINDS \
@@ -111,6 +117,17 @@ class NemesisSettings(ChaosSettings):
     truncate_bytes: tuple[int, int] = (1, 4096)
     #: How long to wait at the end for the share group's state to settle (every record accepted or archived).
     share_settle_s: float = 120.0
+    #: The transactional workload (``testkit.txn_member``, checked by ``testkit.txn_checks``): writers, each
+    #: in a namespace ``w<i>`` of its own with its own transactional id, running transactions over 2-4 of
+    #: ``txn_partitions`` partitions of topic ``txn`` (aborting with the chance ``txn_abort``);
+    #: ``txn_readers`` read_committed readers (``r<i>``) and, with any writer, one read_uncommitted
+    #: (``u0``), each a thin consumer of a group of its own.  0 writers: none of it.
+    txn_writers: int = 0
+    txn_readers: int = 2
+    txn_partitions: int = 6
+    txn_abort: float = 0.2
+    #: The writers' transaction.timeout.ms: how long a transaction a dead writer left open holds the LSO.
+    txn_timeout_ms: int = 15000
 
 
 class NemesisRun(ChaosRun):
@@ -155,6 +172,11 @@ class NemesisRun(ChaosRun):
         self._share_sampler: threading.Thread | None = None
         self._share_sampling = threading.Event()
         self.drain_members: list[Any] = []
+        #: The transactional workload's processes: writer slot -> running incarnation; every reader;
+        #: every writer incarnation (name -> process).
+        self.txn_writers: dict[int, Any] = {}
+        self.txn_readers: list[Any] = []
+        self.txn_incarnations: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ network and processes
     def run(self) -> NemesisReport:  # type: ignore[override]
@@ -162,7 +184,7 @@ class NemesisRun(ChaosRun):
         self.prefix = self.net.prefix
         try:
             for name in self.zk_nodes + ["client"] + [f"b{i}" for i in range(self.next_broker_id)] + \
-                        [f"m{i}" for i in range(len(self.kinds))]:
+                        [f"m{i}" for i in range(len(self.kinds))] + self._txn_nodes():
                 self.net.add(name)
             # ``broker_add`` makes its namespace from here (the bridge's namespace)
             self.host_ns = HostNamespace()
@@ -199,9 +221,13 @@ class NemesisRun(ChaosRun):
     def _create_topic(self) -> None:
         """The run's topic on the original brokers only (explicit assignment): the spare brokers, and
         those ``broker_add`` starts, lead none of its partitions, so ``broker_remove`` may take them for
-        good (one replica per partition: a removed leader's partitions would be gone for ever)."""
+        good (one replica per partition: a removed leader's partitions would be gone for ever).  So is
+        the transactional workload's topic ``txn``."""
         nemesis_zk.create_topic(self.cluster.bootstrap, self.topic,
                                 nemesis_zk.topic_assignment(self.s.partitions, list(range(self.s.brokers))))
+        if self.s.txn_writers:
+            nemesis_zk.create_topic(self.cluster.bootstrap, TXN_TOPIC,
+                                    nemesis_zk.topic_assignment(self.s.txn_partitions, list(range(self.s.brokers))))
 
     def _broker_overrides(self) -> dict[str, object]:
         overrides = ChaosRun._broker_overrides(self)
@@ -554,6 +580,11 @@ class NemesisRun(ChaosRun):
             self._broker_busy.clear()
 
     def _inject(self, kind: str) -> Fault | None:
+        if kind in TXN_KINDS:
+            if not self.txn_writers:
+                self.note_skipped(f"{kind}: the run has no transactional writers")
+                return None
+            return self._txn_writer_kill()
         if kind in SHARE_KINDS:
             if not self.s.has_share():
                 self.note_skipped(f"{kind}: the run has no share members")
@@ -594,7 +625,7 @@ class NemesisRun(ChaosRun):
         s, net, rng = self.s, self.net, self.rng
         brokers = sorted(self.cluster.ports)
         hold = rng.uniform(*s.cut_s)
-        clients = ["client"] + self._member_nodes()
+        clients = ["client"] + self._member_nodes() + self._txn_nodes()
         if kind == "isolate_broker":
             victim = coordinator if rng.random() < 0.5 else rng.choice(brokers)
             node = f"b{victim}"
@@ -806,6 +837,101 @@ class NemesisRun(ChaosRun):
         self._later(hold, self._end, fault, back, False, (), [m.name, new.name])
         return fault
 
+    # ------------------------------------------------------------------ the transactional workload
+    def _txn_nodes(self) -> list[str]:
+        s = self.s
+        if not s.txn_writers:
+            return []
+        return [f"w{i}" for i in range(s.txn_writers)] + [f"r{i}" for i in range(s.txn_readers)] + ["u0"]
+
+    def _txn_writer(self, slot: int):
+        from testkit.txn_member import TxnProcess
+
+        base = f"w{slot}"
+        n = sum(1 for name in self.txn_incarnations if name.split(".")[0] == base)
+        name = base if n == 0 else f"{base}.{n}"
+        proc = self.net.call(base, TxnProcess, "writer", name, self.workdir / "members", self.cluster.bootstrap,
+                             TXN_TOPIC, partitions=self.s.txn_partitions, transactional_id=f"txn-{base}",
+                             abort=self.s.txn_abort, seed=self.s.seed, transaction_timeout_ms=self.s.txn_timeout_ms)
+        self.txn_incarnations[name] = proc
+        self.txn_writers[slot] = proc
+        return proc
+
+    def _start_txn(self) -> None:
+        """The writers and readers of the transactional workload, each in its namespace."""
+        from testkit.txn_member import TxnProcess
+
+        s = self.s
+        if not s.txn_writers:
+            return
+        for i in range(s.txn_writers):
+            self._txn_writer(i)
+        for node, level in [(f"r{i}", "read_committed") for i in range(s.txn_readers)] + [("u0", "read_uncommitted")]:
+            self.txn_readers.append(self.net.call(
+                node, TxnProcess, "reader", node, self.workdir / "members", self.cluster.bootstrap, TXN_TOPIC,
+                group=f"txn-reader-{node}", isolation=level, session_timeout_ms=s.member_session_ms))
+        log.info("transactional workload: %d writers, %d readers on %s", s.txn_writers, len(self.txn_readers),
+                 TXN_TOPIC)
+
+    def _txn_writer_kill(self) -> Fault | None:
+        slot = self.rng.choice(sorted(self.txn_writers))
+        proc = self.txn_writers[slot]
+        if not proc.alive():
+            return None
+        fault = Fault(time.time(), "txn_writer_kill", proc.name)
+        proc.kill()
+        self._touch(fault, {f"w{slot}"})
+
+        def restart() -> None:
+            if self.txn_writers.get(slot) is proc:
+                self._txn_writer(slot)
+        self._later(self.rng.uniform(*self.s.restart_delay_s), self._end, fault, restart, False)
+        return fault
+
+    def _txn_checks(self):
+        """Stop the writers (each ends its transaction), wait until no transaction is open on the topic
+        (a SIGKILLed writer's last one is aborted by its successor's fencing or its timeout), read the
+        log at both isolation levels, let the readers catch up with it, stop them, and check."""
+        from testkit import txn_checks
+        from testkit.txn_member import read_log, stable
+
+        s = self.s
+        stoppers = [threading.Thread(target=w.stop, args=(60,)) for w in self.txn_writers.values() if w.alive()]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(90)
+        deadline = time.monotonic() + s.txn_timeout_ms / 1000 + 60
+        while time.monotonic() < deadline:
+            try:
+                if stable(self.cluster.bootstrap, TXN_TOPIC):
+                    break
+            except Exception as e:  # noqa: BLE001 -- a leader still coming back
+                log.info("txn: last stable offsets not read yet: %s", e)
+            time.sleep(0.5)
+        else:
+            log.warning("txn: transactions still open on %s after the writers stopped", TXN_TOPIC)
+        committed = read_log(self.cluster.bootstrap, TXN_TOPIC, "read_committed")
+        uncommitted = read_log(self.cluster.bootstrap, TXN_TOPIC, "read_uncommitted")
+        want = {"read_committed": {v for recs in committed.values() for _, v in recs},
+                "read_uncommitted": {v for recs in uncommitted.values() for _, v in recs}}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and any(
+                want[r.isolation] - {v for e in r.events("recs") for v in e["vals"]} for r in self.txn_readers):
+            time.sleep(0.5)
+        for r in self.txn_readers:
+            r.stop(60)
+        txns = txn_checks.transactions({name: p.events() for name, p in self.txn_incarnations.items()})
+        readers = {r.name: (r.isolation, txn_checks.reads({r.name: r.events()})) for r in self.txn_readers}
+        result = txn_checks.check(txns, committed, uncommitted, readers)
+        # a reader that never caught up with the log is a liveness violation of read_committed
+        for r in self.txn_readers:
+            behind = want[r.isolation] - {v for e in r.events("recs") for v in e["vals"]}
+            if behind:
+                result.unread.append(f"{r.name} ({r.isolation}) never read {len(behind)} values of the final log, "
+                                     f"e.g. {sorted(behind)[:3]}")
+        return result
+
     # ------------------------------------------------------------------ schedule
     def _plan(self) -> list[tuple[float, str]]:
         s = self.s
@@ -822,6 +948,7 @@ class NemesisRun(ChaosRun):
 
     def _fault_loop(self, t0: float) -> None:
         s = self.s
+        self._start_txn()
         if s.has_share():
             self._share_sampler = threading.Thread(target=self._sample_share_state, daemon=True,
                                                    name="share-state")
@@ -849,6 +976,9 @@ class NemesisRun(ChaosRun):
         time.sleep(max(0.0, t0 + s.duration_s - time.time()))
 
     def _teardown(self) -> None:
+        for proc in list(self.txn_writers.values()) + self.txn_readers:
+            if proc.alive():
+                proc.kill()
         tail = getattr(self, "tail", None)
         if tail is not None and tail.is_alive():
             tail.stop()
@@ -871,7 +1001,11 @@ class NemesisRun(ChaosRun):
                                                            f"log" for p, n in self.truncated_records)]
             report.lost = keep
         share = self._share_nemesis_checks() if self.s.has_share() else {}
+        txn = self._txn_checks() if self.txn_writers else None
         self._nemesis_report = self._nemesis(report)
+        if txn is not None:
+            self._nemesis_report.txn = txn.to_dict()
+            self._nemesis_report.txn_violations = txn.violations
         self._nemesis_report.share = share.get("figures", {})
         self._nemesis_report.share_violations = share.get("violations", [])
         return report

@@ -28,10 +28,15 @@ class NemesisReport:
     #: ending neither accepted nor archived, the start offset past the log end).
     share: dict = field(default_factory=dict)
     share_violations: list[str] = field(default_factory=list)
+    #: The transactional workload (runs with ``txn_writers``): ``testkit.txn_checks.TxnResult.to_dict()``
+    #: (transactions committed, aborted, indeterminate and how the final read resolved them, reads per
+    #: reader, each anomaly listed), and its violations.
+    txn: dict = field(default_factory=dict)
+    txn_violations: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:
-        return self.chaos.violations + self.jepsen_violations + self.share_violations
+        return self.chaos.violations + self.jepsen_violations + self.share_violations + self.txn_violations
 
     @property
     def jepsen_violations(self) -> list[str]:
@@ -58,6 +63,7 @@ class NemesisReport:
             + f" ({j.get('worst_reachable_lag_s', 0):.2f} s leaving out the time leaders were unreachable)",
             *(f"skipped: {s}" for s in self.skipped),
             *([self.share_summary()] if self.share else []),
+            *([self.txn_summary()] if self.txn else []),
             "faults: " + "; ".join(f"+{f['at']:.0f}s {f['kind']} {f['target']}"
                                    + (f" ({f['detail']})" if f["detail"] else "")
                                    + (" [combined]" if f["combined"] else "") for f in self.faults),
@@ -77,10 +83,21 @@ class NemesisReport:
                 f"samples; truncations {len(sh['truncations'])} ({sh['truncated_records']} acknowledged records cut "
                 f"off); violations: " + ", ".join(f"{k} {n}" for k, n in v.items()))
 
+    def txn_summary(self) -> str:
+        from testkit.txn_checks import TxnResult
+
+        t = self.txn
+        reads = "; ".join(f"{name} ({r['isolation']}) {r['records']} records, {r['aborted_values']} of aborted "
+                          f"transactions" for name, r in sorted(t.get("reads", {}).items()))
+        return (f"transactions: {t['transactions']} ({t['committed']} committed, {t['aborted']} aborted, "
+                f"{t['unknown']} indeterminate: {t['unknown_committed']} resolved committed, {t['unknown_aborted']} "
+                f"aborted); readers: {reads}; transactional anomalies: "
+                + ", ".join(f"{k} {len(t.get(k, []))}" for k in TxnResult.VIOLATIONS))
+
     def to_dict(self) -> dict:
         out = {"chaos": asdict(self.chaos), "prefix": self.prefix, "jepsen": self.jepsen, "by_kind": self.by_kind,
                "clock": self.clock, "skipped": self.skipped, "faults": self.faults, "settings": self.settings,
-               "share": self.share, "violations": self.violations}
+               "share": self.share, "txn": self.txn, "violations": self.violations}
         out["chaos"]["duplicate_pct"] = self.chaos.duplicate_pct
         return out
 
