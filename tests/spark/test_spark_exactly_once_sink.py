@@ -15,9 +15,9 @@ sees the aborted copies (so the faults happened).  The same run with the default
 into topic C holds every record twice: the documented contrast.  Then the crash "after the commit,
 before Spark's commit log" (the commit log entry deleted): the replay writes nothing.
 
-A batch write (``df.write``) with the prefix commits each task's transaction from the driver.  Our
-brokers do not serve AddOffsetsToTxn / TxnOffsetCommit yet: there the streaming test is skipped
-until they advertise them (ApiVersions), the batch write runs.
+A batch write (``df.write``) with the prefix commits each task's transaction from the driver.  The
+tests that commit offsets in transactions skip on brokers that do not advertise AddOffsetsToTxn and
+TxnOffsetCommit (ApiVersions); ours serve them since their transaction coordinator took offsets.
 
 Run as a script, this file is the query's own process (see ``_run_queries``).
 """
