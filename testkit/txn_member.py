@@ -2,8 +2,9 @@
 
 ``python -m testkit.txn_member writer --bootstrap H:P --topic T --partitions N --transactional-id ID
 --journal FILE`` runs transactions with our ``TransactionalProducer`` until SIGTERM: each one writes
-unique values to 2-4 distinct partitions of ``T`` (1 or 2 values each, value ``<txn>/<partition>/<i>``)
-and commits, or aborts with the chance ``--abort``.  The journal (JSON lines, ``ts`` and ``ev``):
+unique values to 2-4 distinct partitions of ``T`` (1 or 2 values each, value ``<txn>/<partition>/<i>``),
+flushes them (so they are in the log either way), and commits, or aborts with the chance ``--abort``.
+The journal (JSON lines, ``ts`` and ``ev``):
 
 - ``init``: ``init_transactions`` returned: ``pid``, ``producer_id``, ``epoch`` (a new incarnation, or
   the same process after a fatal error or a timeout: it fences its earlier producer, whose open
@@ -108,6 +109,9 @@ def _one_transaction(producer, topic: str, values: dict[int, list[str]], intent:
         for p, vals in values.items():
             for v in vals:
                 producer.send(topic, v.encode(), partition=p)
+        # every batch written before the decision: an aborted transaction's values are in the log (read
+        # uncommitted, and the aborted-read check has something to catch), not dropped unsent by the abort
+        producer.flush()
     except (KafkaError, TransactionError, OSError, ValueError) as e:
         # never asked to commit: Kafka aborts it (here, at the fencing by the next init_transactions)
         return "aborted", f"{type(e).__name__}: {e}"
