@@ -51,6 +51,13 @@ MARKER_DONE = (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 NO_PARTITION = -1
 #: First and longest wait between rounds of markers a leader did not take (seconds).
 MARKER_RETRY_S = (0.05, 1.0)
+#: How long a request about an id whose transaction is being completed (its markers on their way) or
+#: written waits for that to end before it is answered CONCURRENT_TRANSACTIONS (seconds).  The next
+#: transaction's first AddPartitionsToTxn comes right after EndTxn's answer, a few milliseconds
+#: before the markers are written: answered CONCURRENT_TRANSACTIONS, each client waits its retry
+#: backoff (librdkafka's and Java's some tens of ms), which cost a transaction of 1,000 records most
+#: of its throughput; held, it is served once Complete is written.
+SETTLE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class TxnCoordinator:
         self.pending: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._completing: set[str] = set()
+        self._settled: dict[str, asyncio.Event] = {}
         self._term = 0
 
     # ------------------------------------------------------------------ life cycle
@@ -117,6 +125,8 @@ class TxnCoordinator:
         self.txns = {}
         self.pending.clear()
         self._completing.clear()
+        for tid in list(self._settled):
+            self._wake(tid)
 
     def _spawn(self, coro: Awaitable[None], what: str) -> None:
         async def guarded() -> None:
@@ -130,6 +140,26 @@ class TxnCoordinator:
         task = asyncio.get_running_loop().create_task(guarded(), name=f"{self.label}-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _wake(self, tid: str) -> None:
+        """The id's write or completion ended: the requests held for it go on."""
+        event = self._settled.pop(tid, None)
+        if event is not None:
+            event.set()
+
+    async def _settle(self, tid: str) -> None:
+        """Wait, at most ``SETTLE_WAIT_S``, while ``tid`` is being written or completed, so the request
+        is served on what follows rather than answered CONCURRENT_TRANSACTIONS."""
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while self.active and (tid in self.pending or tid in self._completing):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            event = self._settled.setdefault(tid, asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except asyncio.TimeoutError:
+                return
 
     # ------------------------------------------------------------------ writes
     async def _write(self, new: TxnMetadata) -> int:
@@ -149,6 +179,7 @@ class TxnCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         finally:
             self.pending.discard(tid)
+            self._wake(tid)  # the held requests resume after the adoption below (no await in between)
         if term != self._term:
             return ErrorCode.NOT_COORDINATOR
         self.txns[tid] = (new, version)
@@ -162,6 +193,7 @@ class TxnCoordinator:
         """InitProducerId with a transactional id: (error code, producer id, epoch)."""
         if timeout_ms <= 0 or timeout_ms > self.settings.max_timeout_ms:
             return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        await self._settle(tid)
         if tid in self.pending:
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         found = self.txns.get(tid)
@@ -217,6 +249,7 @@ class TxnCoordinator:
 
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: set[TopicPartition]) -> int:
         """AddPartitionsToTxn (the partitions are known to exist): one error code for all of them."""
+        await self._settle(tid)
         txn, code = self._current(tid)
         if txn is None:
             return code
@@ -228,6 +261,7 @@ class TxnCoordinator:
     async def add_group(self, tid: str, producer_id: int, epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group joins the transaction (written before the answer, as Kafka writes
         the group's ``__consumer_offsets`` partition into the transaction's log entry)."""
+        await self._settle(tid)
         txn, code = self._current(tid)
         if txn is None:
             return code
@@ -238,6 +272,7 @@ class TxnCoordinator:
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> int:
         """EndTxn: answered once PrepareCommit / PrepareAbort is durable; the markers follow."""
+        await self._settle(tid)
         txn, code = self._current(tid)
         if txn is None:
             return code
@@ -290,6 +325,7 @@ class TxnCoordinator:
         finally:
             if term == self._term:
                 self._completing.discard(tid)
+                self._wake(tid)
 
     def _group_partitions(self, txn: TxnMetadata) -> set[TopicPartition]:
         """The partitions the markers of the transaction's groups go to (one per group's shard)."""
