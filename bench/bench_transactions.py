@@ -49,7 +49,10 @@ def librdkafka(bootstrap: str, n: int, per_txn: int | None) -> float:
     from confluent_kafka import Producer
 
     topic = new_topic(bootstrap)
-    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    # a queue that holds every record: the idempotent run never blocks on a full queue, as the
+    # transactional ones never do (each commit empties it), so the two differ only by transactions
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            "queue.buffering.max.messages": max(100_000, n + 1), "queue.buffering.max.kbytes": 2_097_151}
     if per_txn:
         conf["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
     producer = Producer(conf)
