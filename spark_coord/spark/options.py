@@ -24,13 +24,19 @@ typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from spark_coord.common import EARLIEST, LATEST
+from spark_coord.spark.option_values import TOPIC_NAME
+from spark_coord.spark.option_values import Opts as _Opts
+from spark_coord.spark.option_values import bool_option as _bool
+from spark_coord.spark.option_values import duration_ms as _duration_ms
+from spark_coord.spark.option_values import int_option as _int
+from spark_coord.spark.option_values import json_value as _json
+from spark_coord.spark.option_values import topic_name as _topic_name
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +142,6 @@ KAFKA_REFUSED = {
     "heartbeat.interval.ms": "the coordinator pings group members every third of session.timeout.ms",
 }
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-_DURATION_UNITS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 _TIMESTAMP_STRATEGIES = ("error", "latest")
 #: ``kafka.group.protocol``: how group.id's members join (docs/spark/kafka4-groups.md).  ``auto`` asks the
 #: bootstrap brokers (ApiVersions): spark-coord's coordinator where they serve it, else Kafka 4's protocol.
@@ -268,24 +271,6 @@ class SinkOptions:
     transaction_timeout_ms: int = 900_000
 
 
-class _Opts:
-    """Options under their documented names, remembering how the user spelled each one."""
-
-    def __init__(self, values: dict[str, str], given: dict[str, str]) -> None:
-        self.values = values    # lower-cased documented name -> value
-        self.given = given      # lower-cased documented name -> the option as the user gave it
-
-    def __contains__(self, name: str) -> bool:
-        return name.lower() in self.values
-
-    def get(self, name: str, default=None):
-        return self.values.get(name.lower(), default)
-
-    def label(self, name: str) -> str:
-        """The option as the user gave it (``kafka.fetch.max.bytes`` or ``fetch.max.bytes``)."""
-        return self.given.get(name.lower(), name)
-
-
 def _normalized(options: Mapping[str, str], names: dict[str, str], kafka_settings: dict[str, str],
                 what: str) -> _Opts:
     """The options under their documented names: ``kafka.`` settings mapped to the options they
@@ -338,41 +323,6 @@ def _reject_unknown(unknown: list[str], names: dict[str, str], what: str) -> Non
                      f"known options: {', '.join(sorted(names.values()))} and Kafka client settings as kafka.<name>")
 
 
-def _int(opts: _Opts, name: str, default: int | None, minimum: int | None = None) -> int | None:
-    raw = opts.get(name)
-    if raw is None or str(raw).strip() == "":
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"{opts.label(name)}: expected an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{opts.label(name)}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _bool(opts: _Opts, name: str, default: bool) -> bool:
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"{opts.label(name)}: expected true or false, got {raw!r}")
-
-
-def _duration_ms(opts: _Opts, name: str, default: int) -> int:
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    m = _DURATION_RE.match(str(raw))
-    if not m:
-        raise ValueError(f"{name}: expected a duration such as 500ms, 30s, 15m or 1h, got {raw!r}")
-    return int(m.group(1)) * _DURATION_UNITS[m.group(2)]
-
-
 def _bootstrap(opts: _Opts) -> str:
     from spark_coord.client.metadata import parse_bootstrap
 
@@ -385,20 +335,6 @@ def _bootstrap(opts: _Opts) -> str:
     except ValueError as e:
         raise ValueError(f"{opts.label('bootstrap.brokers')}: {e}") from None
     return str(raw).strip()
-
-
-def _topic_name(name: str, option: str) -> str:
-    if not _TOPIC_RE.match(name) or name in (".", ".."):
-        raise ValueError(f"{option}: {name!r} is not a valid topic name "
-                         "(1-249 characters of letters, digits, '.', '_' and '-')")
-    return name
-
-
-def _json(raw: str, option: str):
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{option}: not valid JSON ({e.msg} at character {e.pos}): {raw!r}") from None
 
 
 def parse_assign(raw: str) -> dict[str, tuple[int, ...]]:
@@ -693,7 +629,7 @@ def _transactional_id_prefix(opts: _Opts, idempotence: bool, conflict: str | Non
     prefix = str(raw).strip()
     if not prefix:
         raise ValueError(f"{label}: must not be empty")
-    if not _TOPIC_RE.match(prefix + SINK_TOPIC_SUFFIX):
+    if not TOPIC_NAME.match(prefix + SINK_TOPIC_SUFFIX):
         raise ValueError(f"{label}: {prefix!r} + {SINK_TOPIC_SUFFIX!r} must be a topic name (letters, digits, "
                          "'.', '_', '-', at most 249 characters): it names the topic of the sink group's offsets")
     if conflict:
@@ -781,7 +717,7 @@ def _kip848_setting(opts: _Opts, name: str) -> str | None:
     if raw is None:
         return None
     value = str(raw).strip()
-    if not value or not _TOPIC_RE.match(value):
+    if not value or not TOPIC_NAME.match(value):
         raise ValueError(f"{opts.label(name)}: expected a name of letters, digits, '.', '_' and '-', got {raw!r}")
     if str(opts.get("group.protocol") or "").strip().lower() == GROUP_PROTOCOL_COORDKAFKA:
         raise ValueError(f"{opts.label(name)}: a setting of Kafka 4's consumer group protocol, not with "
