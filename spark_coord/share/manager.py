@@ -36,19 +36,17 @@ a share partition it hands out is an opaque handle to them):
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable
 
 from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
 from spark_coord.log import OffsetOutOfRange
-from spark_coord.records.header import HEADER_SIZE, TRANSACTIONAL_MASK, parse_header
 from spark_coord.records.region import FileRegion
+from spark_coord.share.log_read import aborted_ranges, batch_bounds, split_acquired
 from spark_coord.share.partition import AckType, Acquired, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of
 
@@ -101,78 +99,6 @@ def _clipped(snap: dict, end: int) -> dict:
     ranges = [[first, min(last, end - 1), state, count] for first, last, state, count in snap["ranges"]
               if first < end]
     return {**snap, "start": min(snap["start"], end), "ranges": ranges}
-
-
-class _Batch(NamedTuple):
-    """A data batch of a region read for an acquisition: its offsets, its bytes in the region, and
-    what read_committed needs of it."""
-
-    first: int
-    last: int
-    start: int
-    end: int
-    producer_id: int
-    transactional: bool
-
-
-def _batch_bounds(region: Any, offset: int, max_records: int) -> tuple[list[_Batch], int]:
-    """The data batches of ``region`` (whole batches from one segment file), reading only their
-    headers, up to the batch that brings the records at or after ``offset`` to ``max_records``;
-    and one past the last offset of the last batch read, control batches (transaction markers)
-    included (-1 when none was)."""
-    out = []
-    fd = region.fileobj.fileno()
-    pos, n, records, read_end = 0, region.length, 0, -1
-    while pos + HEADER_SIZE <= n:
-        h = parse_header(os.pread(fd, HEADER_SIZE, region.offset + pos))
-        end = pos + h.size
-        if end > n:
-            break
-        read_end = h.last_offset + 1
-        if not h.is_control:
-            out.append(_Batch(h.base_offset, h.last_offset, pos, end, h.producer_id,
-                              bool(h.attributes & TRANSACTIONAL_MASK) and h.producer_id >= 0))
-            records += h.last_offset - max(h.base_offset, offset) + 1
-        pos = end
-        if records >= max_records:
-            break
-    return out, read_end
-
-
-def _aborted(plog: Any, batches: list[_Batch], read_end: int) -> list[tuple[int, int]]:
-    """The ``(first, last)`` offsets of the ``batches`` that belong to aborted transactions: a
-    transactional batch whose producer has an aborted transaction holding it (from its first offset
-    to its ABORT marker), from the log's aborted-transaction index -- what Kafka's
-    ``SharePartition.fetchAbortedTransactionRecordBatches`` finds with the fetch's aborted
-    transactions."""
-    if not any(b.transactional for b in batches):
-        return []
-    by_producer: dict[int, list[tuple[int, int]]] = {}
-    for e in plog.aborted_transactions(batches[0].first, read_end):
-        by_producer.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
-    return [(b.first, b.last) for b in batches if b.transactional and any(
-        first <= b.first <= marker for first, marker in by_producer.get(b.producer_id, ()))]
-
-
-def _split(acquired: list[Acquired], firsts: list[int], batch_size: int) -> list[Acquired]:
-    """``acquired`` cut where Kafka's batch-optimized acquisition starts a new AcquiredRecords: at the
-    first record batch (``firsts``: their first offsets, ascending) that starts ``batch_size`` or
-    more records after the range's start, so a range holds whole batches and no more of them than it
-    takes to reach ``batch_size`` (matching Java's ``SharePartition.createBatches``; a BatchSize
-    below 1 counts as 1 -- Kafka answers an empty range there)."""
-    size = max(batch_size, 1)
-    out = []
-    for a in acquired:
-        first = a.first_offset
-        if a.last_offset - first + 1 > size:
-            for base in firsts[bisect.bisect_right(firsts, first):]:
-                if base > a.last_offset:
-                    break
-                if base - first >= size:
-                    out.append(Acquired(first, base - 1, a.delivery_count))
-                    first = base
-        out.append(Acquired(first, a.last_offset, a.delivery_count))
-    return out
 
 
 def _refused(batches: list[dict], renew: bool) -> bool:
@@ -622,10 +548,10 @@ class SharePartitionManager:
             return [], None
         if region is None:
             return [], None
-        batches, read_end = _batch_bounds(region, offset, max_records)
+        batches, read_end = batch_bounds(region, offset, max_records)
         if read_end < 0:
             return [], None
-        aborted = _aborted(plog, batches, read_end) if stable is not None else []
+        aborted = aborted_ranges(plog, batches, read_end) if stable is not None else []
         s = self._settings(held)
         acquired = held.sp.acquire(member_id, [(b.first, b.last) for b in batches], max_records=max_records,
                                    lock_deadline=self.clock() + s.lock_duration_ms, batch_optimized=batch_optimized,
@@ -641,7 +567,7 @@ class SharePartitionManager:
                 last_byte = b.end
         assert first_byte is not None and last_byte is not None  # what was acquired came from these batches
         if batch_optimized:
-            acquired = _split(acquired, [b.first for b in batches], batch_size)
+            acquired = split_acquired(acquired, [b.first for b in batches], batch_size)
         return acquired, FileRegion(region.fileobj, region.offset + first_byte, last_byte - first_byte)
 
     def _settings(self, held: _Held) -> ShareSettings:
