@@ -42,7 +42,6 @@ import asyncio
 import functools
 import json
 import logging
-import threading
 import time
 from typing import Any, Awaitable, Callable
 
@@ -51,6 +50,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from spark_coord.broker.connection import DEFERRED, Connection
 from spark_coord.broker.handlers.base import Handler
+from spark_coord.broker.txn_markers import MarkerChannel, TxnRoutes, pending_partitions
 from spark_coord.coordinator.core.channel import ChannelClosed, OnAnswer
 from spark_coord.coordinator.core.clock import LoopTimer, SystemClock
 from spark_coord.coordinator.core.config import CoordinatorConfig
@@ -65,8 +65,8 @@ from spark_coord.coordinator.doors.group_offsets import GroupOffsets
 from spark_coord.coordinator.doors.share_group import ShareGroups
 from spark_coord.coordinator.handlers import group_apis
 from spark_coord.coordinator.storage.store import StoreError
-from spark_coord.coordinator.storage.zk_store import ZkGroupStore, pending_root, read_committed_offsets
-from spark_coord.coordinator.txn.coordinator import NO_PARTITION, TxnCoordinator, TxnSettings
+from spark_coord.coordinator.storage.zk_store import ZkGroupStore, read_committed_offsets
+from spark_coord.coordinator.txn.coordinator import TxnCoordinator, TxnSettings
 from spark_coord.coordinator.txn.store import TxnStore
 from spark_coord.errors import ErrorCode
 from spark_coord.security.acl import ResourceType
@@ -82,9 +82,6 @@ FREE_SHARD_GRACE_S = 10.0
 ACTIVATE_RETRY_S = (0.2, 5.0)
 #: How long OffsetFetch for a group this process does not serve waits on ZooKeeper for its offsets.
 STORED_OFFSETS_TIMEOUT_S = 3.0
-#: Kafka's group offsets topic: a transaction's marker for its groups names partition ``shard`` of it
-#: (``GroupOffsets.end_transaction`` on the shard's holder; no such topic exists here).
-GROUP_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class BrokerMemberChannel:
@@ -151,9 +148,9 @@ class ShardRole:
         if service.txn_settings is not None:
             self.txn = TxnCoordinator(
                 TxnStore(broker.zk, self.elector.current_check, lambda t: shard_of(t, count) == shard),
-                broker.ctx.producers.ids.next_id, service.leader_of, service.send_markers,
+                broker.ctx.producers.ids.next_id, service.txn_routes.leader_of, service.markers.send,
                 self._coordinator_epoch, service.txn_settings, label=f"transactions of shard {shard}",
-                group_partition=service.group_partition)
+                group_partition=service.txn_routes.group_partition)
 
     def _coordinator_epoch(self) -> int:
         """The epoch the markers of this shard carry: the data version of the shard's fencing node as this
@@ -245,6 +242,8 @@ class CoordinationService:
 
     def __init__(self, broker):
         self.broker = broker
+        #: Where a transaction's markers go, and the markers of groups' offsets taken here.
+        self.txn_routes = TxnRoutes(self)
         self.enabled: bool = broker.config.get("coordinator.enable", True)
         self.configured_shards: int = broker.config.get("coordinator.shards", 50)
         #: The cluster's shard count, from /coordinators/shards (None until known).
@@ -260,7 +259,7 @@ class CoordinationService:
         self.on_committed: Callable[[str, dict], None] | None = None
         ctx = getattr(broker, "ctx", None)
         if ctx is not None:  # WriteTxnMarkers hands the markers of __consumer_offsets partitions here
-            ctx.group_marker = self.group_marker
+            ctx.group_marker = self.txn_routes.group_marker
         self._free_since: dict[int, float] = {}
         self._leaving: set[int] = set()
         #: Shards this process handed over and the new holder has not won yet: shard -> (the coordinator
@@ -289,9 +288,8 @@ class CoordinationService:
                 abort_interval_s=broker.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms",
                                                    10000) / 1000)
             ctx.transactions = self  # InitProducerId with a transactional id is answered through for_transaction
-        #: Connections to other brokers for markers: broker id -> connection (made on a worker thread).
-        self._marker_conns: dict[int, Any] = {}
-        self._marker_lock = threading.Lock()
+        #: WriteTxnMarkers to the partitions' leaders, for this process's transaction coordinators.
+        self.markers = MarkerChannel(broker)
 
     # ------------------------------------------------------------------ compatibility views
     def share_timeouts(self, group_id: str) -> tuple[int, int] | None:
@@ -432,10 +430,7 @@ class CoordinationService:
         for task in list(self._answers) + list(self._tasks):
             task.cancel()
         self._watches.clear()
-        with self._marker_lock:
-            for conn in self._marker_conns.values():
-                conn.close()
-            self._marker_conns.clear()
+        self.markers.close()
 
     # ------------------------------------------------------------------ ZooKeeper views (loop thread)
     def _on_legacy_node(self, data: bytes | None, stat: Any) -> None:
@@ -636,68 +631,6 @@ class CoordinationService:
         code = role.txn_not_serving()
         return (role.txn, None) if code is None else (None, code)
 
-    def leader_of(self, topic: str, partition: int) -> int | None:
-        """A partition's leader for its markers (``NO_PARTITION`` when the partition does not exist);
-        for Kafka's ``__consumer_offsets`` partition ``n``, the holder of coordinator shard ``n`` (None
-        while nobody holds it), which takes the marker for the transaction's groups of that shard."""
-        if topic == GROUP_OFFSETS_TOPIC:
-            holder = self.holders.get(partition, (-1, -1))[0]
-            return holder if holder >= 0 else None
-        leader = self.broker.view.leader(topic, partition)
-        return NO_PARTITION if leader is None else leader
-
-    def group_partition(self, group_id: str) -> tuple[str, int] | None:
-        """The partition a transaction's marker for ``group_id`` goes to: Kafka's ``__consumer_offsets``
-        partition numbered by the group's shard (None while the shard count is unknown)."""
-        s = self.shard_of(group_id)
-        return None if s is None else (GROUP_OFFSETS_TOPIC, s)
-
-    async def group_marker(self, shard: int, producer_id: int, producer_epoch: int, commit: bool) -> int:
-        """A transaction marker for the groups of ``shard`` (WriteTxnMarkers of ``__consumer_offsets``
-        partition ``shard``): their pending offsets of the producer committed or dropped by the shard's
-        coordinator here; NOT_LEADER_OR_FOLLOWER where this broker does not hold the shard (the
-        transaction coordinator asks the holder again), COORDINATOR_LOAD_IN_PROGRESS while it loads."""
-        role = self.shards.get(shard)
-        if role is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        code = role.not_serving()
-        if code is not None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NOT_COORDINATOR else code
-        code = await role.offsets.end_transaction(producer_id, producer_epoch, commit)
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER if code == ErrorCode.NOT_COORDINATOR else code
-
-    async def send_markers(self, leader: int, markers: list[dict]) -> dict[tuple[str, int], int]:
-        """WriteTxnMarkers to ``leader`` over the wire (this broker's own partitions too, so there is
-        one path), on its inter-broker listener; the error code per partition.  Raises
-        ConnectionError/OSError when the leader is out of reach (the caller tries again)."""
-        from spark_coord.client.connection import BrokerConnection
-        from spark_coord.wire.registry import ApiKey
-
-        listener = self.broker.security.listener_config.inter_broker
-        info = self.broker.view.brokers.get(leader)
-        ep = info.endpoint_for(listener) if info is not None else None
-        if ep is None:
-            raise ConnectionError(f"broker {leader} has no endpoint on {listener}")
-
-        def call() -> dict:
-            with self._marker_lock:
-                conn = self._marker_conns.get(leader)
-                if conn is None or (conn.host, conn.port) != (ep.host, ep.port) or not conn.usable():
-                    if conn is not None:
-                        conn.close()
-                    conn = self._marker_conns[leader] = BrokerConnection(
-                        ep.host, ep.port, client_id=f"spark-coord-txn-{self.broker.broker_id}", timeout=10.0)
-            try:
-                return conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": markers})
-            except BaseException:
-                conn.close()
-                self._marker_conns.pop(leader, None)
-                raise
-
-        answer = await asyncio.get_running_loop().run_in_executor(None, call)
-        return {(t.get("name"), p.get("partition_index")): p.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-                for m in answer.get("markers") or [] for t in m.get("topics") or [] for p in t.get("partitions") or []}
-
     def holder_of(self, group_id: Any) -> tuple[int, int]:
         """(coordinator id, epoch) holding ``group_id``'s shard (None: shard 0's), (-1, -1) if none."""
         s = 0 if group_id is None else self.shard_of(group_id)
@@ -734,27 +667,11 @@ class CoordinationService:
     async def stored_pending(self, group_id: str) -> set[tuple[str, int]] | None:
         """The group's partitions under ``/consumers/<group>/pending/*`` (offsets in open transactions);
         None when ZooKeeper does not answer in time."""
-        from spark_coord.coordinator.doors.group_offsets import PendingOffsets
-        from spark_coord.coordinator.storage import zk_async
-
         zk = getattr(self.broker, "zk", None)
         if zk is None:
             return None
-
-        async def read() -> set[tuple[str, int]]:
-            root = pending_root(group_id)
-            nodes = await zk_async.get_children(zk, root)
-            docs = await zk_async.get_many(zk, [f"{root}/{n}" for n in nodes])
-            out: set[tuple[str, int]] = set()
-            for data in docs.values():
-                try:
-                    out |= set(PendingOffsets.from_json(data).offsets)
-                except ValueError:
-                    continue
-            return out
-
         try:
-            return await asyncio.wait_for(read(), STORED_OFFSETS_TIMEOUT_S)
+            return await asyncio.wait_for(pending_partitions(zk, group_id), STORED_OFFSETS_TIMEOUT_S)
         except (asyncio.TimeoutError, KazooException, ValueError) as e:
             log.info("pending offsets of group %s not read from ZooKeeper: %s", group_id, e.__class__.__name__)
             return None
