@@ -10,7 +10,7 @@
         --share-count-limit 3 --weights share_leader_zk_cut=1,share_leader_clock_step=1,share_leader_kill=1,\
 truncated_restart=1,share_member_stop=1 --faults 32 --duration 540   # the share nemesis (docs/benchmarks/share.md)
     .venv/bin/python bench/nemesis.py --kinds thin,thin --txn-writers 3 --txn-readers 2 --faults 32 \
-        --duration 420 --report bench/results/txn_nemesis.json   # transactions (docs/benchmarks/faults.md)
+        --duration 420 --figures txn_nemesis   # transactions (docs/benchmarks/faults.md)
 
 Needs root (network namespaces, veths, a bridge) and ``ip``; clock faults need libfaketime
 (Debian package ``faketime``) and are skipped, with the reason printed, without it.  An
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep cluster data, member journals and logs here")
     p.add_argument("--report", default="nemesis-report.json",
                    help="write the run's report (faults, checks, figures) as JSON here (default: %(default)s)")
+    p.add_argument("--figures", metavar="NAME",
+                   help="also record the report as the run of bench/results/NAME.json (bench/figures.py: with the "
+                        "machine, date and commit), as the documented runs are kept")
     p.add_argument("--zk-nodes", type=int, default=3, help="ZooKeeper servers (3: a quorum that zk_split divides)")
     p.add_argument("--spare-brokers", type=int, default=1,
                    help="brokers that lead no partition of the topic (broker_remove may take them, coordinator or not)")
@@ -150,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         doc = report.to_dict()
         docs.append(doc)
         path.write_text(json.dumps(doc, indent=2, default=str))
+        if args.figures:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            import figures
+
+            figures.write(args.figures, json.loads(json.dumps(doc, default=str)), label=f"seed{settings.seed}")
         print(report.summary())
         for v in report.violations[:40]:
             print("VIOLATION:", v)

@@ -67,6 +67,17 @@ METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"    # kafka-meta
 JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-XX:+ExitOnOutOfMemoryError",
              "-Djava.awt.headless=true")
 SERVER_HEAP = ("-Xms64m", "-Xmx512m")
+
+
+def java_env() -> dict[str, str]:
+    """The environment of a Kafka JVM: the test suite's JAVA_TOOL_OPTIONS (tests/conftest.py) left out,
+    since ``JVM_FLAGS`` carry the same flags and a JVM that picks them up says so on its output, which
+    the tools' tests read."""
+    env = dict(os.environ)
+    env.pop("JAVA_TOOL_OPTIONS", None)
+    return env
+
+
 TOOL_HEAP = ("-Xms32m", "-Xmx256m")
 
 #: The SCRAM users a SASL_SSL cluster is formatted with (name -> password), unless given.
@@ -176,7 +187,7 @@ def kafka_tool(jars: Path, main_class: str, *args: str, timeout: float = 120.0, 
     """Run a Kafka command-line tool by its main class with the resolved jars; its completed
     process (text output).  ``check``: AssertionError with its output if it exits non-zero."""
     done = subprocess.run(kafka_tool_command(jars, main_class, *args), capture_output=True, text=True, timeout=timeout,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
+                          input=input, stdin=None if input is not None else subprocess.DEVNULL, env=java_env())
     if check and done.returncode != 0:
         raise AssertionError(f"{main_class} {' '.join(args)} exited with {done.returncode}:\n"
                              f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -385,7 +396,8 @@ class ApacheKafkaCluster:
                                    "-cp", f"{self.jars}/*", STORAGE, "format", "--cluster-id", self.cluster_id,
                                    "--config", str(node.properties_path), "--feature", "share.version=1",
                                    "--ignore-formatted", *scram],
-                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  env=java_env())
 
         with ThreadPoolExecutor(len(self.nodes)) as pool:
             results = list(pool.map(run, self.nodes))
@@ -420,7 +432,7 @@ class ApacheKafkaCluster:
         with open(node.log_path, "ab") as out:
             node.log_from = out.tell()
             node.proc = subprocess.Popen(command, cwd=node.directory, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, env=java_env())
         log.info("Apache Kafka node %d (pid %d) starting at %s", node.node_id, node.proc.pid, node.address)
 
     def wait_ready(self, nodes: list[KafkaNode] | None = None, timeout: float = 120.0) -> None:
