@@ -217,21 +217,10 @@ def kafka(request, tmp_path_factory):
         yield cluster.bootstrap
 
 
-def _serves_offsets_in_transactions(bootstrap: str) -> bool:
-    from spark_coord.client.metadata import ClusterClient
-    from spark_coord.wire.registry import ApiKey
-
-    with ClusterClient(bootstrap) as cc:
-        conn = cc.any_connection()
-        return all(conn.version_for(k) is not None for k in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT))
-
-
 def test_offsets_in_a_transaction_need_the_topic_and_partition_to_exist(kafka):
     """Why the sink creates ``<prefix>-sink``: TxnOffsetCommit of a topic the brokers do not have, or of
     a partition past its count, is refused with UNKNOWN_TOPIC_OR_PARTITION (Kafka 4.2 checks both), which
     the producer retries until max_block_ms."""
-    if not _serves_offsets_in_transactions(kafka):
-        pytest.skip("the brokers serve no AddOffsetsToTxn / TxnOffsetCommit yet")
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.transactions import TransactionalProducer, TransactionTimeoutError
     from spark_coord.errors import ErrorCode
@@ -279,8 +268,6 @@ def test_the_row_writer_writes_in_the_task_transaction_and_a_replayed_batch_writ
     """produce_rows (the row writers' path) as task p of micro-batch 4 (Spark's local property set as
     MicroBatchExecution sets it): nothing is readable until the driver side ends the reported
     transactions; the same batch run again finds the sink group's offset at 5 and writes nothing."""
-    if not _serves_offsets_in_transactions(kafka):
-        pytest.skip("the brokers serve no AddOffsetsToTxn / TxnOffsetCommit yet")
     from spark_coord.spark.options import parse_sink_options
     from spark_coord.spark.sink import _end_transactions
 
@@ -306,8 +293,6 @@ def test_the_row_writer_writes_in_the_task_transaction_and_a_replayed_batch_writ
 
 
 def test_a_stream_writes_each_record_once_through_retries_and_replays(spark, kafka, tmp_path):
-    if not _serves_offsets_in_transactions(kafka):
-        pytest.skip("the brokers serve no AddOffsetsToTxn / TxnOffsetCommit yet")
     source = _topic(kafka, prefix="eos-a")
     sent = _produce_input(kafka, source)
     everything = sorted(sent[0] + sent[1])
