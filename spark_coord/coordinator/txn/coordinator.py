@@ -247,39 +247,30 @@ class TxnCoordinator:
             return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
         return found[0], ErrorCode.NONE
 
-    async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: set[TopicPartition]) -> int:
-        """AddPartitionsToTxn (the partitions are known to exist): one error code for all of them."""
+    async def _decided(self, tid: str, decide: Callable[[TxnMetadata, int], st.Decision]) -> int:
+        """A request about ``tid`` once its last change settled: ``decide`` (a ``state`` decision on the
+        current metadata and the time) gives its error code or the metadata to write first."""
         await self._settle(tid)
         txn, code = self._current(tid)
         if txn is None:
             return code
-        decision = st.add_partitions(txn, producer_id, epoch, partitions, self.now_ms())
+        decision = decide(txn, self.now_ms())
         if decision.code or decision.write is None:
             return decision.code
         return await self._write(decision.write)
+
+    async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: set[TopicPartition]) -> int:
+        """AddPartitionsToTxn (the partitions are known to exist): one error code for all of them."""
+        return await self._decided(tid, lambda txn, now: st.add_partitions(txn, producer_id, epoch, partitions, now))
 
     async def add_group(self, tid: str, producer_id: int, epoch: int, group_id: str) -> int:
         """AddOffsetsToTxn: the group joins the transaction (written before the answer, as Kafka writes
         the group's ``__consumer_offsets`` partition into the transaction's log entry)."""
-        await self._settle(tid)
-        txn, code = self._current(tid)
-        if txn is None:
-            return code
-        decision = st.add_group(txn, producer_id, epoch, group_id, self.now_ms())
-        if decision.code or decision.write is None:
-            return decision.code
-        return await self._write(decision.write)
+        return await self._decided(tid, lambda txn, now: st.add_group(txn, producer_id, epoch, group_id, now))
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> int:
         """EndTxn: answered once PrepareCommit / PrepareAbort is durable; the markers follow."""
-        await self._settle(tid)
-        txn, code = self._current(tid)
-        if txn is None:
-            return code
-        decision = st.end_txn(txn, producer_id, epoch, commit, self.now_ms())
-        if decision.code or decision.write is None:
-            return decision.code
-        code = await self._write(decision.write)
+        code = await self._decided(tid, lambda txn, now: st.end_txn(txn, producer_id, epoch, commit, now))
         if code == ErrorCode.NONE:
             self._start_completion(tid)
         return code
