@@ -316,7 +316,7 @@ def arrow_batches(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timest
 def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int, codec: int, batch_bytes: int,
                                timestamp_ms: int, compression_level: int | None = None,
                                arena: "BatchArena | None" = None, producer: tuple[int, int] | None = None,
-                               sequences: dict[int, int] | None = None
+                               sequences: dict[int, int] | None = None, transactional: bool = False
                                ) -> dict[int, list[tuple[bytes | memoryview, int]]]:
     """``arrow_batches`` of the rows of each partition at once: row ``rows[i]`` goes to partition
     ``parts[i]`` (``0 <= parts[i] < partitions``); each partition's rows keep their order in ``rows``.
@@ -325,6 +325,9 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
     ``producer`` (producer id, epoch) makes the batches an idempotent producer's: each batch of
     partition ``q`` gets base sequence ``sequences[q]`` (0 when absent), which then moves past
     its records (wrapping at 2**31 as Kafka's sequences do), so they must be sent in order.
+    ``transactional`` sets the attributes' transactional bit (bit 4) in every batch header before its
+    CRC-32C is computed: a transactional producer's batches (Kafka refuses unmarked ones from it with
+    INVALID_TXN_STATE), built marked instead of copied and checksummed again afterwards.
 
     The compiled encoder walks ``rows`` once, writing each record into its partition's region of
     one buffer: for rows of several partitions spread over a large Arrow batch, one pass in
@@ -346,7 +349,7 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
                          f"0..{partitions - 1}")
     if not arrow_jit.AVAILABLE:
         return {int(q): _arrow_batches_python(cols, rows[parts == q], codec, batch_bytes, timestamp_ms,
-                                              compression_level, producer, sequences, int(q))
+                                              compression_level, producer, sequences, int(q), transactional)
                 for q in np.unique(parts)}
     counts = np.bincount(parts, minlength=partitions)
     bounds = np.bincount(parts, weights=_encoded_bounds(cols, rows), minlength=partitions).astype(np.int64)
@@ -381,9 +384,9 @@ def arrow_batches_by_partition(cols: ArrowColumns, rows, parts, partitions: int,
         if codec:
             batch = assemble_batch(view[start + HEADER_SIZE:end], count, codec, timestamp_ms, timestamp_ms,
                                    compression_level=compression_level, producer_id=pid, producer_epoch=epoch,
-                                   base_sequence=sequence)
+                                   base_sequence=sequence, is_transactional=transactional)
         else:
-            batch = _batch_in_place(view[start:end], count, timestamp_ms, pid, epoch, sequence)
+            batch = _batch_in_place(view[start:end], count, timestamp_ms, pid, epoch, sequence, transactional)
         batches.setdefault(q, []).append((batch, count))
     return batches
 
@@ -402,11 +405,12 @@ def _take_sequence(sequences: dict | None, key, count: int) -> int:
 
 
 def _batch_in_place(buf: memoryview, count: int, timestamp_ms: int, producer_id: int = -1, producer_epoch: int = -1,
-                    base_sequence: int = -1) -> memoryview:
+                    base_sequence: int = -1, transactional: bool = False) -> memoryview:
     """The uncompressed batch whose records follow ``HEADER_SIZE`` free bytes in ``buf``: its
-    header and CRC-32C written there.  Returns ``buf`` read-only."""
-    _pack_header(buf, len(buf) - HEADER_SIZE, count, 0, timestamp_ms, timestamp_ms, producer_id=producer_id,
-                 producer_epoch=producer_epoch, base_sequence=base_sequence)
+    header (transactional bit set with ``transactional``) and CRC-32C written there.  Returns ``buf``
+    read-only."""
+    _pack_header(buf, len(buf) - HEADER_SIZE, count, TRANSACTIONAL_MASK if transactional else 0, timestamp_ms,
+                 timestamp_ms, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
     buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(buf[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     return buf.toreadonly()
 
@@ -501,14 +505,15 @@ def _encoded_bounds(cols: ArrowColumns, rows):
 
 def _arrow_batches_python(cols: ArrowColumns, rows, codec: int, batch_bytes: int, timestamp_ms: int,
                           compression_level: int | None, producer: tuple[int, int] | None = None,
-                          sequences: dict[int, int] | None = None, partition: int = 0
-                          ) -> list[tuple[bytes | memoryview, int]]:
+                          sequences: dict[int, int] | None = None, partition: int = 0,
+                          transactional: bool = False) -> list[tuple[bytes | memoryview, int]]:
     def field(off, data, valid, i):
         if not len(valid) or not valid[i]:
             return None
         return bytes(data[off[i]:off[i + 1]])
 
     def built(builder: BatchBuilder) -> tuple[bytes, int]:
+        builder.is_transactional = transactional
         if producer is not None:
             builder.producer_id, builder.producer_epoch = producer
             builder.base_sequence = _take_sequence(sequences, partition, len(builder))

@@ -171,6 +171,7 @@ def produce_rows(rows, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMessag
             topics.add(topic)
             count += 1
         producer.flush()
+        _pause_mid_write(opts, count)
         if txn is not None:
             return txn.prepared(count, sorted(topics))
     return SinkCommitMessage(records=count, topics=sorted(topics))
@@ -198,11 +199,11 @@ def produce_arrow(batches, opts: SinkOptions, cols: SinkColumns) -> SinkCommitMe
             count += rb.num_rows
             try:
                 if txn is not None:  # Kafka refuses a transactional batch of a partition not added first
-                    pending = {tp: [(_transactional(b), n) for b, n in queue] for tp, queue in pending.items()}
                     producer.add_partitions_to_transaction(pending)
                 _send_all(producer, pending, opts.max_in_flight)  # returns once every batch is acknowledged
             finally:
                 arena.reset()
+        _pause_mid_write(opts, count)
         if txn is not None:
             message = txn.prepared(count, sorted(topics))
     settle_worker()  # the worker's long-lived objects out of the collector's way
@@ -318,18 +319,6 @@ def _send_all(producer, pending: dict[tuple[str, int], list[tuple[bytes, int]]],
         settle()
 
 
-def _transactional(batch) -> bytes:
-    """``batch`` (one v2 record batch) marked transactional (attributes bit 4) with its CRC-32C computed
-    again: the Arrow builder makes idempotent batches, and Kafka takes a transactional producer's batches
-    only marked so (INVALID_TXN_STATE otherwise)."""
-    from spark_coord.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_MASK, crc32c
-
-    buf = bytearray(batch)
-    buf[ATTRIBUTES_OFFSET + 1] |= TRANSACTIONAL_MASK  # the low byte of the big-endian int16 attributes
-    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
-    return bytes(buf)
-
-
 class _Transaction:
     """A task's transaction of a ``kafka.transactional.id.prefix`` write (executor side).
 
@@ -434,7 +423,11 @@ def _ensure_sink_topic(cluster, tp: tuple[str, int]) -> None:
 #: Test-only faults (tests/spark/test_spark_exactly_once_sink.py): a JSON object in this environment
 #: variable maps an output topic to ``{"fail_commit_after": k}`` (the driver's commit ends k transactions,
 #: then raises, as a driver dying mid-commit) and ``{"fail_first_attempt": true}`` (a task's first attempt
-#: raises after its rows were written and flushed, as an executor lost after the write).
+#: raises after its rows were written and flushed, as an executor lost after the write).  Two more widen the
+#: windows a real SIGKILL aims at (bench/bench_eos_kills.py) and change nothing else: ``{"write_pause_ms":
+#: t}`` (a task that produced its rows sleeps t ms before its offset and report, announcing its pid on stderr) and
+#: ``{"commit_pause_ms": t}`` (the driver's commit sleeps t ms before each EndTxn and after the last, or
+#: before and after a default sink's commit, announcing each pause on stderr).
 TEST_HOOK_ENV = "SPARK_COORD_SINK_TEST_HOOK"
 
 
@@ -457,6 +450,29 @@ def _fail_first_attempt(opts: SinkOptions) -> None:
             raise RuntimeError(f"{TEST_HOOK_ENV}: the first attempt of a task fails after its write")
 
 
+def _pause(opts: SinkOptions, name: str, announce: str) -> None:
+    """The hook's ``name`` pause (``TEST_HOOK_ENV``), ``announce`` printed to stderr first."""
+    pause_ms = _test_hook(opts, name)
+    if pause_ms:
+        import sys
+
+        print(f"{TEST_HOOK_ENV}: {announce}; pausing {pause_ms} ms", file=sys.stderr, flush=True)
+        time.sleep(pause_ms / 1000)
+
+
+def _pause_mid_write(opts: SinkOptions, produced: int) -> None:
+    """The hook's ``write_pause_ms`` in a task that produced rows: they are acknowledged, its
+    transaction's offset and its report to the driver are still to come."""
+    if produced and _test_hook(opts, "write_pause_ms"):
+        import os
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        _pause(opts, "write_pause_ms", f"mid-write pid {os.getpid()} task {context.partitionId()} batch "
+               f"{context.getLocalProperty('streaming.sql.batchId')} attempt {context.attemptNumber()}")
+
+
 def _end_transactions(opts: SinkOptions, messages, batch_id: int | None, commit: bool) -> int:
     """EndTxn(commit or abort) of every task's open transaction (driver side); returns how many.  A
     commit that Kafka refuses raises: the transaction was aborted (it outlived kafka.transaction.timeout.ms,
@@ -476,6 +492,8 @@ def _end_transactions(opts: SinkOptions, messages, batch_id: int | None, commit:
     with ClusterClient(opts.bootstrap, client_id=opts.client_id, timeout=opts.socket_timeout_ms / 1000,
                        security=opts.security) as cluster:
         for i, (tid, producer_id, epoch) in enumerate(open_ones):
+            if commit:
+                _pause(opts, "commit_pause_ms", f"commit of {what}: before transaction {i + 1} of {len(open_ones)}")
             if stop_after is not None and i >= stop_after:
                 raise RuntimeError(f"{TEST_HOOK_ENV}: the driver's commit stops after {stop_after} transaction(s)")
             try:
@@ -489,6 +507,8 @@ def _end_transactions(opts: SinkOptions, messages, batch_id: int | None, commit:
                     f"committed: {e}. Kafka aborted it (it was open longer than kafka.transaction.timeout.ms="
                     f"{opts.transaction_timeout_ms}, or a newer producer of the id fenced it); restart the query "
                     "and the batch is replayed, each task writing again what was not committed") from e
+    if commit:
+        _pause(opts, "commit_pause_ms", f"commit of {what}: committed {len(open_ones)} transaction(s)")
     return len(open_ones)
 
 
@@ -543,8 +563,10 @@ def _arrow_record_batches(rb, opts: SinkOptions, cols: SinkColumns, producer, st
                 parts[keyless] = _sticky_partitions(columns, keyless, n, opts.batch_size, sticky, topic)
         ident = producer.ensure_producer_id() if producer.idempotence else None
         sequences = {q: seq for (t, q), seq in producer.sequences.items() if t == topic}
+        # a transactional producer's batches are built with the transactional bit (Kafka's rule)
         by_partition = arrow_batches_by_partition(columns, rows, parts[rows], n, codec, opts.batch_size, now,
-                                                  arena=arena, producer=ident, sequences=sequences)
+                                                  arena=arena, producer=ident, sequences=sequences,
+                                                  transactional=producer.transactional_id is not None)
         for part, batches in by_partition.items():
             out[(topic, part)] = batches
         producer.sequences.update({(topic, q): seq for q, seq in sequences.items()})
@@ -616,7 +638,9 @@ class CoordKafkaRowStreamWriter(DataSourceStreamWriter):
             return
         if _test_hook(self.opts, "fail_commit_after") is not None:
             raise RuntimeError(f"{TEST_HOOK_ENV}: the driver's commit stops")
+        _pause(self.opts, "commit_pause_ms", f"commit of batch {batchId}: before the commit")
         log.info("batch %d committed: %d record(s) produced", batchId, _total(messages))
+        _pause(self.opts, "commit_pause_ms", f"commit of batch {batchId}: committed")
 
     def abort(self, messages, batchId: int) -> None:
         if self.opts.transactional_id_prefix is not None:
