@@ -199,6 +199,9 @@ class PartitionProducers:
     def __init__(self, plog: object):
         self._log = weakref.ref(plog)
         self.producers: OrderedDict[int, ProducerEntry] = OrderedDict()
+        #: Producer id -> the guard of its Produce check in flight (Kafka's ``VerificationGuard``): a
+        #: marker of the producer drops it, so a batch checked before the marker is not appended after it.
+        self.guards: dict[int, object] = {}
         for h in getattr(plog, "idempotent_tail", ()):  # what the log held when this broker opened it
             if h.is_control:  # a transaction marker: no sequence of the producer's, perhaps a newer epoch
                 self.record_marker(h.producer_id, h.producer_epoch)
@@ -265,9 +268,20 @@ class PartitionProducers:
     def record_marker(self, producer_id: int, producer_epoch: int) -> None:
         """A marker was appended: a newer epoch is adopted (the producer's next batch must start at
         sequence 0 of it, and older epochs are refused)."""
+        self.guards.pop(producer_id, None)
         entry = self.producers.get(producer_id)
         if entry is not None and producer_epoch > entry.epoch:
             self.producers[producer_id] = ProducerEntry(producer_epoch)
+
+    def start_verification(self, producer_id: int) -> object:
+        """A guard for a Produce check of ``producer_id`` about to ask its transaction coordinator (the
+        one in flight already, if any: its answer is for the same transaction)."""
+        return self.guards.setdefault(producer_id, object())
+
+    def still_verified(self, producer_id: int, guard: object) -> bool:
+        """Whether no marker of ``producer_id`` came since ``guard`` was handed out (the batch checked
+        may be appended into the transaction the coordinator confirmed)."""
+        return self.guards.get(producer_id) is guard
 
     def active(self) -> list[tuple[int, int, int, int]]:
         """(producer id, epoch, last sequence, last timestamp) of every producer remembered here

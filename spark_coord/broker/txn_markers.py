@@ -33,33 +33,52 @@ class MarkerChannel:
     async def send(self, leader: int, markers: list[dict]) -> dict[tuple[str, int], int]:
         """WriteTxnMarkers to ``leader`` on its inter-broker listener: the error code per partition.
         Raises ConnectionError/OSError when the leader is out of reach (the caller tries again)."""
-        from spark_coord.client.connection import BrokerConnection
         from spark_coord.wire.registry import ApiKey
 
+        answer = await self.request(leader, ApiKey.WRITE_TXN_MARKERS, {"markers": markers})
+        return {(t.get("name"), p.get("partition_index")): p.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                for m in answer.get("markers") or [] for t in m.get("topics") or [] for p in t.get("partitions") or []}
+
+    async def describe_transaction(self, coordinator: int, transactional_id: str) -> dict:
+        """DescribeTransactions of one id at its coordinator ``coordinator``: the id's state as it
+        answers it (a partition leader's Produce check, ``broker.txn_verify``).  Raises as ``send``."""
+        from spark_coord.wire.registry import ApiKey
+
+        answer = await self.request(coordinator, ApiKey.DESCRIBE_TRANSACTIONS,
+                                    {"transactional_ids": [transactional_id]})
+        states = answer.get("transaction_states") or []
+        if not states:
+            raise ConnectionError(f"broker {coordinator} answered DescribeTransactions with no state")
+        return states[0]
+
+    async def request(self, broker_id: int, api: Any, body: dict) -> dict:
+        """One request to ``broker_id`` on its inter-broker listener, on this channel's connection to it
+        (made and used on a worker thread); raises ConnectionError/OSError when the
+        broker is out of reach."""
+        from spark_coord.client.connection import BrokerConnection
+
         listener = self.broker.security.listener_config.inter_broker
-        info = self.broker.view.brokers.get(leader)
+        info = self.broker.view.brokers.get(broker_id)
         ep = info.endpoint_for(listener) if info is not None else None
         if ep is None:
-            raise ConnectionError(f"broker {leader} has no endpoint on {listener}")
+            raise ConnectionError(f"broker {broker_id} has no endpoint on {listener}")
 
         def call() -> dict:
             with self._lock:
-                conn = self._conns.get(leader)
+                conn = self._conns.get(broker_id)
                 if conn is None or (conn.host, conn.port) != (ep.host, ep.port) or not conn.usable():
                     if conn is not None:
                         conn.close()
-                    conn = self._conns[leader] = BrokerConnection(
+                    conn = self._conns[broker_id] = BrokerConnection(
                         ep.host, ep.port, client_id=f"spark-coord-txn-{self.broker.broker_id}", timeout=10.0)
             try:
-                return conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": markers})
+                return conn.request(api, body)
             except BaseException:
                 conn.close()
-                self._conns.pop(leader, None)
+                self._conns.pop(broker_id, None)
                 raise
 
-        answer = await asyncio.get_running_loop().run_in_executor(None, call)
-        return {(t.get("name"), p.get("partition_index")): p.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-                for m in answer.get("markers") or [] for t in m.get("topics") or [] for p in t.get("partitions") or []}
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     def close(self) -> None:
         with self._lock:

@@ -416,3 +416,72 @@ def test_transactional_ids_znodes_cannot_name_as_they_are(cluster, tid):
         (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})["transaction_states"]
         assert (state["transactional_id"], state["transaction_state"], state["producer_id"]) == \
             (tid, "Empty", r["producer_id"]), state
+
+
+def _txn_batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    from spark_coord.records.builder import BatchBuilder
+
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+    b.append(value, key=value)
+    return b.build()
+
+
+def _produce_raw(cluster, topic: str, partition: int, batch: bytes, tid: str | None) -> int:
+    """One Produce (v9) of ``batch`` to ``partition`` at its leader: the partition's error code."""
+    with _conn(cluster, sorted(cluster.brokers)[partition]) as conn:
+        r = conn.request(ApiKey.PRODUCE, {"transactional_id": tid, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}, version=9)
+    return r["responses"][0]["partition_responses"][0]["error_code"]
+
+
+def test_produce_checks_a_transactional_batch_with_the_coordinator(cluster):
+    """Kafka 4's Produce check (KIP-890 part 1): a transactional batch for a partition not added to its
+    producer's open transaction is refused INVALID_TXN_STATE, asked of the coordinator in process
+    (the partition led by the id's coordinator) and over the wire (led by another broker); an unknown id
+    INVALID_PRODUCER_ID_MAPPING, a fenced epoch INVALID_PRODUCER_EPOCH; once a marker closed the
+    transaction the same epoch's next batch is asked about again and refused.  Nothing refused is
+    appended, and no transaction is left open."""
+    topic = _topic(cluster)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    leaders = sorted(cluster.brokers)
+    local = leaders.index(holder)  # the partition the coordinator leads
+    added, remote = [p for p in range(PARTITIONS) if p != local]
+    with _conn(cluster, holder) as conn:
+        r = _init(conn, tid)
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+        r = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, {
+            "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": topic, "partitions": [added]}]},
+            version=3)
+        assert r["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0
+    seq = {p: 0 for p in range(PARTITIONS)}
+
+    def produce(p: int, value: bytes, producer_tid: str | None = tid, at_epoch: int | None = None) -> int:
+        code = _produce_raw(cluster, topic, p, _txn_batch(pid, epoch if at_epoch is None else at_epoch, seq[p],
+                                                          value), producer_tid)
+        if code == ErrorCode.NONE:
+            seq[p] += 1
+        return code
+
+    assert produce(local, b"not-added-local") == ErrorCode.INVALID_TXN_STATE  # asked in process
+    assert produce(remote, b"not-added-remote") == ErrorCode.INVALID_TXN_STATE  # asked over the wire
+    assert produce(added, b"in-1") == ErrorCode.NONE
+    assert produce(added, b"in-2") == ErrorCode.NONE  # the open transaction here: not asked again
+    assert produce(remote, b"other-id", producer_tid=f"{tid}-unknown") in (
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.NOT_ENOUGH_REPLICAS)  # the unknown id's shard may be loading
+    assert produce(remote, b"other-epoch", at_epoch=epoch + 1) == ErrorCode.INVALID_PRODUCER_EPOCH
+    with _conn(cluster, holder) as conn:
+        assert _end(conn, tid, pid, epoch) == ErrorCode.NONE
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteCommit", timeout=15,
+               message="the commit completed")
+    # the marker closed the transaction on ``added``: the same epoch's next batch is checked again
+    assert produce(added, b"after-commit") == ErrorCode.INVALID_TXN_STATE
+    assert _lso_is_log_end(cluster, topic)  # nothing refused left a transaction open
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    for p in range(PARTITIONS):  # a plain record each, so every partition has one to read up to
+        plain.produce(topic, value=b"end", partition=p)
+    assert plain.flush(30) == 0
+    expected = {local: [b"end"], remote: [b"end"], added: [b"in-1", b"in-2", b"end"]}
+    assert _read_all(cluster, topic, READ_UNCOMMITTED) == expected
+    assert _read_all(cluster, topic, READ_COMMITTED) == expected

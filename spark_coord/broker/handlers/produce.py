@@ -27,6 +27,17 @@ Per topic (``configs.topic``): max.message.bytes bounds a batch (MESSAGE_TOO_LAR
 with message.timestamp.type=LogAppendTime the log stamps each batch and the answer
 carries log_append_time_ms; a compacted topic (cleanup.policy has compact) refuses a
 record without a key with INVALID_RECORD, as Kafka does.
+
+Transactional batches (KIP-98), as Kafka 4 takes them: with an authorizer, a request holding any
+needs its transactional_id and Write on it, else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended (Kafka's KafkaApis).  Without one a
+request with no transactional_id is taken unchecked, as WriteTxnMarkers is then open to any client
+too: the partition side is driven alone so (batches and markers by hand) by tests and tools.  The
+first transactional batch of a producer on a partition in a transaction, in a request naming its
+transactional id, is checked with the id's transaction coordinator (``broker.txn_verify``, KIP-890
+part 1's ``transaction.partition.verification.enable``): a partition not added to the producer's
+open transaction is INVALID_TXN_STATE, another epoch INVALID_PRODUCER_EPOCH, and so on, with nothing
+of that partition appended.
 """
 
 from __future__ import annotations
@@ -35,11 +46,12 @@ import asyncio
 import logging
 
 from spark_coord.broker import topics as topic_admin
+from spark_coord.broker import txn_verify
 from spark_coord.broker.handlers.base import Handler, may_create_topic
 from spark_coord.errors import ErrorCode
-from spark_coord.records.header import BatchTooLarge, InvalidBatch, validate_batches
+from spark_coord.records.header import TRANSACTIONAL_MASK, BatchTooLarge, InvalidBatch, parse_header, validate_batches
 from spark_coord.records.reader import iter_records
-from spark_coord.security.acl import AclOperation, Resource
+from spark_coord.security.acl import AclOperation, Resource, ResourceType
 from spark_coord.wire.registry import ApiKey
 
 log = logging.getLogger(__name__)
@@ -57,6 +69,12 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
     acks = body.get("acks", 1)
     if acks not in (0, 1, -1):
         return error_response(body, ErrorCode.INVALID_REQUIRED_ACKS)
+    tid = body.get("transactional_id")
+    if ctx.authorizer.enabled and _has_transactional_batches(body) and (not tid or not ctx.authorized(
+            conn, AclOperation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, tid))):
+        log.info("%r: transactional produce %s", conn, "without a transactional id" if not tid
+                 else f"with transactional id {tid!r} it may not write")
+        return error_response(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     max_batch = ctx.config["message.max.bytes"]
     responses = []
     to_flush: list[tuple[dict, str, object]] = []  # (partition answer, topic, log) awaiting an fsync
@@ -74,7 +92,7 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
             await topic_admin.auto_create(ctx, name)
         parts = []
         for pd in topic_data.get("partition_data") or []:
-            answer, plog = _append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch)
+            answer, plog = await _append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch, tid)
             parts.append(answer)
             if plog is not None:
                 to_flush.append((answer, name, plog))
@@ -99,7 +117,22 @@ async def _flush(ctx, pending: list[tuple[dict, str, object]]) -> None:
                           error_message=f"flush failed: {outcome}")
 
 
-def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) -> tuple[dict, object]:
+def _has_transactional_batches(body: dict) -> bool:
+    """Whether a partition's first batch has the transactional bit (Kafka's ``hasTransactionalRecords``;
+    a batch too short to have a header is left to the partition's own check)."""
+    for topic_data in body.get("topic_data") or []:
+        for pd in topic_data.get("partition_data") or []:
+            records = pd.get("records")
+            try:
+                if records is not None and parse_header(records).attributes & TRANSACTIONAL_MASK:
+                    return True
+            except (InvalidBatch, ValueError, IndexError):
+                continue
+    return False
+
+
+async def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int,
+                      tid: str | None) -> tuple[dict, object]:
     """(the partition's answer, its log when an fsync must complete before the answer goes out)."""
     code = ctx.leader_error(topic, partition)
     if code:
@@ -124,6 +157,19 @@ def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int) 
         return _partition(partition, ErrorCode.CORRUPT_MESSAGE, message=str(e)), None
     plog = ctx.logs.get_or_create(topic, partition)
     sequences = ctx.producers.sequences
+    producer = txn_verify.transactional_producer(headers) if tid else None
+    guard = None
+    if producer is not None:
+        code, guard = await txn_verify.verify(ctx, tid, topic, partition, plog, producer)
+        if code == ErrorCode.NONE and guard is not None and \
+                not sequences.partition(topic, partition, plog).still_verified(producer[0], guard):
+            code = ErrorCode.INVALID_TXN_STATE  # its transaction ended while the coordinator was asked
+        if code != ErrorCode.NONE:
+            return _partition(partition, code, message="Partition was not added to the transaction"
+                              if code == ErrorCode.INVALID_TXN_STATE else None), None
+        code = ctx.leader_error(topic, partition)  # the leader may have moved meanwhile
+        if code:
+            return _partition(partition, code), None
     verdict = sequences.check(topic, partition, plog, headers)
     if verdict.duplicate_of is not None:
         log.info("%r: %s-%d: duplicate batch of producer %d (sequence %d) answered with offset %d", conn, topic,

@@ -2,8 +2,11 @@
 
 Each id is answered by the coordinator holding its shard (here: NOT_COORDINATOR for an id of a shard
 held elsewhere, COORDINATOR_LOAD_IN_PROGRESS while its shard loads; admin clients ask the id's
-coordinator, found with FindCoordinator).  An id the principal may not Describe is
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an id with no state TRANSACTIONAL_ID_NOT_FOUND.  The partitions
+coordinator, found with FindCoordinator).  It is also how a partition leader checks a transactional
+Produce with the id's coordinator (``broker.txn_verify``, where Kafka's leader sends AddPartitionsToTxn
+v4 verify-only, a ClusterAction request): an id the principal may not Describe is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal has ClusterAction on the cluster (the
+brokers' own principal), an id with no state TRANSACTIONAL_ID_NOT_FOUND.  The partitions
 listed are those of the open transaction, or of the one whose markers are being written.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 from spark_coord.coordinator.handlers.base import GroupApi
 from spark_coord.coordinator.handlers.txn_common import coordinator_for, txn_refused
 from spark_coord.errors import ErrorCode
-from spark_coord.security.acl import AclOperation
+from spark_coord.security.acl import CLUSTER, AclOperation
 from spark_coord.wire.registry import ApiKey
 
 #: Kafka's TRANSACTIONAL_ID_NOT_FOUND (KIP-664), for an id its coordinator has no state of.
@@ -28,7 +31,8 @@ def _state(tid, code: int) -> dict:
 def describe_one(door, ctx, conn, tid) -> dict:
     if not isinstance(tid, str):
         return _state(tid, ErrorCode.INVALID_REQUEST)
-    if txn_refused(ctx, conn, AclOperation.DESCRIBE, tid):
+    if txn_refused(ctx, conn, AclOperation.DESCRIBE, tid) and \
+            not ctx.authorized(conn, AclOperation.CLUSTER_ACTION, CLUSTER):
         return _state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coordinator, code = coordinator_for(door, tid)
     if coordinator is None:

@@ -275,6 +275,16 @@ class TxnCoordinator:
             self._start_completion(tid)
         return code
 
+    def verify(self, tid: str, producer_id: int, epoch: int, partition: TopicPartition) -> int:
+        """The Produce check of a partition leader on this broker (``state.verify_partition``): read
+        from the metadata held, no write and no wait, as Kafka's verification reads its cache."""
+        found = self.txns.get(tid)
+        if found is None:
+            return st.verify_partition(None, -1, -1, frozenset(), producer_id, epoch, partition)
+        txn = found[0]
+        return st.verify_partition(txn.state, txn.producer_id, txn.producer_epoch, txn.partitions, producer_id,
+                                   epoch, partition)
+
     def describe(self, tid: str) -> TxnMetadata | None:
         found = self.txns.get(tid)
         return found[0] if found is not None else None

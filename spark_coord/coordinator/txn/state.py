@@ -24,7 +24,8 @@ from enum import Enum
 from spark_coord.errors import ErrorCode
 
 __all__ = ["TxnState", "TxnMetadata", "IllegalTransition", "MAX_EPOCH", "Decision",
-           "init_producer_id", "add_partitions", "add_group", "end_txn", "fence_open", "fence_for_timeout", "complete"]
+           "init_producer_id", "add_partitions", "add_group", "end_txn", "fence_open", "fence_for_timeout", "complete",
+           "verify_partition"]
 
 #: The largest epoch a producer id may reach (Kafka: ``Short.MaxValue - 1``, so a bump of a fenced
 #: epoch still fits); at this epoch InitProducerId takes a new producer id.
@@ -290,3 +291,27 @@ def complete(txn: TxnMetadata, now_ms: int) -> TxnMetadata:
     partitions and groups cleared, no transaction open."""
     target = TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
     return txn.transition_to(target, partitions=frozenset(), groups=frozenset(), start_ms=-1, update_ms=now_ms)
+
+
+def verify_partition(state: "TxnState | None", txn_producer_id: int, txn_epoch: int,
+                     partitions: "frozenset[TopicPartition] | set[TopicPartition]", producer_id: int, epoch: int,
+                     partition: TopicPartition) -> int:
+    """Whether a transactional batch of ``producer_id``/``epoch`` for ``partition`` belongs to the id's
+    open transaction (the Produce check, KIP-890 part 1; Kafka's ``handleVerifyPartitionsInTransaction``),
+    from what the coordinator holds of the id (its state, producer id and epoch, the transaction's
+    partitions; ``state`` None: the coordinator has no such id).  Answered as Kafka's partition leader
+    answers Produce v0-10 after asking: NONE; INVALID_PRODUCER_ID_MAPPING for an unknown id or another
+    producer id; INVALID_PRODUCER_EPOCH for another epoch (the coordinator's PRODUCER_FENCED);
+    NOT_ENOUGH_REPLICAS while the transaction is being completed (the coordinator's
+    CONCURRENT_TRANSACTIONS, which a client of transaction version 1 retries only as this); and
+    INVALID_TXN_STATE when the partition is not in an open transaction of that producer (the
+    coordinator's TRANSACTION_ABORTABLE, which Kafka tells Produce v11 only; we serve up to v9)."""
+    if state is None or txn_producer_id != producer_id:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    if txn_epoch != epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if state.preparing:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if state != TxnState.ONGOING or partition not in partitions:
+        return ErrorCode.INVALID_TXN_STATE
+    return ErrorCode.NONE
