@@ -219,6 +219,8 @@ class SharePartitionManager:
         #: timer of the next write-behind.
         self._inflight: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
+        #: A group commit is scheduled for the end of this turn of the event loop (``durable_soon``).
+        self._commit_soon = False
         self._tasks: list[asyncio.Task] = []
         self._evicted_ms = 0.0
         #: Counters for the metrics and the benchmark.
@@ -581,8 +583,9 @@ class SharePartitionManager:
                     renew: bool) -> tuple[ErrorCode, "asyncio.Future[ErrorCode]"]:
         """Apply a partition's AcknowledgementBatches (``renew``: Renew is allowed, a v2 request with
         IsRenewAck): the first error, and a future done once what they changed is in ZooKeeper (NONE)
-        or cannot be (the error to answer; REQUEST_TIMED_OUT after ``WRITE_WAIT_S``).  The write starts
-        now, on a worker thread, so the caller's own work (a ShareFetch's acquisition) overlaps it.
+        or cannot be (the error to answer; REQUEST_TIMED_OUT after ``WRITE_WAIT_S``).  The write goes
+        at the end of this turn of the event loop, with every other change waited on in it (a group
+        commit: ``durable_soon``).
         Batches breaking Kafka's rules (``_refused``) get INVALID_REQUEST and none is applied."""
         if _refused(batches, renew):
             code = ErrorCode.INVALID_REQUEST
@@ -613,8 +616,14 @@ class SharePartitionManager:
 
     def durable_soon(self, held: _Held, version: int) -> "asyncio.Future[ErrorCode]":
         """A future done once ``version`` of ``held`` is in ZooKeeper (NONE) or cannot be (the error to
-        answer).  The write starts now, on a worker thread, so the caller's own work (a ShareFetch's
-        acquisition) overlaps it."""
+        answer).
+
+        A group commit: the write is started once, when this turn of the event loop ends (``call_soon``),
+        so every change waited on in the same turn -- the acknowledgements of all the requests read in it,
+        of any members, sessions and share partitions -- goes in one multi, and each waiter is answered once
+        that multi is in ZooKeeper, as Kafka's broker answers after its share coordinator's log append.
+        While a write is in flight the next one starts when it ends (``_written``), with everything
+        waited on meanwhile."""
         fut = asyncio.get_running_loop().create_future()
         if held.gone:
             fut.set_result(ErrorCode.FENCED_STATE_EPOCH)
@@ -623,8 +632,15 @@ class SharePartitionManager:
         else:
             held.waiters.append((version, fut))
             self._dirty.add(held.key)
-            self._submit()
+            if not self._commit_soon and self._loop is not None:
+                self._commit_soon = True
+                self._loop.call_soon(self._group_commit)
         return fut
+
+    def _group_commit(self) -> None:
+        """The end of the turn of the event loop in which changes were first waited on (``durable_soon``)."""
+        self._commit_soon = False
+        self._submit()
 
     async def durable(self, held: _Held, version: int, timeout: float = 30.0) -> ErrorCode:
         """Wait until ``version`` of ``held`` is in ZooKeeper: NONE, or the error to answer."""
@@ -651,7 +667,7 @@ class SharePartitionManager:
         self._submit()
 
     def _submit(self) -> None:
-        """Start writing everything dirty in one go (multis of ``store.MAX_OPS``) on a worker thread,
+        """Start writing everything dirty in one go (multis of ``store.MAX_OPS``; ``store.write_soon``),
         unless a write is in flight: its completion starts the next one."""
         if self._inflight is not None or not self._dirty or self._loop is None:
             return
@@ -669,7 +685,7 @@ class SharePartitionManager:
             taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return
-        self._inflight = self._loop.run_in_executor(None, self.store.write_blocking, writes)
+        self._inflight = self.store.write_soon(writes, self._loop)
         self._inflight.add_done_callback(lambda f: self._written(f, taken))
 
     def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int, bytes]]) -> None:
