@@ -15,6 +15,13 @@ well as on our brokers:
   one before; ``"explicit"``: the application calls ``acknowledge(record, "accept" | "release" |
   "reject")`` for every record before the next ``poll()``, and ``commit()`` sends them (a
   ShareAcknowledge per leader) and returns each partition's answer;
+* pipelined (implicit mode, ``prefetch=True``, the default): a ``poll()`` that returns records first
+  sends the next round of ShareFetches, so they are in flight -- acquiring the next records and
+  carrying the acknowledgements that waited -- while the application processes these; the next
+  ``poll()`` takes their answers.  A poll's records are accepted by the next ``poll()``, so they ride
+  on the ShareFetch that poll sends, one round later than without prefetch, as Kafka's clients
+  fetch ahead.  Records fetched ahead and never returned by ``poll()`` are released (RELEASE) by
+  ``close()``: they come back to the group (counted: their acquisition was a delivery);
 * ``close()`` sends what is pending, closes every share session (what the member still holds goes
   back at once) and leaves the group.
 
@@ -28,7 +35,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from spark_coord.client.groups import GroupClient
 from spark_coord.client.metadata import ClusterClient
@@ -59,12 +66,22 @@ class ShareRecord(NamedTuple):
     delivery_count: int
 
 
+class _Sent(NamedTuple):
+    """A ShareFetch sent ahead (``ShareConsumer.prefetch``) whose answer was not read yet."""
+
+    leader: int
+    epoch: int
+    fetching: set[tuple[str, int]]
+    acks: dict[tuple[str, int], list[dict]]
+    pending: Any  # client.connection.PendingResponse
+
+
 class ShareConsumer:
     """A member of share group ``group`` reading ``topics``."""
 
     def __init__(self, bootstrap: str | list[str], group: str, topics: Iterable[str], *,
                  acknowledgement_mode: str = "implicit", max_poll_records: int = 500, max_wait_ms: int = 500,
-                 client_id: str = "spark-coord-share", timeout: float = 30.0):
+                 client_id: str = "spark-coord-share", timeout: float = 30.0, prefetch: bool = True):
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError(f"acknowledgement_mode must be implicit or explicit, not {acknowledgement_mode!r}")
         self.group = group
@@ -72,6 +89,9 @@ class ShareConsumer:
         if not self.topics:
             raise ValueError("a share consumer needs at least one topic")
         self.explicit = acknowledgement_mode == "explicit"
+        #: Keep the next round of ShareFetches in flight between polls (implicit mode only: explicit mode's
+        #: acknowledgements and commits go in the sessions between polls).
+        self.prefetch = prefetch and not self.explicit
         self.max_poll_records = max_poll_records
         self.max_wait_ms = max_wait_ms
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -96,6 +116,12 @@ class ShareConsumer:
         self._pending_ranges: dict[tuple[str, int], list[dict]] = {}
         #: The last poll's records not acknowledged yet (explicit mode must acknowledge them all).
         self._unacked: dict[tuple[str, int, int], ShareRecord] = {}
+        #: The round of ShareFetches sent ahead (``prefetch``), not answered yet: one per leader.
+        self._ahead: list[_Sent] = []
+        #: Records fetched ahead that no ``poll()`` returned yet.
+        self._ready: list[ShareRecord] = []
+        #: ShareFetches sent, with or without waiting for their answer (tests, benchmarks).
+        self.fetches_sent = 0
         self._heartbeat = threading.Thread(target=self._heartbeats, name=f"share-heartbeat-{group}", daemon=True)
         self._heartbeat.start()
 
@@ -157,26 +183,36 @@ class ShareConsumer:
     # ------------------------------------------------------------ records
 
     def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
-        """The records acquired for this member (at most about ``max_poll_records``); [] when none
-        came within ``timeout`` seconds.  Implicit mode accepts the last poll's records first."""
+        """The records acquired for this member (at most about ``max_poll_records`` per leader); []
+        when none came within ``timeout`` seconds.  Implicit mode accepts the last poll's records
+        first.  With ``prefetch`` the answers of the round sent ahead by the last poll come first (a
+        poll may wait up to ``max_wait_ms`` for them), and a poll that returns records sends the next
+        round ahead before it returns."""
         if self._stop.is_set():
             raise RuntimeError("the share consumer is closed")
         if self._unacked:
             if self.explicit:
                 raise RuntimeError(f"{len(self._unacked)} records of the last poll are not acknowledged "
                                    "(explicit acknowledgement mode)")
-            for r in list(self._unacked.values()):
-                self.acknowledge(r, "accept")
+            self._queue_runs(list(self._unacked.values()), "accept")
+            self._unacked.clear()
         deadline = time.monotonic() + timeout
         self.joined.wait(max(deadline - time.monotonic(), 0))
+        self._drain_ahead()
         while True:
-            with self._lock:
-                idle = not self.assignment and not self._pending and not self._pending_ranges
-            if idle:  # nothing assigned (yet): wait for the heartbeat thread, do not spin
-                self._stop.wait(min(0.05, max(deadline - time.monotonic(), 0)))
-                out = []
+            if self._ready:
+                out, self._ready = self._ready, []
+                self._hold(out)
             else:
-                out = self.fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
+                with self._lock:
+                    idle = not self.assignment and not self._pending and not self._pending_ranges
+                if idle:  # nothing assigned (yet): wait for the heartbeat thread, do not spin
+                    self._stop.wait(min(0.05, max(deadline - time.monotonic(), 0)))
+                    out = []
+                else:
+                    out = self.fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
+            if out and self.prefetch:
+                self._send_ahead(self.max_wait_ms)
             if out or time.monotonic() >= deadline:
                 return out
 
@@ -185,23 +221,30 @@ class ShareConsumer:
         with self._lock:
             return set(self.assignment)
 
-    def fetch_round(self, wait_ms: int) -> list[ShareRecord]:
-        """One ShareFetch to each leader of what it is assigned or has acknowledgements for (each
-        waits up to ``wait_ms`` until one has brought records): the records acquired."""
-        assigned = self.assigned_now()
+    def _by_leader(self, assigned: set[tuple[str, int]]) -> dict[int, set[tuple[str, int]]]:
+        """What each leader is asked for: its partitions assigned or with acknowledgements waiting."""
         by_leader: dict[int, set[tuple[str, int]]] = {}
         for t, p in assigned | set(self._pending) | set(self._pending_ranges):
             try:
                 by_leader.setdefault(self.cluster.leader(t, p), set()).add((t, p))
             except KafkaError:
                 continue
+        return by_leader
+
+    def fetch_round(self, wait_ms: int) -> list[ShareRecord]:
+        """One ShareFetch to each leader of what it is assigned or has acknowledgements for (each
+        waits up to ``wait_ms`` until one has brought records): the records acquired."""
+        self._drain_ahead()
+        assigned = self.assigned_now()
         out: list[ShareRecord] = []
-        for leader, parts in sorted(by_leader.items()):
+        for leader, parts in sorted(self._by_leader(assigned).items()):
             out.extend(self._share_fetch(leader, parts, assigned, wait_ms if not out else 0))
         return out
 
-    def _share_fetch(self, leader: int, parts: set[tuple[str, int]], assigned: set[tuple[str, int]],
-                     wait_ms: int) -> list[ShareRecord]:
+    def _fetch_body(self, leader: int, parts: set[tuple[str, int]], assigned: set[tuple[str, int]],
+                    wait_ms: int) -> tuple[dict, int, set[tuple[str, int]], dict[tuple[str, int], list[dict]]]:
+        """A ShareFetch for ``leader``'s session: (body, its epoch, the partitions it fetches, the
+        acknowledgements it carries -- taken off the queue)."""
         epoch, in_session = self._sessions.get(leader, (OPEN, set()))
         fetching = parts & assigned
         acks = self._take_pending(parts) if epoch != OPEN else {}
@@ -218,14 +261,56 @@ class ShareConsumer:
                 "topics": [{"topic_id": self._topic_id(t), "partitions": ps} for t, ps in topics.items()],
                 "forgotten_topics_data": [{"topic_id": self._topic_id(t), "partitions": ps}
                                           for t, ps in forgotten.items()] if epoch != OPEN else []}
+        self.fetches_sent += 1
+        return body, epoch, fetching, acks
+
+    def _share_fetch(self, leader: int, parts: set[tuple[str, int]], assigned: set[tuple[str, int]],
+                     wait_ms: int) -> list[ShareRecord]:
+        body, epoch, fetching, acks = self._fetch_body(leader, parts, assigned, wait_ms)
         try:
             answer = self.cluster.connection(leader).request(ApiKey.SHARE_FETCH, body, version=1)
         except (OSError, ConnectionError, KafkaError) as e:
-            log.info("share fetch from broker %d failed (%s); its session starts again", leader, e)
-            self._sessions.pop(leader, None)
-            self.cluster.drop_connection(leader)
-            self._put_back(acks)
-            return []
+            return self._fetch_failed(leader, acks, e)
+        out = self._fetch_answer(leader, epoch, fetching, acks, answer)
+        self._hold(out)
+        return out
+
+    def _send_ahead(self, wait_ms: int) -> None:
+        """Send the next round of ShareFetches without waiting for their answers (``prefetch``): only
+        the first leader's may wait ``wait_ms``, as in ``fetch_round``."""
+        assigned = self.assigned_now()
+        for leader, parts in sorted(self._by_leader(assigned).items()):
+            body, epoch, fetching, acks = self._fetch_body(leader, parts, assigned, wait_ms if not self._ahead else 0)
+            try:
+                pending = self.cluster.connection(leader).send(ApiKey.SHARE_FETCH, body, version=1,
+                                                                timeout=self._timeout + wait_ms / 1000)
+            except (OSError, ConnectionError, KafkaError) as e:
+                self._fetch_failed(leader, acks, e)
+                continue
+            self._ahead.append(_Sent(leader, epoch, fetching, acks, pending))
+
+    def _drain_ahead(self) -> None:
+        """Wait for the answers of the round sent ahead; their records wait in ``_ready`` for a poll."""
+        ahead, self._ahead = self._ahead, []
+        for sent in ahead:
+            try:
+                answer = sent.pending.result()
+            except (OSError, ConnectionError, KafkaError) as e:
+                self._fetch_failed(sent.leader, sent.acks, e)
+                continue
+            self._ready.extend(self._fetch_answer(sent.leader, sent.epoch, sent.fetching, sent.acks, answer))
+
+    def _fetch_failed(self, leader: int, acks: dict[tuple[str, int], list[dict]],
+                      error: Exception) -> list[ShareRecord]:
+        log.info("share fetch from broker %d failed (%s); its session starts again", leader, error)
+        self._sessions.pop(leader, None)
+        self.cluster.drop_connection(leader)
+        self._put_back(acks)
+        return []
+
+    def _fetch_answer(self, leader: int, epoch: int, fetching: set[tuple[str, int]],
+                      acks: dict[tuple[str, int], list[dict]], answer: dict) -> list[ShareRecord]:
+        """The records of a ShareFetch's answer (the session's next epoch kept)."""
         if answer["error_code"]:
             log.info("share fetch from broker %d: %s; its session starts again", leader,
                      ErrorCode.name_of(answer["error_code"]))
@@ -249,7 +334,6 @@ class ShareConsumer:
                         self.cluster.refresh(self.topics)
                     continue
                 out.extend(self._records(topic, p))
-        self._hold(out)
         return out
 
     def _hold(self, records: list[ShareRecord]) -> None:
@@ -263,6 +347,19 @@ class ShareConsumer:
         broker had taken them after all, sending them again is answered INVALID_RECORD_STATE."""
         for tp, batches in acks.items():
             self._pending_ranges.setdefault(tp, []).extend(batches)
+
+    def _queue_runs(self, records: list[ShareRecord], kind: str) -> None:
+        """Acknowledge ``records`` (in the order a poll returned them) as ``kind``: one batch per run of
+        consecutive offsets of a partition, queued for the next request."""
+        code = ACK_TYPES[kind]
+        tp = run = None
+        for r in records:
+            if run is not None and (r.topic, r.partition) == tp and r.offset == run["last_offset"] + 1:
+                run["last_offset"] = r.offset
+                continue
+            tp = (r.topic, r.partition)
+            run = {"first_offset": r.offset, "last_offset": r.offset, "acknowledge_types": [code]}
+            self._pending_ranges.setdefault(tp, []).append(run)
 
     def _take_pending(self, parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[dict]]:
         """The acknowledgements waiting for ``parts``, as AcknowledgementBatches, taken off the queue."""
@@ -331,6 +428,7 @@ class ShareConsumer:
     def commit(self) -> dict[tuple[str, int], int]:
         """Send every pending acknowledgement now (a ShareAcknowledge per leader) and wait for the
         answers: ``{(topic, partition): error code}`` (0: written at the leader, for good)."""
+        self._drain_ahead()  # its session's epoch moves on with the answer
         results: dict[tuple[str, int], int] = {}
         by_leader: dict[int, dict[tuple[str, int], dict[int, int]]] = {}
         for tp, acks in self._take_pending(set(self._pending) | set(self._pending_ranges)).items():
@@ -377,13 +475,20 @@ class ShareConsumer:
     # ------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Send what is pending (implicit mode: the last poll's records accepted), close every share
-        session -- what this member still holds goes back at once -- and leave the group."""
+        """Send what is pending (implicit mode: the last poll's records accepted; records fetched ahead
+        that no poll returned released), close every share session -- what this member still holds
+        goes back at once -- and leave the group."""
         if self._stop.is_set():
             return
         if not self.explicit:
-            for r in list(self._unacked.values()):
-                self.acknowledge(r, "accept")
+            self._queue_runs(list(self._unacked.values()), "accept")
+            self._unacked.clear()
+        try:
+            self._drain_ahead()
+        except Exception as e:  # noqa: BLE001 -- closing anyway; what it acquired goes back with the session
+            log.info("share consumer %s: the fetch sent ahead failed at close (%s)", self.member_id, e)
+        self._queue_runs(self._ready, "release")
+        self._ready = []
         by_leader: dict[int, dict[tuple[str, int], list[dict]]] = {leader: {} for leader in self._sessions}
         for tp, acks in self._take_pending(set(self._pending) | set(self._pending_ranges)).items():
             try:
