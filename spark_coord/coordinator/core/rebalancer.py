@@ -89,6 +89,29 @@ class RebalanceError(Exception):
         self.culprits = culprits
 
 
+class AttemptTimes:
+    """Where one attempt's seconds went, for the line it logs when it ends (the rebalance profile
+    of docs/benchmarks/coordinator.md): each round's members and wall time (from the last request
+    sent until the round completed: waiting for the members), the calls to the store (the
+    generation and assignment writes, the forced offset commit) and their latency, and the CPU
+    the coordinator's process used meanwhile (its other groups' and connections' work included)."""
+
+    __slots__ = ("began", "cpu", "rounds", "writes", "write_s")
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.cpu = time.process_time()
+        #: (kind, members sent to, seconds until the round completed)
+        self.rounds: list[tuple[str, int, float]] = []
+        self.writes = 0
+        self.write_s = 0.0
+
+    def line(self) -> str:
+        rounds = ", ".join(f"{kind} round {n} member(s) {s:.3f} s" for kind, n, s in self.rounds) or "no round"
+        return (f"{time.monotonic() - self.began:.3f} s: {rounds}; {self.writes} store call(s) "
+                f"{self.write_s:.3f} s; process CPU {time.process_time() - self.cpu:.3f} s")
+
+
 class Outcome(enum.Enum):
     SETTLED = "settled"        # STABLE or EMPTY
     WAITING = "waiting"        # only absent members, who may still hold partitions: wait for them
@@ -110,6 +133,8 @@ class Rebalancer:
         self.completed: list[tuple[str, str]] = []
         #: Groups backing off after a failed attempt -> what wakes them early (a new request).
         self._backing_off: dict[str, asyncio.Future[None]] = {}
+        #: The running attempt's times, by group.
+        self._times: dict[str, AttemptTimes] = {}
         #: Called after each attempt with (group, outcome or failure, seconds, partitions moved).
         self.on_attempt: Callable[[GroupRegistry, str, float, int], None] | None = None
 
@@ -213,6 +238,7 @@ class Rebalancer:
             log.error("group %s is already in a rebalance attempt", gid)
             return Outcome.WAITING
         self.running.add(gid)
+        times = self._times[gid] = AttemptTimes()
         changes = group.changes
         started = time.monotonic()
         group.last_moved = 0
@@ -233,7 +259,10 @@ class Rebalancer:
         finally:
             group.current_round = None
             self.running.discard(gid)
+            self._times.pop(gid, None)
             what = result.value if isinstance(result, Outcome) else result
+            log.info("group %s: attempt (%s) took %s", gid, what if len(what) < 80 else what[:77] + "...",
+                     times.line())
             self.completed.append((gid, what))
             if self.on_attempt is not None:
                 try:
@@ -259,6 +288,8 @@ class Rebalancer:
             raise RebalanceError(f"{step}: group was dropped")
 
     async def _store(self, group: GroupRegistry, step: str, fn: Callable[..., Any], *args: Any) -> Any:
+        times = self._times.get(group.group_id)
+        began = time.monotonic()
         try:
             async with group.store_lock:
                 return await fn(*args)
@@ -267,6 +298,10 @@ class Rebalancer:
             raise
         except (StoreError, OSError) as e:
             raise RebalanceError(f"{step}: {e}") from None
+        finally:
+            if times is not None:
+                times.writes += 1
+                times.write_s += time.monotonic() - began
 
     def target(self, group: GroupRegistry) -> Threads:
         """The partitions each member should hold (``{partition: thread}``): the assignor's answer,
@@ -349,7 +384,11 @@ class Rebalancer:
                 culprits |= rnd.blamed
             self._check(group, "stopping fetchers")
 
-        if not await c.offsets.commit_group(group):
+        times, began = self._times.get(gid), time.monotonic()
+        committed = await c.offsets.commit_group(group)
+        if times is not None:
+            times.writes, times.write_s = times.writes + 1, times.write_s + time.monotonic() - began
+        if not committed:
             raise RebalanceError("forced offset commit failed", tuple(sorted(culprits)))
         self._check(group, "committing offsets")
 
@@ -458,7 +497,11 @@ class Rebalancer:
                           version=version):
                 rnd.drop(cid, f"connection closed while sending {kind.value}")
         self.purgatory.check_and_complete(GroupKey(group.group_id))
+        began = time.monotonic()
         await future
+        times = self._times.get(group.group_id)
+        if times is not None:
+            times.rounds.append((kind.value, len(sends), time.monotonic() - began))
         if group.current_round is rnd:
             group.current_round = None
         return rnd
