@@ -468,9 +468,10 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
     Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
         "How often a transaction coordinator looks for transactions open past their timeout and aborts\n"
         "them with the producer's epoch bumped (its next request is fenced). Kafka's default.", minimum=1),
-    Key("transaction.partition.verification.enable", "bool", True,
-        "Leaders ask the transaction coordinator before taking a producer's first transactional batch of a\n"
-        "transaction (KIP-890): a partition not in its transaction is refused INVALID_TXN_STATE. Kafka's default."),
+    Key("transaction.partition.verification.enable", "bool", True, "Leaders ask the transaction coordinator "
+        "before a producer's first batch of a\ntransaction (KIP-890): a partition not in it is INVALID_TXN_STATE."),
+    Key("transactional.id.expiration.ms", "int", 604800000, "A transactional id with no transaction open and "
+        "no change for this long\nis removed by its coordinator (checked with timeouts). Kafka's default.", minimum=1),
     Key("coordinator.rebalance.threads", "int", 3,
         "Rebalance workers; a group is only ever rebalanced by one worker at a time.", minimum=1),
     Key("coordinator.min.session.timeout.ms", "int", 1000,

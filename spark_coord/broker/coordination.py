@@ -286,7 +286,8 @@ class CoordinationService:
             self.txn_settings = TxnSettings(
                 max_timeout_ms=broker.config.get("transaction.max.timeout.ms", 900000),
                 abort_interval_s=broker.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                                                   10000) / 1000)
+                                                   10000) / 1000,
+                id_expiration_ms=broker.config.get("transactional.id.expiration.ms", 604800000))
             ctx.transactions = self  # InitProducerId with a transactional id is answered through for_transaction
         #: WriteTxnMarkers to the partitions' leaders, for this process's transaction coordinators.
         self.markers = MarkerChannel(broker)

@@ -15,7 +15,8 @@ pending there (``group_partition``), retried until each leader took them (a dele
 partition counts as done), and Complete is written.  A shard won with ids in PrepareCommit/PrepareAbort sends
 their markers again and completes them (a leader takes a marker for a transaction no longer open as
 a no-op).  Every ``abort_interval_s`` the transactions Ongoing past their timeout are aborted with
-the epoch bumped, as Kafka's ``abortTimedOutTransactions`` does, so their producer is fenced.
+the epoch bumped, as Kafka's ``abortTimedOutTransactions`` does, so their producer is fenced, and the
+ids idle past ``id_expiration_ms`` are removed (``remove_expired``).
 
 Injected: the store, the producer id allocator, the partition leaders (``leader_of``: a broker id,
 None while the partition has no leader, ``NO_PARTITION`` when it does not exist), the marker
@@ -66,6 +67,9 @@ class TxnSettings:
 
     max_timeout_ms: int = 900_000
     abort_interval_s: float = 10.0
+    #: ``transactional.id.expiration.ms``: an id with no transaction open or completing whose state
+    #: has not changed for this long is removed (Kafka's default, 7 days).
+    id_expiration_ms: int = 604_800_000
 
 
 class TxnCoordinator:
@@ -376,6 +380,32 @@ class TxnCoordinator:
         while self.active and term == self._term:
             await asyncio.sleep(self.settings.abort_interval_s)
             await self.abort_timed_out()
+            await self.remove_expired()
+
+    async def remove_expired(self) -> None:
+        """Remove every id ``state.expired`` says may go (Kafka's ``removeExpiredTransactionalIds``):
+        its node deleted in a fenced multi at the version held, then dropped here.  While the delete
+        is out the id is pending (its requests wait or get CONCURRENT_TRANSACTIONS); afterwards
+        InitProducerId starts it afresh with a new producer id, as Kafka does."""
+        now = self.now_ms()
+        for tid, (txn, version) in list(self.txns.items()):
+            if tid in self.pending or tid in self._completing or \
+                    not st.expired(txn, now, self.settings.id_expiration_ms):
+                continue
+            term = self._term
+            self.pending.add(tid)
+            try:
+                await self.store.delete(tid, version)
+            except (Fenced, StoreError) as e:
+                log.warning("%s: %s", self.label, e)
+                continue
+            finally:
+                self.pending.discard(tid)
+                self._wake(tid)
+            if term == self._term and self.txns.get(tid, (None, -1))[1] == version:
+                del self.txns[tid]
+            log.info("%s: transactional id %r expired (%s, unchanged for %d ms): removed", self.label, tid,
+                     txn.state.value, now - txn.update_ms)
 
     async def abort_timed_out(self) -> None:
         """Abort, with the epoch bumped, every transaction Ongoing past its timeout (not being written)."""

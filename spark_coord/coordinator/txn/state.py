@@ -25,7 +25,7 @@ from spark_coord.errors import ErrorCode
 
 __all__ = ["TxnState", "TxnMetadata", "IllegalTransition", "MAX_EPOCH", "Decision",
            "init_producer_id", "add_partitions", "add_group", "end_txn", "fence_open", "fence_for_timeout", "complete",
-           "verify_partition"]
+           "verify_partition", "expired"]
 
 #: The largest epoch a producer id may reach (Kafka: ``Short.MaxValue - 1``, so a bump of a fenced
 #: epoch still fits); at this epoch InitProducerId takes a new producer id.
@@ -291,6 +291,15 @@ def complete(txn: TxnMetadata, now_ms: int) -> TxnMetadata:
     partitions and groups cleared, no transaction open."""
     target = TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
     return txn.transition_to(target, partitions=frozenset(), groups=frozenset(), start_ms=-1, update_ms=now_ms)
+
+
+def expired(txn: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
+    """Whether the id may be removed (Kafka's ``transactional.id.expiration.ms``, checked as its
+    ``TransactionStateManager`` checks it): no transaction open or being completed (Empty,
+    CompleteCommit, CompleteAbort) and its state unchanged for ``expiration_ms``.  An Ongoing one is
+    left to its timeout, which aborts it first."""
+    return txn.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and \
+        txn.update_ms <= now_ms - expiration_ms
 
 
 def verify_partition(state: "TxnState | None", txn_producer_id: int, txn_epoch: int,

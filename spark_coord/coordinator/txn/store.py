@@ -76,6 +76,30 @@ class TxnStore:
                 log.error("%s", e)
         return out
 
+    async def delete(self, transactional_id: str, version: int) -> None:
+        """Remove the id's node at ``version`` (an expired id, ``state.expired``), in the same fenced
+        multi as every write.  Raises Fenced (the election changed: nothing removed) or StoreError (the
+        node changed or is gone)."""
+        check = self.epoch_check()
+        what = f"transactional id {transactional_id!r}"
+        if check is None:
+            raise Fenced(f"{what}: this process does not hold the shard")
+        try:
+            t = self.client.transaction()
+            t.check(check.leader_path, check.coordinator_version)
+            t.check(check.fence_path, check.consumers_version)
+            t.delete(id_path(transactional_id), version)
+            results = await zk_async.awaitable(t.commit_async())
+        except SessionExpiredError:
+            raise Fenced(f"{what}: ZooKeeper session expired") from None
+        except KazooException as e:
+            raise StoreError(f"{what}: {e.__class__.__name__}") from None
+        for i, result in enumerate(results):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                if i < 2:
+                    raise Fenced(f"{what}: the election changed ({result.__class__.__name__}); not removed")
+                raise StoreError(f"{what}: {result.__class__.__name__} removing version {version}")
+
     async def write(self, txn: TxnMetadata, version: int | None) -> int:
         """Write ``txn`` over the node at ``version`` (None: create it); returns the node's new version.
         Raises Fenced (the election changed: nothing written) or StoreError."""
