@@ -425,6 +425,7 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "against listener.name.<listener>.plain.sasl.jaas.config when that is set (Kafka's user_<name>=\"...\"\n"
         "options), else against the same SCRAM credentials. PLAIN sends the password itself: use it on\n"
         "SASL_SSL only."),
+    Key("sasl.mechanism.inter.broker.protocol", "str", None, "Brokers' SASL mechanism (unset: the listener's first)."),
     Key("sasl.server.max.receive.size", "int", 524288,
         "Largest frame a client may send before it has authenticated (SaslHandshake, SaslAuthenticate,\n"
         "ApiVersions); a larger size prefix closes the connection.", minimum=64),
@@ -575,9 +576,10 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
 Per-listener settings, as Kafka takes them (the listener name in lower case):
   listener.name.<listener>.<key> for any ssl.* key above and sasl.enabled.mechanisms, e.g.
     listener.name.external.ssl.keystore.location=/etc/spark-coord/external.pem
-  listener.name.<listener>.plain.sasl.jaas.config: PLAIN users of that listener, e.g.
+  listener.name.<listener>.<mechanism>.sasl.jaas.config (plain, scram-sha-256, scram-sha-512): username and
+    password the broker sends on its inter-broker listener; plain's also lists the PLAIN users, e.g.
     listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
-      required user_alice="alice-secret" user_bob="bob-secret";
+      required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";
 """, dynamic=lambda name: _listener_key(name))
 
 #: Broker keys that may be set per listener (``listener.name.<listener>.<key>``).
@@ -596,8 +598,8 @@ def _listener_key(name: str) -> Key | None:
     if rest in LISTENER_KEYS:
         base = BROKER.keys[rest]
         return Key(name, base.type, None, base.doc, base.minimum)
-    if rest == "plain.sasl.jaas.config":
-        return Key(name, "password", None, "PLAIN users of the listener (PlainLoginModule user_<name>=\"...\").")
+    if rest in ("plain.sasl.jaas.config", "scram-sha-256.sasl.jaas.config", "scram-sha-512.sasl.jaas.config"):
+        return Key(name, "password", None, "The listener's JAAS line: PLAIN users, the broker's own credentials.")
     return None
 
 

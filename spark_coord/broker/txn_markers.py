@@ -3,9 +3,11 @@
 group's offsets, Kafka's ``__consumer_offsets`` partition numbered by the group's shard, at the
 shard's holder) and hands such a group marker to the shard's coordinator here; ``MarkerChannel``
 sends the markers with WriteTxnMarkers on the inter-broker listener (this broker's own partitions
-too, so there is one path), keeping a connection per leader; ``pending_partitions`` reads which
-partitions of a group have offsets waiting in open transactions (``/consumers/<group>/pending/*``),
-for OffsetFetch's require_stable on a broker that does not hold the group."""
+too, so there is one path), keeping a connection per leader, with the broker's client credentials
+for that listener when it speaks TLS or SASL (``security.client.inter_broker``, Kafka's keys);
+``pending_partitions`` reads which partitions of a group have offsets waiting in open transactions
+(``/consumers/<group>/pending/*``), for OffsetFetch's require_stable on a broker that does not hold
+the group."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class MarkerChannel:
         self.broker = broker
         self._conns: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._security: Any = None
 
     async def send(self, leader: int, markers: list[dict]) -> dict[tuple[str, int], int]:
         """WriteTxnMarkers to ``leader`` on its inter-broker listener: the error code per partition.
@@ -63,6 +66,8 @@ class MarkerChannel:
         if ep is None:
             raise ConnectionError(f"broker {broker_id} has no endpoint on {listener}")
 
+        security = self.security()
+
         def call() -> dict:
             with self._lock:
                 conn = self._conns.get(broker_id)
@@ -70,7 +75,8 @@ class MarkerChannel:
                     if conn is not None:
                         conn.close()
                     conn = self._conns[broker_id] = BrokerConnection(
-                        ep.host, ep.port, client_id=f"spark-coord-txn-{self.broker.broker_id}", timeout=10.0)
+                        ep.host, ep.port, client_id=f"spark-coord-txn-{self.broker.broker_id}", timeout=10.0,
+                        security=security)
             try:
                 return conn.request(api, body)
             except BaseException:
@@ -79,6 +85,21 @@ class MarkerChannel:
                 raise
 
         return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    def security(self) -> Any:
+        """The ``ClientSecurity`` of this broker on its inter-broker listener (``security.client.inter_broker``:
+        the listener's protocol, the broker's SASL credentials and trust store), read once; raises
+        ConnectionError naming the missing setting, which the caller logs and retries as any other."""
+        if self._security is None:
+            from spark_coord.config import ConfigError
+            from spark_coord.security.client import inter_broker
+
+            listeners = self.broker.security.listener_config
+            try:
+                self._security = inter_broker(self.broker.config, listeners.listener(listeners.inter_broker))
+            except ConfigError as e:
+                raise ConnectionError(f"inter-broker credentials: {e}") from None
+        return self._security
 
     def close(self) -> None:
         with self._lock:

@@ -160,3 +160,40 @@ def _context(ca: str | None, cert: str | None, key: str | None, key_password: st
     from spark_coord.security.tls import client_context
 
     return client_context(ca, cert, key, key_password, check_hostname)
+
+
+def inter_broker(config: Mapping[str, Any], listener: Any) -> ClientSecurity:
+    """How a broker reaches the others on its inter-broker ``listener`` (a ``listeners.Listener``), as
+    Kafka's brokers do: the listener's security protocol; over SASL the mechanism
+    ``sasl.mechanism.inter.broker.protocol`` (unset: the listener's first of
+    ``sasl.enabled.mechanisms``) with the ``username`` and ``password`` of the listener's
+    ``listener.name.<listener>.<mechanism>.sasl.jaas.config``; over TLS the listener's trust store
+    (``ssl.truststore.location``, else the system's CAs) to check the other broker, its name checked
+    as Kafka's default ``ssl.endpoint.identification.algorithm=https`` does, and the listener's own
+    key and certificate (``ssl.keystore.location``, ``ssl.key.password``) presented for mutual TLS.
+    Per-listener keys fall back to the broker-wide ones.  ``ConfigError`` names what is missing."""
+    from spark_coord.security.tls import listener_getter
+
+    get = listener_getter(config, listener.config_prefix)
+    if listener.protocol not in SASL_PROTOCOLS + TLS_PROTOCOLS:
+        return PLAINTEXT
+    username = password = None
+    mechanism = "SCRAM-SHA-512"
+    if listener.protocol in SASL_PROTOCOLS:
+        enabled = [str(m).strip().upper() for m in get("sasl.enabled.mechanisms") or []]
+        mechanism = str(config.get("sasl.mechanism.inter.broker.protocol") or (enabled or [""])[0]).strip().upper()
+        key = f"{listener.config_prefix}{mechanism.lower()}.sasl.jaas.config"
+        line = config.get(key)
+        if not line:
+            raise ConfigError(f"{key}: the inter-broker listener {listener.name} speaks SASL ({mechanism}): the "
+                              "broker needs its username=\"...\" password=\"...\" there")
+        try:
+            username, password = jaas.client_credentials(line)
+        except jaas.JaasError as e:
+            raise ConfigError(f"{listener.config_prefix}{mechanism.lower()}.{e}") from None
+    keystore = get("ssl.keystore.location") if listener.protocol in TLS_PROTOCOLS else None
+    key_password = get("ssl.key.password")
+    return ClientSecurity(protocol=listener.protocol, mechanism=mechanism, username=username,
+                          password=None if password is None else Password(reveal(password)),
+                          ca_location=_opt(get("ssl.truststore.location")), certificate_location=_opt(keystore),
+                          key_password=None if key_password is None else Password(reveal(key_password)))
