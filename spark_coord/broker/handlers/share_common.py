@@ -8,6 +8,7 @@ error each (``acknowledge_partitions``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from spark_coord.errors import ErrorCode
@@ -64,8 +65,11 @@ def failed(ctx, topic: str | None, index: int, code: ErrorCode, *, acknowledging
 async def apply_acknowledgements(ctx, conn, group: str, member: str, topics: list[dict], parts: dict,
                                  allowed: dict, *, renew: bool) -> list[tuple]:
     """Apply every partition's AcknowledgementBatches (``renew``: Renew allowed, a v2 request with
-    IsRenewAck) and record each partition's result in ``parts``.  Their writes start at once;
-    the ``(future, where)`` to await before answering (``await_acknowledgements``)."""
+    IsRenewAck) and record each partition's result in ``parts``; the ``(future, where)`` to await
+    before answering (``await_acknowledgements``).  Their write is the group commit at the end of this
+    turn of the event loop (``SharePartitionManager.durable_soon``): with some to wait for, this
+    coroutine yields once before it returns, so that write is on its way before the caller's own work
+    (a ShareFetch's acquisition) and overlaps it."""
     share = ctx.share
     pending = []
     for t in topics:
@@ -89,6 +93,8 @@ async def apply_acknowledgements(ctx, conn, group: str, member: str, topics: lis
             ack, written = share.acknowledge(held, member, batches, renew=renew)
             parts[(tid, index)] = result(index, ack_code=ack)
             pending.append((written, (tid, index)))
+    if pending:
+        await asyncio.sleep(0)
     return pending
 
 
