@@ -14,7 +14,8 @@ exception:
   aborted by the second's initTransactions); the first's next send fails and its commit throws
   InvalidProducerEpochException (Produce answered INVALID_PRODUCER_EPOCH, abortable in Kafka's
   client), its commit throws that again and its abort ProducerFencedException (EndTxn answered
-  PRODUCER_FENCED); read_committed never sees the zombie's records;
+  PRODUCER_FENCED); read_committed never sees the zombie's records.  The same steps on Apache
+  Kafka 4.2 (one node, where the producer takes transaction version 2) throw the same exceptions;
 - a transaction past its ``transaction.timeout.ms`` (3 s) is aborted by the coordinator; the
   producer's commit then throws (ProducerFencedException: the abort bumped the epoch), and the last
   stable offset moves past it;
@@ -372,3 +373,38 @@ def test_a_java_commit_survives_its_coordinator_sigkilled(cluster, java):
     java.ok("close", "p")
     print(f"coordinator {holder} SIGKILLed in commitTransaction(); it returned {took:.1f} s later via {new_holder}")
     _wait_balanced(cluster)
+
+
+def _zombie_errors(java: JavaDriver, topic: str, tid: str) -> tuple[str, ...]:
+    """The zombie's steps of ``test_a_second_java_producer_fences_the_first``: what its late send, its
+    commit and its abort threw, once a second producer of ``tid`` fenced it and committed."""
+    java.ok("producer", "zombie", tid, 60000)
+    java.ok("begin", "zombie")
+    _send_all(java, "zombie", topic, "zombie")
+    java.ok("producer", "fresh", tid, 60000)
+    java.ok("begin", "fresh")
+    _send_all(java, "fresh", topic, "fresh")
+    java.ok("commit", "fresh")
+    said = [java.do("send", "zombie", topic, 0, "zombie-late"), java.do("commit", "zombie"),
+            java.do("abort", "zombie")]
+    assert not any(s["ok"] for s in said), said
+    java.ok("close", "fresh")
+    java.ok("close", "zombie")
+    return tuple(s["error"] for s in said)
+
+
+def test_a_java_zombie_is_told_what_apache_kafka_tells_it(apache_kafka, kafka_jars, tmp_path_factory):
+    """The same steps on Apache Kafka 4.2 (one node; Kafka's producer takes transaction version 2
+    there, ours version 1): Kafka's client throws the same exceptions at the same steps."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"jz-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": apache_kafka.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    driver = JavaDriver(apache_kafka.bootstrap, kafka_jars, tmp_path_factory.mktemp("java-driver-kafka"))
+    try:
+        on_kafka = _zombie_errors(driver, topic, f"jz-{uuid.uuid4().hex[:6]}")
+    finally:
+        driver.close()
+    print(f"on Apache Kafka the zombie's send, commit and abort threw {on_kafka}")
+    assert on_kafka == ("InvalidProducerEpochException", "InvalidProducerEpochException", "ProducerFencedException")
