@@ -42,11 +42,18 @@ be fetching (its lease ran out and it was removed).
 
 A change while an attempt runs (a member joined or left, topics changed) does not
 break the rounds in flight: the attempt finishes what it sent and the task runs
-another one at once.  A member gone in the middle of a round is no longer waited
-for.  A round that times out, or a member answering an error, fails the attempt; a
-member that made ``coordinator.max.ping.retries`` + 1 rounds in a row fail is
-failed itself (it answers pings but cannot be rebalanced).  After a failure the
-task backs off (``coordinator.rebalance.backoff.ms``) and tries again; after
+another one at once.  One exception, which only KIP-848 members can see (their
+channels alone can take a StopFetcher back): when every member a StopFetcher round
+still waits for was not told of it yet, the change withdraws those requests, the
+attempt ends there (no StartFetcher round) and the next one computes the new target
+at once -- the stops it then sends are the ones the members should get, instead of a
+round trip for a target already out of date (Kafka's coordinator, too, recomputes a
+member's target on every change until the member acknowledged it).  A member gone in
+the middle of a round is no longer waited for.  A round that times out, or a member
+answering an error, fails the attempt; a member that made
+``coordinator.max.ping.retries`` + 1 rounds in a row fail is failed itself (it answers
+pings but cannot be rebalanced).  After a failure the task backs off
+(``coordinator.rebalance.backoff.ms``) and tries again; after
 ``coordinator.rebalance.max.retries`` failures in a row it logs
 ConsumerRebalanceFailed and keeps trying at the pace of the largest session
 timeout, so a group never stays unassigned waiting for an unrelated change.
@@ -78,6 +85,10 @@ log = logging.getLogger(__name__)
 
 #: ``{partition: thread}``
 Threads = dict[TopicPartition, str]
+
+
+#: Why a round stopped waiting for a member whose StopFetcher was withdrawn untold.
+WITHDRAWN = "withdrawn before it was told: the group changed"
 
 
 class RebalanceError(Exception):
@@ -133,6 +144,10 @@ class Rebalancer:
         self.completed: list[tuple[str, str]] = []
         #: Groups backing off after a failed attempt -> what wakes them early (a new request).
         self._backing_off: dict[str, asyncio.Future[None]] = {}
+        #: How many StopFetcher rounds a change ended by withdrawing their untold requests (for tests).
+        self.withdrawn = 0
+        #: The running attempt's ``group.changes`` when it began, by group.
+        self._began_at: dict[str, int] = {}
         #: The running attempt's times, by group.
         self._times: dict[str, AttemptTimes] = {}
         #: Called after each attempt with (group, outcome or failure, seconds, partitions moved).
@@ -163,12 +178,39 @@ class Rebalancer:
         wake = self._backing_off.pop(group.group_id, None)
         if wake is not None and not wake.done():
             wake.set_result(None)  # a change: no point waiting out the backoff
+        self._withdraw_stops(group)
         self.kick(group)
+
+    def _withdraw_stops(self, group: GroupRegistry) -> None:
+        """The group changed while a StopFetcher round waits: if every member it still waits for
+        can take its request back untold (KIP-848 members only, ``withdraw_stop``), take them all
+        back, so that the attempt ends now and the next one asks for the new target."""
+        rnd = group.current_round
+        if rnd is None or rnd.is_completed or rnd.kind != RoundKind.STOP_FETCHER or not rnd.pending:
+            return
+        withdraw: list[tuple[str, Callable[[], bool]]] = []
+        for cid in sorted(rnd.pending):
+            m = group.members.get(cid)
+            ch = m.channel if m is not None else None
+            if ch is None or not getattr(ch, "stop_withdrawable", lambda: False)():
+                return
+            withdraw.append((cid, getattr(ch, "withdraw_stop", lambda: False)))
+        for cid, take_back in withdraw:
+            if take_back():
+                rnd.drop(cid, WITHDRAWN)
+        self.withdrawn += 1
+        log.debug("group %s: %d untold StopFetcher(s) withdrawn: the group changed", group.group_id, len(withdraw))
+        self.purgatory.check_and_complete(GroupKey(group.group_id))
 
     def kick(self, group: GroupRegistry) -> None:
         """Start the group's task if the group wants a rebalance and none runs."""
         if group.rebalance_task is None and group.state == GroupState.PREPARING_REBALANCE and self.c.active:
             group.rebalance_task = self.c.spawn(self._run(group), f"rebalance {group.group_id}")
+
+    def another_attempt_due(self, group: GroupRegistry) -> bool:
+        """An attempt runs for the group and the group changed since it began: another one follows."""
+        began = self._began_at.get(group.group_id)
+        return began is not None and group.changes != began
 
     def member_gone(self, group: GroupRegistry, member: ConsumerRegistry, reason: str) -> None:
         """A member of a round in flight went away: the round no longer waits for it."""
@@ -239,7 +281,7 @@ class Rebalancer:
             return Outcome.WAITING
         self.running.add(gid)
         times = self._times[gid] = AttemptTimes()
-        changes = group.changes
+        changes = self._began_at[gid] = group.changes
         started = time.monotonic()
         group.last_moved = 0
         result: Outcome | str = "cancelled"
@@ -260,6 +302,7 @@ class Rebalancer:
             group.current_round = None
             self.running.discard(gid)
             self._times.pop(gid, None)
+            self._began_at.pop(gid, None)
             what = result.value if isinstance(result, Outcome) else result
             log.info("group %s: attempt (%s) took %s", gid, what if len(what) < 80 else what[:77] + "...",
                      times.line())
@@ -383,6 +426,10 @@ class Rebalancer:
                 failures.append(f"StopFetcher: {rnd.outcome()}")
                 culprits |= rnd.blamed
             self._check(group, "stopping fetchers")
+            if WITHDRAWN in rnd.failed.values():
+                # the target is out of date: the next attempt (at once: the group changed) asks again;
+                # what was stopped meanwhile is free, and its members are started then (needs_start)
+                raise RebalanceError(f"StopFetcher: {rnd.outcome()}", tuple(sorted(culprits)))
 
         times, began = self._times.get(gid), time.monotonic()
         committed = await c.offsets.commit_group(group)

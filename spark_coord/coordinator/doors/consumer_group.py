@@ -16,9 +16,35 @@ it.  ``ConsumerGroupMember`` is its ``MemberChannel``:
   partitions that leave it, and the epoch of the stop.  It revokes them, and the
   first heartbeat whose owned partitions no longer name them answers the
   StopFetcher: only then are they given to someone else (KIP-848's reconciliation).
+  A StopFetcher of partitions no heartbeat answer carried to the member since it was
+  last seen reconciled, and that it does not say it owns (a StartFetcher queued for it,
+  overtaken by a new target before its next heartbeat), is answered at once: the member
+  cannot be fetching what it never heard of, and its next answer carries the new target
+  only -- as Kafka's coordinator hands a member the target current at its heartbeat,
+  never one already replaced.
+  A StopFetcher the member was not told yet (no heartbeat answer carried it) can be
+  withdrawn (``withdraw_stop``): the rebalancer does so when the group changes while it
+  waits, and asks again with the new target at once, as Kafka's coordinator recomputes
+  a member's target until the member acknowledged it.  Withdrawing puts back the
+  member's assignment and pending epoch as they were before the request, so its next
+  answer asks it to give up only what the newest target takes; stops are withdrawn for
+  at most a heartbeat interval in a row, then the member is left to answer.
 * **StartFetcher** -> its next heartbeat answer carries its complete assignment and
-  the new epoch (answered right away when a joining heartbeat is waiting for it),
-  and that answer answers the StartFetcher.
+  the new epoch (right away when a joining heartbeat is waiting for it).  It is
+  answered at once: the coordinator already counts the partitions as the member's, and
+  nothing the member could say at its next heartbeat changes what the next attempt may
+  do -- the member reconciles to whatever it is told last, and a later StopFetcher of a
+  partition it was not yet told of is answered at once (above) (Kafka's coordinator
+  does not wait either: a member's new target is simply what its next heartbeat answer
+  carries).  So an attempt that stops nobody waits for no
+  heartbeat, and the next attempt starts at once.  ConsumerGroupDescribe says
+  ``Reconciling`` while an answer still carries a new assignment to some member.
+* A heartbeat that answers a StopFetcher (it no longer owns what it was asked to give up)
+  while the group has changed since the rebalance attempt began waits a little (at most
+  ``ACK_WAIT_MS``, or its heartbeat interval) for its next assignment, so that the next
+  attempt's request reaches it in this answer rather than a heartbeat interval later --
+  as Kafka's coordinator answers the acknowledging heartbeat with the member's next
+  target when the group moved on meanwhile.
 
 Assignments name topics by id.  The group's server-side assignor is the one its
 members name (``group.remote.assignor``: ``uniform`` -- the coordinator's sticky
@@ -69,6 +95,8 @@ DEFAULT_SERVER_ASSIGNOR = "uniform"
 #: How long a joining heartbeat waits for the member's first assignment (at most its heartbeat
 #: interval): the first answer usually carries it already.
 JOIN_WAIT_MS = 500
+#: How long a heartbeat that answered a StopFetcher waits for the next attempt's request to it.
+ACK_WAIT_MS = 500
 DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
 #: Regular-expression features RE2/J (Kafka's) lacks: a subscription using them is refused.
 _NOT_RE2 = re.compile(r"\(\?[=!]|\(\?<[=!]|\\[1-9]")
@@ -132,8 +160,15 @@ class ConsumerGroupMember(HeartbeatLease):
         #: A StopFetcher waiting for the member to no longer own the partitions, and whether it was told.
         self._stop: tuple[dict, OnAnswer, TopicPartitions] | None = None
         self._stop_told = False
-        #: A StartFetcher its next heartbeat answer delivers.
-        self._start: tuple[dict, OnAnswer] | None = None
+        #: What an untold StopFetcher's withdrawal restores: the partitions and pending epoch before it.
+        self._before_stop: tuple[TopicPartitions, int | None] = (set(), None)
+        #: When its untold StopFetchers began to be withdrawn (None: not now); bounds how long.
+        self._withdrawn_since: int | None = None
+        #: Every partition an answer to it carried (or a takeover gave it) since it was last seen fully
+        #: reconciled: all it can own, now or once a reconciliation in progress completes.
+        self.told: TopicPartitions = set()
+        #: The assignment and epoch the last answer that carried one told it.
+        self._last_told: tuple[TopicPartitions, int] = (set(), -1)
         #: What it said it owns, last time it said.
         self.reported: TopicPartitions | None = None
         self.join: DelayedJoin | None = None
@@ -149,6 +184,14 @@ class ConsumerGroupMember(HeartbeatLease):
             named = body.get("partitions")
             asked = set(self.partitions) if named is None else \
                 {(e["topic"], p) for e in named for p in e["partitions"]} & self.partitions
+            if named is not None and not asked & (self.told | (self.reported or set())):
+                # never told of any of them, so it fetches none: nothing to wait for
+                self.partitions -= asked
+                self._pending_epoch = body["generation_id"]
+                self._wake_join()
+                on_answer(self._answer(dict(body)))
+                return
+            self._before_stop = (set(self.partitions), self._pending_epoch)
             self.partitions -= asked
             self._pending_epoch = body["generation_id"] if named is not None else self.epoch
             self._stop, self._stop_told = (body, on_answer, asked), False
@@ -157,8 +200,10 @@ class ConsumerGroupMember(HeartbeatLease):
             self.partitions = {(p["topic"], p["partition"]) for t in body.get("ownership") or []
                                for p in t.get("partitions") or []}
             self._pending_epoch = body["generation_id"]
-            self._start = (body, on_answer)
             self._wake_join()
+            # answered now: its next heartbeat answer carries it (see the module docstring)
+            on_answer({"error_code": ErrorCode.NONE, "consumer_id": self.key,
+                       "generation_id": body["generation_id"]})
         else:
             raise ChannelClosed(f"consumer group member {self.member_id}: no mapping for coordinator api {api_key}")
 
@@ -167,7 +212,7 @@ class ConsumerGroupMember(HeartbeatLease):
             return
         self.closed = True
         self._end_lease()
-        self._stop = self._start = None
+        self._stop = None
         join = self.join
         if join is not None and not join.is_completed:
             join.gone = True
@@ -177,6 +222,32 @@ class ConsumerGroupMember(HeartbeatLease):
         return MemberDescription(self.PROTOCOL, self.member_id, self.instance_id, self.client_id, self.client_host,
                                  rack_id=self.rack_id)
 
+    @property
+    def reconciling(self) -> bool:
+        """Its next heartbeat answer has a new assignment to carry."""
+        return self._pending_epoch is not None
+
+    def stop_withdrawable(self) -> bool:
+        """Its StopFetcher can still be taken back: no heartbeat answer told it yet, and its stops
+        have not been withdrawn for longer than a heartbeat interval (so a group that keeps
+        changing cannot keep a member from ever being told)."""
+        if self.closed or self._stop is None or self._stop_told:
+            return False
+        since = self._withdrawn_since
+        return since is None or \
+            self.door.c.clock.now_ms() - since <= self.door.c.config.consumer_heartbeat_interval_ms
+
+    def withdraw_stop(self) -> bool:
+        """Take back its untold StopFetcher (never answered): the partitions and the pending epoch
+        are what they were before it.  False when it cannot be (``stop_withdrawable``)."""
+        if not self.stop_withdrawable():
+            return False
+        if self._withdrawn_since is None:
+            self._withdrawn_since = self.door.c.clock.now_ms()
+        self.partitions, self._pending_epoch = self._before_stop
+        self._stop = None
+        return True
+
     # ------------------------------------------------------------ heartbeats
     def _wake_join(self) -> None:
         join = self.join
@@ -184,16 +255,23 @@ class ConsumerGroupMember(HeartbeatLease):
             join.generation = self._pending_epoch
             self.door.purgatory.check_and_complete(MemberKey(self.group_id, self.member_id))
 
-    def owns(self, owned: TopicPartitions | None) -> None:
-        """A heartbeat said what the member owns (None: unchanged): a StopFetcher it was told of is
-        answered once none of the partitions to stop is among them."""
+    def owns(self, owned: TopicPartitions | None, epoch: int | None = None) -> bool:
+        """A heartbeat (in ``epoch``) said what the member owns (None: unchanged): a StopFetcher it was
+        told of is answered once none of the partitions to stop is among them.  When it owns exactly
+        what the last answer told it, in that answer's epoch, it has reconciled to it (a consumer
+        reconciles one assignment after the other, the newest last): it can own no other partition
+        it was told of before.  True when it answered a StopFetcher."""
         if owned is not None:
             self.reported = owned
+            if (owned, epoch) == self._last_told:
+                self.told = set(owned)
         if self._stop is not None and self._stop_told and self.reported is not None:
             body, on_answer, asked = self._stop
             if not self.reported & asked:
                 self._stop = None
                 on_answer(self._answer(dict(body)))
+                return True
+        return False
 
     def answer(self, with_assignment: bool = False) -> dict:
         """The heartbeat answer; it carries the assignment when it changed (or when asked)."""
@@ -206,11 +284,11 @@ class ConsumerGroupMember(HeartbeatLease):
             self._pending_epoch = None
             out["member_epoch"] = self.epoch
             out["assignment"] = {"topic_partitions": self.door.by_topic_id(self.partitions)}
+            self.told |= self.partitions
+            self._last_told = (set(self.partitions), self.epoch)
             if self._stop is not None:
                 self._stop_told = True
-            start, self._start = self._start, None
-            if start is not None:
-                start[1]({"error_code": ErrorCode.NONE, "consumer_id": self.key, "generation_id": self.epoch})
+                self._withdrawn_since = None
         return out
 
     def subscribed_topics(self) -> list[str]:
@@ -356,7 +434,12 @@ class ConsumerGroups:
             return error(ErrorCode.FENCED_MEMBER_EPOCH, f"epoch {epoch}, the member is at {m.epoch}")
         m.contact()
         self._update(m, body, sub, regex)
-        m.owns(owned)
+        acked = m.owns(owned, epoch)
+        group = self.c.groups.get(group_id)
+        if acked and not m.reconciling and group is not None and self.c.rebalancer.another_attempt_due(group):
+            await self._wait_for_next(m, min(ACK_WAIT_MS, self.c.config.consumer_heartbeat_interval_ms))
+            if m.closed or not self.c.active:
+                return error(ErrorCode.UNKNOWN_MEMBER_ID if self.c.active else ErrorCode.NOT_COORDINATOR)
         full = body.get("topic_partitions") is not None and owned != m.partitions and m._stop is None
         return m.answer(with_assignment=full)
 
@@ -428,17 +511,20 @@ class ConsumerGroups:
                  sub.describe())
         return await self._wait_for_assignment(m)
 
-    async def _wait_for_assignment(self, m: ConsumerGroupMember) -> dict:
-        """A joining heartbeat waits a little for the member's first assignment, so its first answer
-        usually carries it (else its next heartbeat will)."""
-        if m._pending_epoch is None:
+    async def _wait_for_next(self, m: ConsumerGroupMember, wait_ms: int) -> None:
+        """Wait up to ``wait_ms`` for a new assignment for ``m`` (or until it is gone)."""
+        if m._pending_epoch is None and m.join is None:
             future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-            join = m.join = DelayedJoin(m.group_id, m.member_id,
-                                        min(JOIN_WAIT_MS, self.c.config.consumer_heartbeat_interval_ms), future)
+            join = m.join = DelayedJoin(m.group_id, m.member_id, wait_ms, future)
             self.purgatory.try_complete_else_watch(join, [MemberKey(m.group_id, m.member_id)])
             await future
             if m.join is join:
                 m.join = None
+
+    async def _wait_for_assignment(self, m: ConsumerGroupMember) -> dict:
+        """A joining heartbeat waits a little for the member's first assignment, so its first answer
+        usually carries it (else its next heartbeat will)."""
+        await self._wait_for_next(m, min(JOIN_WAIT_MS, self.c.config.consumer_heartbeat_interval_ms))
         if m.closed or not self.c.active:
             return self._error(m.member_id, ErrorCode.UNKNOWN_MEMBER_ID if self.c.active else ErrorCode.NOT_COORDINATOR)
         if m._pending_epoch is None and m.epoch == JOIN:
@@ -504,6 +590,7 @@ class ConsumerGroups:
             m.close()
             return None
         m.epoch, m.partitions = epoch, set(held)
+        m.told = set(held)  # it may own any of them
         if epoch != newest or (owned is not None and owned != m.partitions):
             m._pending_epoch = newest  # this heartbeat's answer carries its assignment
         log.info("group %s: consumer-protocol member %s taken back in epoch %d with %d partition(s)%s", group_id,
@@ -529,7 +616,11 @@ class ConsumerGroups:
                             "group_id": gid, "group_state": "Dead", "members": []})
                 continue
             target = self.c.rebalancer.target(group) if group.members else {}
-            out.append({"error_code": 0, "group_id": gid, "group_state": consumer_state(group.state),
+            state = consumer_state(group.state)
+            if state == "Stable" and any(isinstance(m.channel, ConsumerGroupMember) and m.channel.reconciling
+                                         for m in group.members.values()):
+                state = "Reconciling"  # a member has yet to hear of its assignment (Kafka's state too)
+            out.append({"error_code": 0, "group_id": gid, "group_state": state,
                         "group_epoch": group.generation_id, "assignment_epoch": group.generation_id,
                         "assignor_name": self._assignor_name(group),
                         "members": [self._describe_member(m, target) for _, m in sorted(group.members.items())]})
