@@ -114,3 +114,39 @@ def test_the_transactional_producer_of_an_entry():
     plain = BatchBuilder()
     plain.append(b"v")
     assert txn_verify.transactional_producer([parse_header(plain.build())]) is None
+
+
+class RemoteService:
+    """The id's coordinator on broker 1: DescribeTransactions over the wire, counted."""
+
+    def __init__(self) -> None:
+        self.described = 0
+        self.broker = type("B", (), {"broker_id": 0})()
+        self.markers = self
+
+    def for_transaction(self, tid):
+        return None, ErrorCode.NOT_COORDINATOR
+
+    def holder_of(self, tid):
+        return 1, 3
+
+    async def describe_transaction(self, holder, tid):
+        assert holder == 1
+        self.described += 1
+        return {"error_code": 0, "transaction_state": "Ongoing", "producer_id": 7, "producer_epoch": 0,
+                "topics": [{"topic": "t", "partitions": [0]}]}
+
+
+def test_one_question_over_the_wire_for_the_partitions_of_a_request():
+    ctx = Ctx(Coordinator())
+    ctx.transactions = RemoteService()
+    logs = {p: Log() for p in range(3)}
+    got = asyncio.run(txn_verify.verify_many(ctx, "tx", (7, 0), [("t", p, logs[p]) for p in range(3)]))
+    assert {tp: code for tp, (code, _) in got.items()} == {
+        ("t", 0): ErrorCode.NONE, ("t", 1): ErrorCode.INVALID_TXN_STATE, ("t", 2): ErrorCode.INVALID_TXN_STATE}
+    assert ctx.transactions.described == 1
+    logs[0].open[7] = (0, 3, 5)  # open on partition 0 now: only the others are asked about
+    got = asyncio.run(txn_verify.verify_many(ctx, "tx", (7, 0), [("t", p, logs[p]) for p in range(3)]))
+    assert got[("t", 0)] == (ErrorCode.NONE, None) and ctx.transactions.described == 2
+    got = asyncio.run(txn_verify.verify_many(ctx, "tx", (8, 0), [("t", 1, logs[1])]))
+    assert got[("t", 1)][0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING  # another producer than the id's

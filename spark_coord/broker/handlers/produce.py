@@ -75,6 +75,7 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
         log.info("%r: transactional produce %s", conn, "without a transactional id" if not tid
                  else f"with transactional id {tid!r} it may not write")
         return error_response(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    checked = await _check_transactional(ctx, conn, tid, body) if tid else {}
     max_batch = ctx.config["message.max.bytes"]
     responses = []
     to_flush: list[tuple[dict, str, object]] = []  # (partition answer, topic, log) awaiting an fsync
@@ -92,7 +93,8 @@ async def handle(ctx, conn, header, body: dict) -> dict | None:
             await topic_admin.auto_create(ctx, name)
         parts = []
         for pd in topic_data.get("partition_data") or []:
-            answer, plog = await _append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch, tid)
+            answer, plog = await _append_one(ctx, conn, name, pd.get("index", -1), pd.get("records"), max_batch, tid,
+                                             checked)
             parts.append(answer)
             if plog is not None:
                 to_flush.append((answer, name, plog))
@@ -131,8 +133,34 @@ def _has_transactional_batches(body: dict) -> bool:
     return False
 
 
+async def _check_transactional(ctx, conn, tid: str, body: dict) -> dict:
+    """The Produce check (``broker.txn_verify``) of every partition led here, of a topic the principal
+    may Write, whose batch is transactional, before anything is appended: one question to the
+    coordinator per producer, however many of its partitions the request holds.  (A batch that then
+    fails validation is refused as it would be without it.)"""
+    wanted: dict[tuple[int, int], list] = {}
+    for topic_data in body.get("topic_data") or []:
+        name = topic_data.get("name")
+        if not ctx.authorized(conn, AclOperation.WRITE, Resource.topic(name or "")):
+            continue
+        for pd in topic_data.get("partition_data") or []:
+            records, index = pd.get("records"), pd.get("index", -1)
+            try:
+                h = parse_header(records) if records is not None else None
+            except (InvalidBatch, ValueError, IndexError):
+                continue
+            if h is None or txn_verify.transactional_producer([h]) is None or ctx.leader_error(name, index):
+                continue
+            wanted.setdefault((h.producer_id, h.producer_epoch), []).append(
+                (name, index, ctx.logs.get_or_create(name, index)))
+    checked: dict = {}
+    for producer, entries in wanted.items():
+        checked.update(await txn_verify.verify_many(ctx, tid, producer, entries))
+    return checked
+
+
 async def _append_one(ctx, conn, topic: str, partition: int, records, max_batch: int,
-                      tid: str | None) -> tuple[dict, object]:
+                      tid: str | None, checked: dict) -> tuple[dict, object]:
     """(the partition's answer, its log when an fsync must complete before the answer goes out)."""
     code = ctx.leader_error(topic, partition)
     if code:
@@ -160,7 +188,9 @@ async def _append_one(ctx, conn, topic: str, partition: int, records, max_batch:
     producer = txn_verify.transactional_producer(headers) if tid else None
     guard = None
     if producer is not None:
-        code, guard = await txn_verify.verify(ctx, tid, topic, partition, plog, producer)
+        found = checked.get((topic, partition))
+        code, guard = found if found is not None else await txn_verify.verify(ctx, tid, topic, partition, plog,
+                                                                               producer)
         if code == ErrorCode.NONE and guard is not None and \
                 not sequences.partition(topic, partition, plog).still_verified(producer[0], guard):
             code = ErrorCode.INVALID_TXN_STATE  # its transaction ended while the coordinator was asked
