@@ -41,8 +41,9 @@ it.  ``ConsumerGroupMember`` is its ``MemberChannel``:
   ``Reconciling`` while an answer still carries a new assignment to some member.
 * A heartbeat that answers a StopFetcher (it no longer owns what it was asked to give up)
   while the group has changed since the rebalance attempt began waits a little (at most
-  ``ACK_WAIT_MS``, or its heartbeat interval) for its next assignment, so that the next
-  attempt's request reaches it in this answer rather than a heartbeat interval later --
+  ``ACK_WAIT_MS``, or its heartbeat interval, until the rebalance task ends) for the next
+  attempt's StopFetcher, so that it reaches the member in this answer rather than a
+  heartbeat interval later --
   as Kafka's coordinator answers the acknowledging heartbeat with the member's next
   target when the group moved on meanwhile.
 
@@ -436,8 +437,8 @@ class ConsumerGroups:
         self._update(m, body, sub, regex)
         acked = m.owns(owned, epoch)
         group = self.c.groups.get(group_id)
-        if acked and not m.reconciling and group is not None and self.c.rebalancer.another_attempt_due(group):
-            await self._wait_for_next(m, min(ACK_WAIT_MS, self.c.config.consumer_heartbeat_interval_ms))
+        if acked and group is not None and self.c.rebalancer.another_attempt_due(group):
+            await self._wait_for_stop(m, group, min(ACK_WAIT_MS, self.c.config.consumer_heartbeat_interval_ms))
             if m.closed or not self.c.active:
                 return error(ErrorCode.UNKNOWN_MEMBER_ID if self.c.active else ErrorCode.NOT_COORDINATOR)
         full = body.get("topic_partitions") is not None and owned != m.partitions and m._stop is None
@@ -520,6 +521,24 @@ class ConsumerGroups:
             await future
             if m.join is join:
                 m.join = None
+
+    async def _wait_for_stop(self, m: ConsumerGroupMember, group: GroupRegistry, wait_ms: int) -> None:
+        """Wait up to ``wait_ms`` until a StopFetcher is queued for ``m`` or the group's rebalance task
+        ends (a StartFetcher of the attempt still running does not end the wait: the next attempt's
+        request is what this answer should carry)."""
+        deadline = self.c.clock.now_ms() + wait_ms
+        while m._stop is None and not m.closed and m.join is None and group.rebalance_task is not None:
+            left = deadline - self.c.clock.now_ms()
+            if left <= 0:
+                return
+            future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+            join = m.join = DelayedJoin(m.group_id, m.member_id, left, future)
+            self.purgatory.try_complete_else_watch(join, [MemberKey(m.group_id, m.member_id)])
+            woken = await future
+            if m.join is join:
+                m.join = None
+            if woken is None:  # its time is up, or it is gone
+                return
 
     async def _wait_for_assignment(self, m: ConsumerGroupMember) -> dict:
         """A joining heartbeat waits a little for the member's first assignment, so its first answer
