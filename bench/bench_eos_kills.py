@@ -20,8 +20,9 @@ The run SIGKILLs it ``--kills`` times, the kinds drawn in turn from a shuffled s
 - ``driver_during_commit``: the group after the driver's first EndTxn, before its second.
 - ``driver_after_commit``: the group after the driver's last EndTxn (Spark's commit log of the batch
   may or may not be written by then: recorded).
-- ``random``: the group after a random 1-8 s, wherever the query is (recorded from the checkpoint: a
-  batch in flight or between batches).
+- ``random``: the group a random 0-3 s after the query's first announcement of a point since its
+  start (so while it processes batches, not while it starts), wherever it is then (recorded from the
+  checkpoint: a batch in flight or between batches).
 
 Each aimed kill waits for the k-th (1-3, seeded) announcement of its point on the query's stderr,
 printed by the sink's test hook (``SPARK_COORD_SINK_TEST_HOOK``: ``write_pause_ms`` and
@@ -285,6 +286,7 @@ def check(bootstrap: str, topic: str, records: int) -> dict:
 
 # ------------------------------------------------------------------------------------ the kill loop
 
+ANY_POINT = re.compile(re.escape(HOOK))
 MID_WRITE = re.compile(r"mid-write pid (\d+) task (\d+) batch (\d+) attempt (\d+)")
 PATTERNS = {
     "driver_before_commit": (re.compile(r"commit of batch (\d+): before transaction 1 of"),
@@ -300,7 +302,7 @@ def schedule(kills: int, seed: int) -> list[tuple[str, int, float]]:
     rng = random.Random(seed)
     kinds = [KINDS[i % len(KINDS)] for i in range(kills)]
     rng.shuffle(kinds)
-    return [(k, rng.randint(1, 3), round(rng.uniform(1.0, 8.0), 2)) for k in kinds]
+    return [(k, rng.randint(1, 3), round(rng.uniform(0.0, 3.0), 2)) for k in kinds]
 
 
 def checkpoint_state(checkpoint: Path) -> str:
@@ -334,7 +336,9 @@ def run(bootstrap: str, source: str, out: str, prefix: str | None, plan, work: P
             query, starts = Query(qargs, env, log_path), starts + 1
         deadline = time.monotonic() + args.point_timeout
         record = {"kind": kind, "nth": nth}
-        if kind == "random":
+        if kind == "random":  # from the first point announced: the query is running batches
+            if query.wait_for(ANY_POINT, 1, deadline) is None:
+                break
             time.sleep(delay)
             if query.done or query.proc.poll() is not None:
                 break
@@ -421,8 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.figures:
         import figures
 
-        path = figures.write(args.figures, report, label=f"seed{args.seed}")
-        print(f"recorded in {path}")
+        figures.write(args.figures, report, label=f"seed{args.seed}" + ("-exactly-once" if args.skip_default else ""))
     eos = report["exactly_once"]
     return 0 if (eos["missing"], eos["duplicated"], eos["aborted_or_open_read"], eos["unknown"]) == (0, 0, 0, 0) else 1
 
