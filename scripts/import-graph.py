@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     # primitives every part shares: names, error codes, hidden passwords, free ports
     ("spark_coord", "common", "errors", "secret", "net", "memory", "gc_pauses", "table", "sitepath"),
-    ("config",),            # properties files and their documented keys
+    ("config_base", "config"),  # properties files (the machinery) and their documented keys
     ("records",),           # record batch v2 codec, compression, murmur2, decode to Arrow
     ("wire",),              # framing and one module per API
     ("log",),               # partition logs on disk
