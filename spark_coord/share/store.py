@@ -14,15 +14,11 @@ DeleteGroups is never undone by a create in flight.  Many partitions are written
 multi (the writer's batch), so the write rate is bounded by the flush interval, not by the
 request rate.
 
-Blocking kazoo calls run through ``zk_call`` (off the event loop).  The writer's usual multi -- updates
-of znodes it already wrote, all in one multi -- goes out without a worker thread (``write_soon``):
-kazoo's asynchronous multi is sent from the event loop's thread and its answer comes back through
-kazoo's completion thread, one thread hand-over less on the path every acknowledgement waits on.
+Blocking kazoo calls run through ``zk_call`` (off the event loop).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass, replace
@@ -59,18 +55,6 @@ def _batches(writes: list["Write"]) -> list[list["Write"]]:
         out[-1].append(w)
         size += len(w.data)
     return out
-
-
-def _chain(done: asyncio.Future, into: asyncio.Future) -> None:
-    """``into`` gets ``done``'s outcome (unless it has one already)."""
-    if into.done():
-        return
-    if done.cancelled():
-        into.cancel()
-    elif (error := done.exception()) is not None:
-        into.set_exception(error)
-    else:
-        into.set_result(done.result())
 
 
 class StateFenced(Exception):
@@ -165,11 +149,9 @@ class ShareStateStore:
     def __init__(self, zk: Any, zk_call: Callable[..., Awaitable[Any]]):
         self.zk = zk
         self.zk_call = zk_call
-        #: Multis issued, and znodes written (the benchmark's state writes per second); multis sent without a
-        #: worker thread (``write_soon``).
+        #: Multis issued, and znodes written (the benchmark's state writes per second).
         self.multis = 0
         self.writes = 0
-        self.async_multis = 0
 
     async def load(self, group: str, topic: str, partition: int) -> tuple[bytes | None, int]:
         """(data, version) of the share partition's znode; (None, NO_NODE) when it has none."""
@@ -210,52 +192,6 @@ class ShareStateStore:
         for batch in _batches(writes):
             out.update(self._multi(batch))
         return out
-
-    def write_soon(self, writes: list[Write],
-                   loop: asyncio.AbstractEventLoop) -> "asyncio.Future[dict[tuple[str, str, int], int | StateFenced]]":
-        """``write``, started now, as a future of the event loop ``loop`` (called on its thread).
-
-        When every entry updates a znode at the version this writer last saw and all fit in one multi (the
-        writer's usual batch), the multi is sent with kazoo's ``commit_async`` from this thread and its answer
-        is handed back to the loop by kazoo's completion thread.  A multi is all or nothing, so when any of
-        its checks failed nothing was written and the same entries go to ``write_blocking`` on a worker
-        thread, which tells a write of someone else (``StateFenced``) from this writer's own earlier write
-        whose answer was lost.  A connection error fails the future (nothing is known written), as
-        ``write_blocking`` raises.  Anything else (a create, more than one multi) runs ``write_blocking`` on
-        a worker thread from the start."""
-        batches = _batches(writes)
-        if len(batches) != 1 or any(w.version == NO_NODE for w in writes):
-            return asyncio.ensure_future(loop.run_in_executor(None, self.write_blocking, writes), loop=loop)
-        fut: asyncio.Future = loop.create_future()
-        t = self.zk.transaction()
-        for w in writes:
-            t.set_data(paths.share_partition(w.group, w.topic, w.partition), w.data, version=w.version)
-
-        def settle(async_result: Any) -> None:  # on the loop's thread
-            if fut.done():
-                return
-            try:
-                results = async_result.get_nowait()
-            except Exception as e:  # noqa: BLE001 -- ZooKeeper out of reach: the caller retries
-                fut.set_exception(e)
-                return
-            if any(isinstance(r, Exception) for r in results):
-                again = loop.run_in_executor(None, self.write_blocking, writes)
-                again.add_done_callback(lambda f: _chain(f, fut))
-                return
-            self.multis += 1
-            self.async_multis += 1
-            self.writes += len(writes)
-            fut.set_result({(w.group, w.topic, w.partition): r.version for w, r in zip(writes, results, strict=True)})
-
-        def answered(async_result: Any) -> None:  # on kazoo's completion thread
-            try:
-                loop.call_soon_threadsafe(settle, async_result)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-
-        t.commit_async().rawlink(answered)
-        return fut
 
     def _multi(self, batch: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
         out: dict[tuple[str, str, int], int | StateFenced] = {}

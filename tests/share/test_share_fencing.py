@@ -48,9 +48,6 @@ class GatedStore(ShareStateStore):
                 raise ConnectionError("held back by the test")
         return super().write_blocking(writes)
 
-    def write_soon(self, writes, loop):
-        return loop.run_in_executor(None, self.write_blocking, writes)  # every write through the gate
-
 
 def _ctx(zk, plog, broker_id: int, replicas: list[int]):
     view = SimpleNamespace(topic_id=lambda topic: None, topics={T: {0: replicas}})

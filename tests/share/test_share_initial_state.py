@@ -30,9 +30,6 @@ class GatedStore(ShareStateStore):
             raise ConnectionError("held back by the test")
         return super().write_blocking(writes)
 
-    def write_soon(self, writes, loop):
-        return loop.run_in_executor(None, self.write_blocking, writes)  # every write through the gate
-
 
 async def _zk_call(fn, *args, **kwargs):
     return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
