@@ -17,9 +17,13 @@ import uuid
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from helpers import local_cluster, wait_until
+from helpers import wait_until
+from txn_cluster import conn as _conn
+from txn_cluster import describe as _describe
+from txn_cluster import holder as _holder
+from txn_cluster import txn_cluster
+from txn_cluster import wait_balanced as _wait_balanced
 
-from spark_coord.client.connection import BrokerConnection
 from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
@@ -27,43 +31,14 @@ from spark_coord.wire.registry import ApiKey
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
-ZK_SESSION_MS = 4000
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
-TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    with local_cluster(zookeeper, tmp_path_factory.mktemp("transactions"), 3, "transactions", {
-            "zookeeper.session.timeout.ms": ZK_SESSION_MS,
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
-            "transaction.max.timeout.ms": 120000}) as c:
-        _wait_balanced(c)
+    with txn_cluster(zookeeper, tmp_path_factory, "transactions", {
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}) as c:
         yield c
-
-
-def _wait_balanced(cluster) -> None:
-    """Until every coordinator shard is held and the three brokers hold as many (within one): the
-    placement right after a start moves shards, and an id's shard moving mid-test answers NOT_COORDINATOR."""
-    from collections import Counter
-
-    from spark_coord.zk.client import close, connect
-    from testkit.zk_history import read_shard_holders
-
-    zk = connect(cluster.zk_connect, session_timeout_ms=10000, connection_timeout_ms=10000)
-    try:
-        def balanced() -> bool:
-            holders = read_shard_holders(zk)
-            loads = Counter(holders.values())
-            return bool(holders) and None not in loads and set(loads) == set(cluster.brokers) and \
-                max(loads.values()) - min(loads.values()) <= 1
-        wait_until(balanced, timeout=60, interval=0.2, message="the shards placed over the three brokers")
-    finally:
-        close(zk)
-
-
-def _conn(cluster, broker_id: int) -> BrokerConnection:
-    return BrokerConnection(*cluster.brokers[broker_id], timeout=10)
 
 
 def _topic(cluster) -> str:
@@ -81,26 +56,6 @@ def _topic(cluster) -> str:
                                    for t in conn.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
                        timeout=15, message=f"broker {broker_id} knows {name}")
     return name
-
-
-def _holder(cluster, tid: str) -> int:
-    """The broker FindCoordinator names for ``tid``, once it serves the id (waits while its shard is
-    being elected or loaded)."""
-    def ask():
-        for broker_id in cluster.brokers:
-            if cluster.procs[broker_id].poll() is not None:
-                continue
-            with _conn(cluster, broker_id) as conn:
-                r = conn.request(ApiKey.FIND_COORDINATOR, {"key": tid, "key_type": 1}, version=3)
-            if r["error_code"] != ErrorCode.NONE or cluster.procs[r["node_id"]].poll() is not None:
-                return None
-            with _conn(cluster, r["node_id"]) as conn:
-                (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})[
-                    "transaction_states"]
-            serving = state["error_code"] in (ErrorCode.NONE, TRANSACTIONAL_ID_NOT_FOUND)
-            return (r["node_id"],) if serving else None  # a tuple: broker 0 is falsy
-        return None
-    return wait_until(ask, timeout=30, message=f"a coordinator for {tid}")[0]
 
 
 def _producer(cluster, tid: str, **extra) -> Producer:
@@ -154,12 +109,6 @@ def _thin_read(cluster, topic: str, count: int) -> list[bytes]:
 
 def _by_partition(values: list[bytes]) -> dict[int, list[bytes]]:
     return {p: values[p::PARTITIONS] for p in range(PARTITIONS)}
-
-
-def _describe(cluster, tid: str) -> dict:
-    with _conn(cluster, _holder(cluster, tid)) as conn:
-        (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})["transaction_states"]
-        return state
 
 
 def _lso_is_log_end(cluster, topic: str) -> bool:
@@ -349,25 +298,201 @@ def test_the_next_holder_completes_a_transaction_whose_coordinator_was_killed(cl
     _wait_balanced(cluster)  # the restarted broker takes its share back before the next test
 
 
-def test_kafka_python_transactional_producer(cluster):
+def _kp_producer(cluster, tid: str, **extra):
+    """kafka-python's transactional KafkaProducer."""
     from kafka import KafkaProducer
 
+    return KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, max_block_ms=30000,
+                         linger_ms=5, **extra)
+
+
+def _kp_send(p, topic: str, values: list[bytes]) -> None:
+    """``values`` round-robin over the partitions, each acknowledged (its offset known)."""
+    futures = [p.send(topic, value=v, key=v, partition=i % PARTITIONS) for i, v in enumerate(values)]
+    p.flush(timeout=30)
+    for f in futures:
+        f.get(timeout=1)
+
+
+def _kp_read(cluster, topic: str, isolation: str, settle_polls: int = 0) -> dict[int, list[bytes]]:
+    """Every record kafka-python's KafkaConsumer reads with ``isolation``, by partition, up to the ends
+    it is told (``end_offsets``: the last stable offset for read_committed, the high watermark for
+    read_uncommitted); then ``settle_polls`` more polls of 0.3 s, whose records are kept too (a reader
+    stopped at the LSO must read nothing past it)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                      group_id=None, consumer_timeout_ms=1000)
+    try:
+        tps = [KTopicPartition(topic, q) for q in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_beginning()
+        ends = c.end_offsets(tps)
+        seen: dict[int, list[bytes]] = {q: [] for q in range(PARTITIONS)}
+
+        def poll(timeout_ms: int) -> None:
+            for tp, records in c.poll(timeout_ms=timeout_ms).items():
+                seen[tp.partition].extend(r.value for r in records)
+
+        wait_until(lambda: poll(200) or all(c.position(tp) >= ends[tp] for tp in tps), timeout=30, interval=0,
+                   message=lambda: f"kafka-python's {isolation} read of {topic} to {ends}: {seen}")
+        for _ in range(settle_polls):
+            poll(300)
+        assert all(c.position(tp) == ends[tp] for tp in tps) or not settle_polls, (ends, seen)
+        return seen
+    finally:
+        c.close()
+
+
+def test_kafka_python_commits_and_aborts_are_read_exactly_by_its_read_committed_consumer(cluster):
+    """kafka-python's producer commits, aborts and commits; its read_committed KafkaConsumer reads the
+    committed records in offset order, and while a fourth transaction is open stops at the last stable
+    offset (nothing of the open transaction, nothing past it, even polled again); read_uncommitted reads
+    every data record (no marker surfaces as a record).  Once the fourth commits it is read too."""
     topic = _topic(cluster)
     tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
-    p = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, max_block_ms=30000)
+    first, aborted, second, last = ([b"kp-%s-%d" % (tag, i) for i in range(6)] for tag in (b"c1", b"a", b"c2", b"c3"))
+    p = _kp_producer(cluster, tid)
     try:
         p.init_transactions()
         p.begin_transaction()
-        for i in range(6):
-            p.send(topic, value=b"kp-%d" % i, key=b"kp-%d" % i, partition=i % PARTITIONS)
+        _kp_send(p, topic, first)
         p.commit_transaction()
         p.begin_transaction()
-        for i in range(6):
-            p.send(topic, value=b"kp-aborted-%d" % i, partition=i % PARTITIONS)
+        _kp_send(p, topic, aborted)
         p.abort_transaction()
+        p.begin_transaction()
+        _kp_send(p, topic, second)
+        p.commit_transaction()
+        p.begin_transaction()
+        _kp_send(p, topic, last)  # left open while read
+        assert _describe(cluster, tid)["transaction_state"] == "Ongoing"
+        committed = {q: _by_partition(first)[q] + _by_partition(second)[q] for q in range(PARTITIONS)}
+        assert _kp_read(cluster, topic, READ_COMMITTED, settle_polls=3) == committed
+        assert not _lso_is_log_end(cluster, topic)
+        everything = {q: _by_partition(first)[q] + _by_partition(aborted)[q] + _by_partition(second)[q] +
+                      _by_partition(last)[q] for q in range(PARTITIONS)}
+        assert _kp_read(cluster, topic, READ_UNCOMMITTED) == everything
+        p.commit_transaction()
     finally:
         p.close(timeout=5)
-    assert _read_all(cluster, topic, READ_COMMITTED) == _by_partition([b"kp-%d" % i for i in range(6)])
+    wait_until(lambda: _lso_is_log_end(cluster, topic), timeout=15, message="the LSO at the log end")
+    assert _kp_read(cluster, topic, READ_COMMITTED) == {
+        q: _by_partition(first)[q] + _by_partition(second)[q] + _by_partition(last)[q] for q in range(PARTITIONS)}
+    state = _describe(cluster, tid)
+    assert (state["transaction_state"], state["producer_epoch"]) == ("CompleteCommit", 0), state
+
+
+def test_kafka_python_zombie_is_fenced_by_a_second_producer(cluster):
+    """A second kafka-python producer of the same transactional id aborts the first one's open
+    transaction (InitProducerId bumps the epoch); the zombie's commit then raises ProducerFencedError,
+    as against Apache Kafka, and only the second producer's records are read committed."""
+    from kafka.errors import ProducerFencedError
+
+    topic = _topic(cluster)
+    tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
+    zombie, fresh = _kp_producer(cluster, tid), None
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        _kp_send(zombie, topic, [b"zombie-%d" % i for i in range(6)])
+        fresh = _kp_producer(cluster, tid)
+        fresh.init_transactions()
+        fresh.begin_transaction()
+        _kp_send(fresh, topic, [b"fresh-%d" % i for i in range(6)])
+        fresh.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            zombie.commit_transaction()
+    finally:
+        zombie.close(timeout=5)
+        if fresh is not None:
+            fresh.close(timeout=5)
+    assert _describe(cluster, tid)["producer_epoch"] == 2  # 0 the zombie, 1 its abort, 2 the fresh producer
+    assert _kp_read(cluster, topic, READ_COMMITTED) == _by_partition([b"fresh-%d" % i for i in range(6)])
+
+
+def test_kafka_python_transaction_past_its_timeout_is_aborted(cluster):
+    """A kafka-python transaction left open past its transaction_timeout_ms is aborted by the coordinator
+    (epoch bumped); the producer's commit then raises ProducerFencedError (EndTxn at the old epoch), and
+    nothing of it is read committed."""
+    from kafka.errors import ProducerFencedError
+
+    topic = _topic(cluster)
+    tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
+    p = _kp_producer(cluster, tid, transaction_timeout_ms=3000)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        _kp_send(p, topic, [b"late-%d" % i for i in range(6)])
+        assert not _lso_is_log_end(cluster, topic)
+        wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteAbort", timeout=20,
+                   message="the coordinator aborted the timed-out transaction")
+        assert _describe(cluster, tid)["producer_epoch"] == 1
+        with pytest.raises(ProducerFencedError):
+            p.commit_transaction()
+    finally:
+        p.close(timeout=5)
+    wait_until(lambda: _lso_is_log_end(cluster, topic), timeout=10, message="the LSO at the log end")
+    assert _kp_read(cluster, topic, READ_COMMITTED) == {q: [] for q in range(PARTITIONS)}
+
+
+def test_kafka_python_commit_completes_through_the_next_holder_when_the_coordinator_is_killed(cluster):
+    """The id's coordinator SIGKILLed with kafka-python's transaction open: once another broker holds the
+    id's shard (it loaded the transaction Ongoing from ZooKeeper) and the killed broker is back, the
+    producer's commit_transaction() (in a thread, with a deadline) completes: its EndTxn reaches the
+    broker it knew, is answered NOT_COORDINATOR, and is sent to the holder FindCoordinator names.  Each
+    record is read once.
+
+    Not killed *during* commit_transaction(): kafka-python 3.0 loses its EndTxn when the retry finds the
+    coordinator it knew refusing connections (the sender's ``await_ready`` raises with the target node
+    already chosen, so the request is neither sent nor queued again) and commit_transaction() waits for
+    ever; Apache Kafka names the dead broker for as long (until its session expires), so the client hangs
+    there too.  The restart before the commit keeps the client off that path."""
+    import threading
+
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    topic = _topic(cluster)
+    tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    values = [b"kk-%d" % i for i in range(9)]
+    p = _kp_producer(cluster, tid)
+    outcome: list = []
+
+    def commit() -> None:
+        try:
+            p.commit_transaction()
+            outcome.append("committed")
+        except KafkaPythonError as e:  # the test asserts what it was
+            outcome.append(e)
+
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        _kp_send(p, topic, values)
+        cluster.kill_broker(holder)
+        started = time.monotonic()
+        try:
+            new_holder = wait_until(lambda: (h := _holder(cluster, tid)) != holder and (h,), timeout=30,
+                                    message="another broker holds the id's shard")[0]
+            moved_s = time.monotonic() - started
+            assert _describe(cluster, tid)["transaction_state"] == "Ongoing"  # loaded, still open
+        finally:
+            cluster.start_broker(holder)
+        committing = threading.Thread(target=commit, daemon=True)
+        committing.start()
+        committing.join(60)
+        assert outcome == ["committed"], outcome
+    finally:
+        p.close(timeout=5)
+    wait_until(lambda: _describe(cluster, tid)["transaction_state"] == "CompleteCommit", timeout=30,
+               message="the commit completed")
+    assert _kp_read(cluster, topic, READ_COMMITTED) == _by_partition(values)  # each record once
+    assert _kp_read(cluster, topic, READ_UNCOMMITTED) == _by_partition(values)
+    print(f"coordinator {holder} killed with kafka-python's transaction open; {new_holder} held the id "
+          f"{moved_s:.1f} s later")
+    _wait_balanced(cluster)
 
 
 def test_a_new_holder_sends_the_markers_a_killed_coordinator_left_pending(cluster):
