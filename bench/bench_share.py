@@ -3,7 +3,8 @@
 Run:  .venv/bin/python bench/bench_share.py [--records 200000] [--partitions 8] [--consumers 8] [--runs 3]
                                             [--commits 300] [--commit-batch 10] [--json PATH]
                                             [--queue-backoff-ms 10] [--max-poll-records N]
-      (about 50 s with the defaults, 75 s with --runs 5, on a shared 2-core machine)
+                                            [--thin-max-poll-records 500] [--thin-process-ms MS]
+      (about 2.5 minutes with the defaults on a shared 2-core machine)
 
 Set-up: an embedded ZooKeeper (``EmbeddedZooKeeper``) and one broker (``LocalCluster``) on loopback,
 broker defaults.  One topic of ``--partitions`` partitions gets ``--records`` records of ``--size``
@@ -27,7 +28,14 @@ Each run, in this order, every phase with a fresh group reading the whole topic 
    ``--max-poll-records``) in a share group whose ``share.auto.offset.reset`` was set to ``earliest``
    first (``incremental_alter_configs`` on the GROUP resource), reading with ``poll()``;
 3. **N share consumers**: ``--consumers`` ``ShareConsumer`` processes in one share group;
-4. **commit latency**: the commit-phase topic read by one ``Consumer`` (auto commit off) committing
+4. **our thin clients**: one thin ``Consumer`` (``spark_coord.consumer``, consumer group, ``messages()``)
+   and one thin ``ShareConsumer`` (``spark_coord.consumer.share``, implicit acknowledgement,
+   ``--thin-max-poll-records``, a ShareFetch sent ahead of each poll), then the same without it
+   (``prefetch=False``, what the pipeline gains): both hand the application one Python object per
+   record, so the thin ShareConsumer's ratio is taken against the thin Consumer; with
+   ``--thin-process-ms`` each thin reader sleeps that long after every call that returned records (the
+   application's work, which a fetch sent ahead overlaps);
+5. **commit latency**: the commit-phase topic read by one ``Consumer`` (auto commit off) committing
    the offsets of each ``consume(--commit-batch)`` with ``commit(asynchronous=False)`` (the baseline),
    and by one ``ShareConsumer`` in explicit mode (``max.poll.records=--commit-batch``) that accepts
    each record of a poll and calls ``commit_sync()`` (one ShareAcknowledge, answered once the
@@ -88,7 +96,9 @@ log = logging.getLogger("bench_share")
 
 TOPIC, SMALL_TOPIC = "bench-share", "bench-share-small"
 #: The reading phases of a run, the baseline first.
-READ_PHASES = ("consumer", "consumer_default", "share1", "shareN")
+READ_PHASES = ("consumer", "consumer_default", "share1", "shareN", "thin_consumer", "thin_share1", "thin_share1_np")
+#: The thin clients' phases: the thin ShareConsumer is measured against the thin Consumer.
+THIN_PHASES = ("thin_consumer", "thin_share1", "thin_share1_np")
 #: Commits of the commit phase made before the measured ones (connections, partition loads).
 COMMIT_WARMUP = 10
 #: A (partition, offset) pair as one int: partition << 40 | offset.
@@ -109,6 +119,8 @@ def _wait_go(go, stop) -> None:
 def reader(spec: dict, counter, ready, go, stop, out) -> None:
     """One Consumer or ShareConsumer reading until ``stop``; puts its deliveries and timings on ``out``."""
     idx = spec["idx"]
+    if spec["kind"] in ("thin", "thinshare"):
+        return thin_reader(spec, counter, ready, go, stop, out)
     try:
         from confluent_kafka import Consumer, ShareConsumer
 
@@ -151,6 +163,75 @@ def reader(spec: dict, counter, ready, go, stop, out) -> None:
         t_close = time.monotonic()
         client.close()
         out.put({"idx": idx, "keys": keys.tobytes(), "polls": polls, "errors": errors[:20], "n_errors": len(errors),
+                 "empty_polls": empty, "first": first, "last": last, "gap": gap,
+                 "cpu": (cpu_last - cpu_first) if first is not None else 0.0,
+                 "close_s": time.monotonic() - t_close})
+    except BaseException:  # noqa: BLE001 -- reported to the parent, which stops the phase
+        out.put({"idx": idx, "error": traceback.format_exc()})
+
+
+def thin_reader(spec: dict, counter, ready, go, stop, out) -> None:
+    """``reader`` for our thin clients: a ``Consumer`` (its ``messages()``, one ``Record`` at a time) or a
+    ``ShareConsumer`` (``poll()``, implicit acknowledgement, a fetch sent ahead unless ``prefetch`` is off);
+    both hand the application one Python object per record.  A Consumer's "call" is a run of up to
+    ``batch`` records from ``messages()``."""
+    idx = spec["idx"]
+    try:
+        from spark_coord.consumer.consumer import Consumer
+        from spark_coord.consumer.share import ShareConsumer
+
+        share = spec["kind"] == "thinshare"
+        conf = spec["conf"]
+        if share:
+            client = ShareConsumer(conf["bootstrap.servers"], conf["group.id"], [spec["topic"]],
+                                   max_poll_records=spec["max_poll_records"], prefetch=spec["prefetch"])
+        else:
+            client = Consumer(conf["bootstrap.servers"], conf["group.id"], topics=[spec["topic"]],
+                              auto_offset_reset="earliest")
+        with ready.get_lock():
+            ready.value += 1
+        _wait_go(go, stop)
+        batch = spec["batch"]
+        keys = array("q")
+        polls: list[tuple[float, int]] = []
+        first = last = cpu_first = cpu_last = None
+        gap = 0.0
+        empty = 0
+        stream = None if share else client.messages(timeout=0.1)
+        work = spec["process_ms"] / 1000
+        while not stop.is_set():
+            c0 = time.process_time()
+            t0 = time.monotonic()
+            n = 0
+            if share:
+                for m in client.poll(0.1):
+                    keys.append(m.partition << SHIFT | m.offset)
+                    n += 1
+            else:
+                for m in stream:
+                    keys.append(m.partition << SHIFT | m.offset)
+                    n += 1
+                    if n >= batch:
+                        break
+                else:
+                    stream = client.messages(timeout=0.1)  # nothing came for 0.1 s: that iterator ended
+            t1 = time.monotonic()
+            if n:
+                if first is None:
+                    first, cpu_first = t0, c0
+                else:
+                    gap = max(gap, t1 - last)
+                last, cpu_last = t1, time.process_time()
+                polls.append((t1 - t0, n))
+                with counter.get_lock():
+                    counter.value += n
+                if work:
+                    time.sleep(work)  # the application's work on the call's records (--thin-process-ms)
+            else:
+                empty += 1
+        t_close = time.monotonic()
+        client.close()
+        out.put({"idx": idx, "keys": keys.tobytes(), "polls": polls, "errors": [], "n_errors": 0,
                  "empty_polls": empty, "first": first, "last": last, "gap": gap,
                  "cpu": (cpu_last - cpu_first) if first is not None else 0.0,
                  "close_s": time.monotonic() - t_close})
@@ -391,22 +472,25 @@ class Bench:
         return sorted(got, key=lambda r: r["idx"])
 
     # ------------------------------------------------------------------ reading phases
-    def read_phase(self, label: str, kind: str, group: str, consumers: int, extra: dict | None = None) -> dict:
-        """``consumers`` clients of ``kind`` in ``group`` (their config plus ``extra``) read the whole topic;
-        the phase's figures."""
+    def read_phase(self, label: str, kind: str, group: str, consumers: int, extra: dict | None = None, *,
+                   prefetch: bool = True) -> dict:
+        """``consumers`` clients of ``kind`` in ``group`` (their config plus ``extra``; a thin ShareConsumer
+        sends its next fetch ahead when ``prefetch``) read the whole topic; the phase's figures."""
         from spark_coord.zk import paths
 
         a = self.args
         n = a.records
         base = {"bootstrap.servers": self.bootstrap, "group.id": group, **(extra or {})}
-        if kind == "share":
+        share_like = kind in ("share", "thinshare")
+        if share_like:
             self.set_earliest(group)
             znodes = [paths.share_partition(group, TOPIC, p) for p in range(a.partitions)]
         else:
             base["auto.offset.reset"] = "earliest"
             znodes = [paths.offset(group, TOPIC, p) for p in range(a.partitions)]
-        specs = [{"idx": i, "kind": kind, "topic": TOPIC, "batch": a.batch,
-                  "conf": {**base, "client.id": f"{label}-{i}"}} for i in range(consumers)]
+        specs = [{"idx": i, "kind": kind, "topic": TOPIC, "batch": a.batch, "max_poll_records": a.thin_max_poll_records,
+                  "prefetch": prefetch, "process_ms": a.thin_process_ms, "conf": {**base, "client.id": f"{label}-{i}"}}
+                 for i in range(consumers)]
         deadline = time.monotonic() + a.timeout
         procs, counter, ready, go, stop, out = self._spawn(reader, specs)
         try:
@@ -415,7 +499,7 @@ class Bench:
                 if time.monotonic() > deadline:
                     raise BenchError(f"{label}: {consumers - ready.value} client(s) never subscribed")
                 time.sleep(0.05)
-            settle = self.wait_share_stable(group, consumers, deadline) if kind == "share" else None
+            settle = self.wait_share_stable(group, consumers, deadline) if share_like else None
             v0 = znode_versions(self.zk, znodes)
             z0 = zxid(*self.zk_addr)
             cpu0 = (cpu_seconds(self.broker_pid), cpu_seconds(self.zk_pid))
@@ -543,10 +627,36 @@ class Bench:
         run["share1"] = self.read_phase(f"r{i}-share1", "share", f"bench-share1-{i}", 1, share)
         run["shareN"] = self.read_phase(f"r{i}-share{a.consumers}", "share", f"bench-share{a.consumers}-{i}",
                                         a.consumers, share)
+        run["thin_consumer"] = self.read_phase(f"r{i}-thin-consumer", "thin", f"bench-thin-cg-{i}", 1)
+        run["thin_share1"] = self.read_phase(f"r{i}-thin-share1", "thinshare", f"bench-thin-share1-{i}", 1)
+        run["thin_share1_np"] = self.read_phase(f"r{i}-thin-share1-np", "thinshare", f"bench-thin-share1-np-{i}", 1,
+                                                prefetch=False)
         run["commit_consumer"] = self.commit_phase(f"r{i}-commit-consumer", "consumer", f"bench-cg-commit-{i}")
         run["commit_share"] = self.commit_phase(f"r{i}-commit-share", "share", f"bench-share-commit-{i}")
         run["load_after"] = os.getloadavg()[0]
         return run
+
+
+def fragmented_window(locks: int = 10_000, repeat: int = 20) -> dict:
+    """The state write of a share partition whose window of ``locks`` records (Kafka's largest
+    ``group.share.partition.max.record.locks``) is as fragmented as it gets: the first offset released
+    (so the start cannot move) and then every other offset accepted, the rest released, one range per
+    offset in its snapshot.  Bytes per write (what one znode write carries, ``store.encode``) and the
+    broker's CPU to snapshot and encode it, median of ``repeat``."""
+    from spark_coord.share.partition import SharePartition
+    from spark_coord.share.store import encode
+
+    sp = SharePartition(0, max_in_flight=locks)
+    sp.acquire("m", [(0, locks - 1)], max_records=locks, lock_deadline=time.monotonic() * 1000 + 600_000)
+    types = [2] + [1 if o % 2 else 2 for o in range(1, locks)]
+    sp.acknowledge("m", 0, locks - 1, types)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        data = encode(sp.snapshot(), b"\x01" * 16, "0-0123456789ab", 1)
+        times.append(time.perf_counter() - t0)
+    return {"locks": locks, "ranges": len(sp.snapshot()["ranges"]), "bytes": len(data),
+            "encode_ms": 1000 * statistics.median(times)}
 
 
 # ---------------------------------------------------------------------- report
@@ -561,6 +671,9 @@ def summarize(runs: list[dict]) -> dict:
         ratios[f"{phase}_records_s"] = med([r[phase]["records_s"] / r["consumer"]["records_s"] for r in runs])
         for k in ("poll_p50_ms", "poll_p99_ms"):
             ratios[f"{phase}_{k}"] = med([r[phase][k] / r["consumer"][k] for r in runs])
+    for ph in ("thin_share1", "thin_share1_np"):
+        ratios[f"{ph}_vs_thin_records_s"] = med([r[ph]["records_s"] / r["thin_consumer"]["records_s"] for r in runs])
+    ratios["prefetch_gain"] = med([r["thin_share1"]["records_s"] / r["thin_share1_np"]["records_s"] for r in runs])
     for k in ("p50_ms", "p99_ms", "max_ms"):
         ratios[f"commit_{k}"] = med([r["commit_share"][k] / r["commit_consumer"][k] for r in runs])
     out["ratios"] = ratios
@@ -573,7 +686,10 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
     mpr = f"max.poll.records={args.max_poll_records}" if args.max_poll_records else "defaults"
     names = {"consumer": "consumer group, 1 Consumer (baseline)",
              "consumer_default": "consumer group, 1 Consumer, librdkafka defaults",
-             "share1": "share group, 1 ShareConsumer", "shareN": f"share group, {n} ShareConsumers"}
+             "share1": "share group, 1 ShareConsumer", "shareN": f"share group, {n} ShareConsumers",
+             "thin_consumer": "ours: consumer group, 1 thin Consumer (messages())",
+             "thin_share1": "ours: share group, 1 thin ShareConsumer",
+             "thin_share1_np": "ours: share group, 1 thin ShareConsumer, prefetch=False"}
 
     def ratio(ph: str, key: str) -> Fig:
         return Fig(1.0 if ph == "consumer" else rt[f"{ph}_{key}"], ".2f")
@@ -598,6 +714,12 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
                  f"-> {'met' if rt['share1_records_s'] >= 0.8 else 'NOT met'} (per run: {per_run}); against the "
                  f"Consumer with librdkafka's defaults: "
                  f"{med([r['share1']['records_s'] / r['consumer_default']['records_s'] for r in runs]):.2f}")
+    thin = rt["thin_share1_vs_thin_records_s"]
+    per_run = ", ".join(format(r["thin_share1"]["records_s"] / r["thin_consumer"]["records_s"], ".2f") for r in runs)
+    lines.append(f"goal: 1 thin ShareConsumer >= 0.8 x 1 thin Consumer's records/s: {thin:.2f} -> "
+                 f"{'met' if thin >= 0.8 else 'NOT met'} (per run: {per_run}); x the librdkafka consumer group: "
+                 f"{rt['thin_share1_records_s']:.2f}; prefetch=False: {rt['thin_share1_np_vs_thin_records_s']:.2f} of "
+                 f"the thin Consumer, the pipeline's gain x{rt['prefetch_gain']:.2f}")
 
     rows = []
     for ph in READ_PHASES:
@@ -640,6 +762,11 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
                               ["commit", "commits", "records/commit p50", "p50 ms", "p99 ms", "max ms",
                                "p50 x baseline", "p99 x baseline", "znode writes/commit"]))
 
+    fw = s.get("fragmented")
+    if fw:
+        lines.append(f"\nstate write of a fragmented window: {fw['locks']:,} locks, every other offset accepted, "
+                     f"{fw['ranges']:,} ranges: {fw['bytes']:,} bytes per write, {fw['encode_ms']:.1f} ms to "
+                     f"snapshot and encode")
     lines.append(f"\n{n} share consumers, records each (one line per run; the check: every record once):")
     for r in runs:
         f = r["shareN"]
@@ -684,6 +811,11 @@ def main() -> int:
                          "that Consumer is measured too, as 'librdkafka defaults')")
     ap.add_argument("--max-poll-records", type=int, default=0,
                     help="max.poll.records of the ShareConsumers of the reading phases (default: librdkafka's, 500)")
+    ap.add_argument("--thin-max-poll-records", type=int, default=500,
+                    help="max_poll_records of the thin ShareConsumer (default: %(default)s)")
+    ap.add_argument("--thin-process-ms", type=float, default=0.0,
+                    help="the thin readers' application work per call that returned records, a sleep, which a "
+                         "fetch sent ahead overlaps (default: %(default)s)")
     ap.add_argument("--commits", type=int, default=300, help="commits measured per client in the commit phase "
                                                               "(default: %(default)s)")
     ap.add_argument("--commit-batch", type=int, default=10, help="records per commit in the commit phase "
@@ -731,6 +863,8 @@ def main() -> int:
     finally:
         zk_server.stop()
     summary = summarize(runs) if runs else {}
+    if summary:
+        summary["fragmented"] = fragmented_window()
     if runs:
         print(report(runs, summary, args))
         import figures  # bench/figures.py: the figures as JSON for the docs' plots

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from spark_coord.cluster import LocalCluster
 
+    load_start = os.getloadavg()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     jars = kafka_jars()
     rates: dict[str, dict[str, list[float]]] = {}
@@ -147,13 +149,16 @@ def main(argv: list[str] | None = None) -> int:
         broker = "Apache Kafka 4.2" if t == "kafka" else "ours"
         for c in ("java", "librdkafka"):
             print(f"| {broker} | {c} | {m[f'{c} consumer']:,.0f} | {m[f'{c} share']:,.0f} | {ratio[t][c]:.2f} |")
+    load_end = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.1f} {load_start[1]:.1f} {load_start[2]:.1f}; "
+          f"at the end: {load_end[0]:.1f} {load_end[1]:.1f} {load_end[2]:.1f} on {os.cpu_count()} CPUs")
     if len(ratio) == 2:
         for c in ("java", "librdkafka"):
             print(f"{c}: our share/consumer ratio against Kafka's: {ratio['ours'][c] / ratio['kafka'][c]:.2f}")
     import figures
 
     figures.write("vs_kafka_share", {"records": args.records, "runs": args.runs, "rates": rates, "medians": med,
-                                     "ratios": ratio}, label=args.targets)
+                                     "ratios": ratio, "load": [load_start, load_end]}, label=args.targets)
     return 0
 
 
