@@ -20,47 +20,27 @@ import time
 import uuid
 
 import pytest
-from helpers import local_cluster, wait_until
+from helpers import wait_until
+from txn_cluster import conn as _conn
+from txn_cluster import describe as _describe
+from txn_cluster import holder as _holder
+from txn_cluster import txn_cluster
+from txn_cluster import wait_balanced as _wait_balanced
 
-from spark_coord.client.connection import BrokerConnection
 from spark_coord.coordinator.txn.store import id_path
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 pytestmark = pytest.mark.slow
 
-ZK_SESSION_MS = 4000
 PARTITIONS = 3
-TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    with local_cluster(zookeeper, tmp_path_factory.mktemp("txn-offsets"), 3, "txn-offsets", {
-            "zookeeper.session.timeout.ms": ZK_SESSION_MS, "transaction.max.timeout.ms": 120000}) as c:
-        _wait_balanced(c)
+    with txn_cluster(zookeeper, tmp_path_factory, "txn-offsets") as c:
         c.topic = _topic(c)
         yield c
-
-
-def _wait_balanced(cluster) -> None:
-    """Until every coordinator shard is held and the three brokers hold as many (within one), so no
-    id's shard moves under a test."""
-    from collections import Counter
-
-    from spark_coord.zk.client import close, connect
-    from testkit.zk_history import read_shard_holders
-
-    zk = connect(cluster.zk_connect, session_timeout_ms=10000, connection_timeout_ms=10000)
-    try:
-        def balanced() -> bool:
-            holders = read_shard_holders(zk)
-            loads = Counter(holders.values())
-            return bool(holders) and None not in loads and set(loads) == set(cluster.brokers) and \
-                max(loads.values()) - min(loads.values()) <= 1
-        wait_until(balanced, timeout=60, interval=0.2, message="the shards placed over the three brokers")
-    finally:
-        close(zk)
 
 
 def _topic(cluster, partitions: int = PARTITIONS) -> str:
@@ -78,35 +58,6 @@ def _topic(cluster, partitions: int = PARTITIONS) -> str:
                                    for t in conn.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
                        timeout=30, message=f"broker {broker_id} knows {name}")
     return name
-
-
-def _conn(cluster, broker_id: int) -> BrokerConnection:
-    return BrokerConnection(*cluster.brokers[broker_id], timeout=10)
-
-
-def _holder(cluster, tid: str) -> int:
-    """The broker FindCoordinator names for ``tid``, once it serves the id."""
-    def ask():
-        for broker_id in cluster.brokers:
-            if cluster.procs[broker_id].poll() is not None:
-                continue
-            with _conn(cluster, broker_id) as conn:
-                r = conn.request(ApiKey.FIND_COORDINATOR, {"key": tid, "key_type": 1}, version=3)
-            if r["error_code"] != ErrorCode.NONE or cluster.procs[r["node_id"]].poll() is not None:
-                return None
-            with _conn(cluster, r["node_id"]) as conn:
-                (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})[
-                    "transaction_states"]
-            serving = state["error_code"] in (ErrorCode.NONE, TRANSACTIONAL_ID_NOT_FOUND)
-            return (r["node_id"],) if serving else None  # a tuple: broker 0 is falsy
-        return None
-    return wait_until(ask, timeout=30, message=f"a coordinator for {tid}")[0]
-
-
-def _describe(cluster, tid: str) -> dict:
-    with _conn(cluster, _holder(cluster, tid)) as conn:
-        (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})["transaction_states"]
-        return state
 
 
 def _znode(cluster, tid: str) -> dict:
@@ -425,3 +376,67 @@ def test_txn_offset_commit_bad_requests_get_kafkas_codes(cluster):
                                                      {"partition_index": 0, "committed_offset": 8}]}]}, version=8)
         assert r["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
         assert _committed(cluster, group, topic) == {0: 8}
+
+
+def _member_uuid() -> str:
+    """A member id as Kafka 4's clients make one (a random UUID, base64url without padding)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def test_txn_offset_commit_to_groups_of_other_protocols_gets_kafkas_codes(cluster):
+    """TxnOffsetCommit to a share group, to a KIP-848 consumer group and to a group nobody knows, answered
+    as Kafka 4.2's ``validateTransactionalOffsetCommit`` answers them: a share group is no consumer group
+    (GROUP_ID_NOT_FOUND, with or without a member); a KIP-848 member in its member epoch is taken, one
+    past it ILLEGAL_GENERATION (not STALE_MEMBER_EPOCH: the transaction's producer aborts rather than
+    retries), an unknown member UNKNOWN_MEMBER_ID, generation -1 with no member taken; a generation sent
+    to a group nobody knows ILLEGAL_GENERATION, generation -1 taken.  Nothing refused is pending, and the
+    abort leaves no pending node."""
+    topic, tid = cluster.topic, f"txo-{uuid.uuid4().hex[:6]}"
+    share, modern, unknown = (f"{kind}-{uuid.uuid4().hex[:6]}" for kind in ("txs", "txc", "txu"))
+    share_member, modern_member = _member_uuid(), _member_uuid()
+    with _conn(cluster, _group_holder(cluster, share)) as sconn:
+        r = sconn.request(ApiKey.SHARE_GROUP_HEARTBEAT, {"group_id": share, "member_id": share_member,
+                                                         "member_epoch": 0, "rack_id": None,
+                                                         "subscribed_topic_names": [topic]})
+        assert r["error_code"] == ErrorCode.NONE, r
+    with _conn(cluster, _group_holder(cluster, modern)) as mconn:
+        r = mconn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, {
+            "group_id": modern, "member_id": modern_member, "member_epoch": 0, "rebalance_timeout_ms": 30000,
+            "subscribed_topic_names": [topic], "topic_partitions": []}, version=0)
+        assert r["error_code"] == ErrorCode.NONE, r
+        member_epoch = r["member_epoch"]
+    assert member_epoch >= 1
+    with _conn(cluster, _holder(cluster, tid)) as tconn:
+        r = _init(tconn, tid)
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+        for group in (share, modern, unknown):
+            assert _add_offsets(tconn, tid, pid, epoch, group) == ErrorCode.NONE
+
+    def commit(group: str, partition: int, **member) -> int:
+        with _conn(cluster, _group_holder(cluster, group)) as gconn:
+            return _txn_commit(gconn, tid, group, pid, epoch, {(topic, partition): 5}, **member)[(topic, partition)]
+
+    assert commit(share, 0) == ErrorCode.GROUP_ID_NOT_FOUND
+    assert commit(share, 0, generation=1, member_id=share_member) == ErrorCode.GROUP_ID_NOT_FOUND
+    assert commit(modern, 0, generation=member_epoch + 5, member_id=modern_member) == ErrorCode.ILLEGAL_GENERATION
+    assert commit(modern, 0, generation=member_epoch, member_id="nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert commit(modern, 0, generation=member_epoch, member_id=modern_member) == ErrorCode.NONE
+    assert commit(modern, 1) == ErrorCode.NONE  # generation -1, no member: a producer outside the group
+    assert commit(unknown, 0, generation=3, member_id="someone") == ErrorCode.ILLEGAL_GENERATION
+    assert commit(unknown, 0) == ErrorCode.NONE
+    assert _pending_nodes(cluster, share) == []
+    assert len(_pending_nodes(cluster, modern)) == 1 and len(_pending_nodes(cluster, unknown)) == 1
+    with _conn(cluster, _holder(cluster, tid)) as tconn:
+        assert _end(tconn, tid, pid, epoch, commit=False) == ErrorCode.NONE
+    wait_until(lambda: _pending_nodes(cluster, modern) == [] and _pending_nodes(cluster, unknown) == [],
+               timeout=15, message="the abort's markers dropped the pending offsets")
+    assert _committed(cluster, modern, topic) == {} and _committed(cluster, unknown, topic) == {}
+    with _conn(cluster, _group_holder(cluster, modern)) as mconn:  # the member leaves
+        mconn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, {"group_id": modern, "member_id": modern_member,
+                                                        "member_epoch": -1}, version=0)
+    with _conn(cluster, _group_holder(cluster, share)) as sconn:
+        sconn.request(ApiKey.SHARE_GROUP_HEARTBEAT, {"group_id": share, "member_id": share_member,
+                                                     "member_epoch": -1, "rack_id": None,
+                                                     "subscribed_topic_names": None})

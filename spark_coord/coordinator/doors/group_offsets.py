@@ -20,12 +20,13 @@ queries' groups included.
   (``load_pending``), so a failover keeps them.  Who may commit is Kafka's rule for transactional
   commits: generation -1 with no member id is taken (a producer outside the group's membership,
   whatever the group holds: TxnOffsetCommit v0-2 carry no member); a member's commit is checked as
-  OffsetCommit checks it (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, STALE_MEMBER_EPOCH for a KIP-848
-  member).  A producer epoch older than the newest this shard saw for the producer id (its pending
-  offsets, its markers) is INVALID_PRODUCER_EPOCH, as the group's ``__consumer_offsets`` partition
-  answers a fenced producer in Kafka.  The COMMIT marker moves the pending offsets into the group's
-  offsets and deletes the pending node in one multi; ABORT deletes it; a producer with nothing
-  pending is a no-op (a marker sent again after a failover).
+  Kafka's ``validateTransactionalOffsetCommit`` checks it (UNKNOWN_MEMBER_ID; ILLEGAL_GENERATION for a
+  member out of its generation or member epoch, a KIP-848 member's stale epoch included, and for a
+  group nobody knows; GROUP_ID_NOT_FOUND for a share group).  A producer epoch older than the newest
+  this shard saw for the producer id (its pending offsets, its markers) is INVALID_PRODUCER_EPOCH, as
+  the group's ``__consumer_offsets`` partition answers a fenced producer in Kafka.  The COMMIT marker
+  moves the pending offsets into the group's offsets and deletes the pending node in one multi; ABORT
+  deletes it; a producer with nothing pending is a no-op (a marker sent again after a failover).
 * **OffsetFetch** with ``require_stable`` (v7+, KIP-447): a partition with pending offsets answers
   UNSTABLE_OFFSET_COMMIT (offset -1), at the partition, as Kafka's ``OffsetMetadataManager``
   answers it (the group's error stays NONE; clients retry the fetch).
@@ -185,10 +186,8 @@ class GroupOffsets:
             return answer(code)
         if not isinstance(producer_id, int) or producer_id < 0 or not isinstance(epoch, int) or epoch < 0:
             return answer(ErrorCode.INVALID_REQUEST)
-        if generation != STANDALONE_GENERATION or member_id:
-            code = self._member_may_commit(group_id, member_id, generation)
-            if code != ErrorCode.NONE:
-                return answer(code)
+        if (code := self._txn_member_may_commit(group_id, member_id, generation)) != ErrorCode.NONE:
+            return answer(code)
         if epoch < self.producer_epochs.get(producer_id, -1):
             return answer(ErrorCode.INVALID_PRODUCER_EPOCH)
         codes: dict[TopicPartition, int] = {}
@@ -227,12 +226,29 @@ class GroupOffsets:
         log.debug("group %s: %d offsets pending for producer %d epoch %d", group_id, len(taken), producer_id, epoch)
         return answer(codes)
 
-    def _member_may_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
-        """A member's transactional commit, checked as its OffsetCommit would be."""
+    def _txn_member_may_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        """Who may commit in a transaction, Kafka 4.2's ``validateTransactionalOffsetCommit``: a share
+        group's id is GROUP_ID_NOT_FOUND (it is not a consumer group); generation -1 with no member id is
+        taken whatever the group holds (TxnOffsetCommit v0-2 carry no member), and so is a negative
+        generation while the group has no member; a group nobody knows committed to in a generation is
+        ILLEGAL_GENERATION (Kafka makes an unknown group a simple group only for generation -1; here it
+        is known once it has offsets, members or offsets pending); an unknown member UNKNOWN_MEMBER_ID; a
+        member out of its generation, or a KIP-848 member out of its member epoch, ILLEGAL_GENERATION
+        (Kafka answers a stale member epoch so in a transaction: the producer aborts, as for a classic
+        member, where OffsetCommit's STALE_MEMBER_EPOCH would have it retry)."""
+        if group_id in self.c.share_groups:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if generation == STANDALONE_GENERATION and not member_id:
+            return ErrorCode.NONE
+        group = self.c.groups.get(group_id)
+        if isinstance(generation, int) and generation < 0 and (group is None or not group.members):
+            return ErrorCode.NONE
         if self.consumer is not None and self.consumer.live(group_id, member_id) is not None:
             _, member = self.consumer.find(group_id, member_id)
             return ErrorCode.NONE if member is not None and member.accepts_epoch(generation) \
-                else ErrorCode.STALE_MEMBER_EPOCH
+                else ErrorCode.ILLEGAL_GENERATION
+        if group is None and group_id not in self.pending:
+            return ErrorCode.ILLEGAL_GENERATION
         committing = self.classic.validate_commit(group_id, member_id, generation)
         if isinstance(committing, ErrorCode):
             return committing
