@@ -300,6 +300,48 @@ def test_confluent_kafkas_send_offsets_to_transaction(cluster):
         producer.flush(10)
 
 
+def test_kafka_pythons_send_offsets_to_transaction_from_a_group_member(cluster):
+    """kafka-python's consume-transform-produce: a KafkaConsumer of the group (a classic member) and a
+    transactional KafkaProducer passing the consumer's ``group_metadata()`` (its generation and member id,
+    TxnOffsetCommit v3, KIP-447).  Aborted offsets are never the group's; committed ones are, read back by
+    the consumer's ``committed()`` and by OffsetFetch with require_stable."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    topic, group = cluster.topic, f"txg-{uuid.uuid4().hex[:6]}"
+    consumer = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, enable_auto_commit=False)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=f"txo-{uuid.uuid4().hex[:6]}",
+                             max_block_ms=30000)
+    try:
+        def assigned() -> bool:
+            consumer.poll(timeout_ms=200)  # joins the group; records read are not what is tested
+            return len(consumer.assignment()) == PARTITIONS
+
+        wait_until(assigned, timeout=30, message="the consumer assigned every partition")
+        metadata = consumer.group_metadata()
+        assert metadata.generation_id >= 1 and metadata.member_id, metadata
+        tps = [KTopicPartition(topic, p) for p in range(PARTITIONS)]
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"aborted", partition=0)
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(9, "", -1) for tp in tps}, metadata)
+        assert _stable(cluster, group, topic) is None  # pending: UNSTABLE_OFFSET_COMMIT
+        producer.abort_transaction()
+        wait_until(lambda: _stable(cluster, group, topic) == {}, timeout=10, message="the abort completed")
+        producer.begin_transaction()
+        producer.send(topic, b"committed", partition=0)
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(7 + tp.partition, "", -1) for tp in tps},
+                                             consumer.group_metadata())
+        producer.commit_transaction()
+        assert wait_until(lambda: _stable(cluster, group, topic), timeout=10, message="committed") == {
+            p: 7 + p for p in range(PARTITIONS)}
+        assert {tp.partition: consumer.committed(tp) for tp in tps} == {p: 7 + p for p in range(PARTITIONS)}
+    finally:
+        producer.close(timeout=5)
+        consumer.close()
+
+
 def test_the_next_holder_of_the_groups_shard_commits_its_pending_offsets(cluster):
     from spark_coord.client.metadata import ClusterClient
     from spark_coord.client.transactions import TransactionalProducer
