@@ -182,6 +182,8 @@ class _Held:
     epoch: int = 1
     #: For a new one: the creation zxid of its group's znode when its start was chosen (None: none).
     group_created: int | None = None
+    #: For a new one: the creation zxid of its topic's znode under the group then (None: none).
+    topic_created: int | None = None
 
 
 class SharePartitionManager:
@@ -283,8 +285,10 @@ class SharePartitionManager:
         s = self.settings(group)
         limits = {"delivery_count_limit": s.delivery_count_limit, "max_in_flight": s.max_in_flight}
         data, version = await self.store.load(group, topic, partition)
-        # read before the start is chosen: a group deleted from now on fences the create (store.Write)
+        # read before the start is chosen: the group, or its state of the topic, deleted from now on fences
+        # the create (store.Write)
         group_created = await self.store.group_created(group) if data is None else None
+        topic_created = await self.store.topic_created(group, topic) if group_created is not None else None
         plog = self.ctx.logs.get_or_create(topic, partition)
         sp = None
         if data is not None:
@@ -315,7 +319,8 @@ class SharePartitionManager:
         # epoch before it is served, so the leader it was taken from is refused at its next write (Kafka's
         # share coordinator records the leader epoch of ReadShareGroupState the same way).
         held = _Held(key, sp, topic_id, zversion=version, written=-1, ready=False,
-                     epoch=identity_of(data)[1] + 1 if data is not None else 1, group_created=group_created)
+                     epoch=identity_of(data)[1] + 1 if data is not None else 1, group_created=group_created,
+                     topic_created=topic_created)
         self.held[key] = held
         self._follow_log_start(held)
         if fresh:
@@ -686,7 +691,8 @@ class SharePartitionManager:
             if held is None or held.gone or held.sp.version == held.written:
                 continue
             writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer, held.epoch),
-                                held.zversion, (self.writer, held.epoch), held.group_created))
+                                held.zversion, (self.writer, held.epoch), held.group_created,
+                                held.topic_created))
             taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return

@@ -9,8 +9,9 @@ is no longer its leader, or an older incarnation) cannot overwrite what the curr
 its write fails (``StateFenced``, naming the writer found) and it drops what it held.  A writer
 recognises its own earlier write whose answer was lost by its identity in the znode, never by
 the bytes.  A share partition's first write (a create) is conditional on its group's znode being
-the one the writer saw when it chose the state (``Write.group_created``), in the same multi, so a
-DeleteGroups is never undone by a create in flight.  Many partitions are written in one ZooKeeper
+the one the writer saw when it chose the state (``Write.group_created``), and so is the topic's
+znode under it (``Write.topic_created``), in the same multi, so neither a DeleteGroups nor a
+DeleteShareGroupOffsets of the topic is undone by a create in flight.  Many partitions are written in one ZooKeeper
 multi (the writer's batch), so the write rate is bounded by the flush interval, not by the
 request rate.
 
@@ -91,6 +92,10 @@ class Write:
     #: state (None: the group had none).  The group deleted since (its znode gone or created again) fences
     #: the create, so a DeleteGroups is never undone by a first write in flight.
     group_created: int | None = None
+    #: For a create: the creation zxid of the topic's znode under the group when the writer chose this
+    #: state (None: the topic had none).  That znode gone or created again since (a DeleteShareGroupOffsets
+    #: of the topic) fences the create the same way; one that exists is checked in the multi.
+    topic_created: int | None = None
 
 
 def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None, epoch: int = 0) -> bytes:
@@ -177,6 +182,17 @@ class ShareStateStore:
 
         return await self.zk_call(read)
 
+    async def topic_created(self, group: str, topic: str) -> int | None:
+        """The creation zxid of the topic's znode under the group (None: it has none), read with
+        ``group_created`` before a new share partition's state is chosen (``Write.topic_created``)."""
+        path = paths.share_topic(group, topic)
+
+        def read() -> int | None:
+            stat = self.zk.exists(path)
+            return None if stat is None else stat.czxid
+
+        return await self.zk_call(read)
+
     async def write(self, writes: list[Write]) -> dict[tuple[str, str, int], int | StateFenced]:
         """Write every entry (in multis of ``MAX_OPS`` and ``MAX_MULTI_BYTES``); per share partition
         its new znode version, or ``StateFenced`` when its version check failed.  Connection errors
@@ -205,31 +221,43 @@ class ShareStateStore:
         """The parents of the creates in ``batch``, as ops of the multi: the group's znode checked at the
         version it has now -- unless it was deleted since the writer chose the state (the write is
         fenced, into ``out``) -- or created when it had none then and has none now; the topic's znode
-        created when missing.  The writes left, and the parent ops with the path each concerns."""
+        likewise: checked at the version it has now unless it was deleted since the writer chose the
+        state (DeleteShareGroupOffsets of the topic: fenced), created when it has none.  A parent that
+        changes between this read and the multi fails the multi, and its writes go round again.  The
+        writes left, and the parent ops with the path each concerns."""
         ops: list[tuple[str, Any]] = []
-        seen: dict[str, bool] = {}
+        seen: dict[str, Any] = {}
+        added: set[str] = set()
         keep = []
         for w in batch:
             if w.version != NO_NODE:
                 keep.append(w)
                 continue
             gpath, tpath = paths.share_group(w.group), paths.share_topic(w.group, w.topic)
-            stat = self.zk.exists(gpath)
+            if gpath not in seen:
+                seen[gpath] = self.zk.exists(gpath)
+            stat = seen[gpath]
+            tstat = None if stat is None else seen[tpath] if tpath in seen else self.zk.exists(tpath)
+            seen.setdefault(tpath, tstat)
             if w.group_created is not None and (stat is None or stat.czxid != w.group_created):
                 log.warning("share state %s/%s-%d: the group was deleted since its first state was chosen; "
                             "not created", w.group, w.topic, w.partition)
                 out[(w.group, w.topic, w.partition)] = StateFenced("the group was deleted", group_gone=True)
                 continue
+            if w.topic_created is not None and (tstat is None or tstat.czxid != w.topic_created):
+                log.warning("share state %s/%s-%d: the topic's state was deleted since its first state was chosen; "
+                            "not created", w.group, w.topic, w.partition)
+                out[(w.group, w.topic, w.partition)] = StateFenced("the topic's state was deleted", group_gone=True)
+                continue
             keep.append(w)
-            if gpath not in seen:
-                seen[gpath] = stat is not None
+            if gpath not in added:
+                added.add(gpath)
                 if stat is None:
                     self.zk.ensure_path(paths.SHARE_GROUPS)
                 ops.append((gpath, ("check", stat.version) if stat is not None else ("create", None)))
-            if tpath not in seen:
-                seen[tpath] = True
-                if not seen[gpath] or self.zk.exists(tpath) is None:
-                    ops.append((tpath, ("create", None)))
+            if tpath not in added:
+                added.add(tpath)
+                ops.append((tpath, ("check", tstat.version) if tstat is not None else ("create", None)))
         return keep, ops
 
     def _round(self, batch: list[Write], out: dict) -> list[Write]:

@@ -198,3 +198,59 @@ def test_a_group_deleted_while_its_partitions_first_write_is_in_flight_stays_del
             await manager.stop()
 
     asyncio.run(run())
+
+
+def test_a_create_whose_topics_state_was_deleted_since_it_was_chosen_is_refused(zk):
+    """DeleteShareGroupOffsets of a topic (its znode under the group deleted) between a leader's choice
+    of a share partition's first state and its create: the create is refused as a DeleteGroups' is, so
+    the topic's state stays deleted; a topic znode created again since is another one too."""
+    store = ShareStateStore(zk, None)
+    zk.create(paths.share_group(G), b"members", makepath=True)
+    zk.create(paths.share_partition(G, T, 1), b"{}", makepath=True)  # another partition of the topic has state
+    group, topic = zk.exists(paths.share_group(G)).czxid, zk.exists(paths.share_topic(G, T)).czxid
+    me = ("1-aaaa", 1)
+    zk.delete(paths.share_topic(G, T), recursive=True)  # DeleteShareGroupOffsets of T
+    out = store.write_blocking([Write(G, T, 0, b"{}", NO_NODE, me, group, topic)])
+    assert isinstance(out[(G, T, 0)], StateFenced) and out[(G, T, 0)].group_gone
+    assert zk.exists(paths.share_topic(G, T)) is None
+    # created again by another leader's first write since: not the topic the state was chosen for either
+    zk.create(paths.share_partition(G, T, 1), b"{}", makepath=True)
+    out = store.write_blocking([Write(G, T, 0, b"{}", NO_NODE, me, group, topic)])
+    assert isinstance(out[(G, T, 0)], StateFenced)
+    assert zk.get_children(paths.share_topic(G, T)) == ["1"]
+    # the same topic znode: written
+    topic = zk.exists(paths.share_topic(G, T)).czxid
+    assert store.write_blocking([Write(G, T, 0, b"{}", NO_NODE, me, group, topic)]) == {(G, T, 0): 0}
+
+
+def test_a_topics_state_deleted_while_a_first_write_is_in_flight_stays_deleted(zk):
+    """DeleteShareGroupOffsets of a topic (the group empty: its topic's znode and every share partition
+    under it deleted) while a leader's first write of one of its share partitions waits: the create used
+    to make the topic's znode again (the group's was only checked); it is refused, the request that
+    loaded it gets an error, and the next load starts the partition afresh."""
+    zk.create(paths.share_group(G), b'{"members":{}}', makepath=True)  # the coordinator saved the group
+    zk.create(paths.share_partition(G, T, 1), encode({"start_offset": 0}, None), makepath=True)
+    plog = SimpleNamespace(log_start_offset=0, log_end_offset=10)
+    store = GatedStore(zk)
+    store.hold.set()
+
+    async def run():
+        manager = SharePartitionManager(_ctx(zk, plog, 1, [1]), store)
+        manager.start()
+        try:
+            loading = asyncio.ensure_future(manager.partition(G, T, 0))
+            assert await asyncio.get_running_loop().run_in_executor(None, store.called.wait, 10)
+            zk.delete(paths.share_topic(G, T), recursive=True)  # DeleteShareGroupOffsets of T
+            store.gate.set()
+            with pytest.raises(ShareStateUnavailable):
+                await asyncio.wait_for(loading, 10)
+            assert zk.exists(paths.share_topic(G, T)) is None
+            assert zk.exists(paths.share_group(G)) is not None
+            store.hold.clear()
+            held = await asyncio.wait_for(manager.partition(G, T, 0), 10)  # the next request: afresh
+            assert held.ready and zk.get_children(paths.share_topic(G, T)) == ["0"]
+        finally:
+            store.gate.set()
+            await manager.stop()
+
+    asyncio.run(run())
