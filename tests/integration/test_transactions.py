@@ -495,6 +495,69 @@ def test_kafka_python_commit_completes_through_the_next_holder_when_the_coordina
     _wait_balanced(cluster)
 
 
+@pytest.mark.parametrize("kill", ["at_once", "once_prepared"])
+def test_kafka_python_transaction_whose_coordinator_is_killed_during_its_commit_is_all_or_nothing(cluster, kill):
+    """The id's coordinator SIGKILLed right after kafka-python's commit_transaction() starts (in a thread;
+    ``once_prepared``: as soon as DescribeTransactions shows the commit decided): whether the EndTxn reached
+    it (PrepareCommit written: the next holder sends the markers) or not (the transaction loaded Ongoing), a
+    new producer of the id (init_transactions) finds the transaction ended (the commit completed, or the
+    open transaction aborted), and read_committed reads all of its records once or none, never part; all of
+    them when the client saw its commit succeed.  kafka-python's own commit may hang there (its sender drops
+    the EndTxn it retries when the coordinator it knew refuses connections): the thread is left to the
+    daemon."""
+    import threading
+
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    topic = _topic(cluster)
+    tid = f"tx-kp-{uuid.uuid4().hex[:6]}"
+    holder = _holder(cluster, tid)
+    values = [b"kd-%d" % i for i in range(9)]
+    p = _kp_producer(cluster, tid, request_timeout_ms=6000)
+    outcome: list = []
+
+    def commit() -> None:
+        try:
+            p.commit_transaction()
+            outcome.append("committed")
+        except KafkaPythonError as e:
+            outcome.append(e)
+
+    p.init_transactions()
+    p.begin_transaction()
+    _kp_send(p, topic, values)
+    committing = threading.Thread(target=commit, daemon=True)
+    committing.start()
+    if kill == "once_prepared":
+        wait_until(lambda: _describe(cluster, tid)["transaction_state"] in ("PrepareCommit", "CompleteCommit"),
+                   timeout=15, interval=0.01, message="the commit decided")
+    cluster.kill_broker(holder)
+    try:
+        wait_until(lambda: _holder(cluster, tid) != holder, timeout=30, message="another broker holds the id")
+    finally:
+        cluster.start_broker(holder)
+    fresh = _kp_producer(cluster, tid)
+    try:
+        fresh.init_transactions()  # waits for a commit the next holder completes, or aborts an open one
+    finally:
+        fresh.close(timeout=5)
+        if outcome:  # the zombie's sender is done with; a hung commit is left to its daemon thread
+            p.close(timeout=5)
+    state = _describe(cluster, tid)
+    assert state["transaction_state"] == "Empty" and state["topics"] == [], state  # the fresh producer's, none open
+    wait_until(lambda: _lso_is_log_end(cluster, topic), timeout=15, message="the LSO at the log end")
+    read = _kp_read(cluster, topic, READ_COMMITTED)
+    assert read in (_by_partition(values), {q: [] for q in range(PARTITIONS)}), read  # all, once, or none
+    assert _kp_read(cluster, topic, READ_UNCOMMITTED) == _by_partition(values)
+    assert outcome in ([], ["committed"]) or isinstance(outcome[0], KafkaPythonError), outcome
+    if outcome == ["committed"] or kill == "once_prepared":
+        assert read == _by_partition(values)  # a commit decided (or seen by the client) is never undone
+    ended = "committed" if read == _by_partition(values) else "aborted"
+    print(f"coordinator {holder} killed during kafka-python's commit: the transaction {ended}; "
+          f"the client saw {outcome or 'nothing (hung)'}")
+    _wait_balanced(cluster)
+
+
 def test_a_new_holder_sends_the_markers_a_killed_coordinator_left_pending(cluster):
     """EndTxn answered (PrepareCommit durable) while a partition's leader is down, then the coordinator
     SIGKILLed before that marker is written: the shard's next holder loads the transaction in
