@@ -46,14 +46,15 @@ from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
 from spark_coord.log import OffsetOutOfRange
 from spark_coord.records.region import FileRegion
+from spark_coord.share.errors import ShareGroupUnknown, ShareLeaderFenced, ShareStateUnavailable
 from spark_coord.share.log_read import aborted_ranges, batch_bounds, split_acquired
 from spark_coord.share.partition import AckType, Acquired, SharePartition
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "ShareLeaderFenced",
-           "Key"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "ShareGroupUnknown",
+           "ShareLeaderFenced", "Key"]
 
 Key = tuple[str, str, int]  # (group, topic, partition)
 
@@ -66,6 +67,10 @@ SESSION_IDLE_MS = 120_000
 RETRY_S = 0.5
 #: How long a request waits for a new share partition's initial state to be written.
 INIT_WAIT_S = 5.0
+#: How long a new share partition's load waits for its group's znode, and how often it looks: the
+#: coordinator saves it in the background when a member joins, so a member's first ShareFetch can
+#: come before it.
+GROUP_WAIT_S, GROUP_POLL_S = 1.0, 0.05
 #: The most bytes read from one partition's log per acquisition.
 READ_BYTES = 1 << 20
 #: How long an acknowledgement waits for its write to ZooKeeper before it is answered REQUEST_TIMED_OUT.
@@ -75,21 +80,6 @@ WRITE_WAIT_S = 30.0
 ABORTED_READS = 16
 #: ``share.isolation.level`` values.
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
-
-
-class ShareStateUnavailable(Exception):
-    """A share partition's state could not be read or written in ZooKeeper in time: it is not
-    served now (its fetches and acknowledgements get ``error_code`` for it), and is tried again."""
-
-    error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-class ShareLeaderFenced(ShareStateUnavailable):
-    """Another leader took the share partition over (its state epoch is in the znode) since this broker
-    last wrote it: this broker no longer serves it (NOT_LEADER_OR_FOLLOWER) until its view of the
-    partition's replicas changes."""
-
-    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def _clipped(snap: dict, end: int) -> dict:
@@ -184,6 +174,8 @@ class _Held:
     group_created: int | None = None
     #: For a new one: the creation zxid of its topic's znode under the group then (None: none).
     topic_created: int | None = None
+    #: Its first write was refused because its group has no znode (``ShareGroupUnknown``).
+    group_gone: bool = False
 
 
 class SharePartitionManager:
@@ -193,7 +185,7 @@ class SharePartitionManager:
                  settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
                  clock: Callable[[], float] = lambda: time.monotonic() * 1000,
                  wall_clock: Callable[[], float] = lambda: time.time() * 1000, init_wait_s: float = INIT_WAIT_S,
-                 max_sessions: int = 2000):
+                 max_sessions: int = 2000, group_wait_s: float = GROUP_WAIT_S):
         self.ctx = ctx
         #: Share sessions kept at most (group.share.max.share.sessions).
         self.max_sessions = max_sessions
@@ -204,6 +196,7 @@ class SharePartitionManager:
         #: view then.  Not served (NOT_LEADER_OR_FOLLOWER) until the view shows other replicas.
         self.fenced: dict[Key, tuple[int, ...] | None] = {}
         self.init_wait_s = init_wait_s
+        self.group_wait_s = group_wait_s
         self.store = store or ShareStateStore(ctx.zk, ctx.zk_call)
         self.settings = settings or (lambda group: ShareSettings())
         self.flush_interval_ms = flush_interval_ms
@@ -287,8 +280,8 @@ class SharePartitionManager:
         data, version = await self.store.load(group, topic, partition)
         # read before the start is chosen: the group, or its state of the topic, deleted from now on fences
         # the create (store.Write)
-        group_created = await self.store.group_created(group) if data is None else None
-        topic_created = await self.store.topic_created(group, topic) if group_created is not None else None
+        group_created = await self._group_created(group) if data is None else None
+        topic_created = await self.store.topic_created(group, topic) if data is None else None
         plog = self.ctx.logs.get_or_create(topic, partition)
         sp = None
         if data is not None:
@@ -332,6 +325,19 @@ class SharePartitionManager:
         await self._initialized(held)
         return held
 
+    async def _group_created(self, group: str) -> int:
+        """The creation zxid of the group's znode, waited for up to ``group_wait_s`` (its coordinator
+        saves it in the background when a member joins).  Raises ``ShareGroupUnknown`` when it has none."""
+        deadline = time.monotonic() + self.group_wait_s
+        while True:
+            created = await self.store.group_created(group)
+            if created is not None:
+                return created
+            if time.monotonic() >= deadline:
+                raise ShareGroupUnknown("share group %s: no such group (deleted, or no member ever joined); its "
+                                        "share partitions are not served" % group)
+            await asyncio.sleep(GROUP_POLL_S)
+
     async def _initialized(self, held: _Held) -> None:
         """Wait until a loaded share partition's state is in ZooKeeper under this broker's name and
         state epoch: a new one's start offset, as Kafka initializes share-group state before serving
@@ -343,6 +349,8 @@ class SharePartitionManager:
         code = await self.durable(held, held.sp.version, timeout=self.init_wait_s)
         if code != ErrorCode.NONE:
             self._check_fence(held.key)
+            if held.group_gone:
+                raise ShareGroupUnknown("share partition %s/%s-%d: its group was deleted" % held.key)
             raise ShareStateUnavailable("share partition %s/%s-%d: its state is not in ZooKeeper (%s)"
                                         % (*held.key, ErrorCode(code).name))
         held.ready = True
@@ -716,6 +724,7 @@ class SharePartitionManager:
             if isinstance(r, StateFenced) or r is None:
                 if isinstance(r, StateFenced):
                     self._lost(held, r)
+                    held.group_gone = r.group_gone
                 held.gone = True
                 if self.held.get(held.key) is held:
                     del self.held[held.key]

@@ -9,7 +9,8 @@ is no longer its leader, or an older incarnation) cannot overwrite what the curr
 its write fails (``StateFenced``, naming the writer found) and it drops what it held.  A writer
 recognises its own earlier write whose answer was lost by its identity in the znode, never by
 the bytes.  A share partition's first write (a create) is conditional on its group's znode being
-the one the writer saw when it chose the state (``Write.group_created``), and so is the topic's
+the one the writer saw when it chose the state (``Write.group_created``) -- a group with no znode
+gets none: only its coordinator makes it, when a member joins -- and so is the topic's
 znode under it (``Write.topic_created``), in the same multi, so neither a DeleteGroups nor a
 DeleteShareGroupOffsets of the topic is undone by a create in flight.  Many partitions are written in one ZooKeeper
 multi (the writer's batch), so the write rate is bounded by the flush interval, not by the
@@ -63,7 +64,8 @@ class StateFenced(Exception):
 
     ``writer`` and ``epoch`` say who wrote what the znode holds now (None: nobody -- the znode is
     gone, or an admin wrote it: a coordinator's AlterShareGroupOffsets); ``group_gone``: the write
-    created the share partition's first state and its group was deleted since the writer chose it."""
+    created the share partition's first state and its group has no znode (deleted, or never made by
+    its coordinator) or was deleted since the writer chose it."""
 
     def __init__(self, reason: str, writer: str | None = None, epoch: int = 0, group_gone: bool = False):
         super().__init__(reason)
@@ -89,8 +91,9 @@ class Write:
     #: else wrote.  None: an anonymous write (any failed check fences it).
     identity: Identity | None = None
     #: For a create (``NO_NODE``): the creation zxid of the group's znode when the writer chose this
-    #: state (None: the group had none).  The group deleted since (its znode gone or created again) fences
-    #: the create, so a DeleteGroups is never undone by a first write in flight.
+    #: state (None: not known; a group with no znode at the write fences it anyway).  The group deleted
+    #: since (its znode gone or created again) fences the create, so a DeleteGroups is never undone by a
+    #: first write in flight.
     group_created: int | None = None
     #: For a create: the creation zxid of the topic's znode under the group when the writer chose this
     #: state (None: the topic had none).  That znode gone or created again since (a DeleteShareGroupOffsets
@@ -219,10 +222,12 @@ class ShareStateStore:
 
     def _parents(self, batch: list[Write], out: dict) -> tuple[list[Write], list[tuple[str, Any]]]:
         """The parents of the creates in ``batch``, as ops of the multi: the group's znode checked at the
-        version it has now -- unless it was deleted since the writer chose the state (the write is
-        fenced, into ``out``) -- or created when it had none then and has none now; the topic's znode
-        likewise: checked at the version it has now unless it was deleted since the writer chose the
-        state (DeleteShareGroupOffsets of the topic: fenced), created when it has none.  A parent that
+        version it has now -- unless it has none, or was deleted since the writer chose the state (the
+        write is fenced, into ``out``): it is the group coordinator's, made when a member joins, and a
+        share partition's write never makes it (a DeleteGroups stays done, as Kafka serves no share
+        partition whose state its coordinator did not initialize); the topic's znode checked at the
+        version it has now unless it was deleted since the writer chose the state (DeleteShareGroupOffsets
+        of the topic: fenced), created when it has none.  A parent that
         changes between this read and the multi fails the multi, and its writes go round again.  The
         writes left, and the parent ops with the path each concerns."""
         ops: list[tuple[str, Any]] = []
@@ -239,22 +244,20 @@ class ShareStateStore:
             stat = seen[gpath]
             tstat = None if stat is None else seen[tpath] if tpath in seen else self.zk.exists(tpath)
             seen.setdefault(tpath, tstat)
-            if w.group_created is not None and (stat is None or stat.czxid != w.group_created):
-                log.warning("share state %s/%s-%d: the group was deleted since its first state was chosen; "
-                            "not created", w.group, w.topic, w.partition)
+            if stat is None or (w.group_created is not None and stat.czxid != w.group_created):
+                log.warning("share state %s/%s-%d: the group %s; not created", w.group, w.topic, w.partition,
+                            "has no znode" if stat is None else "was deleted since its first state was chosen")
                 out[(w.group, w.topic, w.partition)] = StateFenced("the group was deleted", group_gone=True)
                 continue
             if w.topic_created is not None and (tstat is None or tstat.czxid != w.topic_created):
                 log.warning("share state %s/%s-%d: the topic's state was deleted since its first state was chosen; "
                             "not created", w.group, w.topic, w.partition)
-                out[(w.group, w.topic, w.partition)] = StateFenced("the topic's state was deleted", group_gone=True)
+                out[(w.group, w.topic, w.partition)] = StateFenced("the topic's state was deleted")
                 continue
             keep.append(w)
             if gpath not in added:
                 added.add(gpath)
-                if stat is None:
-                    self.zk.ensure_path(paths.SHARE_GROUPS)
-                ops.append((gpath, ("check", stat.version) if stat is not None else ("create", None)))
+                ops.append((gpath, ("check", stat.version)))
             if tpath not in added:
                 added.add(tpath)
                 ops.append((tpath, ("check", tstat.version) if tstat is not None else ("create", None)))

@@ -6,6 +6,7 @@ range, an inverted range, acknowledgements opening a session, a lock duration ou
 from __future__ import annotations
 
 import pytest
+from helpers import wait_until
 
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
@@ -44,6 +45,18 @@ def _set_up(c) -> None:
             {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
         "validate_only": False}, version=1)
     assert out["responses"][0]["error_code"] == 0, out
+    _join(c)
+
+
+def _join(c) -> None:
+    """A member joins the group (its coordinator saves the group, which a share partition's first state
+    needs, as Kafka initializes a group's share state only after a ShareGroupHeartbeat); the members of
+    the tests fetch under ids of their own."""
+    wait_until(lambda: c.request(ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": [GROUP]},
+                                 version=4)["coordinators"][0]["error_code"] == 0, 60, 0.2, "a group coordinator")
+    wait_until(lambda: c.request(ApiKey.SHARE_GROUP_HEARTBEAT, {
+        "group_id": GROUP, "member_id": "joined-" + TOPIC, "member_epoch": 0, "rack_id": None,
+        "subscribed_topic_names": [TOPIC]})["error_code"] == 0, 30, 0.2, "a member joined")
 
 
 def _topic_id(conn) -> bytes:

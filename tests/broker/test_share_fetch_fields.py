@@ -95,7 +95,7 @@ def _ack_codes(out: dict) -> list[int]:
 def _set_up(c, join=None) -> tuple[_Member, _Member]:
     """The topic (one partition: records 0-19 in batches of 5, 20-39 one per batch), the group
     reading it from the start, and two members (``join``: make them members of the group first,
-    which Kafka needs before it hands a partition out)."""
+    which Kafka and our brokers need before they hand a partition out)."""
     out = c.request(ApiKey.CREATE_TOPICS, {"topics": [{"name": TOPIC, "num_partitions": 1,
                                                       "replication_factor": 1}], "timeout_ms": 10000})
     assert out["topics"][0]["error_code"] == 0, out
@@ -156,7 +156,7 @@ def _scenario(c, join=None) -> None:
 
 def test_share_fetch_fields_on_our_broker(broker):
     with BrokerConnection(*broker.address, timeout=30) as c:
-        _scenario(c)
+        _scenario(c, _join)
 
 
 def _join(c, member: str) -> None:
@@ -183,7 +183,7 @@ def test_share_fetch_fields_on_apache_kafka(apache_kafka):
 
 def test_a_refused_renewal_says_which_fields_and_opens_no_session(broker):
     with BrokerConnection(*broker.address, timeout=30) as c:
-        m1, _ = _set_up(c)
+        m1, _ = _set_up(c, _join)
         out, _ = m1.fetch(is_renew_ack=True, max_bytes=0, max_wait_ms=0)
         assert out["error_code"] == ErrorCode.INVALID_REQUEST
         assert out["error_message"] == "minBytes must be set to 0, maxRecords must be set to 0, if isRenewAck is true."
@@ -198,7 +198,7 @@ def test_a_refused_renewal_says_which_fields_and_opens_no_session(broker):
 
 def test_record_limit_mode_ignores_batch_size(broker):
     with BrokerConnection(*broker.address, timeout=30) as c:
-        m1, _ = _set_up(c)
+        m1, _ = _set_up(c, _join)
         out, _ = m1.fetch(share_acquire_mode=1, max_records=7, batch_size=1)
         assert _acquired(out) == [(0, 6, 1)]
         # batch-optimized with BatchSize 0: one range per batch (Kafka answers an empty range there)
@@ -210,7 +210,7 @@ def test_min_bytes_answers_once_the_log_holds_them(broker):
     """A fetch waiting for MinBytes is answered when records produced meanwhile bring the log
     there -- not at the first of them -- well before MaxWaitMs, with them acquired."""
     with BrokerConnection(*broker.address, timeout=60) as c:
-        m1, m2 = _set_up(c)
+        m1, m2 = _set_up(c, _join)
         out, _ = m1.fetch()
         assert _acquired(out) == [(0, 39, 1)]
         answer = {}
@@ -238,6 +238,6 @@ async def _has_session(broker, member: str) -> bool:
 @pytest.mark.parametrize("min_bytes", [1, 0])
 def test_min_bytes_one_or_zero_answers_with_what_is_there(broker, min_bytes):
     with BrokerConnection(*broker.address, timeout=30) as c:
-        m1, _ = _set_up(c)
+        m1, _ = _set_up(c, _join)
         out, took = m1.fetch(min_bytes=min_bytes, max_wait_ms=10000)
         assert _acquired(out) == [(0, 39, 1)] and took < 5

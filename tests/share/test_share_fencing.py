@@ -9,6 +9,12 @@ undone by its create (``ensure_path`` made the group's znode again).  Now every 
 written under the broker's name and the next state epoch, a leader taken over from stops serving
 the partition (NOT_LEADER_OR_FOLLOWER, its waiting acknowledgements FENCED_STATE_EPOCH), a writer
 knows its own writes by identity, and a first write is conditional on its group's znode.
+
+Finding 7's last holes: a first write made the group's znode when it had none, so a ShareFetch after
+DeleteGroups brought the group back; and a DeleteShareGroupOffsets of a topic was undone by a first
+write in flight (the topic's znode made again).  Now a share partition's first write needs its
+group's znode (only its coordinator makes it, when a member joins; GROUP_ID_NOT_FOUND otherwise) and
+is conditional on the topic's znode under it as it was when the state was chosen.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from spark_coord.errors import ErrorCode
-from spark_coord.share.manager import SharePartitionManager, ShareStateUnavailable
+from spark_coord.share.manager import ShareGroupUnknown, SharePartitionManager, ShareStateUnavailable
 from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, encode, identity_of
 from spark_coord.zk import paths
 
@@ -56,6 +62,12 @@ def _ctx(zk, plog, broker_id: int, replicas: list[int]):
                            appends=SimpleNamespace(notify=lambda key: None))
 
 
+def _saved(zk) -> None:
+    """The group's znode, saved by its coordinator when a member joined: a share partition's first
+    write needs it (only the coordinator makes it)."""
+    zk.create(paths.share_group(G), b'{"members":{}}', makepath=True)
+
+
 def _znode(zk) -> tuple[bytes, int]:
     data, stat = zk.get(paths.share_partition(G, T, 0))
     return data, stat.version
@@ -69,6 +81,7 @@ def test_a_leader_taken_over_from_is_refused_and_stops_serving_the_share_partiti
     """Broker 1 leads and has records acquired; broker 2 takes the partition over (a new assignment
     in its view, or a newer incarnation).  Broker 1's next write is refused -- its acknowledgement gets
     FENCED_STATE_EPOCH -- and it serves the partition no more (it reloaded and went on before)."""
+    _saved(zk)
     plog = SimpleNamespace(log_start_offset=0, log_end_offset=10)
 
     async def run():
@@ -109,6 +122,7 @@ def test_a_leader_taken_over_from_is_refused_and_stops_serving_the_share_partiti
 
 
 def test_a_leader_taken_over_from_serves_the_partition_again_once_its_assignment_changes(zk):
+    _saved(zk)
     plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
 
     async def run():
@@ -139,6 +153,7 @@ def test_a_leader_taken_over_from_serves_the_partition_again_once_its_assignment
 def test_a_writers_own_earlier_write_is_recognised_by_its_identity_not_its_bytes(zk):
     """The answer of a write was lost, and the writer no longer has its bytes (several writes went
     unanswered, or the state changed since): the znode's writer and epoch say it is its own."""
+    _saved(zk)
     store = ShareStateStore(zk, None)
     me, snap = ("1-aaaa", 4), {"version": 1, "start": 0, "ranges": []}
     assert store.write_blocking([Write(G, T, 0, encode(snap, None, *me), NO_NODE, me)]) == {(G, T, 0): 0}
@@ -169,8 +184,11 @@ def test_a_create_whose_group_was_deleted_since_its_state_was_chosen_is_refused(
     now = zk.exists(paths.share_group(G)).czxid
     zk.set(paths.share_group(G), b"other members")
     assert store.write_blocking([Write(G, T, 0, b"{}", NO_NODE, me, now)]) == {(G, T, 0): 0}
-    # no group znode when the state was chosen: the writer makes it, as before
-    assert store.write_blocking([Write("h", T, 1, b"{}", NO_NODE, me, None)]) == {("h", T, 1): 0}
+    # a group with no znode (never joined, or deleted before the state was chosen): refused, and its znode
+    # is not made -- only its coordinator makes it
+    out = store.write_blocking([Write("h", T, 1, b"{}", NO_NODE, me, None)])
+    assert isinstance(out[("h", T, 1)], StateFenced) and out[("h", T, 1)].group_gone
+    assert zk.exists(paths.share_group("h")) is None
 
 
 def test_a_group_deleted_while_its_partitions_first_write_is_in_flight_stays_deleted(zk):
@@ -190,7 +208,7 @@ def test_a_group_deleted_while_its_partitions_first_write_is_in_flight_stays_del
             assert await asyncio.get_running_loop().run_in_executor(None, store.called.wait, 10)
             zk.delete(paths.share_group(G), recursive=True)  # DeleteGroups
             store.gate.set()
-            with pytest.raises(ShareStateUnavailable):
+            with pytest.raises(ShareGroupUnknown):
                 await asyncio.wait_for(loading, 10)
             assert zk.exists(paths.share_group(G)) is None
         finally:
@@ -211,7 +229,8 @@ def test_a_create_whose_topics_state_was_deleted_since_it_was_chosen_is_refused(
     me = ("1-aaaa", 1)
     zk.delete(paths.share_topic(G, T), recursive=True)  # DeleteShareGroupOffsets of T
     out = store.write_blocking([Write(G, T, 0, b"{}", NO_NODE, me, group, topic)])
-    assert isinstance(out[(G, T, 0)], StateFenced) and out[(G, T, 0)].group_gone
+    assert isinstance(out[(G, T, 0)], StateFenced) and out[(G, T, 0)].writer is None
+    assert not out[(G, T, 0)].group_gone  # the group is there: its partition is started afresh at next use
     assert zk.exists(paths.share_topic(G, T)) is None
     # created again by another leader's first write since: not the topic the state was chosen for either
     zk.create(paths.share_partition(G, T, 1), b"{}", makepath=True)
@@ -242,8 +261,9 @@ def test_a_topics_state_deleted_while_a_first_write_is_in_flight_stays_deleted(z
             assert await asyncio.get_running_loop().run_in_executor(None, store.called.wait, 10)
             zk.delete(paths.share_topic(G, T), recursive=True)  # DeleteShareGroupOffsets of T
             store.gate.set()
-            with pytest.raises(ShareStateUnavailable):
+            with pytest.raises(ShareStateUnavailable) as refused:
                 await asyncio.wait_for(loading, 10)
+            assert refused.value.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE  # the group is there
             assert zk.exists(paths.share_topic(G, T)) is None
             assert zk.exists(paths.share_group(G)) is not None
             store.hold.clear()
@@ -251,6 +271,33 @@ def test_a_topics_state_deleted_while_a_first_write_is_in_flight_stays_deleted(z
             assert held.ready and zk.get_children(paths.share_topic(G, T)) == ["0"]
         finally:
             store.gate.set()
+            await manager.stop()
+
+    asyncio.run(run())
+
+
+def test_a_share_partition_of_a_group_with_no_znode_is_not_served_and_makes_none(zk):
+    """A bare ShareFetch of a group nobody joined (or one deleted): its share partition waits a moment
+    for the group's znode (the coordinator saves it in the background when a member joins), then is
+    refused with GROUP_ID_NOT_FOUND, and no znode is made; the group saved during the wait is served."""
+    plog = SimpleNamespace(log_start_offset=0, log_end_offset=10)
+
+    async def run():
+        manager = SharePartitionManager(_ctx(zk, plog, 1, [1]), ShareStateStore(zk, _zk_call), group_wait_s=0.3)
+        manager.start()
+        try:
+            with pytest.raises(ShareGroupUnknown) as refused:
+                await asyncio.wait_for(manager.partition(G, T, 0), 10)
+            assert refused.value.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            assert zk.exists(paths.SHARE_GROUPS) is None or zk.get_children(paths.SHARE_GROUPS) == []
+            manager.group_wait_s = 10
+            loading = asyncio.ensure_future(manager.partition(G, T, 0))
+            await asyncio.sleep(0)
+            assert not loading.done()
+            _saved(zk)  # the member's heartbeat saved the group
+            held = await asyncio.wait_for(loading, 10)
+            assert held.ready and _znode(zk)[1] == 0
+        finally:
             await manager.stop()
 
     asyncio.run(run())

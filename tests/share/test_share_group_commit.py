@@ -28,6 +28,7 @@ async def _zk_call(fn, *args, **kwargs):
 
 
 def _ctx(zk, plog):
+    zk.ensure_path(paths.share_group(G))  # saved by the group's coordinator when a member joined
     view = SimpleNamespace(topic_id=lambda topic: None, topics={T: {0: [1], 1: [1]}})
     return SimpleNamespace(zk=zk, zk_call=_zk_call, broker_id=1, view=view,
                            logs=SimpleNamespace(get_or_create=lambda topic, partition: plog),

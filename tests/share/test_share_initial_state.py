@@ -36,6 +36,7 @@ async def _zk_call(fn, *args, **kwargs):
 
 
 def _ctx(zk, plog):
+    zk.ensure_path(paths.share_group("g"))  # saved by the group's coordinator when a member joined
     return SimpleNamespace(zk=zk, zk_call=_zk_call, view=SimpleNamespace(topic_id=lambda topic: None),
                            logs=SimpleNamespace(get_or_create=lambda topic, partition: plog),
                            appends=SimpleNamespace(notify=lambda key: None))

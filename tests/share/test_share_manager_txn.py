@@ -17,6 +17,7 @@ from spark_coord.records.reader import iter_records
 from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.share.partition import Acquired, RecordState
 from spark_coord.share.store import ShareStateStore
+from spark_coord.zk import paths
 
 
 async def _zk_call(fn, *args, **kwargs):
@@ -48,6 +49,8 @@ def test_acquisitions_follow_the_isolation_level_and_pass_aborted_transactions(z
     _append(plog, ["o0"], pid=8, seq=0)                     # 23, open
     _append(plog, ["p2"])                                   # 24
     levels = {"rc": "read_committed", "ru": "read_uncommitted"}
+    for group in levels:
+        zk.ensure_path(paths.share_group(group))  # saved by the group's coordinator when a member joined
     ctx = SimpleNamespace(zk=zk, zk_call=_zk_call, view=SimpleNamespace(topic_id=lambda topic: None),
                           logs=SimpleNamespace(get_or_create=lambda topic, partition: plog),
                           appends=SimpleNamespace(notify=lambda key: None),

@@ -24,6 +24,7 @@ ME = ("1-aaaa", 1)
 
 
 def _store(zk) -> ShareStateStore:
+    zk.ensure_path(paths.share_group(G))  # saved by the group's coordinator when a member joined
     return ShareStateStore(zk, None)
 
 

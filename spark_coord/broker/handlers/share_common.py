@@ -100,8 +100,9 @@ async def apply_acknowledgements(ctx, conn, group: str, member: str, topics: lis
 
 def unavailable(group: str, topic: str, index: int, e: Exception) -> ErrorCode:
     """The error for a share partition that could not be had (``SharePartitionManager.partition``
-    raised ``e``): NOT_LEADER_OR_FOLLOWER once another leader took it over, else
-    COORDINATOR_NOT_AVAILABLE (its state could not be read or written in ZooKeeper)."""
+    raised ``e``): NOT_LEADER_OR_FOLLOWER once another leader took it over, GROUP_ID_NOT_FOUND when
+    it has no state and its group none either (deleted, or nobody joined it: ``ShareGroupUnknown``),
+    else COORDINATOR_NOT_AVAILABLE (its state could not be read or written in ZooKeeper)."""
     log.warning("share partition %s/%s-%d not available: %s", group, topic, index, e)
     return ErrorCode(getattr(e, "error_code", ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
