@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import quote, unquote
 
 from kazoo.client import KazooClient
@@ -80,6 +80,27 @@ class TxnStore:
         """Remove the id's node at ``version`` (an expired id, ``state.expired``), in the same fenced
         multi as every write.  Raises Fenced (the election changed: nothing removed) or StoreError (the
         node changed or is gone)."""
+        await self._fenced(transactional_id, "removed", f"removing version {version}",
+                           lambda t: t.delete(id_path(transactional_id), version))
+
+    async def write(self, txn: TxnMetadata, version: int | None) -> int:
+        """Write ``txn`` over the node at ``version`` (None: create it); returns the node's new version.
+        Raises Fenced (the election changed: nothing written) or StoreError."""
+        path, data = id_path(txn.transactional_id), txn.to_json()
+
+        def op(t: Any) -> None:
+            if version is None:
+                t.create(path, data)
+            else:
+                t.set_data(path, data, version)
+
+        results = await self._fenced(txn.transactional_id, "written", f"at version {version}", op)
+        return 0 if version is None else results[2].version
+
+    async def _fenced(self, transactional_id: str, done: str, where: str, op: Callable[[Any], None]) -> list:
+        """One multi: the shard's election checked (leader and fence znodes), then ``op``'s change of the
+        id's node; its results.  Fenced when the election changed (nothing ``done``), StoreError when
+        the node's own change failed (``where`` says what it was)."""
         check = self.epoch_check()
         what = f"transactional id {transactional_id!r}"
         if check is None:
@@ -88,7 +109,7 @@ class TxnStore:
             t = self.client.transaction()
             t.check(check.leader_path, check.coordinator_version)
             t.check(check.fence_path, check.consumers_version)
-            t.delete(id_path(transactional_id), version)
+            op(t)
             results = await zk_async.awaitable(t.commit_async())
         except SessionExpiredError:
             raise Fenced(f"{what}: ZooKeeper session expired") from None
@@ -97,34 +118,6 @@ class TxnStore:
         for i, result in enumerate(results):
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 if i < 2:
-                    raise Fenced(f"{what}: the election changed ({result.__class__.__name__}); not removed")
-                raise StoreError(f"{what}: {result.__class__.__name__} removing version {version}")
-
-    async def write(self, txn: TxnMetadata, version: int | None) -> int:
-        """Write ``txn`` over the node at ``version`` (None: create it); returns the node's new version.
-        Raises Fenced (the election changed: nothing written) or StoreError."""
-        check = self.epoch_check()
-        what = f"transactional id {txn.transactional_id!r}"
-        if check is None:
-            raise Fenced(f"{what}: this process does not hold the shard")
-        path = id_path(txn.transactional_id)
-        data = txn.to_json()
-        try:
-            t = self.client.transaction()
-            t.check(check.leader_path, check.coordinator_version)
-            t.check(check.fence_path, check.consumers_version)
-            if version is None:
-                t.create(path, data)
-            else:
-                t.set_data(path, data, version)
-            results = await zk_async.awaitable(t.commit_async())
-        except SessionExpiredError:
-            raise Fenced(f"{what}: ZooKeeper session expired") from None
-        except KazooException as e:
-            raise StoreError(f"{what}: {e.__class__.__name__}") from None
-        for i, result in enumerate(results):
-            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
-                if i < 2:
-                    raise Fenced(f"{what}: the election changed ({result.__class__.__name__}); not written")
-                raise StoreError(f"{what}: {result.__class__.__name__} at version {version}")
-        return 0 if version is None else results[2].version
+                    raise Fenced(f"{what}: the election changed ({result.__class__.__name__}); not {done}")
+                raise StoreError(f"{what}: {result.__class__.__name__} {where}")
+        return results
