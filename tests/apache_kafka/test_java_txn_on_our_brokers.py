@@ -32,32 +32,26 @@ import subprocess
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import local_cluster, wait_until
-
-from spark_coord.client.connection import BrokerConnection
-from spark_coord.client.metadata import ClusterClient
-from spark_coord.errors import ErrorCode
-from spark_coord.wire.registry import ApiKey
+from helpers import wait_until
+from txn_cluster import describe as _state
+from txn_cluster import holder as _holder
+from txn_cluster import topic as new_topic
+from txn_cluster import txn_cluster
+from txn_cluster import wait_balanced as _wait_balanced
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
-ZK_SESSION_MS = 4000
-TRANSACTIONAL_ID_NOT_FOUND = 105
 DRIVER = Path(__file__).resolve().parents[1] / "peers" / "java" / "TxnDriver.java"
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    with local_cluster(zookeeper, tmp_path_factory.mktemp("java-txn"), 3, "java_txn", {
-            "zookeeper.session.timeout.ms": ZK_SESSION_MS,
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
-            "transaction.max.timeout.ms": 120000}) as c:
-        _wait_balanced(c)
+    with txn_cluster(zookeeper, tmp_path_factory, "java_txn", {
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}) as c:
         yield c
 
 
@@ -147,65 +141,8 @@ class JavaDriver:
 
 # ------------------------------------------------------------------------------------------ helpers
 
-def _wait_balanced(cluster) -> None:
-    """Until every coordinator shard is held and the three brokers hold as many (within one)."""
-    from spark_coord.zk.client import close, connect
-    from testkit.zk_history import read_shard_holders
-
-    zk = connect(cluster.zk_connect, session_timeout_ms=10000, connection_timeout_ms=10000)
-    try:
-        def balanced() -> bool:
-            loads = Counter(read_shard_holders(zk).values())
-            return bool(loads) and None not in loads and set(loads) == set(cluster.brokers) and \
-                max(loads.values()) - min(loads.values()) <= 1
-        wait_until(balanced, timeout=60, interval=0.2, message="the shards placed over the three brokers")
-    finally:
-        close(zk)
-
-
-def _conn(cluster, broker_id: int) -> BrokerConnection:
-    return BrokerConnection(*cluster.brokers[broker_id], timeout=10)
-
-
 def _topic(cluster) -> str:
-    """A new topic with partition i led by broker i, known to every broker."""
-    name = f"jtx-{uuid.uuid4().hex[:8]}"
-    with ClusterClient(cluster.bootstrap) as c:
-        r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
-            {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
-             "assignments": [{"partition_index": i, "broker_ids": [b]}
-                             for i, b in enumerate(sorted(cluster.brokers))]}]})
-        assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
-    for broker_id in cluster.brokers:
-        with _conn(cluster, broker_id) as conn:
-            wait_until(lambda: all(t["error_code"] == ErrorCode.NONE and len(t["partitions"]) == PARTITIONS
-                                   for t in conn.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
-                       timeout=15, message=f"broker {broker_id} knows {name}")
-    return name
-
-
-def _holder(cluster, tid: str) -> int:
-    """The broker FindCoordinator names for ``tid``, once it serves the id."""
-    def ask():
-        for broker_id in cluster.brokers:
-            if cluster.procs[broker_id].poll() is not None:
-                continue
-            with _conn(cluster, broker_id) as conn:
-                r = conn.request(ApiKey.FIND_COORDINATOR, {"key": tid, "key_type": 1}, version=3)
-            if r["error_code"] != ErrorCode.NONE or cluster.procs[r["node_id"]].poll() is not None:
-                return None
-            with _conn(cluster, r["node_id"]) as conn:
-                (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})[
-                    "transaction_states"]
-            return (r["node_id"],) if state["error_code"] in (ErrorCode.NONE, TRANSACTIONAL_ID_NOT_FOUND) else None
-        return None
-    return wait_until(ask, timeout=30, message=f"a coordinator for {tid}")[0]
-
-
-def _state(cluster, tid: str) -> dict:
-    with _conn(cluster, _holder(cluster, tid)) as conn:
-        (state,) = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})["transaction_states"]
-        return state
+    return new_topic(cluster, "jtx")
 
 
 def _wait_state(cluster, tid: str, wanted: str, timeout: float = 30) -> dict:

@@ -21,10 +21,10 @@ from helpers import wait_until
 from txn_cluster import conn as _conn
 from txn_cluster import describe as _describe
 from txn_cluster import holder as _holder
+from txn_cluster import topic as new_topic
 from txn_cluster import txn_cluster
 from txn_cluster import wait_balanced as _wait_balanced
 
-from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
@@ -42,20 +42,7 @@ def cluster(zookeeper, tmp_path_factory):
 
 
 def _topic(cluster) -> str:
-    """A new topic with partition i led by broker i (every broker knows it before it is used)."""
-    name = f"txn-{uuid.uuid4().hex[:8]}"
-    with ClusterClient(cluster.bootstrap) as c:
-        r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
-            {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
-             "assignments": [{"partition_index": i, "broker_ids": [b]}
-                             for i, b in enumerate(sorted(cluster.brokers))]}]})
-        assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
-    for broker_id in cluster.brokers:
-        with _conn(cluster, broker_id) as conn:
-            wait_until(lambda: all(t["error_code"] == ErrorCode.NONE and len(t["partitions"]) == PARTITIONS
-                                   for t in conn.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
-                       timeout=15, message=f"broker {broker_id} knows {name}")
-    return name
+    return new_topic(cluster, "txn")
 
 
 def _producer(cluster, tid: str, **extra) -> Producer:

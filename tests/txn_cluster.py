@@ -1,15 +1,18 @@
-"""What the transaction tests share: a three-broker cluster whose coordinator shards are placed evenly, and
-the questions they ask of the broker holding a transactional id (FindCoordinator, DescribeTransactions)."""
+"""What the transaction tests share (tests/integration, tests/apache_kafka): a three-broker cluster whose
+coordinator shards are placed evenly, topics with partition i led by broker i, and the questions they ask of the
+broker holding a transactional id (FindCoordinator, DescribeTransactions)."""
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections import Counter
 from typing import Iterator
 
 from helpers import local_cluster, wait_until
 
 from spark_coord.client.connection import BrokerConnection
+from spark_coord.client.metadata import ClusterClient
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
@@ -49,6 +52,24 @@ def wait_balanced(cluster) -> None:
 
 def conn(cluster, broker_id: int) -> BrokerConnection:
     return BrokerConnection(*cluster.brokers[broker_id], timeout=10)
+
+
+def topic(cluster, prefix: str = "txn") -> str:
+    """A new topic with partition i led by broker i (as many partitions as brokers), known to every broker
+    before it is used."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    brokers = sorted(cluster.brokers)
+    with ClusterClient(cluster.bootstrap) as c:
+        r = c.request_any(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
+            {"name": name, "num_partitions": -1, "replication_factor": -1, "configs": [],
+             "assignments": [{"partition_index": i, "broker_ids": [b]} for i, b in enumerate(brokers)]}]})
+        assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
+    for broker_id in brokers:
+        with conn(cluster, broker_id) as c:
+            wait_until(lambda: all(t["error_code"] == ErrorCode.NONE and len(t["partitions"]) == len(brokers)
+                                   for t in c.request(ApiKey.METADATA, {"topics": [{"name": name}]})["topics"]),
+                       timeout=15, message=f"broker {broker_id} knows {name}")
+    return name
 
 
 def holder(cluster, tid: str) -> int:
