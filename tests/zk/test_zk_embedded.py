@@ -68,11 +68,17 @@ def test_start_stop_temp_dir_process_really_gone(tmp_path):
 
 
 def test_kill_then_restart_keeps_port_data_and_session(tmp_path):
-    zk = EmbeddedZooKeeper(data_dir=tmp_path / "zk", settings={"tickTime": 500})
+    # A client that reconnects while the restarted server is still starting may find its connection
+    # accepted and never answered (ZooKeeper 3.x logs "ZooKeeperServer not running" and a
+    # NullPointerException instead of closing it); kazoo then waits session timeout / hosts for the
+    # ConnectResponse before it tries again.  The server is named twice (kazoo waits 20 s at most) and
+    # the session is 40 s (tickTime 2000 allows up to 20 ticks), so the session outlives such a wait.
+    zk = EmbeddedZooKeeper(data_dir=tmp_path / "zk", settings={"tickTime": 2000})
     zk.start()
     try:
         port = zk.port
-        c = zkclient.connect(zk.connect_string, session_timeout_ms=20000, connection_timeout_ms=10000)
+        c = zkclient.connect(f"{zk.connect_string},{zk.connect_string}", session_timeout_ms=40000,
+                             connection_timeout_ms=10000)
         states: list[str] = []
         c.add_listener(states.append)
         c.create("/durable", b"1")
@@ -83,7 +89,7 @@ def test_kill_then_restart_keeps_port_data_and_session(tmp_path):
         wait_until(lambda: KazooState.SUSPENDED in states, 10, message="client to notice the crash")
         zk.start()
         assert zk.port == port and zk.pid != old_pid
-        wait_until(lambda: c.connected, 20, message="client to reconnect to the restarted server")
+        wait_until(lambda: c.connected, 35, message="client to reconnect to the restarted server")
         assert c.client_id[0] == session  # sessions survive a restart within their timeout
         assert c.get("/durable")[0] == b"1"
         assert KazooState.LOST not in states
