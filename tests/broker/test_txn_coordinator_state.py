@@ -10,8 +10,8 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
+from txn_memory_store import MemoryStore
 
-from spark_coord.coordinator.storage.store import Fenced
 from spark_coord.coordinator.txn import state as st
 from spark_coord.coordinator.txn.coordinator import NO_PARTITION, TxnCoordinator, TxnSettings
 from spark_coord.coordinator.txn.state import IllegalTransition, TxnMetadata, TxnState
@@ -171,29 +171,6 @@ def test_any_sequence_moves_only_along_kafkas_transitions(ops):
 
 
 # ---------------------------------------------------------------------------------------------- the coordinator
-class MemoryStore:
-    """``TxnStore`` in memory: version-checked, and fenced on demand."""
-
-    def __init__(self):
-        self.nodes: dict[str, tuple[TxnMetadata, int]] = {}
-        self.fenced = False
-        self.writes: list[TxnMetadata] = []
-
-    async def load(self):
-        return dict(self.nodes)
-
-    async def write(self, txn, version):
-        await asyncio.sleep(0)
-        if self.fenced:
-            raise Fenced("fenced")
-        current = self.nodes.get(txn.transactional_id)
-        assert (current[1] if current else None) == version
-        new_version = 0 if version is None else version + 1
-        self.nodes[txn.transactional_id] = (txn, new_version)
-        self.writes.append(txn)
-        return new_version
-
-
 class Leaders:
     """Partition leaders that take markers, or refuse them while ``down`` names the broker."""
 

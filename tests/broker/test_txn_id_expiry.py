@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import local_cluster, wait_until
+from txn_memory_store import MemoryStore
 
-from spark_coord.coordinator.storage.store import Fenced
 from spark_coord.coordinator.txn import state as st
 from spark_coord.coordinator.txn.coordinator import TxnCoordinator, TxnSettings
 from spark_coord.coordinator.txn.state import TxnMetadata, TxnState
@@ -35,37 +35,9 @@ def test_only_ids_with_nothing_open_expire(state):
     assert not st.expired(txn, 1_000 + DAY_MS - 1, DAY_MS)
 
 
-class Store:
-    """``TxnStore`` in memory: version-checked writes and deletes, fenced on demand."""
-
-    def __init__(self):
-        self.nodes: dict[str, tuple[TxnMetadata, int]] = {}
-        self.fenced = False
-
-    async def load(self):
-        return dict(self.nodes)
-
-    async def write(self, txn, version):
-        await asyncio.sleep(0)
-        if self.fenced:
-            raise Fenced("fenced")
-        current = self.nodes.get(txn.transactional_id)
-        assert (current[1] if current else None) == version
-        new_version = 0 if version is None else version + 1
-        self.nodes[txn.transactional_id] = (txn, new_version)
-        return new_version
-
-    async def delete(self, tid, version):
-        await asyncio.sleep(0)
-        if self.fenced:
-            raise Fenced("fenced")
-        assert self.nodes[tid][1] == version
-        del self.nodes[tid]
-
-
 def test_the_coordinator_removes_idle_ids_fenced():
     async def run():
-        store, clock, ids = Store(), [1_000], iter(range(100, 200))
+        store, clock, ids = MemoryStore(), [1_000], iter(range(100, 200))
 
         async def allocate():
             return next(ids)
