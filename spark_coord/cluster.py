@@ -18,9 +18,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from spark_coord.net import free_port
+
+if TYPE_CHECKING:
+    from spark_coord.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +49,16 @@ def _tail(path: Path, lines: int = 30) -> str:
 class LocalCluster:
     """ZooKeeper (embedded unless ``zk_connect`` is given) plus ``n_brokers`` broker processes.
 
-    ``overrides`` are broker settings applied to every broker.  Use as a context
-    manager, or call ``start()`` / ``stop()``.
+    ``overrides`` are broker settings applied to every broker.  ``security``: how a client
+    reaches the brokers' one listener (a ``ClientSecurity``; None: PLAINTEXT): each listens
+    on ``<its protocol>://host:port`` (the TLS and SASL settings are the ``overrides``' part)
+    and is ready once it answers ApiVersions over it.  Use as a context manager, or call
+    ``start()`` / ``stop()``.
     """
 
     def __init__(self, n_brokers: int, data_dir: str | os.PathLike, zk_connect: str | None = None, zk_port: int = 0,
                  base_port: int = 0, overrides: Mapping[str, object] | None = None, host: str = "127.0.0.1",
-                 metrics_port: int | None = None):
+                 metrics_port: int | None = None, security: "ClientSecurity | None" = None):
         if n_brokers < 1:
             raise ValueError(f"n_brokers must be at least 1, got {n_brokers}")
         self.n_brokers = n_brokers
@@ -62,6 +68,7 @@ class LocalCluster:
         self.zk_port = zk_port
         self.base_port = base_port
         self.metrics_port = metrics_port
+        self.security = security
         #: broker id -> port of its metrics endpoint (with ``metrics_port``).
         self.metrics_ports: dict[int, int] = {}
         merged = {**DEFAULT_OVERRIDES, **(overrides or {})}
@@ -120,9 +127,10 @@ class LocalCluster:
         return self
 
     def _spawn(self, broker_id: int) -> None:
+        protocol = self.security.protocol if self.security is not None else "PLAINTEXT"
         settings = {
             "broker.id": broker_id,
-            "listeners": f"PLAINTEXT://{self.host}:{self.ports[broker_id]}",
+            "listeners": f"{protocol}://{self.host}:{self.ports[broker_id]}",
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "zookeeper.connect": self.zk_connect,
         }
@@ -165,7 +173,7 @@ class LocalCluster:
                     pass  # not registered yet (or no longer), or half written
                 if registered:
                     try:
-                        with BrokerConnection(self.host, self.ports[broker_id], timeout=5.0):
+                        with BrokerConnection(self.host, self.ports[broker_id], timeout=5.0, security=self.security):
                             return
                     except (OSError, ValueError) as e:
                         log.debug("broker %d not answering yet: %s", broker_id, e)

@@ -385,7 +385,7 @@ class StandaloneCoordination(CoordinationService):
         endpoints = {b.id: (b.host, b.port) for b in view.brokers.values()}
         leaders = {(t, p): replicas[0] for t, assignment in view.topics.items()
                    for p, replicas in assignment.items() if replicas}
-        return None, None, True, getattr(self.broker, "data_security", None), leaders, endpoints
+        return None, None, None, getattr(self.broker, "data_security", None), leaders, endpoints
 
 
 class StandaloneCoordinator:

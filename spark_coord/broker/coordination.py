@@ -679,17 +679,18 @@ class CoordinationService:
 
     async def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Log ends of ``partitions`` (DescribeShareGroupOffsets' lag): this broker's own logs, the
-        others' leaders by ListOffsets on the inter-broker listener (when it is PLAINTEXT, as the
-        metrics endpoint reads them), on a worker thread."""
+        others' leaders by ListOffsets on the inter-broker listener with the broker's credentials for
+        it (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, as the metrics endpoint reads them), on a
+        worker thread."""
         if not partitions:
             return {}
         from spark_coord.metrics.lag import LogEnds
 
-        local, local_id, remote, security, leaders, endpoints = self._log_end_sources()
+        local, local_id, local_only, security, leaders, endpoints = self._log_end_sources()
 
         def read() -> dict[tuple[str, int], int]:
-            ends = LogEnds(local=local, local_id=local_id, remote=remote, client_id="spark-coord-coordinator",
-                           security=security)
+            ends = LogEnds(local=local, local_id=local_id, local_only=local_only,
+                           client_id="spark-coord-coordinator", security=security)
             try:
                 return ends.read(partitions, leaders, endpoints)
             finally:
@@ -697,13 +698,14 @@ class CoordinationService:
 
         return await asyncio.get_running_loop().run_in_executor(None, read)
 
-    def _log_end_sources(self) -> tuple[Any, int | None, bool, Any, dict, dict]:
-        """(local log end function, local broker id, whether other brokers may be asked, their
-        client security, leader per partition, address per broker) -- on the loop."""
+    def _log_end_sources(self) -> tuple[Any, int | None, str | None, Any, dict, dict]:
+        """(local log end function, local broker id, why other brokers are not asked (None: they
+        are), their client security, leader per partition, address per broker) -- on the loop."""
+        from spark_coord.metrics.lag import inter_broker_security
+
         broker = self.broker
         view = broker.view
-        listener_config = broker.security.listener_config
-        listener = listener_config.inter_broker
+        listener = broker.security.listener_config.inter_broker
         endpoints = {}
         for b in view.brokers.values():
             ep = b.endpoint_for(listener)
@@ -716,8 +718,8 @@ class CoordinationService:
             plog = broker.logs.get(*tp) if broker.logs is not None else None
             return plog.log_end_offset if plog is not None else None
 
-        remote = listener_config.listener(listener).protocol == "PLAINTEXT"
-        return local, broker.broker_id, remote, None, leaders, endpoints
+        security, local_only = inter_broker_security(broker)
+        return local, broker.broker_id, local_only, security, leaders, endpoints
 
     def not_serving(self) -> ErrorCode | None:
         """Why this process serves no group now (None: it serves some shard)."""

@@ -16,10 +16,11 @@ log end is never older than its committed offset and lag never comes out negativ
 
 Log ends (``LogEnds``): partitions this process leads come from its own logs; the others
 from their leaders with ListOffsets (one request per leader, connections kept), on the
-brokers' inter-broker listener (a standalone coordinator: the data cluster's brokers as
-its Metadata names them, with its client security settings for the data cluster).  A
-leader that cannot be reached leaves its partitions' lag out of that scrape, as
-kafka_exporter does, with a warning at most once a minute.
+brokers' inter-broker listener with the broker's own credentials for it, whatever it speaks
+(``inter_broker_security``: what its transaction markers use) -- a standalone coordinator:
+the data cluster's brokers as its Metadata names them, with its client security settings for
+the data cluster.  A leader that cannot be reached leaves its partitions' lag out of that
+scrape, as kafka_exporter does, with a warning at most once a minute.
 
 Share groups (KIP-932): the snapshot carries their membership (``snapshot_share_groups``);
 where each stands on its partitions is not in the coordinator's memory but in ZooKeeper, so
@@ -235,18 +236,19 @@ class LogEnds:
     """Log end offsets: ``local(tp)`` for partitions this process holds, ListOffsets for the rest.
 
     ``local_id``: this broker's id (None: a standalone coordinator, everything is remote).
-    ``remote``: whether other brokers may be asked (False unless the inter-broker listener is
-    PLAINTEXT: a broker's endpoint holds no client TLS or SASL settings).  ``security``: the client
-    security of those connections (a standalone coordinator's for its data cluster; None: PLAINTEXT).
+    ``security``: the client security of the connections to the others (a broker's own on its
+    inter-broker listener, ``inter_broker_security``; a standalone coordinator's for its data
+    cluster; None: PLAINTEXT).  ``local_only``: why other brokers are not asked at all (a broker
+    without credentials for its SASL inter-broker listener), None when they are.
     Used by one thread at a time."""
 
     def __init__(self, local: Callable[[TopicPartition], int | None] | None = None, local_id: int | None = None,
-                 remote: bool = True, client_id: str = "spark-coord-metrics", timeout: float = LOG_END_TIMEOUT_S,
-                 security: Any = None):
+                 local_only: str | None = None, client_id: str = "spark-coord-metrics",
+                 timeout: float = LOG_END_TIMEOUT_S, security: Any = None):
         self.local = local
         self.security = security
         self.local_id = local_id
-        self.remote = remote
+        self.local_only = local_only
         self.client_id = client_id
         self.timeout = timeout
         self._conns: dict[int, tuple[tuple[str, int], Any]] = {}
@@ -268,9 +270,9 @@ class LogEnds:
                     continue
             if leader is not None and leader != self.local_id:
                 by_leader.setdefault(leader, []).append(tp)
-        if by_leader and not self.remote:
-            self._warn("remote", "log ends of partitions other brokers lead are not read (the inter-broker listener "
-                                 "is not PLAINTEXT): their lag is left out")
+        if by_leader and self.local_only is not None:
+            self._warn("remote", f"log ends of partitions other brokers lead are not read ({self.local_only}): "
+                                 "their lag is left out")
             return ends
         for leader, tps in by_leader.items():
             address = endpoints.get(leader)
@@ -337,6 +339,24 @@ class LogEnds:
     def close(self) -> None:
         for leader in list(self._conns):
             self._drop(leader)
+
+
+def inter_broker_security(broker: Any) -> tuple[Any, str | None]:
+    """(security, None): the ``ClientSecurity`` a broker asks the others for their log ends with, on its
+    inter-broker listener as Kafka's brokers reach each other (``security.client.inter_broker``, what
+    its transaction markers use: the listener's protocol, over SASL the credentials of
+    ``listener.name.<listener>.<mechanism>.sasl.jaas.config``, over TLS its trust store and key
+    store); (None, why) when a SASL listener has no credentials for the broker, which then reads
+    only its own partitions' log ends (the markers fail alike: a setting missing is no reason to
+    refuse the broker's start)."""
+    from spark_coord.config import ConfigError
+    from spark_coord.security.client import inter_broker
+
+    listeners = broker.security.listener_config
+    try:
+        return inter_broker(broker.config, listeners.listener(listeners.inter_broker)), None
+    except ConfigError as e:
+        return None, f"no credentials for the inter-broker listener: {e}"
 
 
 # ---------------------------------------------------------------------- lag

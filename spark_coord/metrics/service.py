@@ -43,6 +43,7 @@ from spark_coord.metrics.lag import (
     ShareStates,
     Unavailable,
     broker_snapshot,
+    inter_broker_security,
     on_loop,
     standalone_snapshot,
 )
@@ -129,19 +130,20 @@ class MetricsEndpoint:
         return port
 
     def start_for_broker(self, broker: Any, loop: asyncio.AbstractEventLoop) -> int:
-        """Serve a started ``Broker``: its logs, its cluster view, its coordinator when elected."""
-        config = broker.security.listener_config
-        protocol = config.listener(config.inter_broker).protocol
-        if protocol != "PLAINTEXT":
-            log.info("%s: lag is computed for the partitions this broker leads only: other brokers' log ends "
-                     "are read over a PLAINTEXT inter-broker listener, and this one is %s", self.process, protocol)
+        """Serve a started ``Broker``: its logs, its cluster view, its coordinator when elected; other
+        brokers' log ends read on the inter-broker listener with the broker's credentials for it."""
+        security, local_only = inter_broker_security(broker)
+        if local_only is not None:
+            log.warning("%s: lag is computed for the partitions this broker leads only (%s)", self.process,
+                        local_only)
 
         def log_end(tp: tuple[str, int]) -> int | None:
             plog = broker.logs.get(*tp) if broker.logs is not None else None
             return plog.log_end_offset if plog is not None else None
 
         port = self.start(lambda: on_loop(loop, lambda: broker_snapshot(broker)),
-                          LogEnds(local=log_end, local_id=broker.broker_id, remote=protocol == "PLAINTEXT"),
+                          LogEnds(local=log_end, local_id=broker.broker_id, local_only=local_only,
+                                  security=security),
                           lambda tracker: [BrokerCollector(broker, tracker), ShareCollector(broker, loop),
                                            ZooKeeperCollector(broker)],
                           share_states=lambda group: read_states_blocking(broker.zk, group))

@@ -21,8 +21,10 @@ from spark_coord.metrics.lag import (
     MemberView,
     Unavailable,
     compute_lag,
+    inter_broker_security,
     on_loop,
 )
+from spark_coord.security.client import PLAINTEXT
 
 
 def snapshot(**kw) -> ClusterSnapshot:
@@ -86,12 +88,34 @@ def test_a_process_that_does_not_coordinate_exports_no_group():
 
 
 def test_without_remote_reads_only_local_log_ends_are_used_and_it_says_so_once(caplog):
-    ends = LogEnds(local=lambda tp: 10, local_id=0, remote=False)
+    ends = LogEnds(local=lambda tp: 10, local_id=0, local_only="no credentials for the inter-broker listener")
     leaders = {("t", 0): 0, ("t", 1): 1}
     with caplog.at_level(logging.WARNING):
         assert ends.read([("t", 0), ("t", 1)], leaders, {1: ("127.0.0.1", 1)}) == {("t", 0): 10}
         assert ends.read([("t", 0), ("t", 1)], leaders, {1: ("127.0.0.1", 1)}) == {("t", 0): 10}
-    assert sum("not PLAINTEXT" in r.getMessage() for r in caplog.records) == 1
+    assert sum("no credentials for the inter-broker listener" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_other_brokers_log_ends_are_read_with_the_brokers_inter_broker_credentials():
+    from types import SimpleNamespace
+
+    from spark_coord.security.listeners import Listener, ListenerConfig
+
+    def broker(protocol: str, **config) -> SimpleNamespace:
+        listeners = ListenerConfig((Listener(protocol, protocol, "127.0.0.1", 0),), {protocol: (None, None)}, protocol)
+        return SimpleNamespace(config=config, security=SimpleNamespace(listener_config=listeners))
+
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="pw";'
+    security, local_only = inter_broker_security(broker(
+        "SASL_SSL", **{"sasl.enabled.mechanisms": ["SCRAM-SHA-512"], "ssl.truststore.location": "/ca.pem",
+                       "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas}))
+    assert local_only is None
+    assert (security.protocol, security.mechanism, security.username, security.ca_location) == \
+        ("SASL_SSL", "SCRAM-SHA-512", "admin", "/ca.pem")
+    assert inter_broker_security(broker("PLAINTEXT")) == (PLAINTEXT, None)
+    # a SASL listener without the broker's credentials: only its own partitions, the missing key named
+    security, local_only = inter_broker_security(broker("SASL_PLAINTEXT", **{"sasl.enabled.mechanisms": ["PLAIN"]}))
+    assert security is None and "listener.name.sasl_plaintext.plain.sasl.jaas.config" in local_only
 
 
 def test_an_unreachable_leader_leaves_its_partitions_out(caplog):

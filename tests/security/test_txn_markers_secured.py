@@ -15,28 +15,22 @@ import uuid
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from helpers import wait_until
-from security_support import PASSWORDS, add_users, sasl_ssl
+from security_support import add_users, create_split_topic, sasl_ssl, sasl_ssl_client, sasl_ssl_inter_broker
 
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
 from spark_coord.wire.registry import ApiKey
 
 LISTENER = "SASL_SSL"
-JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="{}";'
 
 
 def _overrides(server_cert, pki) -> dict:
-    return {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.location": str(server_cert.keystore),
-            "ssl.truststore.location": str(pki.ca_path), "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
-            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": JAAS.format(PASSWORDS["admin"]),
+    return {"listeners": "SASL_SSL://127.0.0.1:0", **sasl_ssl_inter_broker(server_cert, pki),
             "coordinator.shards": 4, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}
 
 
 def _client(b, pki) -> dict:
-    return {"bootstrap.servers": f"127.0.0.1:{b.broker.bound_ports[LISTENER]}", "security.protocol": LISTENER,
-            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"],
-            "ssl.ca.location": str(pki.ca_path)}
+    return sasl_ssl_client(f"127.0.0.1:{b.broker.bound_ports[LISTENER]}", pki)
 
 
 def _conn(b, pki) -> BrokerConnection:
@@ -47,16 +41,7 @@ def test_markers_cross_a_sasl_ssl_inter_broker_listener(broker_factory, server_c
     add_users(zk, "admin", "alice")
     brokers = [broker_factory(i, **_overrides(server_cert, pki)) for i in (0, 1)]
     topic, tid = f"sec-{uuid.uuid4().hex[:6]}", f"tx-{uuid.uuid4().hex[:6]}"
-    with _conn(brokers[0], pki) as conn:
-        r = conn.request(ApiKey.CREATE_TOPICS, {"timeout_ms": 30000, "validate_only": False, "topics": [
-            {"name": topic, "num_partitions": -1, "replication_factor": -1, "configs": [],
-             "assignments": [{"partition_index": i, "broker_ids": [i]} for i in (0, 1)]}]})
-        assert r["topics"][0]["error_code"] == ErrorCode.NONE, r
-    for b in brokers:
-        with _conn(b, pki) as conn:
-            wait_until(lambda: all(t["error_code"] == ErrorCode.NONE and len(t["partitions"]) == 2
-                                   for t in conn.request(ApiKey.METADATA, {"topics": [{"name": topic}]})["topics"]),
-                       timeout=20, message="both brokers know the topic")
+    create_split_topic([("127.0.0.1", b.broker.bound_ports[LISTENER]) for b in brokers], pki, topic)
 
     producer = Producer({**_client(brokers[0], pki), "transactional.id": tid, "linger.ms": 0})
     producer.init_transactions(60)
