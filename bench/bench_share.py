@@ -60,6 +60,10 @@ How the figures are taken:
   window's increments by the time from the first record to the N-th counted; ZooKeeper's write
   transactions of every kind (a multi is one, the coordinator's own writes count too) from its zxid
   (``srvr``) over the same window;
+* share-state journal: the broker's appends (one per group commit of acknowledgements) and their bytes
+  over the same window, from its metrics endpoint (``spark_coord_share_journal_*_total``): appends per
+  1,000 records and bytes per append -- with the journal an acknowledgement is answered after its
+  append, and the znode writes are the checkpoints behind it;
 * CPU: the broker's and ZooKeeper's process CPU time (/proc/<pid>/stat) from the start signal to the
   N-th record over that time, and the readers' own (``time.process_time()`` over their reading time:
   librdkafka's threads and the Python loop, summed over the processes);
@@ -324,6 +328,22 @@ def znode_writes(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(v - before.get(p, -1) for p, v in after.items() if v >= 0)
 
 
+def journal_counters(port: int | None) -> tuple[int, int]:
+    """(appends, bytes) of the broker's share-state journal so far, from its metrics endpoint
+    (``spark_coord_share_journal_appends_total``, ``_bytes_total``); (0, 0) without one."""
+    if port is None:
+        return 0, 0
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        found[name] = value
+    return tuple(int(float(found.get(f"spark_coord_share_journal_{what}_total", 0))) for what in ("appends", "bytes"))
+
+
 def zxid(host: str, port: int) -> int:
     """ZooKeeper's last zxid (its counter part): one per write transaction (a multi counts once)."""
     from spark_coord.zk.embedded import four_letter_word
@@ -386,6 +406,7 @@ class Bench:
         self.cluster = cluster
         self.bootstrap = cluster.bootstrap
         self.broker_pid = cluster.procs[0].pid
+        self.metrics_port = cluster.metrics_ports.get(0)
         self.zk_pid = zk_server.pid
         host, port = zk_server.connect_string.rsplit(":", 1)
         self.zk_addr = (host, int(port))
@@ -501,6 +522,7 @@ class Bench:
                 time.sleep(0.05)
             settle = self.wait_share_stable(group, consumers, deadline) if share_like else None
             v0 = znode_versions(self.zk, znodes)
+            j0 = journal_counters(self.metrics_port)
             z0 = zxid(*self.zk_addr)
             cpu0 = (cpu_seconds(self.broker_pid), cpu_seconds(self.zk_pid))
             load0 = os.getloadavg()[0]
@@ -515,6 +537,7 @@ class Bench:
             cpu1 = (cpu_seconds(self.broker_pid), cpu_seconds(self.zk_pid))
             z1 = zxid(*self.zk_addr)
             v1 = znode_versions(self.zk, znodes)
+            j1 = journal_counters(self.metrics_port)
             stop.set()
             results = self._collect(procs, out, consumers, label)
         finally:
@@ -554,6 +577,8 @@ class Bench:
                "error_sample": [e for r in results for e in r["errors"]][:5],
                "znode_writes": writes, "znode_writes_s": writes / window,
                "znode_writes_per_1k": 1000 * writes / n, "znode_writes_total": znode_writes(v0, v2),
+               "journal_appends_per_1k": 1000 * (j1[0] - j0[0]) / n,
+               "journal_bytes_per_append": (j1[1] - j0[1]) / (j1[0] - j0[0]) if j1[0] > j0[0] else 0.0,
                "zk_txn_s": (z1 - z0) / window,
                "broker_cpu": (cpu1[0] - cpu0[0]) / (t_end - t_go), "zk_cpu": (cpu1[1] - cpu0[1]) / (t_end - t_go),
                "client_cpu": sum(r["cpu"] for r in results) / read_s,
@@ -739,12 +764,16 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
         m = s[ph]
         rows.append({"reader": names[ph], "records/s": Fig(m["records_s"]), "w": Fig(m["znode_writes"]),
                      "ws": Fig(m["znode_writes_s"], ",.1f"), "wk": Fig(m["znode_writes_per_1k"], ".2f"),
-                     "tot": Fig(m["znode_writes_total"]), "txn": Fig(m["zk_txn_s"], ",.1f")})
+                     "tot": Fig(m["znode_writes_total"]), "txn": Fig(m["zk_txn_s"], ",.1f"),
+                     "jk": Fig(m.get("journal_appends_per_1k", 0.0), ".2f"),
+                     "jb": Fig(m.get("journal_bytes_per_append", 0.0), ",.0f")})
     lines.append("\nZooKeeper writes while reading (the group's znodes: version increments from the start signal to "
-                 "the N-th record; total: until every client closed)\n")
-    lines.append(format_table(rows, ["reader", "records/s", "w", "ws", "wk", "tot", "txn"],
+                 "the N-th record; total: until every client closed), and the broker's share-state journal appends "
+                 "(one per group commit of acknowledgements) over the same span\n")
+    lines.append(format_table(rows, ["reader", "records/s", "w", "ws", "wk", "tot", "txn", "jk", "jb"],
                               ["reader", "records/s", "znode writes", "znode writes/s", "per 1,000 records",
-                               "total incl. close", "ZK write txns/s (all)"]))
+                               "total incl. close", "ZK write txns/s (all)", "journal appends per 1,000 records",
+                               "bytes per append"]))
 
     rows = []
     for ph, name in (("commit_consumer", "Consumer.commit(asynchronous=False) (baseline)"),
@@ -842,7 +871,7 @@ def main() -> int:
     zk_server = EmbeddedZooKeeper(data_dir=Path(tmp) / "zk")
     try:
         zk_server.start(timeout=60)
-        with LocalCluster(1, Path(tmp) / "cluster", zk_connect=zk_server.connect_string) as cluster:
+        with LocalCluster(1, Path(tmp) / "cluster", zk_connect=zk_server.connect_string, metrics_port=0) as cluster:
             with ClusterClient(cluster.bootstrap) as c:
                 AdminClient(c).create_topic(TOPIC, args.partitions)
                 AdminClient(c).create_topic(SMALL_TOPIC, args.partitions)

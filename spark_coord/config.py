@@ -333,6 +333,18 @@ BROKER = KeySet("broker", "spark-coord broker settings (spark-coord broker --con
         "The most share sessions this broker keeps (one per share-group member fetching from it): a member\n"
         "opening a new one beyond it is refused SHARE_SESSION_LIMIT_REACHED until one closes or idles out.",
         minimum=1),
+    Key("group.share.state.journal.enable", "bool", True,
+        "Make a share group's acknowledgements durable by an append to a journal beside the partition logs\n"
+        "(<log.dirs>/__share_state; fsynced only with log.flush.interval.messages=1, as the logs are) and\n"
+        "write the share partitions' state to ZooKeeper behind it, as a checkpoint. Off: every acknowledgement\n"
+        "is answered once a ZooKeeper write holding it landed."),
+    Key("group.share.state.journal.segment.bytes", "int", 8 * 1024 * 1024,
+        "The size past which the share-state journal starts a new segment (holding the states ZooKeeper does\n"
+        "not hold yet) and deletes the old one.", minimum=1024),
+    Key("group.share.state.checkpoint.interval.ms", "int", 100,
+        "How long a share partition's changes (acquisitions, lock expiries, journaled acknowledgements) wait\n"
+        "at most before they are written to ZooKeeper, batched with every other share partition's.",
+        minimum=1),
     Key("group.share.max.size", "int", 200,
         "The most members a share group may have: a member joining a full group is refused\n"
         "GROUP_MAX_SIZE_REACHED.", minimum=1),

@@ -37,6 +37,7 @@ from spark_coord.log.cleaner import CleanerSettings, LogCleaner
 from spark_coord.metrics import metrics_endpoint
 from spark_coord.metrics.broker import NO_BROKER_METRICS
 from spark_coord.share.changes import ShareStateChanges
+from spark_coord.share.journal import JOURNAL_DIR, ShareJournal
 from spark_coord.share.manager import SharePartitionManager, ShareSettings
 from spark_coord.zk import client as zk_client
 from spark_coord.zk import paths
@@ -116,8 +117,17 @@ class Broker:
                                        cfg["connections.max.idle.ms"] / 1000,
                                        connection_auth=self.security.connection_auth, metrics=counters)
             self.ctx.server = self.server
+            journal, recovered = None, None
+            if cfg["group.share.state.journal.enable"]:
+                # beside the partition logs on the leader's one disk, fsynced as they are (every record or never)
+                journal = ShareJournal(Path(cfg["log.dirs"]) / JOURNAL_DIR,
+                                       cfg["group.share.state.journal.segment.bytes"],
+                                       fsync=cfg["log.flush.interval.messages"] == 1)
+                recovered = await loop.run_in_executor(None, journal.open)
             self.ctx.share = SharePartitionManager(self.ctx, settings=self._share_settings,
-                                                   max_sessions=cfg["group.share.max.share.sessions"])
+                                                   max_sessions=cfg["group.share.max.share.sessions"],
+                                                   flush_interval_ms=cfg["group.share.state.checkpoint.interval.ms"],
+                                                   journal=journal, recovered=recovered)
             self.coordination = CoordinationService(self)
             for handler in data_handlers() + self.coordination.handlers():
                 self.server.add_handler(handler)
@@ -259,6 +269,8 @@ class Broker:
             self.share_changes = None
         if self.ctx is not None and self.ctx.share is not None:
             await self.ctx.share.stop()
+            if self.ctx.share.journal is not None:
+                self.ctx.share.journal.close()
         if self.view is not None:
             self.view.stop()
         self.security.stop()

@@ -42,7 +42,8 @@ partition once across the cluster), labels ``{sharegroup,topic,partition}``:
   (counters since the leader loaded the partition)
 
 and broker-wide ``spark_coord_share_sessions``, ``spark_coord_share_acquired_records_total``,
-``spark_coord_share_acknowledged_records_total``.
+``spark_coord_share_acknowledged_records_total``, ``spark_coord_share_journal_appends_total``,
+``spark_coord_share_journal_bytes_total`` (the share-state journal's group commits and their bytes).
 
 ``ZooKeeperCollector`` -- ``spark_coord_zookeeper_session_state{state}``: 1 for the
 session's state now (CONNECTED, SUSPENDED, LOST), 0 for the others.
@@ -188,12 +189,13 @@ class ShareCollector(Collector):
         self.broker = broker
         self.loop = loop
 
-    def _snapshot(self) -> tuple[dict, dict, int, int, int]:
-        """(stats of the led share partitions, their log ends, sessions, acquired, acknowledged) -- on the loop."""
+    def _snapshot(self) -> tuple[dict, dict, int, int, int, tuple[int, int]]:
+        """(stats of the led share partitions, their log ends, sessions, acquired, acknowledged, the share-state
+        journal's appends and bytes) -- on the loop."""
         ctx = self.broker.ctx
         share = getattr(ctx, "share", None)
         if share is None:
-            return {}, {}, 0, 0, 0
+            return {}, {}, 0, 0, 0, (0, 0)
         stats = {k: v for k, v in share.stats().items() if ctx.is_leader(k[1], k[2])}
         ends = {}
         logs = self.broker.logs
@@ -201,11 +203,13 @@ class ShareCollector(Collector):
             plog = logs.get(topic, partition) if logs is not None else None
             if plog is not None:
                 ends[(topic, partition)] = plog.log_end_offset
-        return stats, ends, len(share.sessions), share.acquired_total, share.acknowledged_total
+        journal = getattr(share, "journal", None)
+        appended = (journal.appends, journal.bytes) if journal is not None else (0, 0)
+        return stats, ends, len(share.sessions), share.acquired_total, share.acknowledged_total, appended
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            stats, ends, sessions, acquired, acknowledged = on_loop(self.loop, self._snapshot)
+            stats, ends, sessions, acquired, acknowledged, appended = on_loop(self.loop, self._snapshot)
         except Unavailable as e:
             log.warning("metrics: share partitions not exported: %s", e)
             return
@@ -250,6 +254,13 @@ class ShareCollector(Collector):
                                 "Records acknowledged (accepted, released, rejected) by share consumers here.")
         k.add_metric([], acknowledged)
         yield k
+        for name, doc, value in (
+                ("spark_coord_share_journal_appends", "Appends to the share-state journal (one per group commit of "
+                 "acknowledgements).", appended[0]),
+                ("spark_coord_share_journal_bytes", "Bytes appended to the share-state journal.", appended[1])):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], value)
+            yield c
 
 
 class BrokerCollector(Collector):

@@ -9,23 +9,22 @@ a share partition it hands out is an opaque handle to them):
   the log end, ``earliest``: the log start, ``by_duration:<ISO-8601>``: the first record at or
   after now minus the duration).  A partition whose log start moved past its start offset
   (retention) moves along.
-* **Share sessions**, keyed by (group, member), as Kafka's ShareSessionCache: epoch 0 opens one
-  (replacing any old one; records are held by the member, not the session, so it keeps them and
-  may acknowledge them in the new one), each later request must carry the session's next epoch
-  (else INVALID_SHARE_SESSION_EPOCH and the session stays as it was; no session:
-  SHARE_SESSION_NOT_FOUND), -1 closes it, and the records its member still holds go back.  A
-  session is not tied to a connection (librdkafka may send a session's requests over another
-  connection than the one that opened it, and closes its bootstrap connections early): a member
-  that dies leaves its records to their locks, and its session is dropped once idle for
-  ``SESSION_IDLE_MS``.
+* **Share sessions** (``sessions.ShareSessions``), keyed by (group, member), as Kafka's
+  ShareSessionCache.
 * **Locks**: a sweep releases records whose acquisition lock ran out (lock deadlines and idle
   sessions are on the monotonic clock: a step of the wall clock frees no lock early, keeps none late).
-* **Persistence** (``ShareStateStore``): an acknowledgement is answered only once a write that
-  covers it is in ZooKeeper, so an accepted or rejected record never comes back, even after a
-  SIGKILL.  Acquisitions and lock expiries are written behind, within ``flush_interval_ms``: an
-  acquisition lost in a crash is delivered again (its delivery count from the last write).  One
-  writer task batches every dirty partition into ZooKeeper multis, one at a time, so the write
-  rate is bounded whatever the request rate.
+* **Persistence**: an acknowledgement is answered only once it is durable, so an accepted or
+  rejected record never comes back, even after a SIGKILL.  With a journal
+  (``journal.ShareJournal``, beside the partition logs), once an append covering it is done --
+  when the share partition is ``ready`` and ZooKeeper-fresh (a conditional write of it landed
+  since this broker's last ZooKeeper session loss) -- and ZooKeeper (``ShareStateStore``) gets
+  the state behind, as a checkpoint; else (no journal, a first write or takeover not landed yet,
+  a session lost since the last write landed, a failed append) once a ZooKeeper write covering
+  it landed.  Acquisitions and lock expiries are written behind, within ``flush_interval_ms``:
+  an acquisition lost in a crash is delivered again (its delivery count from the last write).
+  One writer task batches every dirty partition into ZooKeeper multis, one at a time, so the
+  ZooKeeper write rate is bounded whatever the request rate.  A restart loads the journal's
+  entry instead of the znode when it is of the znode's lineage and newer (``_load``).
 * **Fencing**: every load is a takeover, written under this broker's name (``writer``) and the next
   state epoch before the partition is served; a write refused because another broker (or
   incarnation) wrote since makes this one stop serving the partition (``fenced``:
@@ -42,27 +41,26 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from kazoo.protocol.states import KazooState
+
 from spark_coord.configs import parse_by_duration
 from spark_coord.errors import ErrorCode
 from spark_coord.log import OffsetOutOfRange
 from spark_coord.records.region import FileRegion
 from spark_coord.share.errors import ShareGroupUnknown, ShareLeaderFenced, ShareStateUnavailable
+from spark_coord.share.journal import JournalEntry, ShareJournal
 from spark_coord.share.log_read import aborted_ranges, batch_bounds, split_acquired
 from spark_coord.share.partition import AckType, Acquired, SharePartition
-from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of
+from spark_coord.share.sessions import FINAL_EPOCH, MAX_EPOCH, OPEN_EPOCH, SESSION_IDLE_MS, ShareSession, ShareSessions
+from spark_coord.share.store import NO_NODE, ShareStateStore, StateFenced, Write, decode, encode, identity_of, seq_of
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SharePartitionManager", "ShareSession", "ShareSettings", "ShareStateUnavailable", "ShareGroupUnknown",
-           "ShareLeaderFenced", "Key"]
+           "ShareLeaderFenced", "Key", "OPEN_EPOCH", "FINAL_EPOCH", "MAX_EPOCH", "SESSION_IDLE_MS"]
 
 Key = tuple[str, str, int]  # (group, topic, partition)
 
-#: Epochs of a share session (ShareFetch / ShareAcknowledge); after MAX_EPOCH comes 1, as in Kafka.
-OPEN_EPOCH, FINAL_EPOCH, MAX_EPOCH = 0, -1, 2**31 - 1
-#: A share session that saw no request for this long is dropped (its member is gone; what it held
-#: went back when the locks ran out).
-SESSION_IDLE_MS = 120_000
 #: Wait before writing again after ZooKeeper failed a write.
 RETRY_S = 0.5
 #: How long a request waits for a new share partition's initial state to be written.
@@ -119,39 +117,6 @@ class ShareSettings:
 
 
 @dataclass
-class ShareSession:
-    """One member's share session on this broker (Kafka's ShareSession)."""
-
-    group: str
-    member_id: str
-    #: The epoch the member's next request must carry.
-    epoch: int = 1
-    partitions: list[tuple[str, int]] = field(default_factory=list)
-    #: Where the next fetch starts among ``partitions`` (fairness).
-    start: int = 0
-    #: When it last served a request (the manager's clock, ms).
-    used_ms: float = 0.0
-
-    def __contains__(self, tp: tuple[str, int]) -> bool:
-        return tp in self.partitions
-
-    def add(self, topic: str, partition: int) -> None:
-        """A partition named in a request joins the session (the caller checked it first)."""
-        if (topic, partition) not in self.partitions:
-            self.partitions.append((topic, partition))
-
-    def in_turn(self) -> list[tuple[str, int]]:
-        """The session's partitions, starting one further than the last call did (each gets its
-        turn to be acquired from first)."""
-        n = len(self.partitions)
-        if n == 0:
-            return []
-        start = self.start % n
-        self.start = (start + 1) % n
-        return self.partitions[start:] + self.partitions[:start]
-
-
-@dataclass
 class _Held:
     """A share partition held by this broker, with what its persistence needs."""
 
@@ -162,8 +127,16 @@ class _Held:
     zversion: int = NO_NODE
     #: ``sp.version`` of what is in ZooKeeper.
     written: int = -1
-    #: Futures waiting for a write covering a version: (version, future).
+    #: Futures waiting for a ZooKeeper write covering a version: (version, future).
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    #: Futures waiting for a journal append covering a version (or a ZooKeeper write): (version, future).
+    jwaiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    #: ``sp.version`` last journaled.
+    journaled: int = -1
+    #: ZooKeeper-fresh: a conditional write of it landed since this broker's last ZooKeeper session loss
+    #: (so no other writer took it over before then); only then is an acknowledgement answered from the
+    #: journal.
+    fresh: bool = False
     gone: bool = False
     #: Its state is in ZooKeeper under this broker's name (False until its first write -- a new share
     #: partition's create, or the takeover of a stored one -- lands: not served yet).
@@ -178,15 +151,27 @@ class _Held:
     group_gone: bool = False
 
 
-class SharePartitionManager:
+class SharePartitionManager(ShareSessions):
     """Share partitions, sessions, lock expiry and the state writer of one broker."""
 
     def __init__(self, ctx: Any, store: ShareStateStore | None = None, *,
                  settings: Callable[[str], ShareSettings] | None = None, flush_interval_ms: int = 100,
                  clock: Callable[[], float] = lambda: time.monotonic() * 1000,
                  wall_clock: Callable[[], float] = lambda: time.time() * 1000, init_wait_s: float = INIT_WAIT_S,
-                 max_sessions: int = 2000, group_wait_s: float = GROUP_WAIT_S):
+                 max_sessions: int = 2000, group_wait_s: float = GROUP_WAIT_S, journal: ShareJournal | None = None,
+                 recovered: dict[Key, JournalEntry] | None = None):
         self.ctx = ctx
+        #: Where acknowledgements are made durable first (None: in ZooKeeper, waited for), and the entries it
+        #: recovered at start (``journal.open()``; by default what it holds pending), used once at each load.
+        self.journal = journal
+        self.recovered = dict(recovered if recovered is not None else journal.pending if journal else {})
+        #: ZooKeeper sessions lost (or suspended) so far: a write submitted in an earlier one makes nothing fresh.
+        self._zk_gen = 0
+        #: Share partitions waiting on the journal this turn of the event loop (by id).
+        self._jwait: dict[int, _Held] = {}
+        #: Someone waits on ZooKeeper this turn: the group commit writes at once (else the journal's
+        #: appends leave the state to the write-behind).
+        self._zk_soon = False
         #: Share sessions kept at most (group.share.max.share.sessions).
         self.max_sessions = max_sessions
         #: Who writes this manager's state: the broker and this incarnation of it (in every znode it writes,
@@ -228,6 +213,20 @@ class SharePartitionManager:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._tasks = [loop.create_task(self._sweeper(), name="share-lock-sweeper")]
+        if self.journal is not None and hasattr(getattr(self.ctx, "zk", None), "add_listener"):
+            self.ctx.zk.add_listener(self._zk_state)
+
+    def _zk_state(self, state: str) -> None:
+        """kazoo's connection thread: a session suspended or lost (``KazooState.SUSPENDED``, ``LOST``)."""
+        if state != KazooState.CONNECTED and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._session_lost)
+
+    def _session_lost(self) -> None:
+        """The ZooKeeper session may be gone: another incarnation of this broker may register and take share
+        partitions over, so no share partition answers from the journal until its next write lands."""
+        self._zk_gen += 1
+        for held in self.held.values():
+            held.fresh = False
 
     async def stop(self) -> None:
         """Write what is dirty (bounded), then stop."""
@@ -238,6 +237,8 @@ class SharePartitionManager:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.journal is not None and hasattr(getattr(self.ctx, "zk", None), "remove_listener"):
+            self.ctx.zk.remove_listener(self._zk_state)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -278,6 +279,17 @@ class SharePartitionManager:
         s = self.settings(group)
         limits = {"delivery_count_limit": s.delivery_count_limit, "max_in_flight": s.max_in_flight}
         data, version = await self.store.load(group, topic, partition)
+        entry = self.recovered.pop(key, None)
+        if entry is not None and data is not None and (entry.writer, entry.epoch) == identity_of(data) \
+                and entry.seq > seq_of(data):
+            # acknowledgements answered after the last checkpoint: the journal's state is the newer one
+            log.info("share partition %s/%s-%d: loaded from the share-state journal (sequence %d, the znode's %d)",
+                     *key, entry.seq, seq_of(data))
+            data = entry.data
+        elif entry is not None:  # the znode was written since by another writer, an admin, or deleted
+            log.info("share partition %s/%s-%d: the share-state journal's entry is stale; ignored", *key)
+            if self.journal is not None:
+                self.journal.drop(key)
         # read before the start is chosen: the group, or its state of the topic, deleted from now on fences
         # the create (store.Write)
         group_created = await self._group_created(group) if data is None else None
@@ -399,76 +411,26 @@ class SharePartitionManager:
             held = self.held.pop(key, None)
             if held is None:
                 continue
-            held.gone = True
+            self._drop(held)
             self._dirty.discard(key)
-            for _, w in held.waiters:
-                if not w.done():
-                    w.set_result(ErrorCode.FENCED_STATE_EPOCH)
-            held.waiters.clear()
             self.ctx.appends.notify((key[1], key[2]))
+
+    def _drop(self, held: _Held) -> None:
+        """``held`` is served no more (fenced, reset, deleted): its waiters get FENCED_STATE_EPOCH, its
+        journal entry is needed no more."""
+        held.gone = True
+        held.waiters = self._answer(held.waiters + held.jwaiters, 2**63, ErrorCode.FENCED_STATE_EPOCH)
+        held.jwaiters = []
+        current = self.held.get(held.key)
+        if self.journal is not None and (current is None or current is held):
+            self.journal.drop(held.key)
 
     def forget_topic(self, topic: str) -> None:
         """A topic went: its share partitions here are dropped (its znodes stay until the group goes)."""
         for key in [k for k in self.held if k[1] == topic]:
-            self.held.pop(key).gone = True
+            self._drop(self.held.pop(key))
         for key in [k for k in self.fenced if k[1] == topic]:
             del self.fenced[key]
-
-    # ------------------------------------------------------------ sessions
-
-    def session(self, group: str, member_id: str, epoch: int) -> tuple[ShareSession | None, ErrorCode]:
-        """The member's session for a request carrying ``epoch`` (ShareFetch and ShareAcknowledge):
-        opened (0), continued (its next epoch) or found to close (-1)."""
-        key = (group, member_id)
-        session = self.sessions.get(key)
-        if epoch == OPEN_EPOCH:
-            if session is not None:  # as Kafka: the old session goes, the member keeps what it holds
-                log.info("share session %s/%s opened again; the member keeps the records it holds (acknowledged "
-                         "in the new session, or back when their locks run out)", group, member_id)
-            elif len(self.sessions) >= self.max_sessions:
-                log.warning("share session %s/%s refused: this broker keeps %d share sessions already "
-                            "(group.share.max.share.sessions)", group, member_id, len(self.sessions))
-                return None, ErrorCode.SHARE_SESSION_LIMIT_REACHED
-            session = self.sessions[key] = ShareSession(group, member_id)
-        elif session is None:
-            return None, ErrorCode.SHARE_SESSION_NOT_FOUND
-        elif epoch != FINAL_EPOCH:
-            if epoch != session.epoch:  # as Kafka: refused, and the session stays as it was
-                log.info("share session %s/%s: epoch %d, expected %d; refused", group, member_id, epoch,
-                         session.epoch)
-                return None, ErrorCode.INVALID_SHARE_SESSION_EPOCH
-            session.epoch = 1 if session.epoch >= MAX_EPOCH else session.epoch + 1
-        session.used_ms = self.clock()
-        return session, ErrorCode.NONE
-
-    def close_session(self, session: ShareSession) -> None:
-        """A final request (-1) was served: the session goes, its member's records go back."""
-        self._close(session)
-
-    def is_open(self, session: ShareSession) -> bool:
-        """``session`` is still its member's session here (not closed, evicted or opened again)."""
-        return self.sessions.get((session.group, session.member_id)) is session
-
-    def forget(self, session: ShareSession, partitions: Iterable[tuple[str, int]]) -> None:
-        """ForgottenTopicsData: these partitions leave ``session``; its member's records there go back."""
-        gone = [tp for tp in partitions if tp in session]
-        for tp in gone:
-            session.partitions.remove(tp)
-        if gone:
-            self.release_member(session.group, session.member_id, gone)
-
-    def _close(self, session: ShareSession) -> int:
-        """Drop ``session``; the records its member holds go back.  How many did."""
-        key = (session.group, session.member_id)
-        if self.sessions.get(key) is session:
-            del self.sessions[key]
-        return self.release_member(session.group, session.member_id, session.partitions)
-
-    def _evict_idle(self, now: float) -> None:
-        for session in [s for s in self.sessions.values() if now - s.used_ms > SESSION_IDLE_MS]:
-            log.info("share session %s/%s idle for %d s; dropped", session.group, session.member_id,
-                     SESSION_IDLE_MS // 1000)
-            self._close(session)
 
     def release_member(self, group: str, member_id: str, partitions: Iterable[tuple[str, int]]) -> int:
         n = 0
@@ -595,10 +557,10 @@ class SharePartitionManager:
     def acknowledge(self, held: _Held, member_id: str, batches: list[dict], *,
                     renew: bool) -> tuple[ErrorCode, "asyncio.Future[ErrorCode]"]:
         """Apply a partition's AcknowledgementBatches (``renew``: Renew is allowed, a v2 request with
-        IsRenewAck): the first error, and a future done once what they changed is in ZooKeeper (NONE)
-        or cannot be (the error to answer; REQUEST_TIMED_OUT after ``WRITE_WAIT_S``).  The write goes
-        at the end of this turn of the event loop, with every other change waited on in it (a group
-        commit: ``durable_soon``).
+        IsRenewAck): the first error, and a future done once what they changed is durable (NONE) -- in
+        the journal, or in ZooKeeper (``durable_soon``) -- or cannot be (the error to answer;
+        REQUEST_TIMED_OUT after ``WRITE_WAIT_S``).  The append or write goes at the end of this turn
+        of the event loop, with every other change waited on in it (a group commit).
         Batches breaking Kafka's rules (``_refused``) get INVALID_REQUEST and none is applied."""
         if _refused(batches, renew):
             code = ErrorCode.INVALID_REQUEST
@@ -615,7 +577,7 @@ class SharePartitionManager:
                     code = c
             self._mark(held)
             self.ctx.appends.notify((held.key[1], held.key[2]))  # released records may go to a waiting fetch
-        written = self.durable_soon(held, held.sp.version)
+        written = self.durable_soon(held, held.sp.version, journal=True)
         return code, asyncio.ensure_future(self.settle(written, held.key, WRITE_WAIT_S))
 
     # ------------------------------------------------------------ persistence
@@ -627,9 +589,11 @@ class SharePartitionManager:
             if self._timer is None and self._inflight is None and self._loop is not None:
                 self._timer = self._loop.call_later(self.flush_interval_ms / 1000, self._timed)
 
-    def durable_soon(self, held: _Held, version: int) -> "asyncio.Future[ErrorCode]":
+    def durable_soon(self, held: _Held, version: int, journal: bool = False) -> "asyncio.Future[ErrorCode]":
         """A future done once ``version`` of ``held`` is in ZooKeeper (NONE) or cannot be (the error to
-        answer).
+        answer) -- with ``journal`` (an acknowledgement), once it is journaled instead when there is a
+        journal and ``held`` is ``ready`` and ZooKeeper-fresh (``_Held.fresh``): the state goes to
+        ZooKeeper behind, as a checkpoint within ``flush_interval_ms``.
 
         A group commit: the write is started once, when this turn of the event loop ends (``call_soon``),
         so every change waited on in the same turn -- the acknowledgements of all the requests read in it,
@@ -640,11 +604,16 @@ class SharePartitionManager:
         fut = asyncio.get_running_loop().create_future()
         if held.gone:
             fut.set_result(ErrorCode.FENCED_STATE_EPOCH)
-        elif held.written >= version:
+        elif held.written >= version or (journal and held.journaled >= version):
             fut.set_result(ErrorCode.NONE)
+        elif journal and self.journal is not None and held.ready and held.fresh:
+            held.jwaiters.append((version, fut))
+            self._jwait[id(held)] = held
         else:
             held.waiters.append((version, fut))
             self._dirty.add(held.key)
+            self._zk_soon = True
+        if not fut.done():
             if not self._commit_soon and self._loop is not None:
                 self._commit_soon = True
                 self._loop.call_soon(self._group_commit)
@@ -653,7 +622,48 @@ class SharePartitionManager:
     def _group_commit(self) -> None:
         """The end of the turn of the event loop in which changes were first waited on (``durable_soon``)."""
         self._commit_soon = False
-        self._submit()
+        if self._jwait:
+            self._journal_commit()
+        if self._zk_soon:
+            self._zk_soon = False
+            self._submit()
+
+    def _journal_commit(self) -> None:
+        """One journal append for every share partition waited on in this turn; their waiters answered,
+        their state marked for ZooKeeper behind.  A failed append (a full disk) sends them to ZooKeeper."""
+        assert self.journal is not None
+        helds, self._jwait = [h for h in self._jwait.values() if not h.gone and h.jwaiters], {}
+        entries = [JournalEntry(h.key, self.writer, h.epoch, h.sp.version,
+                                encode(h.sp.snapshot(), h.topic_id, self.writer, h.epoch, seq=h.sp.version))
+                   for h in helds]
+        try:
+            self.journal.append(entries)
+        except OSError as e:
+            log.error("share-state journal append failed (%s): %d share partition(s) wait for ZooKeeper instead",
+                      e, len(helds))
+            for h in helds:
+                h.waiters += h.jwaiters
+                h.jwaiters = []
+                self._dirty.add(h.key)
+            self._zk_soon = True
+            return
+        for h, entry in zip(helds, entries, strict=True):
+            h.journaled = max(h.journaled, entry.seq)
+            h.jwaiters = self._answer(h.jwaiters, h.journaled)
+            self._mark(h)
+
+    @staticmethod
+    def _answer(waiters: list[tuple[int, asyncio.Future]], upto: int,
+                code: ErrorCode = ErrorCode.NONE) -> list[tuple[int, asyncio.Future]]:
+        """Answer ``code`` to the waiters for a version up to ``upto``; the others."""
+        keep = []
+        for v, w in waiters:
+            if v <= upto:
+                if not w.done():
+                    w.set_result(code)
+            else:
+                keep.append((v, w))
+        return keep
 
     async def durable(self, held: _Held, version: int, timeout: float = 30.0) -> ErrorCode:
         """Wait until ``version`` of ``held`` is in ZooKeeper: NONE, or the error to answer."""
@@ -693,21 +703,22 @@ class SharePartitionManager:
             self._timer.cancel()
             self._timer = None
         keys, self._dirty = self._dirty, set()
-        writes, taken = [], []
+        writes, taken, gen = [], [], self._zk_gen
         for key in keys:
             held = self.held.get(key)
             if held is None or held.gone or held.sp.version == held.written:
                 continue
-            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer, held.epoch),
+            writes.append(Write(*key, encode(held.sp.snapshot(), held.topic_id, self.writer, held.epoch,
+                                             seq=held.sp.version),
                                 held.zversion, (self.writer, held.epoch), held.group_created,
                                 held.topic_created))
             taken.append((held, held.sp.version, writes[-1].data))
         if not writes:
             return
         self._inflight = self._loop.run_in_executor(None, self.store.write_blocking, writes)
-        self._inflight.add_done_callback(lambda f: self._written(f, taken))
+        self._inflight.add_done_callback(lambda f: self._written(f, taken, gen))
 
-    def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int, bytes]]) -> None:
+    def _written(self, fut: asyncio.Future, taken: list[tuple[_Held, int, bytes]], gen: int = 0) -> None:
         self._inflight = None
         try:
             results = fut.result()
@@ -725,24 +736,17 @@ class SharePartitionManager:
                 if isinstance(r, StateFenced):
                     self._lost(held, r)
                     held.group_gone = r.group_gone
-                held.gone = True
+                self._drop(held)
                 if self.held.get(held.key) is held:
                     del self.held[held.key]
-                for _, w in held.waiters:
-                    if not w.done():
-                        w.set_result(ErrorCode.FENCED_STATE_EPOCH)
-                held.waiters.clear()
                 continue
             held.zversion = r
             held.written = max(held.written, version)
-            keep = []
-            for v, w in held.waiters:
-                if v <= held.written:
-                    if not w.done():
-                        w.set_result(ErrorCode.NONE)
-                else:
-                    keep.append((v, w))
-            held.waiters = keep
+            held.fresh = held.fresh or gen == self._zk_gen
+            if self.journal is not None:
+                self.journal.covered(held.key, self.writer, held.epoch, version)
+            held.waiters = self._answer(held.waiters, held.written)
+            held.jwaiters = self._answer(held.jwaiters, held.written)
             if held.sp.version != held.written:
                 self._dirty.add(held.key)
         if any(h.waiters for h in (self.held.get(k) for k in self._dirty) if h is not None):

@@ -16,6 +16,11 @@ DeleteShareGroupOffsets of the topic is undone by a create in flight.  Many part
 multi (the writer's batch), so the write rate is bounded by the flush interval, not by the
 request rate.
 
+Each state also carries its sequence number (``seq``: the ``SharePartition.version`` it is a snapshot
+of).  The znode is a checkpoint: an acknowledgement is made durable first by the share-state journal
+(``journal.ShareJournal``), whose entries carry the same bytes, and a journal entry of the znode's
+lineage (writer and state epoch) with a higher sequence number is newer than the znode.
+
 Blocking kazoo calls run through ``zk_call`` (off the event loop).
 """
 
@@ -32,7 +37,7 @@ from spark_coord.zk import paths
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE", "Identity", "identity_of"]
+__all__ = ["ShareStateStore", "StateFenced", "Write", "NO_NODE", "Identity", "identity_of", "seq_of"]
 
 #: The version of a share partition that has no znode yet.
 NO_NODE = -1
@@ -101,17 +106,22 @@ class Write:
     topic_created: int | None = None
 
 
-def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None, epoch: int = 0) -> bytes:
-    """A znode's bytes: the snapshot, the topic's id, and who wrote it (``writer``: the broker and its
-    incarnation; ``epoch``: the state epoch of its hold on the share partition, one more at each
-    takeover), so a writer recognises its own earlier writes by identity and a leader that was taken
-    over from is refused (``StateFenced.writer``)."""
+def encode(snapshot: dict, topic_id: bytes | None, writer: str | None = None, epoch: int = 0,
+           seq: int | None = None) -> bytes:
+    """A znode's bytes (and a journal entry's, ``journal.ShareJournal``): the snapshot, the topic's id,
+    and who wrote it (``writer``: the broker and its incarnation; ``epoch``: the state epoch of its hold
+    on the share partition, one more at each takeover), so a writer recognises its own earlier writes by
+    identity and a leader that was taken over from is refused (``StateFenced.writer``); ``seq``: the
+    snapshot's ``SharePartition.version`` -- monotonic within one (writer, epoch), as a takeover makes a
+    new SharePartition -- so a journal entry is known newer than the znode of its lineage."""
     doc = dict(snapshot)
     if topic_id is not None:
         doc["topic_id"] = topic_id.hex()
     if writer is not None:
         doc["writer"] = writer
         doc["epoch"] = epoch
+    if seq is not None:
+        doc["seq"] = seq
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -126,6 +136,7 @@ def decode(data: bytes) -> tuple[dict, bytes | None]:
     tid = doc.pop("topic_id", None)
     doc.pop("writer", None)
     doc.pop("epoch", None)
+    doc.pop("seq", None)
     try:
         topic_id = bytes.fromhex(tid) if isinstance(tid, str) else None
     except ValueError:
@@ -145,6 +156,17 @@ def identity_of(data: bytes | None) -> tuple[str | None, int]:
     writer, epoch = doc.get("writer"), doc.get("epoch")
     epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
     return (writer if isinstance(writer, str) else None), epoch
+
+
+def seq_of(data: bytes | None) -> int:
+    """The sequence number a state's bytes carry (``encode``'s ``seq``); -1 when they carry none (a znode
+    written before sequence numbers, an admin's write, bytes that are not a state)."""
+    try:
+        doc = json.loads((data or b"").decode())
+    except (UnicodeDecodeError, ValueError):
+        return -1
+    seq = doc.get("seq") if isinstance(doc, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else -1
 
 
 #: Rounds of one ``write`` at most when parents of new share partitions change meanwhile.

@@ -75,8 +75,11 @@ def test_a_topic_created_late_shows_its_start_offsets(broker):
                                                       "acknowledge_types": [ACCEPT]}])
         assert out["error_code"] == 0, out
 
-        # every topic: the state there is (B-1 was never loaded: no state, left out)
-        assert _offsets(c, None) == {(A, 0): (5, 0), (B, 0): (2, 0)}
+        # every topic: the state there is (B-1 was never loaded: no state, left out) -- as of the leader's
+        # checkpoint of it in ZooKeeper, which follows the acknowledgement within
+        # group.share.state.checkpoint.interval.ms
+        want = {(A, 0): (5, 0), (B, 0): (2, 0)}
+        wait_until(lambda: _offsets(c, None) == want, 10, 0.05, lambda: f"the checkpoint: {_offsets(c, None)}")
         # by name: B-1 shows -1, as Kafka's uninitialized start offset; so does a topic nobody knows
         # (Kafka: "the start offset is returned as -1", no error, as OffsetFetch does)
         asked = [{"topic_name": A, "partitions": [0]}, {"topic_name": B, "partitions": [0, 1]},
