@@ -1,10 +1,11 @@
-"""Lag on a cluster whose only listener is SASL_SSL, so the brokers reach each other's log ends over it:
-two broker processes (SCRAM-SHA-512 over TLS, each authenticating to the other as ``admin`` with the
-credentials of ``listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`` and checking its certificate
-with the listener's trust store, as the transaction markers do), a topic with a partition led by each,
-records produced to both by confluent-kafka.  Whichever broker coordinates a group, one of the two
-partitions is led by the other, and its lag needs that broker's log end, read with ListOffsets over the
-secured inter-broker listener:
+"""Lag on a cluster whose only listener, and so the inter-broker one, is SASL_SSL, SSL or SASL_PLAINTEXT:
+two broker processes, each reaching the other with its own credentials for that listener as the
+transaction markers do (over SASL: SCRAM-SHA-512 as ``admin``, from the listener's
+``listener.name.<listener>.scram-sha-512.sasl.jaas.config``; over TLS: the other's certificate checked
+with the listener's trust store), a topic with a partition led by each, records produced to both by
+confluent-kafka.  Whichever broker coordinates a group, one of the two partitions is led by the
+other, and its lag needs that broker's log end, read with ListOffsets over the secured inter-broker
+listener:
 
 * the metrics endpoint's ``kafka_consumergroup_lag`` of a consumer group (offsets committed by
   confluent-kafka) covers both partitions with log end - committed offset, from the coordinator only;
@@ -19,31 +20,36 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from helpers import fresh_chroot, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from security_support import add_users, create_split_topic, sasl_ssl, sasl_ssl_client, sasl_ssl_inter_broker
+from security_support import add_users, client_security, client_settings, create_split_topic, inter_broker_overrides
 
 TOPIC = "lag-secured"
 #: Records produced to each partition (partition i led by broker i): its log end.
 RECORDS = {0: 7, 1: 12}
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory, pki, server_cert):
-    """Two broker processes whose one listener (and so the inter-broker one) is SASL_SSL, metrics on,
-    lag sampled every 200 ms; ``TOPIC`` with partition i led by broker i and ``RECORDS[i]`` records."""
+@pytest.fixture(scope="module", params=["SASL_SSL", "SSL", "SASL_PLAINTEXT"])
+def cluster(request, zookeeper, tmp_path_factory, pki, server_cert):
+    """Two broker processes whose one listener (and so the inter-broker one) speaks ``request.param``,
+    metrics on, lag sampled every 200 ms; ``TOPIC`` with partition i led by broker i and ``RECORDS[i]``
+    records.  ``cluster.security``: how clients reach it (alice over SASL)."""
     from spark_coord.cluster import LocalCluster
     from spark_coord.zk.client import close, connect
 
-    zk_connect = fresh_chroot(zookeeper, "lag-secured")
+    protocol = request.param
+    zk_connect = fresh_chroot(zookeeper, f"lag-{protocol}")
     zk = connect(zk_connect)
     try:
         add_users(zk, "admin", "alice")
     finally:
         close(zk)
-    overrides = {**sasl_ssl_inter_broker(server_cert, pki), "metrics.lag.sample.ms": 200}
-    with LocalCluster(2, tmp_path_factory.mktemp("lag-secured"), zk_connect=zk_connect, overrides=overrides,
-                      metrics_port=0, security=sasl_ssl(pki, "alice")) as c:
-        create_split_topic(list(c.brokers.values()), pki, TOPIC)
-        producer = Producer({**sasl_ssl_client(c.bootstrap, pki), "linger.ms": 0})
+    overrides = {**inter_broker_overrides(server_cert, pki, protocol), "metrics.lag.sample.ms": 200}
+    with LocalCluster(2, tmp_path_factory.mktemp(f"lag-{protocol}"), zk_connect=zk_connect, overrides=overrides,
+                      metrics_port=0, security=client_security(pki, protocol)) as c:
+        # a broker answers Kafka requests before its metrics endpoint listens (it opens that last)
+        wait_until(lambda: all(serves(f"http://127.0.0.1:{port}/metrics") for port in c.metrics_ports.values()),
+                   timeout=30, message="every broker's metrics endpoint")
+        create_split_topic(list(c.brokers.values()), c.security, TOPIC)
+        producer = Producer({**client_settings(c.bootstrap, pki, protocol), "linger.ms": 0})
         failed: list = []
         for p, n in RECORDS.items():
             for i in range(n):
@@ -52,6 +58,14 @@ def cluster(zookeeper, tmp_path_factory, pki, server_cert):
         assert producer.flush(30) == 0 and not failed, failed
         del producer  # its connections closed before the brokers stop
         yield c
+
+
+def serves(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status == 200
+    except OSError:  # not listening yet (URLError is one)
+        return False
 
 
 def group_lag(cluster, group: str) -> dict[int, dict[int, float]]:
@@ -69,7 +83,8 @@ def group_lag(cluster, group: str) -> dict[int, dict[int, float]]:
 
 def test_the_group_lag_gauge_covers_the_partition_the_other_broker_leads(cluster, pki):
     group, committed = "lag-secured-consumers", {0: 2, 1: 5}
-    consumer = Consumer({**sasl_ssl_client(cluster.bootstrap, pki), "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({**client_settings(cluster.bootstrap, pki, cluster.security.protocol), "group.id": group,
+                         "enable.auto.commit": False})
     try:
         consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in committed.items()], asynchronous=False)
     finally:
@@ -85,7 +100,7 @@ def test_describe_share_group_offsets_answers_the_lag_of_the_other_brokers_parti
     from spark_coord.client.metadata import ClusterClient
 
     group, start = "lag-secured-share", {0: 1, 1: 4}
-    with ClusterClient(cluster.bootstrap, security=sasl_ssl(pki, "alice")) as cc, GroupClient(cc) as gc:
+    with ClusterClient(cluster.bootstrap, security=cluster.security) as cc, GroupClient(cc) as gc:
         gc.alter_share_group_offsets(group, {(TOPIC, p): o for p, o in start.items()})
         got = {tp: (o.start_offset, o.lag) for tp, o in gc.share_group_offsets(group).items()}
     # nothing acknowledged yet: the lag is every record from the start offset to the log end

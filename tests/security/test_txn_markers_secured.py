@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from helpers import wait_until
-from security_support import add_users, create_split_topic, sasl_ssl, sasl_ssl_client, sasl_ssl_inter_broker
+from security_support import add_users, client_settings, create_split_topic, inter_broker_overrides, sasl_ssl
 
 from spark_coord.client.connection import BrokerConnection
 from spark_coord.errors import ErrorCode
@@ -25,12 +25,12 @@ LISTENER = "SASL_SSL"
 
 
 def _overrides(server_cert, pki) -> dict:
-    return {"listeners": "SASL_SSL://127.0.0.1:0", **sasl_ssl_inter_broker(server_cert, pki),
+    return {"listeners": "SASL_SSL://127.0.0.1:0", **inter_broker_overrides(server_cert, pki),
             "coordinator.shards": 4, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}
 
 
 def _client(b, pki) -> dict:
-    return sasl_ssl_client(f"127.0.0.1:{b.broker.bound_ports[LISTENER]}", pki)
+    return client_settings(f"127.0.0.1:{b.broker.bound_ports[LISTENER]}", pki)
 
 
 def _conn(b, pki) -> BrokerConnection:
@@ -41,7 +41,7 @@ def test_markers_cross_a_sasl_ssl_inter_broker_listener(broker_factory, server_c
     add_users(zk, "admin", "alice")
     brokers = [broker_factory(i, **_overrides(server_cert, pki)) for i in (0, 1)]
     topic, tid = f"sec-{uuid.uuid4().hex[:6]}", f"tx-{uuid.uuid4().hex[:6]}"
-    create_split_topic([("127.0.0.1", b.broker.bound_ports[LISTENER]) for b in brokers], pki, topic)
+    create_split_topic([("127.0.0.1", b.broker.bound_ports[LISTENER]) for b in brokers], sasl_ssl(pki), topic)
 
     producer = Producer({**_client(brokers[0], pki), "transactional.id": tid, "linger.ms": 0})
     producer.init_transactions(60)
