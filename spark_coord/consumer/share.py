@@ -16,9 +16,10 @@ well as on our brokers:
   "reject")`` for every record before the next ``poll()``, and ``commit()`` sends them (a
   ShareAcknowledge per leader) and returns each partition's answer;
 * pipelined (implicit mode, ``prefetch=True``, the default): a ``poll()`` that returns records first
-  sends the next round of ShareFetches, so they are in flight -- acquiring the next records and
-  carrying the acknowledgements that waited -- while the application processes these; the next
-  ``poll()`` takes their answers.  A poll's records are accepted by the next ``poll()``, so they ride
+  sends the next round of ShareFetches (as soon as the answers of the round before are in, before
+  their records are decoded), so they are in flight -- acquiring the next records and carrying the
+  acknowledgements that waited -- while the application processes these; the next ``poll()`` takes
+  their answers.  A poll's records are accepted by the next ``poll()``, so they ride
   on the ShareFetch that poll sends, one round later than without prefetch, as Kafka's clients
   fetch ahead.  Records fetched ahead and never returned by ``poll()`` are released (RELEASE) by
   ``close()``: they come back to the group (counted: their acquisition was a delivery);
@@ -196,7 +197,7 @@ class ShareConsumer:
         when none came within ``timeout`` seconds.  Implicit mode accepts the last poll's records
         first.  With ``prefetch`` the answers of the round sent ahead by the last poll come first (a
         poll may wait up to ``max_wait_ms`` for them), and a poll that returns records sends the next
-        round ahead before it returns."""
+        round ahead before it returns (when the answers acquired records: before they are decoded)."""
         if self._stop.is_set():
             raise RuntimeError("the share consumer is closed")
         if self._unacked or self._held:
@@ -206,7 +207,7 @@ class ShareConsumer:
             self._queue_runs(self._take_unacked(), "accept")
         deadline = time.monotonic() + timeout
         self.joined.wait(max(deadline - time.monotonic(), 0))
-        self._drain_ahead()
+        self._drain_ahead(send_next=self.prefetch)
         while True:
             if self._ready:
                 out, self._ready = self._ready, []
@@ -219,7 +220,7 @@ class ShareConsumer:
                     out = []
                 else:
                     out = self.fetch_round(max(0, min(self.max_wait_ms, int((deadline - time.monotonic()) * 1000))))
-            if out and self.prefetch:
+            if out and self.prefetch and not self._ahead:  # (sent already when the last round's answers came)
                 self._send_ahead(self.max_wait_ms)
             if out or time.monotonic() >= deadline:
                 return out
@@ -297,16 +298,25 @@ class ShareConsumer:
                 continue
             self._ahead.append(_Sent(leader, epoch, fetching, acks, pending))
 
-    def _drain_ahead(self) -> None:
-        """Wait for the answers of the round sent ahead; their records wait in ``_ready`` for a poll."""
+    def _drain_ahead(self, send_next: bool = False) -> None:
+        """Wait for the answers of the round sent ahead; their records wait in ``_ready`` for a poll.
+        ``send_next`` (a poll, ``prefetch``): when the answers acquired records, the next round is sent
+        as soon as they are all in -- the sessions' epochs moved on -- and before their records are
+        decoded, so the broker serves it meanwhile (it carries what waited to be acknowledged: the
+        records the last poll returned, accepted by this one)."""
         ahead, self._ahead = self._ahead, []
+        found: list[tuple[str, dict]] = []
         for sent in ahead:
             try:
                 answer = sent.pending.result()
             except (OSError, ConnectionError, KafkaError) as e:
                 self._fetch_failed(sent.leader, sent.acks, e)
                 continue
-            self._ready.extend(self._fetch_answer(sent.leader, sent.epoch, sent.fetching, sent.acks, answer))
+            found.extend(self._answered(sent.leader, sent.epoch, sent.fetching, sent.acks, answer))
+        if send_next and any(p["acquired_records"] and p["records"] for _, p in found):
+            self._send_ahead(self.max_wait_ms)
+        for topic, p in found:
+            self._ready.extend(self._records(topic, p))
 
     def _fetch_failed(self, leader: int, acks: dict[tuple[str, int], list[dict]],
                       error: Exception) -> list[ShareRecord]:
@@ -319,6 +329,16 @@ class ShareConsumer:
     def _fetch_answer(self, leader: int, epoch: int, fetching: set[tuple[str, int]],
                       acks: dict[tuple[str, int], list[dict]], answer: dict) -> list[ShareRecord]:
         """The records of a ShareFetch's answer (the session's next epoch kept)."""
+        out: list[ShareRecord] = []
+        for topic, p in self._answered(leader, epoch, fetching, acks, answer):
+            out.extend(self._records(topic, p))
+        return out
+
+    def _answered(self, leader: int, epoch: int, fetching: set[tuple[str, int]],
+                  acks: dict[tuple[str, int], list[dict]], answer: dict) -> list[tuple[str, dict]]:
+        """A ShareFetch's answer taken in (the session's next epoch kept, or the session dropped and its
+        acknowledgements queued again): ``(topic, partition answer)`` of each partition that brought
+        records, not decoded yet."""
         if answer["error_code"]:
             log.info("share fetch from broker %d: %s; its session starts again", leader,
                      ErrorCode.name_of(answer["error_code"]))
@@ -328,7 +348,7 @@ class ShareConsumer:
         self._sessions[leader] = (epoch + 1, set(fetching))
         self.lock_timeout_ms = answer.get("acquisition_lock_timeout_ms") or self.lock_timeout_ms
         names = self._names()
-        out = []
+        out: list[tuple[str, dict]] = []
         for t in answer["responses"]:
             topic = names.get(t["topic_id"])
             for p in t["partitions"]:
@@ -341,7 +361,7 @@ class ShareConsumer:
                     if p["error_code"] in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                         self.cluster.refresh(self.topics)
                     continue
-                out.extend(self._records(topic, p))
+                out.append((topic, p))
         return out
 
     def _hold(self, records: list[ShareRecord]) -> None:

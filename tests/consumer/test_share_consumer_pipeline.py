@@ -25,10 +25,12 @@ ACCEPT = 1
 
 
 class Recording(ShareConsumer):
-    """Keeps each ShareFetch it sends: (the poll it was sent in, the acknowledgements it carried)."""
+    """Keeps each ShareFetch it sends: (the poll it was sent in, the acknowledgements it carried), and
+    what it did in which poll, in order: ``(poll, "send" | "decode")``."""
 
     def __init__(self, *args, **kwargs):
         self.sent: list[tuple[int, dict]] = []
+        self.events: list[tuple[int, str]] = []
         self.polls = 0
         self.released: set[int] = set()
         super().__init__(*args, **kwargs)
@@ -36,7 +38,12 @@ class Recording(ShareConsumer):
     def _fetch_body(self, leader, parts, assigned, wait_ms):
         out = super()._fetch_body(leader, parts, assigned, wait_ms)
         self.sent.append((self.polls, out[3]))
+        self.events.append((self.polls, "send"))
         return out
+
+    def _records(self, topic, p):
+        self.events.append((self.polls, "decode"))
+        return super()._records(topic, p)
 
     def _queue_runs(self, records, kind):
         if kind == "release":
@@ -111,3 +118,22 @@ def test_the_next_fetch_is_in_flight_while_the_application_holds_a_poll(bootstra
     later = [r.offset for r in rest]
     assert sorted(returned + later) == list(range(RECORDS))  # none lost, none returned twice
     assert all(r.delivery_count == (2 if r.offset in released else 1) for r in rest)
+
+
+def test_a_poll_sends_the_next_fetch_before_it_decodes_the_records_it_returns(bootstrap):
+    """A poll that takes the answer of the fetch sent ahead sends the next one as soon as that answer is
+    in, and only then decodes the answer's records (the broker serves the next fetch meanwhile); the
+    first poll, which had nothing in flight, fetches, decodes, then sends ahead."""
+    a = Recording(bootstrap, GROUP, [TOPIC], max_poll_records=5)
+    returned: list[int] = []  # the polls that returned records
+    deadline = time.monotonic() + 20
+    while len(returned) < 4 and time.monotonic() < deadline:
+        if a.poll(0.3):
+            returned.append(a.polls)
+    events = list(a.events)
+    a.close()
+    assert len(returned) == 4
+    steps = {n: [e for k, e in events if k == n] for n in returned}
+    assert steps[returned[0]][-2:] == ["decode", "send"]
+    for n in returned[1:]:
+        assert steps[n] == ["send", "decode"], steps
