@@ -597,8 +597,9 @@ class SharePartitionManager(ShareSessions):
 
         A group commit: the write is started once, when this turn of the event loop ends (``call_soon``),
         so every change waited on in the same turn -- the acknowledgements of all the requests read in it,
-        of any members, sessions and share partitions -- goes in one multi, and each waiter is answered once
-        that multi is in ZooKeeper, as Kafka's broker answers after its share coordinator's log append.
+        of any members, sessions and share partitions -- goes in one journal append (``_journal_commit``)
+        or one multi, and each waiter is answered once that is done, as Kafka's broker answers after its
+        share coordinator's log append.
         While a write is in flight the next one starts when it ends (``_written``), with everything
         waited on meanwhile."""
         fut = asyncio.get_running_loop().create_future()
@@ -632,7 +633,8 @@ class SharePartitionManager(ShareSessions):
         """One journal append for every share partition waited on in this turn; their waiters answered,
         their state marked for ZooKeeper behind.  A failed append (a full disk) sends them to ZooKeeper."""
         assert self.journal is not None
-        helds, self._jwait = [h for h in self._jwait.values() if not h.gone and h.jwaiters], {}
+        waiting, self._jwait = [h for h in self._jwait.values() if not h.gone and h.jwaiters], {}
+        helds = [h for h in waiting if h.fresh]  # a session lost since they were waited on: ZooKeeper's
         entries = [JournalEntry(h.key, self.writer, h.epoch, h.sp.version,
                                 encode(h.sp.snapshot(), h.topic_id, self.writer, h.epoch, seq=h.sp.version))
                    for h in helds]
@@ -641,12 +643,13 @@ class SharePartitionManager(ShareSessions):
         except OSError as e:
             log.error("share-state journal append failed (%s): %d share partition(s) wait for ZooKeeper instead",
                       e, len(helds))
-            for h in helds:
-                h.waiters += h.jwaiters
-                h.jwaiters = []
-                self._dirty.add(h.key)
+            helds, entries = [], []
+        journaled = {id(h) for h in helds}
+        for h in (h for h in waiting if id(h) not in journaled):
+            h.waiters += h.jwaiters
+            h.jwaiters = []
+            self._dirty.add(h.key)
             self._zk_soon = True
-            return
         for h, entry in zip(helds, entries, strict=True):
             h.journaled = max(h.journaled, entry.seq)
             h.jwaiters = self._answer(h.jwaiters, h.journaled)

@@ -328,7 +328,9 @@ def test_share_groups_reset_delete_offsets_and_delete(tool, client):
         def offsets() -> dict[int, int]:
             return {p: o.start_offset for (t, p), o in groups.share_group_offsets(group).items() if t == topic}
 
-        assert offsets() == ends
+        # as of the leaders' ZooKeeper checkpoint, which follows the acknowledgements (journaled) within
+        # group.share.state.checkpoint.interval.ms
+        wait_until(lambda: offsets() == ends, timeout=10, message=lambda: f"the checkpoint: {offsets()}")
 
         reset = tool(SHARE_GROUPS, "--reset-offsets", "--to-earliest", "--execute", "--group", group,
                      "--topic", topic).stdout

@@ -173,3 +173,35 @@ def test_after_a_session_loss_acknowledgements_wait_for_zookeeper_until_a_write_
             m.journal.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_append_sends_the_acknowledgement_to_zookeeper(zk, tmp_path):
+    """The journal cannot be written (a full disk; here its file is closed): the acknowledgement is
+    answered once its ZooKeeper write lands instead -- slower, never lost."""
+    _saved(zk)
+    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    store = GatedStore(zk)
+
+    async def run():
+        m = _manager(zk, plog, tmp_path, store)
+        m.start()
+        try:
+            held = await asyncio.wait_for(m.partition(G, T, 0), 10)
+            plog.log_end_offset = 20
+            held.sp.acquire("m1", [(0, 19)], max_records=20, lock_deadline=m.clock() + 30_000)
+            store.hold.set()
+            m.journal.close()
+            _, written = m.acknowledge(held, "m1", _acks(), renew=False)
+            deadline = asyncio.get_running_loop().time() + 10
+            while not store.called.is_set():
+                assert asyncio.get_running_loop().time() < deadline, "no ZooKeeper write for the acknowledgement"
+                await asyncio.sleep(0.02)
+            assert not written.done()  # waits for ZooKeeper, held back
+            store.gate.set()
+            assert await asyncio.wait_for(written, 10) == ErrorCode.NONE
+            assert seq_of(_znode(zk)[0]) >= held.sp.version
+        finally:
+            store.gate.set()
+            await m.stop()
+
+    asyncio.run(run())
