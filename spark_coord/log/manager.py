@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 IO_THREADS = 4
 
 T = TypeVar("T")
+#: Directories of log.dirs that hold no partition and are skipped quietly: the share-state journal
+#: (``share.journal.JOURNAL_DIR``).  Kafka keeps non-partition files beside its logs too.
+OTHER_DIRS = frozenset({"__share_state"})
 
 
 class LogManager:
@@ -52,7 +55,7 @@ class LogManager:
         self._io = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="log-io")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
-            if not entry.is_dir(follow_symlinks=False):
+            if not entry.is_dir(follow_symlinks=False) or entry.name in OTHER_DIRS:
                 continue
             if is_deletion_dir(entry.name):
                 log.info("removing partly deleted partition directory %s", entry.path)

@@ -4,11 +4,13 @@ on after it, a roll carries the entries ZooKeeper does not hold yet and deletes 
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
 from spark_coord.log import LogConfig, LogManager
+from spark_coord.log.manager import OTHER_DIRS
 from spark_coord.share.journal import JOURNAL_DIR, JournalEntry, ShareJournal
 from spark_coord.share.store import decode, encode, identity_of, seq_of
 
@@ -140,12 +142,14 @@ def test_a_failed_append_leaves_no_torn_record(tmp_path, monkeypatch):
     assert ShareJournal(tmp_path).open() == {("g", "t", 0): _entry(0, 1), ("g", "t", 1): _entry(1, 1)}
 
 
-def test_the_log_manager_leaves_the_journal_directory_alone(tmp_path):
+def test_the_log_manager_leaves_the_journal_directory_alone(tmp_path, caplog):
     j = ShareJournal(tmp_path / JOURNAL_DIR)
     j.open()
     j.append([_entry(0, 1)])
     j.close()
-    logs = LogManager(tmp_path, LogConfig())
+    with caplog.at_level(logging.WARNING, logger="spark_coord.log"):
+        logs = LogManager(tmp_path, LogConfig())
+    assert JOURNAL_DIR in OTHER_DIRS and not caplog.records  # skipped quietly, not "ignoring directory"
     try:
         logs.get_or_create("t", 0)
         assert logs.partitions() == [("t", 0)]  # the journal's directory is no partition
