@@ -13,7 +13,7 @@ import pytest
 
 from spark_coord.consumer.share import ShareRecord, acquired_records
 from spark_coord.records import arrow, arrow_jit
-from spark_coord.records.builder import BatchBuilder, control_batch
+from spark_coord.records.builder import BatchBuilder, assemble_batch, control_batch, encode_varint
 from spark_coord.records.header import CRC_OFFSET, InvalidBatch, stamp_log_append_time, validate_batches
 from spark_coord.records.reader import COMMIT_MARKER, iter_records
 
@@ -115,3 +115,14 @@ def test_a_corrupt_record_set_is_refused():
         list(iter_records(bytes(data)))
     with pytest.raises(InvalidBatch):
         acquired_records(TOPIC, _answer(bytes(data), (0, 39, 1)))
+
+
+def test_a_header_key_that_is_not_utf8_is_refused():
+    """A header key is a string: bytes that are not UTF-8 make the record set invalid, as per record."""
+    body = b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(-1) + encode_varint(1) + b"v" \
+        + encode_varint(1) + encode_varint(1) + b"\xff" + encode_varint(1) + b"x"
+    data = assemble_batch(encode_varint(len(body)) + body, 1, 0, T0, T0)
+    with pytest.raises(InvalidBatch, match="UTF-8"):
+        list(iter_records(data))
+    with pytest.raises(InvalidBatch, match="UTF8"):
+        acquired_records(TOPIC, _answer(data, (0, 0, 1)))
