@@ -666,22 +666,36 @@ def fragmented_window(locks: int = 10_000, repeat: int = 20) -> dict:
     """The state write of a share partition whose window of ``locks`` records (Kafka's largest
     ``group.share.partition.max.record.locks``) is as fragmented as it gets: the first offset released
     (so the start cannot move) and then every other offset accepted, the rest released, one range per
-    offset in its snapshot.  Bytes per write (what one znode write carries, ``store.encode``) and the
-    broker's CPU to snapshot and encode it, median of ``repeat``."""
+    offset in its snapshot.  Bytes per write (what one znode write carries, and a journal SNAPSHOT record,
+    ``store.encode``) and the broker's CPU to snapshot and encode it; then what the share-state journal
+    appends for one acknowledgement on that window (one more offset accepted): the UPDATE record's bytes
+    (``journal.encode_update``) and the CPU to take the update and encode it.  Medians of ``repeat``."""
+    from spark_coord.share.journal import encode_update
     from spark_coord.share.partition import SharePartition
     from spark_coord.share.store import encode
 
     sp = SharePartition(0, max_in_flight=locks)
-    sp.acquire("m", [(0, locks - 1)], max_records=locks, lock_deadline=time.monotonic() * 1000 + 600_000)
+    deadline = time.monotonic() * 1000 + 600_000
+    sp.acquire("m", [(0, locks - 1)], max_records=locks, lock_deadline=deadline)
     types = [2] + [1 if o % 2 else 2 for o in range(1, locks)]
     sp.acknowledge("m", 0, locks - 1, types)
-    times = []
+    times, utimes, ubytes = [], [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        data = encode(sp.snapshot(), b"\x01" * 16, "0-0123456789ab", 1)
+        data = encode(sp.snapshot(), b"\x01" * 16, "0-0123456789ab", 1, seq=sp.version)
         times.append(time.perf_counter() - t0)
-    return {"locks": locks, "ranges": len(sp.snapshot()["ranges"]), "bytes": len(data),
-            "encode_ms": 1000 * statistics.median(times)}
+    ranges = len(sp.snapshot()["ranges"])
+    for k in range(repeat):
+        offset = locks - 2 - 2 * k  # a released offset, fetched again and accepted
+        sp.acquire("m", [(offset, offset)], max_records=1, lock_deadline=deadline)
+        sp.take_update()  # the acquisition journaled before (its own turn)
+        sp.acknowledge("m", offset, offset, [1])
+        t0 = time.perf_counter()
+        update = encode_update(sp.take_update(), b"\x01" * 16, "0-0123456789ab", 1, sp.version, sp.version - 1)
+        utimes.append(time.perf_counter() - t0)
+        ubytes.append(len(update))
+    return {"locks": locks, "ranges": ranges, "bytes": len(data), "encode_ms": 1000 * statistics.median(times),
+            "update_bytes": statistics.median(ubytes), "update_ms": 1000 * statistics.median(utimes)}
 
 
 # ---------------------------------------------------------------------- report
@@ -795,7 +809,8 @@ def report(runs: list[dict], summary: dict, args: argparse.Namespace) -> str:
     if fw:
         lines.append(f"\nstate write of a fragmented window: {fw['locks']:,} locks, every other offset accepted, "
                      f"{fw['ranges']:,} ranges: {fw['bytes']:,} bytes per write, {fw['encode_ms']:.1f} ms to "
-                     f"snapshot and encode")
+                     f"snapshot and encode; the journal's UPDATE for one acknowledgement on it: "
+                     f"{fw.get('update_bytes', 0):,.0f} bytes, {fw.get('update_ms', 0):.3f} ms to take and encode")
     lines.append(f"\n{n} share consumers, records each (one line per run; the check: every record once):")
     for r in runs:
         f = r["shareN"]

@@ -635,9 +635,7 @@ class SharePartitionManager(ShareSessions):
         assert self.journal is not None
         waiting, self._jwait = [h for h in self._jwait.values() if not h.gone and h.jwaiters], {}
         helds = [h for h in waiting if h.fresh]  # a session lost since they were waited on: ZooKeeper's
-        entries = [JournalEntry(h.key, self.writer, h.epoch, h.sp.version,
-                                encode(h.sp.snapshot(), h.topic_id, self.writer, h.epoch, seq=h.sp.version))
-                   for h in helds]
+        entries = [self.journal.entry(h.key, self.writer, h.epoch, h.sp, h.topic_id) for h in helds]
         try:
             self.journal.append(entries)
         except OSError as e:

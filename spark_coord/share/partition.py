@@ -60,6 +60,7 @@ from operator import itemgetter
 from typing import Any, Sequence
 
 from spark_coord.errors import ErrorCode
+from spark_coord.share import delta
 
 __all__ = ["AckType", "Acquired", "RecordState", "SharePartition"]
 
@@ -155,7 +156,7 @@ class SharePartition:
     """The in-flight state of one partition of one share group (see the module docstring)."""
 
     __slots__ = ("_start", "_end", "_ranges", "_limit", "_max_in_flight", "_n", "_held", "_locks",
-                 "_heap", "_version", "_archived_total", "_deliveries_total", "_acknowledged_total")
+                 "_heap", "_version", "_archived_total", "_deliveries_total", "_acknowledged_total", "_touched")
 
     def __init__(self, start_offset: int, *, delivery_count_limit: int = 5, max_in_flight: int = 2000):
         self._start = self._end = _check_count("start_offset", start_offset, 0)
@@ -170,6 +171,7 @@ class SharePartition:
         self._archived_total = 0
         self._deliveries_total = 0
         self._acknowledged_total = 0
+        self._touched: list[tuple[int, int]] = []  # offsets changed since ``take_update`` (``delta.note``)
 
     # ------------------------------------------------------------------ read-only views
 
@@ -203,8 +205,11 @@ class SharePartition:
         lock expiry on.  A record AVAILABLE with a count at or past a lowered delivery limit is
         ARCHIVED when an acquisition reaches it; a window beyond a lowered ``max_in_flight`` shrinks
         as its records finish (nothing in it is dropped)."""
-        self._limit = _check_count("delivery_count_limit", delivery_count_limit, 1)
+        limit = _check_count("delivery_count_limit", delivery_count_limit, 1)
         self._max_in_flight = _check_count("max_in_flight", max_in_flight, 1)
+        if limit != self._limit and self._end > self._start:  # ACQUIRED offsets snapshot by the limit
+            delta.note(self._touched, self._start, self._end - 1)
+        self._limit = limit
 
     @property
     def archived_total(self) -> int:
@@ -297,8 +302,11 @@ class SharePartition:
 
     def _replace(self, i: int, j: int, new: list[_Range]) -> None:
         """Ranges ``[i, j)`` become ``new`` (which covers the same offsets, or extends the
-        window at its end), merged with each other and with the neighbours where equal."""
+        window at its end), merged with each other and with the neighbours where equal; their
+        offsets noted as touched (``take_update``)."""
         rs = self._ranges
+        if new:
+            delta.note(self._touched, new[0][0], new[-1][1])
         for r in new:            # add before subtracting: counts touching 0 and back churn the heap
             self._account(r, 1)
         for k in range(i, j):
@@ -724,4 +732,13 @@ class SharePartition:
         sp._end = prev + 1
         sp._replace(0, 0, pieces)
         sp._advance()
+        sp._touched.clear()
         return sp
+
+    def take_update(self) -> dict:
+        """What changed since the last call (or ``restore``): ``{"start": SPSO, "ranges": [[first, last,
+        state, delivery_count], ...]}``, the current state of every offset changed since, in the window, in
+        ``snapshot()``'s encoding (``delta.changes``); ``delta.apply`` of it onto the snapshot taken at the
+        last call gives ``snapshot()``.  Kafka's ShareUpdate record between ShareSnapshots."""
+        touched, self._touched = self._touched, []
+        return {"start": self._start, "ranges": delta.changes(self._ranges, touched, self._start, self._limit)}

@@ -205,3 +205,51 @@ def test_a_failed_append_sends_the_acknowledgement_to_zookeeper(zk, tmp_path):
             await m.stop()
 
     asyncio.run(run())
+
+
+def test_acknowledgements_on_a_fragmented_window_append_updates_and_a_crash_recovers_them(zk, tmp_path):
+    """Every other offset of a 200-record window accepted, the rest held: each acknowledgement is
+    journaled as an UPDATE of what changed since the last record (not the window's 3 KB state; the
+    group's limits applied again at each acknowledgement change nothing), and the next incarnation
+    loads the state they add up to."""
+    _saved(zk)
+    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    store = GatedStore(zk)
+
+    async def run():
+        m = _manager(zk, plog, tmp_path, store)
+        m.start()
+        held = await asyncio.wait_for(m.partition(G, T, 0), 10)
+        plog.log_end_offset = plog.opened_end_offset = 200
+        held.sp.acquire("m1", [(0, 199)], max_records=200, lock_deadline=m.clock() + 30_000)
+        store.hold.set()
+        types = [AckType.RELEASE] + [AckType.ACCEPT if o % 2 else AckType.RELEASE for o in range(1, 200)]
+        _, written = m.acknowledge(held, "m1", [{"first_offset": 0, "last_offset": 199,
+                                                 "acknowledge_types": types}], renew=False)
+        assert await asyncio.wait_for(written, 5) == ErrorCode.NONE
+        held.sp.acquire("m1", [(0, 199)], max_records=200, lock_deadline=m.clock() + 30_000)
+        sizes = []
+        for offset in (10, 20, 30, 0):
+            before = m.journal.bytes
+            _, written = m.acknowledge(held, "m1", [{"first_offset": offset, "last_offset": offset,
+                                                     "acknowledge_types": [AckType.ACCEPT]}], renew=False)
+            assert await asyncio.wait_for(written, 5) == ErrorCode.NONE
+            assert m.journal.pending[(G, T, 0)].prev is not None  # an UPDATE
+            sizes.append(m.journal.bytes - before)
+        sizes = sizes[1:]  # the first carries the acquisition before it too (every other offset)
+        assert max(sizes) < 400 < len(m.journal._chains[(G, T, 0)].base.data) / 5, sizes
+        assert not store.called.is_set()  # every answer from the journal
+        expected = held.sp.snapshot()
+        assert expected["start"] == 2  # 0-1 done
+        _crash(m)
+        store.gate.set()
+        new = _manager(zk, plog, tmp_path)
+        new.start()
+        try:
+            again = await asyncio.wait_for(new.partition(G, T, 0), 10)
+            assert again.sp.snapshot() == expected
+        finally:
+            await new.stop()
+            new.journal.close()
+
+    asyncio.run(run())
