@@ -306,7 +306,12 @@ class SharePartition:
         offsets noted as touched (``take_update``)."""
         rs = self._ranges
         if new:
-            delta.note(self._touched, new[0][0], new[-1][1])
+            t, a, b = self._touched, new[0][0], new[-1][1]
+            if t and t[-1][0] <= a <= t[-1][1] + 1:  # the common case inline: it extends the last interval
+                if b > t[-1][1]:
+                    t[-1] = (t[-1][0], b)
+            else:
+                delta.note(t, a, b)
         for r in new:            # add before subtracting: counts touching 0 and back churn the heap
             self._account(r, 1)
         for k in range(i, j):
