@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spark_coord.log.checkpoint import fsync_dir
 from spark_coord.records.header import crc32c
 from spark_coord.share import delta
 from spark_coord.share.partition import SharePartition
@@ -208,14 +209,6 @@ def _read_segment(path: Path) -> tuple[list[JournalEntry], int, int]:
     return out, at, len(buf)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ShareJournal:
     """Append-only segments of share-partition states in ``directory`` (``open`` before ``append``)."""
 
@@ -306,7 +299,7 @@ class ShareJournal:
                 self._write_all(fd, buf)
             if always_fsync or self.fsync:
                 os.fsync(fd)
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             raise

@@ -48,6 +48,15 @@ def _crash(m: SharePartitionManager) -> None:
     m.journal.close()
 
 
+async def _held_back(m: SharePartitionManager, plog, store: GatedStore):
+    """The share partition loaded, offsets 0-19 acquired by m1, then every ZooKeeper write held back."""
+    held = await asyncio.wait_for(m.partition(G, T, 0), 10)
+    plog.log_end_offset = 20
+    held.sp.acquire("m1", [(0, 19)], max_records=20, lock_deadline=m.clock() + 30_000)
+    store.hold.set()
+    return held
+
+
 async def _acknowledged_then_crashed(zk, plog, tmp_path) -> SharePartitionManager:
     """Broker 1 loads the share partition, acquires 0-9 and acknowledges ``_acks`` -- answered NONE while
     every ZooKeeper write is held back -- then crashes.  The abandoned manager."""
@@ -140,10 +149,7 @@ def test_after_a_session_loss_acknowledgements_wait_for_zookeeper_until_a_write_
         m = _manager(zk, plog, tmp_path, store)
         m.start()
         try:
-            held = await asyncio.wait_for(m.partition(G, T, 0), 10)
-            plog.log_end_offset = 20
-            held.sp.acquire("m1", [(0, 19)], max_records=20, lock_deadline=m.clock() + 30_000)
-            store.hold.set()
+            held = await _held_back(m, plog, store)
 
             def ack(offset: int):
                 return m.acknowledge(held, "m1", [{"first_offset": offset, "last_offset": offset,
@@ -186,10 +192,7 @@ def test_a_failed_append_sends_the_acknowledgement_to_zookeeper(zk, tmp_path):
         m = _manager(zk, plog, tmp_path, store)
         m.start()
         try:
-            held = await asyncio.wait_for(m.partition(G, T, 0), 10)
-            plog.log_end_offset = 20
-            held.sp.acquire("m1", [(0, 19)], max_records=20, lock_deadline=m.clock() + 30_000)
-            store.hold.set()
+            held = await _held_back(m, plog, store)
             m.journal.close()
             _, written = m.acknowledge(held, "m1", _acks(), renew=False)
             deadline = asyncio.get_running_loop().time() + 10
