@@ -2,6 +2,7 @@
 client's share/consumer ratio on Kafka's own broker is the anchor for ours.
 
 Run:  .venv/bin/python bench/bench_vs_kafka_share.py [--records 200000] [--runs 3] [--targets kafka,ours]
+                                                        [--warmup 20000]
 
 For each target (one Apache Kafka node in KRaft mode with share groups on, run from its jars as
 tests/peers/apache_kafka.py starts it; one of our brokers) a four-partition topic gets
@@ -13,6 +14,10 @@ reader with a fresh group reading the whole topic from its start:
   its ``nMsg.sec``), the group's ``share.auto.offset.reset`` set to ``earliest`` first;
 - **librdkafka** (confluent-kafka): a ``Consumer`` and a ``ShareConsumer`` (implicit
   acknowledgement), each counted from its first record to its last (every offset once).
+
+Before the runs, one ``kafka-share-consumer-perf-test`` read of ``--warmup`` records (not counted) on
+each broker: on Kafka a share group's first use creates the share-state topic and loads its share
+coordinator, which made the first measured read of a run several times slower than the rest.
 
 Printed: records/s (medians) and each client's share / consumer ratio per broker, then ours
 against Kafka's.  Figures go to bench/results/vs_kafka_share.json.
@@ -102,6 +107,13 @@ def run_target(target: str, bootstrap: str, jars: Path, args) -> dict[str, list[
     topic = f"share-perf-{target}-{int(time.time())}"
     create_topic(bootstrap, topic, PARTITIONS)
     producer_perf(jars, bootstrap, topic, args.records)
+    if args.warmup:
+        # not counted: a share group's first use on Kafka creates its share-state topic (__share_group_state)
+        # and loads its share coordinator, which made the first KafkaShareConsumer read of a run 5-8x slower
+        # than the others; both brokers get the same warm-up read
+        r = share_perf(jars, bootstrap, topic, args.warmup)
+        print(f"  {target} warm-up java share ({args.warmup:,} records, not counted): {r['records_s']:,.0f} records/s",
+              flush=True)
     rates: dict[str, list[float]] = {r: [] for r in READERS}
     for run in range(args.runs):
         readers = READERS if run % 2 == 0 else READERS[::-1]
@@ -122,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--targets", default="kafka,ours", help="kafka (Apache Kafka 4.2), ours, or both")
+    p.add_argument("--warmup", type=int, default=20_000,
+                   help="records of one KafkaShareConsumer read before the measured runs, not counted (0: none)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from peers.apache_kafka import ApacheKafkaCluster, kafka_jars
