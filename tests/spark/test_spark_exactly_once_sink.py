@@ -71,6 +71,22 @@ def _produce_input(bootstrap: str, topic: str) -> dict[int, list[str]]:
     return sent
 
 
+def _read_committed(bootstrap: str, topic: str, expected: list[str], timeout: float = 30.0) -> None:
+    """Wait until read_committed reads exactly ``expected`` (sorted): a committed transaction's markers are
+    written after EndTxn is answered (as Kafka's coordinator writes them), so the last stable offset of
+    each partition passes its records a moment later."""
+    from helpers import wait_until
+
+    seen: list[list[str]] = []
+
+    def done() -> bool:
+        seen[:] = [sorted(_read(bootstrap, topic))]
+        return seen[0] == expected
+
+    wait_until(done, timeout=timeout, interval=0.1,
+               message=lambda: f"{topic}: read_committed reads {len(seen[0]) if seen else 0} of {len(expected)}")
+
+
 def _read(bootstrap: str, topic: str, committed: bool = True) -> list[str]:
     """Every value of ``topic`` up to the last stable offset with read_committed (the batches of aborted
     transactions dropped, as Kafka's consumer does), or up to the high watermark with read_uncommitted."""
@@ -246,7 +262,7 @@ def test_a_batch_write_commits_each_task_transaction_from_the_driver(spark, kafk
     (spark.createDataFrame([(v,) for v in values], "value string").repartition(2).write.format("coordkafka")
      .option("kafka.bootstrap.servers", kafka).option("topic", out)
      .option("kafka.transactional.id.prefix", prefix).mode("append").save())
-    assert sorted(_read(kafka, out)) == values
+    _read_committed(kafka, out, values)
     assert sorted(_read(kafka, out, committed=False)) == values
     assert sum(_high_watermarks(kafka, out).values()) > len(values)  # the commit markers
 
@@ -282,7 +298,7 @@ def test_the_row_writer_writes_in_the_task_transaction_and_a_replayed_batch_writ
         assert sum(m.records for m in first) == 100 and not any(m.done for m in first)
         assert _read(kafka, out) == []  # open: the last stable offset holds read_committed back
         assert _end_transactions(opts, first, 4, True) == 2
-        assert sorted(_read(kafka, out)) == values
+        _read_committed(kafka, out, values)
         assert _sink_offsets(kafka, prefix) == {0: 5, 1: 5}
         again = _row_writer_job(spark, kafka, out, prefix, values)
         assert [(m.done, m.transaction, m.records) for m in again] == [(True, None, 0)] * 2
@@ -332,7 +348,7 @@ def test_a_stream_writes_each_record_once_through_retries_and_replays(spark, kaf
     _stream(spark, kafka, source, out, ck_out, prefix)
     assert (Path(ck_out) / "commits" / "0").exists()
     assert _high_watermarks(kafka, out) == before
-    assert sorted(_read(kafka, out)) == everything
+    _read_committed(kafka, out, everything)
     shutil.rmtree(tmp_path / "ck-plain", ignore_errors=True)
 
 
