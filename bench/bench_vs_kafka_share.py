@@ -17,7 +17,7 @@ reader with a fresh group reading the whole topic from its start:
 
 Before the runs, one ``kafka-share-consumer-perf-test`` read of ``--warmup`` records (not counted) on
 each broker: on Kafka a share group's first use creates the share-state topic and loads its share
-coordinator, which made the first measured read of a run several times slower than the rest.
+coordinator, which would otherwise be in the first measured read.
 
 Printed: records/s (medians) and each client's share / consumer ratio per broker, then ours
 against Kafka's.  Figures go to bench/results/vs_kafka_share.json.
@@ -109,8 +109,8 @@ def run_target(target: str, bootstrap: str, jars: Path, args) -> dict[str, list[
     producer_perf(jars, bootstrap, topic, args.records)
     if args.warmup:
         # not counted: a share group's first use on Kafka creates its share-state topic (__share_group_state)
-        # and loads its share coordinator, which made the first KafkaShareConsumer read of a run 5-8x slower
-        # than the others; both brokers get the same warm-up read
+        # and loads its share coordinator (the warm-up read itself runs at a few thousand records/s there);
+        # both brokers get the same warm-up read
         r = share_perf(jars, bootstrap, topic, args.warmup)
         print(f"  {target} warm-up java share ({args.warmup:,} records, not counted): {r['records_s']:,.0f} records/s",
               flush=True)
