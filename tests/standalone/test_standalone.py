@@ -204,7 +204,16 @@ def test_a_standalone_coordinator_exports_its_groups_lag(data_cluster, zk_connec
         return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
                 for family in text_string_to_metric_families(text) for smp in family.samples}
 
+    def serving() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return True
+        except OSError:
+            return False
+
     try:
+        # the coordinator opens its metrics endpoint once its coordination started, after its Kafka listener
+        wait_until(serving, timeout=30, message="the coordinator's metrics endpoint")
         member = Consumer(data_cluster.bootstrap, group, topics=[topic], auto_commit=False, session_timeout_ms=6000,
                           coordinator_bootstrap=coordinator.address)
         wait_until(lambda: len(member.assignment()) == PARTITIONS, timeout=60, message="the member's partitions")
