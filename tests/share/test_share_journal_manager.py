@@ -48,6 +48,12 @@ def _crash(m: SharePartitionManager) -> None:
     m.journal.close()
 
 
+def _saved_and_empty(zk) -> SimpleNamespace:
+    """The group's znodes saved (``_saved``); the partition's log, empty for now."""
+    _saved(zk)
+    return SimpleNamespace(log_start_offset=0, log_end_offset=0)
+
+
 async def _held_back(m: SharePartitionManager, plog, store: GatedStore):
     """The share partition loaded, offsets 0-19 acquired by m1, then every ZooKeeper write held back."""
     held = await asyncio.wait_for(m.partition(G, T, 0), 10)
@@ -79,8 +85,7 @@ async def _acknowledged_then_crashed(zk, plog, tmp_path) -> SharePartitionManage
 
 
 def test_acknowledgements_answered_from_the_journal_survive_a_crash(zk, tmp_path):
-    _saved(zk)
-    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    plog = _saved_and_empty(zk)
 
     async def run():
         old = await _acknowledged_then_crashed(zk, plog, tmp_path)
@@ -107,8 +112,7 @@ def test_acknowledgements_answered_from_the_journal_survive_a_crash(zk, tmp_path
 
 @pytest.mark.parametrize("since", ["another writer", "an admin deleted it"])
 def test_a_journal_entry_of_another_lineage_than_the_znode_is_ignored(zk, tmp_path, since):
-    _saved(zk)
-    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    plog = _saved_and_empty(zk)
 
     async def run():
         await _acknowledged_then_crashed(zk, plog, tmp_path)
@@ -135,8 +139,7 @@ def test_a_journal_entry_of_another_lineage_than_the_znode_is_ignored(zk, tmp_pa
 
 
 def test_after_a_session_loss_acknowledgements_wait_for_zookeeper_until_a_write_lands(zk, tmp_path):
-    _saved(zk)
-    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    plog = _saved_and_empty(zk)
     store = GatedStore(zk)
 
     async def until(predicate, what: str, timeout: float = 30) -> None:
@@ -184,8 +187,7 @@ def test_after_a_session_loss_acknowledgements_wait_for_zookeeper_until_a_write_
 def test_a_failed_append_sends_the_acknowledgement_to_zookeeper(zk, tmp_path):
     """The journal cannot be written (a full disk; here its file is closed): the acknowledgement is
     answered once its ZooKeeper write lands instead -- slower, never lost."""
-    _saved(zk)
-    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    plog = _saved_and_empty(zk)
     store = GatedStore(zk)
 
     async def run():
@@ -215,8 +217,7 @@ def test_acknowledgements_on_a_fragmented_window_append_updates_and_a_crash_reco
     journaled as an UPDATE of what changed since the last record (not the window's 3 KB state; the
     group's limits applied again at each acknowledgement change nothing), and the next incarnation
     loads the state they add up to."""
-    _saved(zk)
-    plog = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+    plog = _saved_and_empty(zk)
     store = GatedStore(zk)
 
     async def run():
